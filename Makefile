@@ -1,0 +1,44 @@
+# gpucluster: the README's two commands (demo, test) and a few helpers.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv deps unit integration lint bench clean
+
+$(STAMP): pyproject.toml
+	@scripts/bootstrap-python.sh "$(PY)" "$(VENV)"
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## make demo: create the environment and run the control plane on the built-in simulated cluster
+demo: $(STAMP)
+	$(BIN)/gpucluster demo
+
+## make test: install everything the tests need (services included) and run the whole suite
+test: $(STAMP) lint unit integration
+
+deps:
+	scripts/test-deps.sh install
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy src
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -n 2 -m "not integration" -p no:cacheprovider
+
+integration: $(STAMP)
+	@rc=0; $(BIN)/pytest -q -m integration -p no:cacheprovider || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no integration tests collected"; else exit $$rc; fi
+
+bench: $(STAMP)
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts

@@ -1,0 +1,1 @@
+"""The ``gpucluster`` command line (typer + rich); one module per command group."""

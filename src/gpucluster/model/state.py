@@ -1,0 +1,473 @@
+"""Live cluster state kept as a struct of numpy arrays, and the read-only per-cycle snapshot.
+
+Node-level arrays have shape ``[N]``; device-level arrays have shape ``[N, D]`` where ``D`` is the largest
+device count of any node (padding slots have ``dev_valid == False`` and zero capacity). Scoring every node
+for a pod is then a handful of vectorised expressions over these arrays.
+
+Only :class:`ClusterState` mutates the arrays (``assign`` / ``release`` / node and device changes); every
+mutation bumps ``generation`` and the changed node's ``node_generation`` so that caches can recompute just
+the nodes that changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucluster.model.device import DeviceSpec
+from gpucluster.model.node import NodeSpec
+from gpucluster.model.topology import Fabric, TopologyLevel
+from gpucluster.model.workload import Pod
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class AllocationError(ValueError):
+    """An allocation does not fit the node it names (a caller bug or a stale decision)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """The share of one device given to one container."""
+
+    device_index: int
+    """Index of the device inside its node."""
+    uuid: str
+    vendor: str
+    memory_mib: int
+    core_milli: int
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Everything a bound pod holds on its node."""
+
+    pod_key: str
+    node: str
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[tuple[DeviceGrant, ...], ...] = ()
+    """Per container, the device shares it holds."""
+    tenant: str = ""
+    pod: Pod | None = field(default=None, compare=False)
+
+    @property
+    def grants(self) -> Iterator[DeviceGrant]:
+        for per_container in self.devices:
+            yield from per_container
+
+    @property
+    def device_count(self) -> int:
+        return sum(len(c) for c in self.devices)
+
+    @property
+    def core_milli(self) -> int:
+        return sum(g.core_milli for g in self.grants)
+
+
+class _Interner:
+    """Maps strings to small stable integer ids."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.ids: dict[str, int] = {}
+
+    def id(self, name: str) -> int:
+        found = self.ids.get(name)
+        if found is None:
+            found = len(self.names)
+            self.ids[name] = found
+            self.names.append(name)
+        return found
+
+
+class ClusterState:
+    """The cluster's nodes, devices and allocations.
+
+    Not thread-safe: one writer (the scheduling loop or the simulator) at a time.
+    """
+
+    def __init__(self, nodes: Sequence[NodeSpec], fabric: Fabric | None = None) -> None:
+        self.fabric = fabric or Fabric()
+        self.vendors = _Interner()
+        self.models = _Interner()
+        self.racks = _Interner()
+        self.leaves = _Interner()
+        self.spines = _Interner()
+        self.nodes: list[NodeSpec] = []
+        self.node_index: dict[str, int] = {}
+        self.allocations: dict[str, Allocation] = {}
+        self.pods_on_node: list[set[str]] = []
+        self.generation = 0
+        self._alloc_arrays(len(nodes), max((len(n.devices) for n in nodes), default=0))
+        for i, node in enumerate(nodes):
+            self._fill_row(i, node)
+
+    # ------------------------------------------------------------------ arrays
+    def _alloc_arrays(self, n: int, d: int) -> None:
+        self.cpu_cap: IntArray = np.zeros(n, np.int64)
+        self.cpu_used: IntArray = np.zeros(n, np.int64)
+        self.mem_cap: IntArray = np.zeros(n, np.int64)
+        self.mem_used: IntArray = np.zeros(n, np.int64)
+        self.schedulable: BoolArray = np.zeros(n, np.bool_)
+        """False for cordoned or removed nodes."""
+        self.present: BoolArray = np.zeros(n, np.bool_)
+        """False once a node is removed from the cluster (indices stay stable)."""
+        self.pod_count: IntArray = np.zeros(n, np.int64)
+        self.rack_id: IntArray = np.zeros(n, np.int64)
+        self.leaf_id: IntArray = np.zeros(n, np.int64)
+        self.spine_id: IntArray = np.zeros(n, np.int64)
+        self.node_generation: IntArray = np.zeros(n, np.int64)
+        self.dev_count: IntArray = np.zeros(n, np.int64)
+        # per-node sums over the node's devices, kept up to date by assign/release (scores read them)
+        self.node_core_cap: IntArray = np.zeros(n, np.int64)
+        self.node_core_used: IntArray = np.zeros(n, np.int64)
+        self.node_dmem_cap: IntArray = np.zeros(n, np.int64)
+        self.node_dmem_used: IntArray = np.zeros(n, np.int64)
+        self.node_task_cap: IntArray = np.zeros(n, np.int64)
+        self.node_tasks: IntArray = np.zeros(n, np.int64)
+        self.dev_valid: BoolArray = np.zeros((n, d), np.bool_)
+        self.dev_vendor: IntArray = np.full((n, d), -1, np.int64)
+        self.dev_model: IntArray = np.full((n, d), -1, np.int64)
+        self.dev_mem_cap: IntArray = np.zeros((n, d), np.int64)
+        self.dev_mem_used: IntArray = np.zeros((n, d), np.int64)
+        self.dev_core_cap: IntArray = np.zeros((n, d), np.int64)
+        self.dev_core_used: IntArray = np.zeros((n, d), np.int64)
+        self.dev_tasks: IntArray = np.zeros((n, d), np.int64)
+        self.dev_max_tasks: IntArray = np.zeros((n, d), np.int64)
+        self.dev_healthy: BoolArray = np.zeros((n, d), np.bool_)
+        self.dev_numa: IntArray = np.zeros((n, d), np.int64)
+        self.dev_nvlink: IntArray = np.full((n, d), -1, np.int64)
+        self.dev_uuid: list[list[str]] = []
+
+    _NODE_ARRAYS = (
+        "cpu_cap", "cpu_used", "mem_cap", "mem_used", "schedulable", "present", "pod_count", "rack_id",
+        "leaf_id", "spine_id", "node_generation", "dev_count", "node_core_cap", "node_core_used",
+        "node_dmem_cap", "node_dmem_used", "node_task_cap", "node_tasks",
+    )
+    _DEV_ARRAYS = (
+        "dev_valid", "dev_vendor", "dev_model", "dev_mem_cap", "dev_mem_used", "dev_core_cap",
+        "dev_core_used", "dev_tasks", "dev_max_tasks", "dev_healthy", "dev_numa", "dev_nvlink",
+    )
+
+    def _grow(self, need_devices: int) -> None:
+        """Append one node row (and widen the device axis when a node brings more devices)."""
+        d_old = self.dev_valid.shape[1]
+        d_new = max(d_old, need_devices)
+        for name in self._NODE_ARRAYS:
+            arr = getattr(self, name)
+            setattr(self, name, np.concatenate([arr, np.zeros(1, arr.dtype)]))
+        for name in self._DEV_ARRAYS:
+            arr = getattr(self, name)
+            fill = -1 if name in ("dev_vendor", "dev_model", "dev_nvlink") else 0
+            grown = np.full((arr.shape[0] + 1, d_new), fill, arr.dtype)
+            grown[: arr.shape[0], :d_old] = arr
+            setattr(self, name, grown)
+
+    # ------------------------------------------------------------------ nodes
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def device_slots(self) -> int:
+        return int(self.dev_valid.shape[1])
+
+    def add_node(self, node: NodeSpec) -> int:
+        """Add a node (elastic scale-up); returns its index."""
+        self._grow(len(node.devices))
+        i = len(self.nodes)
+        self._fill_row(i, node)
+        return i
+
+    def _fill_row(self, i: int, node: NodeSpec) -> None:
+        if node.name in self.node_index:
+            raise ValueError(f"node {node.name!r} already exists")
+        self.nodes.append(node)
+        self.node_index[node.name] = i
+        self.pods_on_node.append(set())
+        self.cpu_cap[i] = node.cpu_milli
+        self.mem_cap[i] = node.memory_mib
+        self.schedulable[i] = True
+        self.present[i] = True
+        self.rack_id[i] = self.racks.id(node.rack)
+        self.leaf_id[i] = self.leaves.id(node.leaf)
+        self.spine_id[i] = self.spines.id(node.spine)
+        self.dev_count[i] = len(node.devices)
+        self.dev_uuid.append([d.uuid for d in node.devices])
+        for dev in node.devices:
+            self._set_device(i, dev)
+        self._touch(i)
+
+    def _set_device(self, i: int, dev: DeviceSpec) -> None:
+        j = dev.index
+        self.dev_valid[i, j] = True
+        self.dev_vendor[i, j] = self.vendors.id(dev.vendor)
+        self.dev_model[i, j] = self.models.id(dev.model)
+        self.dev_mem_cap[i, j] = dev.memory_mib
+        self.dev_core_cap[i, j] = dev.core_milli
+        self.dev_max_tasks[i, j] = dev.max_tasks
+        self.dev_healthy[i, j] = dev.healthy
+        self.dev_numa[i, j] = dev.numa
+        self.dev_nvlink[i, j] = dev.nvlink_domain
+        self.node_core_cap[i] += dev.core_milli
+        self.node_dmem_cap[i] += dev.memory_mib
+        self.node_task_cap[i] += dev.max_tasks
+
+    def remove_node(self, name: str) -> list[Allocation]:
+        """Remove a node (scale-down or failure); returns the allocations it held, now released."""
+        i = self.node_index[name]
+        evicted = [self.release(key) for key in sorted(self.pods_on_node[i])]
+        self.present[i] = False
+        self.schedulable[i] = False
+        self._touch(i)
+        return evicted
+
+    def set_schedulable(self, name: str, schedulable: bool) -> None:
+        """Cordon (False) or uncordon (True) a node."""
+        i = self.node_index[name]
+        self.schedulable[i] = schedulable and bool(self.present[i])
+        self._touch(i)
+
+    def set_device_health(self, name: str, device_index: int, healthy: bool) -> None:
+        i = self.node_index[name]
+        if not 0 <= device_index < self.dev_count[i]:
+            raise IndexError(f"node {name} has no device {device_index}")
+        self.dev_healthy[i, device_index] = healthy
+        self._touch(i)
+
+    def node_spec(self, name: str) -> NodeSpec:
+        return self.nodes[self.node_index[name]]
+
+    def _touch(self, i: int) -> None:
+        self.generation += 1
+        self.node_generation[i] = self.generation
+
+    # ------------------------------------------------------------------ allocations
+    def check_fits(self, alloc: Allocation) -> None:
+        """Raise :class:`AllocationError` unless ``alloc`` fits its node right now."""
+        i = self.node_index.get(alloc.node)
+        if i is None:
+            raise AllocationError(f"{alloc.pod_key}: unknown node {alloc.node!r}")
+        if not self.present[i]:
+            raise AllocationError(f"{alloc.pod_key}: node {alloc.node} is not in the cluster")
+        if alloc.pod_key in self.allocations:
+            raise AllocationError(f"{alloc.pod_key}: already allocated on {self.allocations[alloc.pod_key].node}")
+        if self.cpu_used[i] + alloc.cpu_milli > self.cpu_cap[i]:
+            raise AllocationError(f"{alloc.pod_key}: CPU over capacity on {alloc.node}")
+        if self.mem_used[i] + alloc.memory_mib > self.mem_cap[i]:
+            raise AllocationError(f"{alloc.pod_key}: memory over capacity on {alloc.node}")
+        mem: dict[int, int] = {}
+        core: dict[int, int] = {}
+        tasks: dict[int, int] = {}
+        for g in alloc.grants:
+            j = g.device_index
+            if not 0 <= j < self.dev_count[i]:
+                raise AllocationError(f"{alloc.pod_key}: node {alloc.node} has no device {j}")
+            mem[j] = mem.get(j, 0) + g.memory_mib
+            core[j] = core.get(j, 0) + g.core_milli
+            tasks[j] = tasks.get(j, 0) + 1
+        for j in mem:
+            if self.dev_mem_used[i, j] + mem[j] > self.dev_mem_cap[i, j]:
+                raise AllocationError(f"{alloc.pod_key}: device {j} on {alloc.node} over memory")
+            if self.dev_core_used[i, j] + core[j] > self.dev_core_cap[i, j]:
+                raise AllocationError(f"{alloc.pod_key}: device {j} on {alloc.node} over cores")
+            if self.dev_tasks[i, j] + tasks[j] > self.dev_max_tasks[i, j]:
+                raise AllocationError(f"{alloc.pod_key}: device {j} on {alloc.node} over its task limit")
+
+    def assign(self, alloc: Allocation) -> None:
+        """Record a pod's allocation; raises :class:`AllocationError` if it does not fit."""
+        self.check_fits(alloc)
+        i = self.node_index[alloc.node]
+        self.cpu_used[i] += alloc.cpu_milli
+        self.mem_used[i] += alloc.memory_mib
+        self.pod_count[i] += 1
+        for g in alloc.grants:
+            self.dev_mem_used[i, g.device_index] += g.memory_mib
+            self.dev_core_used[i, g.device_index] += g.core_milli
+            self.dev_tasks[i, g.device_index] += 1
+            self.node_dmem_used[i] += g.memory_mib
+            self.node_core_used[i] += g.core_milli
+            self.node_tasks[i] += 1
+        self.allocations[alloc.pod_key] = alloc
+        self.pods_on_node[i].add(alloc.pod_key)
+        self._touch(i)
+
+    def release(self, pod_key: str) -> Allocation:
+        """Free a pod's allocation; raises ``KeyError`` if the pod holds nothing."""
+        alloc = self.allocations.pop(pod_key)
+        i = self.node_index[alloc.node]
+        self.cpu_used[i] -= alloc.cpu_milli
+        self.mem_used[i] -= alloc.memory_mib
+        self.pod_count[i] -= 1
+        for g in alloc.grants:
+            self.dev_mem_used[i, g.device_index] -= g.memory_mib
+            self.dev_core_used[i, g.device_index] -= g.core_milli
+            self.dev_tasks[i, g.device_index] -= 1
+            self.node_dmem_used[i] -= g.memory_mib
+            self.node_core_used[i] -= g.core_milli
+            self.node_tasks[i] -= 1
+        self.pods_on_node[i].discard(pod_key)
+        self._touch(i)
+        return alloc
+
+    def allocations_on(self, name: str) -> list[Allocation]:
+        return [self.allocations[k] for k in sorted(self.pods_on_node[self.node_index[name]])]
+
+    # ------------------------------------------------------------------ views
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self)
+
+    def topology_level(self, a: int, b: int, dev_a: int = -1, dev_b: int = -1) -> TopologyLevel:
+        """How far apart two placements are (node indices, optional device indices)."""
+        if a == b:
+            if dev_a >= 0 and dev_b >= 0:
+                link_a, link_b = self.dev_nvlink[a, dev_a], self.dev_nvlink[b, dev_b]
+                if link_a >= 0 and link_a == link_b:
+                    return TopologyLevel.NVLINK
+                return TopologyLevel.NODE
+            return TopologyLevel.NVLINK
+        if self.leaf_id[a] == self.leaf_id[b]:
+            return TopologyLevel.LEAF
+        if self.spine_id[a] == self.spine_id[b]:
+            return TopologyLevel.SPINE
+        return TopologyLevel.CORE
+
+    def totals(self) -> dict[str, int]:
+        """Cluster-wide capacity and usage (present nodes only)."""
+        p = self.present
+        valid = self.dev_valid & p[:, None]
+        return {
+            "nodes": int(p.sum()),
+            "devices": int(valid.sum()),
+            "cpu_milli": int(self.cpu_cap[p].sum()),
+            "cpu_used_milli": int(self.cpu_used[p].sum()),
+            "memory_mib": int(self.mem_cap[p].sum()),
+            "memory_used_mib": int(self.mem_used[p].sum()),
+            "core_milli": int(self.dev_core_cap[valid].sum()),
+            "core_used_milli": int(self.dev_core_used[valid].sum()),
+            "device_memory_mib": int(self.dev_mem_cap[valid].sum()),
+            "device_memory_used_mib": int(self.dev_mem_used[valid].sum()),
+            "pods": len(self.allocations),
+        }
+
+
+_A = TypeVar("_A", bound="np.ndarray[Any, Any]")
+
+
+def _readonly(a: _A) -> _A:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+class Snapshot:
+    """A read-only view of a :class:`ClusterState` for one scheduling cycle.
+
+    The arrays are views (no copy) with the write flag off; a snapshot is valid until its state's next
+    mutation (``stale`` tells). Derived arrays (free resources) are computed once per snapshot on first use.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+        self.generation = state.generation
+        self.nodes: Sequence[NodeSpec] = state.nodes
+        self.node_index = state.node_index
+        self.vendors: Sequence[str] = state.vendors.names
+        self.vendor_ids = state.vendors.ids
+        self.models: Sequence[str] = state.models.names
+        self.fabric = state.fabric
+        self.cpu_cap = _readonly(state.cpu_cap)
+        self.cpu_used = _readonly(state.cpu_used)
+        self.mem_cap = _readonly(state.mem_cap)
+        self.mem_used = _readonly(state.mem_used)
+        self.schedulable = _readonly(state.schedulable)
+        self.present = _readonly(state.present)
+        self.pod_count = _readonly(state.pod_count)
+        self.rack_id = _readonly(state.rack_id)
+        self.leaf_id = _readonly(state.leaf_id)
+        self.spine_id = _readonly(state.spine_id)
+        self.node_generation = _readonly(state.node_generation)
+        self.dev_count = _readonly(state.dev_count)
+        self.node_core_cap = _readonly(state.node_core_cap)
+        self.node_core_used = _readonly(state.node_core_used)
+        self.node_dmem_cap = _readonly(state.node_dmem_cap)
+        self.node_dmem_used = _readonly(state.node_dmem_used)
+        self.node_task_cap = _readonly(state.node_task_cap)
+        self.node_tasks = _readonly(state.node_tasks)
+        self.dev_valid = _readonly(state.dev_valid)
+        self.dev_vendor = _readonly(state.dev_vendor)
+        self.dev_model = _readonly(state.dev_model)
+        self.dev_mem_cap = _readonly(state.dev_mem_cap)
+        self.dev_mem_used = _readonly(state.dev_mem_used)
+        self.dev_core_cap = _readonly(state.dev_core_cap)
+        self.dev_core_used = _readonly(state.dev_core_used)
+        self.dev_tasks = _readonly(state.dev_tasks)
+        self.dev_max_tasks = _readonly(state.dev_max_tasks)
+        self.dev_healthy = _readonly(state.dev_healthy)
+        self.dev_numa = _readonly(state.dev_numa)
+        self.dev_nvlink = _readonly(state.dev_nvlink)
+        self.dev_uuid: Sequence[Sequence[str]] = state.dev_uuid
+        self._cache: dict[str, npt.NDArray[np.generic]] = {}
+
+    @property
+    def stale(self) -> bool:
+        return self._state.generation != self.generation
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def device_slots(self) -> int:
+        return int(self.dev_valid.shape[1])
+
+    def _derived(self, key: str, compute: object) -> npt.NDArray[np.generic]:
+        found = self._cache.get(key)
+        if found is None:
+            assert callable(compute)
+            found = compute()
+            found.flags.writeable = False
+            self._cache[key] = found
+        return found
+
+    @property
+    def cpu_free(self) -> IntArray:
+        return self._derived("cpu_free", lambda: self.cpu_cap - self.cpu_used)  # type: ignore[return-value]
+
+    @property
+    def mem_free(self) -> IntArray:
+        return self._derived("mem_free", lambda: self.mem_cap - self.mem_used)  # type: ignore[return-value]
+
+    @property
+    def dev_core_free(self) -> IntArray:
+        return self._derived("dev_core_free", lambda: self.dev_core_cap - self.dev_core_used)  # type: ignore[return-value]
+
+    @property
+    def dev_mem_free(self) -> IntArray:
+        return self._derived("dev_mem_free", lambda: self.dev_mem_cap - self.dev_mem_used)  # type: ignore[return-value]
+
+    @property
+    def dev_usable(self) -> BoolArray:
+        """Devices that exist, are healthy and sit on a schedulable node."""
+        return self._derived(  # type: ignore[return-value]
+            "dev_usable", lambda: self.dev_valid & self.dev_healthy & self.schedulable[:, None]
+        )
+
+    @property
+    def allocations(self) -> dict[str, Allocation]:
+        return self._state.allocations
+
+    def pods_on(self, node_index: int) -> set[str]:
+        return self._state.pods_on_node[node_index]
+
+    def topology_level(self, a: int, b: int, dev_a: int = -1, dev_b: int = -1) -> TopologyLevel:
+        return self._state.topology_level(a, b, dev_a, dev_b)
+
+
+

@@ -1,0 +1,16 @@
+"""The scheduler core: framework, plugins, cache, queue and ``schedule_one``. Backend-agnostic."""
+
+from gpucluster.scheduler.core import Decision, Outcome, schedule_one
+from gpucluster.scheduler.profiles import DEFAULT_POLICY, PROFILES, binpack_spread_profile, profile_for
+from gpucluster.scheduler.scheduler import Scheduler
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "PROFILES",
+    "Decision",
+    "Outcome",
+    "Scheduler",
+    "binpack_spread_profile",
+    "profile_for",
+    "schedule_one",
+]

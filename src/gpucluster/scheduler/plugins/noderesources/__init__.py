@@ -1,0 +1,52 @@
+"""Node-level checks: the node is schedulable, and its free CPU and memory hold the pod."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from gpucluster.model import Pod, Snapshot
+from gpucluster.scheduler.framework import CycleState, Handle, Reason, ReasonArray
+from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
+
+
+class NodeUnschedulable:
+    """Rejects cordoned, removed or otherwise unschedulable nodes."""
+
+    name = "NodeUnschedulable"
+
+    def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
+        out = np.zeros(snap.n_nodes, np.int16)
+        out[~snap.schedulable] = Reason.NodeUnschedulable
+        return out
+
+
+class NodeResourcesFit:
+    """Host CPU and memory: the pod's total requests must fit the node's free CPU and memory."""
+
+    name = "NodeResourcesFit"
+
+    def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
+        out = np.zeros(snap.n_nodes, np.int16)
+        cpu, mem = pod.cpu_milli, pod.memory_mib
+        if mem:
+            out[snap.mem_free < mem] = Reason.InsufficientMemory
+        if cpu:
+            out[snap.cpu_free < cpu] = Reason.InsufficientCPU
+        return out
+
+
+class _NoArgs(PluginArgs):
+    pass
+
+
+def new_node_unschedulable(args: Mapping[str, Any], handle: Handle) -> NodeUnschedulable:
+    parse_args(_NoArgs, NodeUnschedulable.name, args)
+    return NodeUnschedulable()
+
+
+def new_node_resources_fit(args: Mapping[str, Any], handle: Handle) -> NodeResourcesFit:
+    parse_args(_NoArgs, NodeResourcesFit.name, args)
+    return NodeResourcesFit()
