@@ -104,6 +104,8 @@ class ClusterState:
         self.allocations: dict[str, Allocation] = {}
         self.pods_on_node: list[set[str]] = []
         self.generation = 0
+        self.min_core_cap = 1 << 62
+        """The smallest compute capacity of any device (a request at least this large may be exclusive)."""
         self._alloc_arrays(len(nodes), max((len(n.devices) for n in nodes), default=0))
         for i, node in enumerate(nodes):
             self._fill_row(i, node)
@@ -216,6 +218,7 @@ class ClusterState:
         self.dev_numa[i, j] = dev.numa
         self.dev_nvlink[i, j] = dev.nvlink_domain
         self.node_core_cap[i] += dev.core_milli
+        self.min_core_cap = min(self.min_core_cap, dev.core_milli)
         self.node_dmem_cap[i] += dev.memory_mib
         self.node_task_cap[i] += dev.max_tasks
 
@@ -413,6 +416,7 @@ class Snapshot:
         self.dev_numa = _readonly(state.dev_numa)
         self.dev_nvlink = _readonly(state.dev_nvlink)
         self.dev_uuid: Sequence[Sequence[str]] = state.dev_uuid
+        self.min_core_cap = state.min_core_cap
         self._cache: dict[str, npt.NDArray[np.generic]] = {}
 
     @property

@@ -91,8 +91,13 @@ def device_stages(
     taken_mem: IntArray | None = None,
     taken_tasks: IntArray | None = None,
 ) -> list[tuple[Reason, BoolArray]]:
-    """Cumulative masks of the devices (rows x D) that pass each check, in order, with the check's reason."""
-    valid = snap.dev_valid[rows] & (snap.dev_vendor[rows] == vendor_id)
+    """Cumulative masks of the devices (rows x D) that pass each check, in order, with the check's reason.
+
+    Checks that cannot reject anything for this request are skipped (no memory asked, one vendor in the
+    cluster, a request below every device's capacity cannot be exclusive), which keeps Filter cheap."""
+    valid = snap.dev_valid[rows]
+    if len(snap.vendors) > 1:
+        valid = valid & (snap.dev_vendor[rows] == vendor_id)
     stages: list[tuple[Reason, BoolArray]] = [(Reason.InsufficientGPUCount, valid)]
     m = valid & snap.dev_healthy[rows]
     stages.append((Reason.GPUUnhealthy, m))
@@ -105,22 +110,19 @@ def device_stages(
     tasks = snap.dev_tasks[rows] if taken_tasks is None else snap.dev_tasks[rows] + taken_tasks
     m = m & (tasks < snap.dev_max_tasks[rows])
     stages.append((Reason.GPUTaskLimit, m))
-    mem_cap = snap.dev_mem_cap[rows]
-    mem_used = snap.dev_mem_used[rows] if taken_mem is None else snap.dev_mem_used[rows] + taken_mem
-    need_mem = mem_cap * request.memory_pct // 100 if request.memory_pct is not None else request.memory_mib
-    m = m & (mem_cap - mem_used >= need_mem)
-    stages.append((Reason.InsufficientGPUMemory, m))
-    core_cap = snap.dev_core_cap[rows]
-    core_used = snap.dev_core_used[rows] if taken_core is None else snap.dev_core_used[rows] + taken_core
+    if request.memory_pct or request.memory_mib:
+        mem_free = snap.dev_mem_free[rows] if taken_mem is None else snap.dev_mem_free[rows] - taken_mem
+        if request.memory_pct is not None:
+            m = m & (mem_free >= snap.dev_mem_cap[rows] * request.memory_pct // 100)
+        else:
+            m = m & (mem_free >= request.memory_mib)
+        stages.append((Reason.InsufficientGPUMemory, m))
+    core_free = snap.dev_core_free[rows] if taken_core is None else snap.dev_core_free[rows] - taken_core
     need = request.core_milli
-    if need == 0:
-        m = m & (core_used < core_cap)
-    else:
-        m = m & (core_cap - core_used >= need)
+    m = m & (core_free > 0) if need == 0 else m & (core_free >= need)
     stages.append((Reason.InsufficientGPUCores, m))
-    if need > 0:
-        exclusive = need >= core_cap
-        m = m & (~exclusive | (tasks == 0))
+    if need >= snap.min_core_cap:
+        m = m & ((need < snap.dev_core_cap[rows]) | (tasks == 0))
         stages.append((Reason.GPUExclusiveBusy, m))
     return stages
 
