@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(BIN)/gpucluster demo
 
 ## make test: install everything the tests need (services included) and run the whole suite
-test: $(STAMP) lint unit integration
+test: $(STAMP) deps lint unit integration
 
 deps:
 	scripts/test-deps.sh install
