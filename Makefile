@@ -17,7 +17,7 @@ venv: $(STAMP)
 
 ## make demo: create the environment and run the control plane on the built-in simulated cluster
 demo: $(STAMP)
-	$(BIN)/gpucluster demo
+	$(BIN)/gpucluster up --speed 10
 
 ## make test: install everything the tests need (services included) and run the whole suite
 test: $(STAMP) deps lint unit integration

@@ -1,0 +1,90 @@
+"""A light synthetic background workload so the embedded cluster looks alive.
+
+Job shapes and durations follow the broad shape of published GPU-cluster traces (Alibaba PAI 2020, Weng et al.,
+NSDI'22: most tasks ask for one GPU or less and share devices; a minority of 8-GPU and multi-node training jobs
+holds much of the capacity; run times are heavy-tailed, median about ten minutes). It is a stand-in: the
+simulator's calibrated generator (``gpucluster.simulator``) replaces it when it lands.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    name: str
+    weight: float
+    replicas: int
+    resources: dict[str, Any]
+    gpus: float
+    """GPU-equivalents one job of this shape holds."""
+
+
+SHAPES: tuple[Shape, ...] = (
+    Shape("infer-quarter", 0.22, 1, {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 25,
+                                     "nvidia.com/gpumem": 12000}, 0.25),
+    Shape("infer-half", 0.18, 1, {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50,
+                                  "nvidia.com/gpumem": 24000}, 0.5),
+    Shape("dev-1gpu", 0.32, 1, {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100}, 1.0),
+    Shape("train-2gpu", 0.08, 1, {"nvidia.com/gpu": 2, "nvidia.com/gpucores": 100}, 2.0),
+    Shape("train-4gpu", 0.08, 1, {"nvidia.com/gpu": 4, "nvidia.com/gpucores": 100}, 4.0),
+    Shape("train-8gpu", 0.09, 1, {"nvidia.com/gpu": 8, "nvidia.com/gpucores": 100}, 8.0),
+    Shape("train-2x8gpu", 0.03, 2, {"nvidia.com/gpu": 8, "nvidia.com/gpucores": 100}, 16.0),
+)
+
+MEDIAN_DURATION_S = 600.0
+DURATION_SIGMA = 1.0
+MAX_DURATION_S = 6 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    t: float
+    shape: Shape
+    duration_s: float
+
+
+class SyntheticWorkload:
+    """Poisson arrivals sized so the expected load is ``target`` of ``total_gpus``."""
+
+    def __init__(self, total_gpus: float, target: float, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.target = target
+        total_w = sum(s.weight for s in SHAPES)
+        self._weights = [s.weight / total_w for s in SHAPES]
+        mean_gpus = sum(w * s.gpus for w, s in zip(self._weights, SHAPES, strict=True))
+        mean_dur = MEDIAN_DURATION_S * math.exp(DURATION_SIGMA**2 / 2)
+        self.rate = target * total_gpus / (mean_gpus * mean_dur) if target > 0 else 0.0
+        """Arrivals per clock second."""
+        self.mean_duration_s = mean_dur
+        self._next_t: float | None = None
+
+    def _shape(self) -> Shape:
+        return self.rng.choices(SHAPES, self._weights)[0]
+
+    def _duration(self) -> float:
+        d = self.rng.lognormvariate(math.log(MEDIAN_DURATION_S), DURATION_SIGMA)
+        return min(max(d, 20.0), MAX_DURATION_S)
+
+    def warm_start(self) -> list[Arrival]:
+        """Jobs already running at t=0 (steady state): ``rate x mean duration`` of them, residual lives."""
+        if self.rate <= 0:
+            return []
+        n = round(self.rate * self.mean_duration_s)
+        return [Arrival(0.0, self._shape(), self._duration() * self.rng.random()) for _ in range(n)]
+
+    def arrivals(self, t0: float, t1: float) -> list[Arrival]:
+        """Arrivals in ``(t0, t1]``."""
+        if self.rate <= 0:
+            return []
+        if self._next_t is None:
+            self._next_t = t0 + self.rng.expovariate(self.rate)
+        out: list[Arrival] = []
+        while self._next_t <= t1:
+            out.append(Arrival(self._next_t, self._shape(), self._duration()))
+            self._next_t += self.rng.expovariate(self.rate)
+        return out

@@ -1,0 +1,665 @@
+/* gpucluster dashboard: plain JS, no dependencies. Talks to /api/v1 with the pasted bearer token and polls. */
+"use strict";
+
+const POLL_MS = 2000;
+const S = { token: localStorage.getItem("gpucluster.token") || "", me: null, page: "overview", inited: {},
+  drawer: null, timer: null, busy: false, lastOk: 0 };
+const $ = (sel, root) => (root || document).querySelector(sel);
+const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
+
+function esc(v) {
+  return String(v === null || v === undefined ? "" : v).replace(/[&<>"']/g,
+    (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+}
+const pct = (x, d = 0) => `${(100 * (x || 0)).toFixed(d)}%`;
+const num = (x, d = 0) => Number(x || 0).toLocaleString(undefined, { maximumFractionDigits: d });
+function dur(s) {
+  if (s === null || s === undefined) return "–";
+  s = Math.max(0, s);
+  if (s < 90) return `${s.toFixed(0)} s`;
+  if (s < 5400) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+function clockText(t) {
+  const h = Math.floor(t / 3600), m = Math.floor((t % 3600) / 60), s = Math.floor(t % 60);
+  return `T+${h}h ${String(m).padStart(2, "0")}m ${String(s).padStart(2, "0")}s`;
+}
+function heat(f) {
+  // 0 -> idle slate; then deep teal, green and lime as a device fills up (red is kept for faults)
+  if (f <= 0) return "#1c2530";
+  const stops = [[0, [22, 78, 99]], [0.5, [14, 159, 110]], [0.8, [118, 185, 0]], [1, [183, 242, 90]]];
+  for (let i = 1; i < stops.length; i++) {
+    if (f <= stops[i][0]) {
+      const [a, ca] = stops[i - 1], [b, cb] = stops[i], k = (f - a) / (b - a);
+      return `rgb(${ca.map((c, j) => Math.round(c + k * (cb[j] - c))).join(",")})`;
+    }
+  }
+  return "rgb(183,242,90)";
+}
+function bar(frac, cls = "") {
+  const f = Math.max(0, Math.min(1, frac || 0));
+  const c = cls || (f > 0.9 ? "crit" : f > 0.75 ? "warn" : "");
+  return `<div class="bar ${c}"><span style="width:${(100 * f).toFixed(1)}%"></span></div>`;
+}
+const statusPill = (s) => `<span class="status st-${esc(s)}">${esc(s)}</span>`;
+
+function toast(msg, err = false) {
+  const t = $("#toast");
+  t.textContent = msg;
+  t.className = "toast" + (err ? " err" : "");
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => t.classList.add("hidden"), 4000);
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(body && body.error ? (body.where ? `${body.where}: ${body.error}` : body.error) : `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+async function api(method, path, body) {
+  const opts = { method, headers: { Authorization: `Bearer ${S.token}` } };
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, opts);
+  const data = await r.json().catch(() => ({}));
+  if (r.status === 401) { logout("Your token was not accepted; sign in again."); }
+  if (!r.ok) throw new ApiError(r.status, data);
+  return data;
+}
+
+/* ------------------------------------------------------------------ charts (SVG) */
+function lineChart(series, opts) {
+  const W = opts.width || 640, H = opts.height || 200, P = { l: 38, r: 10, t: 10, b: 22 };
+  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
+  if (!xs.length) return `<div class="empty">No data yet</div>`;
+  const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
+  const ymax = opts.ymax || Math.max(1e-9, ...series.flatMap((s) => s.points.map((p) => p[1])));
+  const X = (x) => P.l + ((x - x0) / (x1 - x0)) * (W - P.l - P.r);
+  const Y = (y) => H - P.b - (y / ymax) * (H - P.t - P.b);
+  let g = "";
+  for (let i = 0; i <= 4; i++) {
+    const y = (ymax * i) / 4;
+    g += `<line x1="${P.l}" x2="${W - P.r}" y1="${Y(y)}" y2="${Y(y)}" stroke="#2a3340" stroke-width="1"/>`;
+    g += `<text x="${P.l - 6}" y="${Y(y) + 4}" text-anchor="end">${opts.yfmt ? opts.yfmt(y) : y.toFixed(1)}</text>`;
+  }
+  g += `<text x="${P.l}" y="${H - 4}">${esc(opts.xfmt ? opts.xfmt(x0) : x0)}</text>`;
+  g += `<text x="${W - P.r}" y="${H - 4}" text-anchor="end">${esc(opts.xfmt ? opts.xfmt(x1) : x1)}</text>`;
+  for (const s of series) {
+    if (!s.points.length) continue;
+    const d = s.points.map((p, i) => `${i ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join("");
+    if (s.fill) {
+      g += `<path d="${d}L${X(s.points[s.points.length - 1][0])},${Y(0)}L${X(s.points[0][0])},${Y(0)}Z" fill="${s.color}" opacity=".12"/>`;
+    }
+    g += `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"/>`;
+  }
+  const legend = series.map((s) => `<span><i style="background:${s.color}"></i>${esc(s.name)}</span>`).join("");
+  return `<svg viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="none" style="height:${H}px">${g}</svg>
+    <div class="chart-legend">${legend}</div>`;
+}
+
+/* ------------------------------------------------------------------ pages */
+const pages = {};
+
+pages.overview = {
+  title: "Overview",
+  init(el) {
+    el.innerHTML = `<div id="ov-kpis" class="grid kpis"></div>
+      <div class="grid cols2 section">
+        <div class="card"><h3>Allocation over time</h3><div id="ov-chart"></div></div>
+        <div class="card"><h3>By GPU model</h3><div id="ov-models"></div><h3 style="margin-top:16px">Jobs</h3><div id="ov-jobs"></div></div>
+      </div>
+      <div class="grid cols2e section">
+        <div class="card"><h3>Firing alerts</h3><div id="ov-alerts"></div></div>
+        <div class="card"><h3>Recent remediation</h3><div id="ov-remed"></div></div>
+      </div>`;
+  },
+  async refresh() {
+    const [o, a] = await Promise.all([api("GET", "/api/v1/overview"), api("GET", "/api/v1/alerts")]);
+    const k = (label, value, sub, b, id) => `<div class="card kpi" data-testid="${id}"><h3>${label}</h3>
+      <div class="value">${value}</div><div class="sub">${sub}</div>${b || ""}</div>`;
+    $("#ov-kpis").innerHTML = [
+      k("GPU compute allocated", pct(o.gpu_alloc, 1), `${num(o.devices_in_use)} of ${num(o.devices)} GPUs in use`, bar(o.gpu_alloc), "kpi-alloc"),
+      k("GPU memory allocated", pct(o.gpu_mem_alloc, 1), "HAMi vGPU memory", bar(o.gpu_mem_alloc, "blue"), "kpi-mem"),
+      k("Fragmentation", pct(o.fragmentation, 1), "free compute on partly used GPUs", bar(o.fragmentation, o.fragmentation > 0.5 ? "warn" : "blue"), "kpi-frag"),
+      k("Queue", num(o.queue), `${num(o.user_jobs.pending)} user · ${num(o.jobs.running)} jobs running`, "", "kpi-queue"),
+      k("Nodes", num(o.nodes), `${o.nodes_cordoned} cordoned · ${o.devices_unhealthy} GPUs unhealthy`, "", "kpi-nodes"),
+      k("Alerts", num(o.alerts_firing), o.alerts_firing ? "firing now" : "all clear", "", "kpi-alerts"),
+    ].join("");
+    const hist = o.history || [];
+    $("#ov-chart").innerHTML = lineChart([
+      { name: "GPU compute", color: "#76b900", fill: true, points: hist.map((p) => [p.t, p.gpu_alloc]) },
+      { name: "GPU memory", color: "#3fb6ff", points: hist.map((p) => [p.t, p.mem_alloc]) },
+      { name: "fragmentation", color: "#f0b429", points: hist.map((p) => [p.t, p.fragmentation]) },
+    ], { ymax: 1, yfmt: (y) => pct(y), xfmt: clockText, height: 220, width: 760 });
+    $("#ov-models").innerHTML = Object.entries(o.models).map(([m, v]) => `<div style="margin:8px 0">
+      <div style="display:flex;justify-content:space-between"><span>${esc(m)}</span><span class="muted">${num(v.devices)} GPUs · ${pct(v.alloc)}</span></div>
+      ${bar(v.alloc)}</div>`).join("");
+    const js = o.user_jobs;
+    $("#ov-jobs").innerHTML = `<div class="kv" style="grid-template-columns:1fr auto">
+      ${["pending", "running", "succeeded", "cancelled", "failed"].map((s) => `<div>${statusPill(s)}</div><div>${num(js[s])}</div>`).join("")}
+      </div><div class="muted small">your jobs · plus ${num(o.jobs.running - js.running)} background jobs running</div>`;
+    const firing = a.alerts.filter((x) => x.state === "firing");
+    $("#ov-alerts").innerHTML = firing.length ? alertTable(firing.slice(0, 6)) : `<div class="empty">No alerts firing</div>`;
+    $("#ov-remed").innerHTML = a.remediations.length ? remedList(a.remediations.slice(0, 6)) : `<div class="empty">Nothing to remediate yet</div>`;
+    return o;
+  },
+};
+
+pages.racks = {
+  title: "Racks & nodes",
+  init(el) {
+    el.innerHTML = `<div class="toolbar">
+        <div><label for="rk-model">GPU model</label><select id="rk-model"><option value="">all</option></select></div>
+        <div><label for="rk-find">Find node</label><input id="rk-find" placeholder="train-0012"></div>
+        <div class="legend"><span>idle</span><span class="ramp"></span><span>full</span>
+          <span style="margin-left:12px;outline:2px solid var(--crit);width:12px;height:10px;display:inline-block"></span><span>unhealthy GPU</span></div>
+      </div>
+      <div id="rk-body"></div>`;
+    $("#rk-model").addEventListener("change", () => this.render());
+    $("#rk-find").addEventListener("input", () => this.render());
+  },
+  async refresh() {
+    this.data = await api("GET", "/api/v1/nodes");
+    const sel = $("#rk-model");
+    const models = [...new Set(this.data.nodes.map((n) => n.model))].sort();
+    if (sel.options.length !== models.length + 1) {
+      sel.innerHTML = `<option value="">all</option>` + models.map((m) => `<option>${esc(m)}</option>`).join("");
+    }
+    this.render();
+  },
+  render() {
+    if (!this.data) return;
+    const model = $("#rk-model").value, find = $("#rk-find").value.trim();
+    const leaves = {};
+    for (const n of this.data.nodes) {
+      if (model && n.model !== model) continue;
+      if (find && !n.name.includes(find)) continue;
+      ((leaves[n.leaf] ||= {})[n.rack] ||= []).push(n);
+    }
+    let html = "";
+    for (const leaf of Object.keys(leaves).sort()) {
+      const racks = leaves[leaf];
+      const all = Object.values(racks).flat();
+      const used = all.reduce((s, n) => s + n.dev_core_used.reduce((a, b) => a + b, 0), 0);
+      const cap = all.reduce((s, n) => s + 1000 * n.gpus, 0) || 1;
+      html += `<div class="leaf-title"><b>${esc(leaf)}</b><span>${Object.keys(racks).length} racks · ${all.length} nodes · ${pct(used / cap)} allocated</span></div><div class="racks">`;
+      for (const rack of Object.keys(racks).sort()) {
+        const nodes = racks[rack];
+        html += `<div class="rack"><div class="rack-head"><span>${esc(rack)}</span><span>${nodes.length}</span></div>`;
+        for (const n of nodes) {
+          const cells = n.dev_core_used.map((c, i) => {
+            const f = Math.max(c / 1000, (n.dev_mem_pct[i] || 0) / 100);
+            return `<div class="cell${n.dev_healthy[i] ? "" : " bad"}" style="background:${heat(f)}" title="GPU ${i}: ${(c / 10).toFixed(0)}% compute, ${n.dev_mem_pct[i]}% memory"></div>`;
+          }).join("");
+          const cls = (n.schedulable ? "" : " cordoned") + (S.drawer === n.name ? " selected" : "");
+          html += `<div class="node-row${cls}" data-node="${esc(n.name)}" data-testid="node-${esc(n.name)}" title="${esc(n.name)} · ${esc(n.model)}">${cells}</div>`;
+        }
+        html += `</div>`;
+      }
+      html += `</div>`;
+    }
+    $("#rk-body").innerHTML = html || `<div class="empty">No nodes match</div>`;
+    $$(".node-row", $("#rk-body")).forEach((r) => r.addEventListener("click", () => openNode(r.dataset.node)));
+  },
+};
+
+async function openNode(name) {
+  S.drawer = name;
+  S.drawerKind = "node";
+  $("#drawer").classList.remove("hidden");
+  $("#drawer-title").textContent = name;
+  await refreshDrawer();
+}
+async function refreshDrawer() {
+  if (!S.drawer) return;
+  if (S.drawerKind === "job") return refreshJobDrawer();
+  const n = await api("GET", `/api/v1/nodes/${encodeURIComponent(S.drawer)}`);
+  const state = n.schedulable ? "schedulable" : "cordoned";
+  const devs = n.devices.map((d) => `<div class="device${d.healthy ? "" : " bad"}" data-testid="device-${d.index}">
+    <div class="dhead"><span>GPU ${d.index}</span><span class="muted">${d.healthy ? (d.nvlink_domain >= 0 ? `NVLink ${d.nvlink_domain}` : "PCIe") : "XID 79 · unhealthy"}</span></div>
+    <div class="row"><span>compute</span>${bar(d.core_used / d.core_cap)}<span>${(d.core_used / 10).toFixed(0)}%</span></div>
+    <div class="row"><span>memory</span>${bar(d.memory_used_mib / d.memory_mib, "blue")}<span>${num(d.memory_used_mib / 1024, 1)} GiB</span></div>
+    <div class="row"><span>tasks</span><span>${d.tasks} / ${d.max_tasks}</span><span></span></div>
+    ${d.pods.length ? `<ul>${d.pods.map((p) => `<li><span class="mono">${esc(p.job_name || p.pod)}</span> · ${esc(p.tenant)} · ${p.cores}% · ${num(p.memory_mib / 1024, 1)} GiB</li>`).join("")}</ul>` : `<div class="muted" style="margin-top:6px">idle</div>`}
+  </div>`).join("");
+  $("#drawer-body").innerHTML = `<div class="kv">
+      <div>Model</div><div>${esc(n.model)} × ${n.gpus}</div>
+      <div>Rack / leaf</div><div>${esc(n.rack)} · ${esc(n.leaf)} · ${esc(n.spine)}</div>
+      <div>State</div><div>${state}</div>
+      <div>CPU</div><div>${num(n.cpu_used_milli / 1000)} / ${num(n.cpu_milli / 1000)} cores</div>
+      <div>Memory</div><div>${num(n.memory_used_mib / 1024)} / ${num(n.memory_mib / 1024)} GiB</div>
+      <div>Pods</div><div>${n.pods}</div></div>
+    <div class="devices" data-testid="node-devices">${devs}</div>`;
+}
+function closeDrawer() {
+  S.drawer = null;
+  $("#drawer").classList.add("hidden");
+  $$(".node-row.selected").forEach((r) => r.classList.remove("selected"));
+}
+
+pages.topology = {
+  title: "Topology",
+  async refresh(el) {
+    const t = await api("GET", "/api/v1/topology");
+    const leaves = t.spines.flatMap((s) => s.leaves.map((l) => ({ ...l, spine: s.name })));
+    const colW = 150, W = Math.max(900, leaves.length * colW + 40), rackH = 24;
+    const maxRacks = Math.max(...leaves.map((l) => l.racks.length), 1);
+    const H = 170 + maxRacks * (rackH + 6) + 20;
+    let g = "";
+    const spineY = 30, leafY = 110, rackY = 170;
+    const spines = t.spines;
+    spines.forEach((s, si) => {
+      const sx = (W / (spines.length + 1)) * (si + 1);
+      g += `<rect x="${sx - 110}" y="${spineY - 18}" width="220" height="36" rx="8" fill="#1c232d" stroke="#3fb6ff"/>
+        <text x="${sx}" y="${spineY + 4}" text-anchor="middle" style="fill:#e6edf3;font-weight:600">${esc(s.name)} (spine)</text>`;
+    });
+    leaves.forEach((l, i) => {
+      const x = 20 + i * colW + colW / 2;
+      const si = spines.findIndex((s) => s.name === l.spine);
+      const sx = (W / (spines.length + 1)) * (si + 1);
+      g += `<line x1="${sx}" y1="${spineY + 18}" x2="${x}" y2="${leafY - 16}" stroke="#3fb6ff" stroke-opacity=".5"/>`;
+      const nodes = l.racks.flatMap((r) => r.nodes);
+      const alloc = nodes.reduce((s, n) => s + n.alloc, 0) / Math.max(nodes.length, 1);
+      g += `<rect x="${x - 62}" y="${leafY - 16}" width="124" height="32" rx="7" fill="#1c232d" stroke="#76b900"/>
+        <text x="${x}" y="${leafY + 4}" text-anchor="middle" style="fill:#e6edf3">${esc(l.name)}</text>
+        <text x="${x}" y="${leafY + 30}" text-anchor="middle">${nodes.length} nodes · ${pct(alloc)}</text>`;
+      if (l.racks.length) g += `<line x1="${x}" y1="${leafY + 36}" x2="${x}" y2="${rackY + (l.racks.length - 1) * (rackH + 6)}" stroke="#2a3340" stroke-width="2"/>`;
+      l.racks.forEach((r, j) => {
+        const y = rackY + j * (rackH + 6);
+        const ra = r.nodes.reduce((s, n) => s + n.alloc, 0) / Math.max(r.nodes.length, 1);
+        const bad = r.nodes.some((n) => !n.schedulable);
+        g += `<rect x="${x - 62}" y="${y}" width="124" height="${rackH}" rx="5" fill="${heat(ra)}" stroke="${bad ? "#ff5c5c" : "#2a3340"}" stroke-width="${bad ? 2 : 1}"><title>${esc(r.name)}: ${r.nodes.map((n) => n.name).join(", ")} · ${pct(ra)} allocated</title></rect>
+          <text x="${x}" y="${y + 16}" text-anchor="middle" style="fill:${ra > 0.6 ? "#0b1400" : "#e6edf3"}">${esc(r.name)} · ${r.nodes.length}×${esc((r.nodes[0] || {}).model ? r.nodes[0].model.split("-")[0] : "")}</text>`;
+      });
+    });
+    const models = {};
+    for (const l of leaves) for (const r of l.racks) for (const n of r.nodes) models[n.model] ||= n;
+    const nv = Object.values(models).map((n) => {
+      let cells = "", idx = 0;
+      const groups = n.nvlink_domains.length ? n.nvlink_domains : [];
+      const boxes = groups.map((size) => {
+        let c = "";
+        for (let k = 0; k < size; k++, idx++) c += `<rect x="${12 + idx * 34}" y="30" width="28" height="28" rx="4" fill="#76b900" fill-opacity=".8"/><text x="${26 + idx * 34}" y="48" text-anchor="middle" style="fill:#0b1400">${idx}</text>`;
+        return { c, start: idx - size, size };
+      });
+      for (const b of boxes) cells += `<rect x="${6 + b.start * 34}" y="22" width="${b.size * 34 + 4}" height="44" rx="7" fill="none" stroke="#3fb6ff" stroke-dasharray="4 3"/>${b.c}`;
+      for (let k = 0; k < n.pcie_only; k++, idx++) cells += `<rect x="${12 + idx * 34}" y="30" width="28" height="28" rx="4" fill="#3fb6ff" fill-opacity=".55"/><text x="${26 + idx * 34}" y="48" text-anchor="middle" style="fill:#fff">${idx}</text>`;
+      const label = n.nvlink_domains.length ? `${n.nvlink_domains.length} NVLink domain(s) of ${n.nvlink_domains.join(", ")} GPUs (NVSwitch)` : "PCIe only, no NVLink";
+      return `<div style="margin-bottom:12px"><div><b>${esc(n.model)}</b> <span class="muted">· ${label}</span></div>
+        <svg viewBox="0 0 ${Math.max(300, idx * 34 + 24)} 74" width="${Math.max(300, idx * 34 + 24)}" height="74">${cells}</svg></div>`;
+    }).join("");
+    el.innerHTML = `<div class="card"><h3>Compute fabric · ${esc(t.fabric.type)} · ${t.fabric.link_gbps} Gb/s per port · oversubscription ${t.fabric.oversubscription}:1</h3>
+        <div style="overflow-x:auto"><svg viewBox="0 0 ${W} ${H}" width="100%" style="min-width:900px" data-testid="topology-svg">${g}</svg></div>
+        <div class="legend" style="margin-top:8px"><span>rack colour = GPU allocation</span><span class="ramp"></span><span>red outline = a cordoned node</span></div></div>
+      <div class="card section"><h3>NVLink domains inside a node · ${num(t.fabric.nvlink_gbps_per_gpu / 8)} GB/s per GPU</h3>${nv}</div>`;
+  },
+};
+
+pages.jobs = {
+  title: "Jobs",
+  init(el) {
+    const admin = S.me && S.me.role === "admin";
+    el.innerHTML = `<div class="card"><h3>Submit a job</h3>
+      <form id="job-form" class="form-grid" data-testid="job-form">
+        <div><label for="jf-name">Name</label><input id="jf-name" required pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" value="train-${Math.random().toString(36).slice(2, 6)}"></div>
+        ${admin ? `<div><label for="jf-tenant">Tenant</label><input id="jf-tenant" value="default"></div>` : ""}
+        <div><label for="jf-replicas">Replicas (gang)</label><input id="jf-replicas" type="number" min="1" max="256" value="1"></div>
+        <div><label for="jf-gpus">GPUs per replica</label><input id="jf-gpus" type="number" min="0" max="16" value="1"></div>
+        <div><label for="jf-cores">Compute % per GPU</label><input id="jf-cores" type="number" min="1" max="100" value="100"></div>
+        <div><label for="jf-mem">GPU memory MiB (opt.)</label><input id="jf-mem" type="number" min="1" placeholder="whole GPU"></div>
+        <div><label for="jf-duration">Duration s (opt.)</label><input id="jf-duration" type="number" min="1" step="any" value="120"></div>
+        <div><button class="primary" type="submit" id="jf-submit">Submit</button></div>
+      </form><div id="jf-error" class="error-text"></div></div>
+      <div class="card section">
+        <div class="toolbar">
+          <div><label for="jl-status">Status</label><select id="jl-status"><option value="">any</option>
+            ${["pending", "running", "succeeded", "cancelled", "failed"].map((s) => `<option>${s}</option>`).join("")}</select></div>
+          ${admin ? `<div><label for="jl-tenant">Tenant</label><input id="jl-tenant" placeholder="all"></div>` : ""}
+          <div><label for="jl-q">Search</label><input id="jl-q" placeholder="name or id"></div>
+          ${admin ? `<label class="check"><input type="checkbox" id="jl-synth"> background workload</label>` : ""}
+        </div>
+        <div id="jl-table"></div></div>`;
+    $("#job-form").addEventListener("submit", (e) => { e.preventDefault(); this.submit(); });
+    for (const id of ["#jl-status", "#jl-tenant", "#jl-q", "#jl-synth"]) {
+      const x = $(id);
+      if (x) x.addEventListener(x.tagName === "INPUT" && x.type !== "checkbox" ? "input" : "change", () => this.refresh());
+    }
+  },
+  async submit() {
+    const v = (id) => ($(id) ? $(id).value.trim() : "");
+    const res = { "nvidia.com/gpu": parseInt(v("#jf-gpus") || "0", 10) };
+    if (res["nvidia.com/gpu"] > 0) {
+      res["nvidia.com/gpucores"] = parseInt(v("#jf-cores") || "100", 10);
+      if (v("#jf-mem")) res["nvidia.com/gpumem"] = parseInt(v("#jf-mem"), 10);
+    } else {
+      delete res["nvidia.com/gpu"];
+      res.cpu = "1";
+    }
+    const body = { name: v("#jf-name"), replicas: parseInt(v("#jf-replicas") || "1", 10), resources: res };
+    if (v("#jf-tenant")) body.tenant = v("#jf-tenant");
+    if (v("#jf-duration")) body.duration_s = parseFloat(v("#jf-duration"));
+    $("#jf-error").textContent = "";
+    try {
+      const job = await api("POST", "/api/v1/jobs", body);
+      toast(`Submitted ${job.name} (${job.id})`);
+      $("#jf-name").value = `train-${Math.random().toString(36).slice(2, 6)}`;
+      await this.refresh();
+    } catch (e) {
+      $("#jf-error").textContent = e.message;
+    }
+  },
+  async refresh() {
+    const p = new URLSearchParams({ limit: "200" });
+    const st = $("#jl-status").value, q = $("#jl-q").value.trim(), t = $("#jl-tenant") ? $("#jl-tenant").value.trim() : "";
+    if (st) p.set("status", st);
+    if (q) p.set("q", q);
+    if (t) p.set("tenant", t);
+    if ($("#jl-synth") && $("#jl-synth").checked) p.set("include_synthetic", "true");
+    const d = await api("GET", `/api/v1/jobs?${p}`);
+    const now = d.t;
+    const rows = d.jobs.map((j) => {
+      const age = j.status === "running" && j.started_t !== null ? `ran ${dur(now - j.started_t)}` :
+        j.finished_t !== null && j.started_t !== null ? `took ${dur(j.finished_t - j.started_t)}` : j.status === "pending" ? `waiting ${dur(now - j.submitted_t)}` : "";
+      const nodes = [...new Set(j.placements.map((x) => x.node))];
+      return `<tr class="clickable" data-job="${esc(j.id)}" data-testid="job-row-${esc(j.name)}">
+        <td><b>${esc(j.name)}</b><div class="muted mono">${esc(j.id)}</div></td><td>${esc(j.tenant)}</td>
+        <td>${j.replicas}</td><td>${num(j.gpus, 2)}</td>
+        <td class="job-status" data-status="${esc(j.status)}">${statusPill(j.status)}</td>
+        <td class="muted">${age}</td><td class="mono">${esc(nodes.slice(0, 2).join(", "))}${nodes.length > 2 ? " …" : ""}</td>
+        <td class="muted small" style="max-width:340px">${esc(j.message)}</td></tr>`;
+    }).join("");
+    $("#jl-table").innerHTML = d.jobs.length ? `<table><thead><tr><th>Job</th><th>Tenant</th><th>Replicas</th><th>GPUs</th><th>Status</th><th>Time</th><th>Nodes</th><th>Message</th></tr></thead><tbody>${rows}</tbody></table>
+      <div class="muted small" style="margin-top:8px">${d.total} job(s)${d.total > d.jobs.length ? `, newest ${d.jobs.length} shown` : ""}</div>` : `<div class="empty">No jobs yet: submit one above.</div>`;
+    $$("tr[data-job]", $("#jl-table")).forEach((r) => r.addEventListener("click", () => openJob(r.dataset.job)));
+  },
+};
+
+async function openJob(id) {
+  S.drawer = id;
+  S.drawerKind = "job";
+  $("#drawer").classList.remove("hidden");
+  await refreshJobDrawer();
+}
+async function refreshJobDrawer() {
+  const j = await api("GET", `/api/v1/jobs/${encodeURIComponent(S.drawer)}`);
+  $("#drawer-title").innerHTML = `${esc(j.name)} ${statusPill(j.status)}`;
+  const res = Object.entries(j.resources).map(([k, v]) => `<code>${esc(k)}: ${esc(v)}</code>`).join(" ");
+  const pl = j.placements.map((p) => `<tr><td class="mono">${esc(p.pod)}</td><td><a href="#racks" data-node="${esc(p.node)}">${esc(p.node)}</a></td>
+    <td>${p.devices.map((d) => `GPU ${d.index} (${d.cores}%)`).join(", ")}</td></tr>`).join("");
+  const ev = (j.events || []).map((e) => `<li><span class="muted">${clockText(e.t)}</span><span class="tag">${esc(e.kind)}</span><span>${esc(e.message)}</span></li>`).join("");
+  $("#drawer-body").innerHTML = `<div class="kv">
+    <div>ID</div><div class="mono">${esc(j.id)}</div><div>Tenant</div><div>${esc(j.tenant)}</div>
+    <div>Replicas</div><div>${j.replicas} (placed all-or-nothing)</div><div>Resources</div><div>${res}</div>
+    <div>Duration</div><div>${j.duration_s ? dur(j.duration_s) : "until cancelled"}</div>
+    <div>Message</div><div>${esc(j.message)}</div></div>
+    ${["pending", "running"].includes(j.status) ? `<button class="danger" id="job-cancel">Cancel job</button>` : ""}
+    ${pl ? `<h3 class="muted" style="margin-top:16px">Placement</h3><table><tbody>${pl}</tbody></table>` : ""}
+    ${ev ? `<h3 class="muted" style="margin-top:16px">Events</h3><ul class="timeline">${ev}</ul>` : ""}`;
+  const c = $("#job-cancel");
+  if (c) c.addEventListener("click", async () => {
+    try { await api("DELETE", `/api/v1/jobs/${encodeURIComponent(j.id)}`); toast(`Cancelled ${j.name}`); await refreshJobDrawer(); }
+    catch (e) { toast(e.message, true); }
+  });
+  $$("a[data-node]", $("#drawer-body")).forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); location.hash = "#racks"; openNode(a.dataset.node); }));
+}
+
+pages.tenants = {
+  title: "Tenants",
+  init(el) {
+    const admin = S.me && S.me.role === "admin";
+    el.innerHTML = `<div class="card"><h3>Quota and fair share</h3><div id="tn-table"></div>
+      <div class="muted small" style="margin-top:8px">Fair share = tenant weight / total weight × cluster GPUs. GPU figures are GPU-equivalents (a 50% share counts 0.5).</div></div>
+      ${admin ? `<div class="card section"><h3>Create or update a tenant</h3><form id="tn-form" class="form-grid">
+        <div><label for="tn-name">Name</label><input id="tn-name" required placeholder="team-a"></div>
+        <div><label for="tn-quota">GPU quota (opt.)</label><input id="tn-quota" type="number" min="0" step="any"></div>
+        <div><label for="tn-weight">Weight</label><input id="tn-weight" type="number" min="0.01" step="any" value="1"></div>
+        <div><button class="primary" type="submit">Save &amp; issue token</button></div></form>
+        <div id="tn-error" class="error-text"></div><div id="tn-token"></div></div>` : ""}`;
+    const f = $("#tn-form");
+    if (f) f.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const body = { name: $("#tn-name").value.trim(), weight: parseFloat($("#tn-weight").value || "1") };
+      if ($("#tn-quota").value) body.quota_gpus = parseFloat($("#tn-quota").value);
+      $("#tn-error").textContent = "";
+      try {
+        const t = await api("POST", "/api/v1/tenants", body);
+        $("#tn-token").innerHTML = `<p>Token for <b>${esc(t.name)}</b> (shown once):</p><div class="token-box" data-testid="tenant-token">${esc(t.token)}</div>`;
+        await this.refresh();
+      } catch (err) { $("#tn-error").textContent = err.message; }
+    });
+  },
+  async refresh() {
+    const d = await api("GET", "/api/v1/tenants");
+    const rows = d.tenants.map((t) => `<tr><td><b>${esc(t.name)}</b></td>
+      <td>${t.quota_gpus === null ? `<span class="muted">none</span>` : num(t.quota_gpus, 2)}</td><td>${num(t.weight, 2)}</td>
+      <td>${num(t.fair_share_gpus, 1)}</td>
+      <td style="min-width:200px"><div style="display:flex;justify-content:space-between"><span>${num(t.gpus, 2)} GPUs</span><span class="muted">${pct(t.share_used)} of share</span></div>${bar(t.share_used)}</td>
+      <td>${t.running}</td><td>${t.pending}${t.pending_gpus ? ` <span class="muted">(${num(t.pending_gpus, 1)} GPUs)</span>` : ""}</td></tr>`).join("");
+    $("#tn-table").innerHTML = `<table><thead><tr><th>Tenant</th><th>Quota</th><th>Weight</th><th>Fair share</th><th>Using</th><th>Running</th><th>Pending</th></tr></thead><tbody>${rows}</tbody></table>`;
+  },
+};
+
+function alertTable(items) {
+  return `<table><thead><tr><th>Severity</th><th>Alert</th><th>Target</th><th>Summary</th><th>Since</th></tr></thead><tbody>${items.map((a) => `<tr>
+    <td><span class="sev sev-${a.state === "resolved" ? "resolved" : esc(a.severity)}">${a.state === "resolved" ? "resolved" : esc(a.severity)}</span></td>
+    <td><b>${esc(a.name)}</b></td><td class="mono">${esc(a.target)}</td><td>${esc(a.summary)}</td>
+    <td class="muted">${clockText(a.since)}${a.resolved ? ` → ${clockText(a.resolved)}` : ""}</td></tr>`).join("")}</tbody></table>`;
+}
+function remedList(items) {
+  return `<ul class="timeline">${items.map((r) => `<li><span class="muted">${clockText(r.t)}</span><span><span class="tag">${esc(r.action)}</span> <span class="mono">${esc(r.target)}</span></span><span>${esc(r.detail)}</span></li>`).join("")}</ul>`;
+}
+
+pages.alerts = {
+  title: "Alerts",
+  init(el) {
+    const admin = S.me && S.me.role === "admin";
+    el.innerHTML = `<div class="card"><h3>Alerts</h3><div id="al-table"></div></div>
+      <div class="grid cols2e section"><div class="card"><h3>Remediation log</h3><div id="al-remed"></div></div>
+      ${admin ? `<div class="card"><h3>Fault drill</h3><p class="muted">Make a GPU report XID 79 (fallen off the bus) and watch the alert fire and the
+        remediation cordon and drain the node, then reset it ten clock-minutes later.</p>
+        <form id="al-form" class="form-grid"><div><label for="al-node">Node</label><input id="al-node" value="train-0000"></div>
+        <div><label for="al-dev">GPU</label><input id="al-dev" type="number" min="0" value="0"></div>
+        <div><button class="danger" type="submit">Inject XID 79</button></div></form><div id="al-error" class="error-text"></div></div>` : ""}</div>`;
+    const f = $("#al-form");
+    if (f) f.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      $("#al-error").textContent = "";
+      try {
+        const r = await api("POST", `/api/v1/nodes/${encodeURIComponent($("#al-node").value.trim())}/devices/${parseInt($("#al-dev").value, 10)}/fault`);
+        toast(`Fault injected; ${r.evicted_user_jobs} user job(s) evicted`);
+        await this.refresh();
+      } catch (err) { $("#al-error").textContent = err.message; }
+    });
+  },
+  async refresh() {
+    const a = await api("GET", "/api/v1/alerts");
+    $("#al-table").innerHTML = a.alerts.length ? alertTable(a.alerts) : `<div class="empty">No alerts</div>`;
+    $("#al-remed").innerHTML = a.remediations.length ? remedList(a.remediations) : `<div class="empty">No remediation actions yet</div>`;
+  },
+};
+
+pages.design = {
+  title: "Design calculator",
+  init(el) {
+    el.innerHTML = `<div class="card"><h3>Requirements</h3><form id="dz-form" class="form-grid">
+        <div><label for="dz-mode">Start from</label><select id="dz-mode"><option value="custom">my numbers</option>
+          <option value="dgx-h100-superpod">DGX H100 SuperPOD</option><option value="dgx-b200-superpod">DGX B200 SuperPOD</option></select></div>
+        <div class="dz-preset hidden"><label for="dz-su">Scalable units</label><input id="dz-su" type="number" min="1" max="64" value="4"></div>
+        <div class="dz-custom"><label for="dz-gpu">GPU</label><input id="dz-gpu" value="H100" list="dz-gpus"><datalist id="dz-gpus">
+          <option>H100</option><option>H800</option><option>A100</option><option>A800</option><option>L40S</option><option>B200</option></datalist></div>
+        <div class="dz-custom"><label for="dz-servers">Servers</label><input id="dz-servers" type="number" min="1" value="208"></div>
+        <div class="dz-custom"><label for="dz-fabric">Fabric</label><select id="dz-fabric"><option value="infiniband">InfiniBand</option><option value="roce">RoCEv2</option></select></div>
+        <div class="dz-custom"><label for="dz-psu">PSUs</label><input id="dz-psu" value="2x2200"></div>
+        <div><button class="primary" type="submit" id="dz-run">Design it</button></div></form>
+        <div id="dz-error" class="error-text"></div><div id="dz-progress"></div></div>
+      <div id="dz-result"></div>`;
+    $("#dz-mode").addEventListener("change", () => {
+      const preset = $("#dz-mode").value !== "custom";
+      $$(".dz-preset").forEach((x) => x.classList.toggle("hidden", !preset));
+      $$(".dz-custom").forEach((x) => x.classList.toggle("hidden", preset));
+    });
+    $("#dz-form").addEventListener("submit", (e) => { e.preventDefault(); this.run(); });
+  },
+  async run() {
+    const mode = $("#dz-mode").value;
+    const body = mode === "custom" ? { requirements: { name: "my-cluster", gpu: $("#dz-gpu").value.trim(), servers: parseInt($("#dz-servers").value, 10),
+      fabric: { type: $("#dz-fabric").value }, power: { psu: $("#dz-psu").value.trim() } } } : { preset: mode, scalable_units: parseInt($("#dz-su").value, 10) };
+    $("#dz-error").textContent = "";
+    try {
+      const t = await api("POST", "/api/v1/design", body);
+      await pollTask(`/api/v1/design/${t.id}`, $("#dz-progress"), (task) => this.show(task));
+    } catch (e) { $("#dz-error").textContent = e.message; }
+  },
+  async show(task) {
+    if (task.status === "failed") { $("#dz-error").textContent = `${task.error.where}: ${task.error.why}`; return; }
+    const d = task.result;
+    const k = (label, value, sub) => `<div class="card kpi"><h3>${label}</h3><div class="value">${value}</div><div class="sub">${sub || ""}</div></div>`;
+    const warn = (d.warnings || d.power.warnings || []).concat(d.power.psu_sufficient ? [] : [`PSU ${d.power.psu} is not enough`]);
+    $("#dz-result").innerHTML = `<div class="grid kpis section" data-testid="design-kpis">
+        ${k("GPUs", num(d.gpus), `${num(d.servers)} servers × ${d.gpus_per_server} ${esc(d.gpu.model)}`)}
+        ${k("Racks", num(d.racks), `${d.racks_detail.servers_per_rack} servers/rack (${esc(d.racks_detail.limited_by)}-limited)`)}
+        ${k("Fabric", `${d.network.tiers}-tier`, `${d.network.leaf_switches} leaf · ${d.network.spine_switches} spine · ${d.network.core_switches} core`)}
+        ${k("Facility power", `${num(d.power.facility_kw)} kW`, `IT ${num(d.power.it_kw)} kW · PUE ${d.power.pue}`)}
+        ${k("Capex", `$${num(d.cost.capex_usd / 1e6, 1)}M`, `power $${num(d.cost.power_usd_per_year / 1e6, 2)}M/yr`)}
+        ${k("Per-server PSU", d.power.psu_sufficient ? "OK" : "too small", `${esc(d.power.psu)} for ${num(d.power.server_max_w)} W`)}
+      </div>
+      ${warn.length ? `<div class="card section"><h3>Warnings</h3><ul>${warn.map((w) => `<li>${esc(w)}</li>`).join("")}</ul></div>` : ""}
+      <div class="card section"><h3>Topology</h3><img id="dz-diagram" class="diagram" alt="topology diagram"></div>
+      <div class="card section"><h3>Report</h3><div class="report">${esc(d.report_md)}</div></div>`;
+    const r = await fetch(`/api/v1/design/${task.id}/topology.svg`, { headers: { Authorization: `Bearer ${S.token}` } });
+    if (r.ok) $("#dz-diagram").src = URL.createObjectURL(await r.blob());
+  },
+};
+
+async function pollTask(url, el, done) {
+  for (;;) {
+    const t = await api("GET", url);
+    el.innerHTML = `<div class="progress"><span style="width:${(100 * t.progress).toFixed(0)}%"></span></div><div class="muted small">${esc(t.stage)} · ${pct(t.progress)}</div>`;
+    if (t.status === "done" || t.status === "failed") { await done(t); return t; }
+    await new Promise((r) => setTimeout(r, 400));
+  }
+}
+
+pages.experiments = {
+  title: "Experiments",
+  init(el) {
+    el.innerHTML = `<div class="card"><h3>Placement sweep</h3>
+      <p class="muted">Place the same stream of synthetic jobs (shapes after published GPU-trace statistics) on a fresh copy of the cluster under each
+      policy until it is full; compare how much of the cluster each fills and how fragmented the free capacity becomes.</p>
+      <form id="ex-form" class="form-grid"><div><label for="ex-jobs">Jobs</label><input id="ex-jobs" type="number" min="10" max="20000" value="3000"></div>
+      <div><label for="ex-seed">Seed</label><input id="ex-seed" type="number" value="0"></div>
+      <label class="check"><input type="checkbox" id="ex-binpack" checked> binpack</label>
+      <label class="check"><input type="checkbox" id="ex-spread" checked> spread</label>
+      <div><button class="primary" type="submit">Run experiment</button></div></form>
+      <div id="ex-error" class="error-text"></div><div id="ex-progress"></div></div><div id="ex-result"></div>`;
+    $("#ex-form").addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const policies = ["binpack", "spread"].filter((p) => $(`#ex-${p}`).checked);
+      $("#ex-error").textContent = "";
+      try {
+        const t = await api("POST", "/api/v1/experiments", { policies, jobs: parseInt($("#ex-jobs").value, 10), seed: parseInt($("#ex-seed").value, 10) });
+        await pollTask(`/api/v1/experiments/${t.id}`, $("#ex-progress"), (task) => this.show(task));
+      } catch (err) { $("#ex-error").textContent = err.message; }
+    });
+  },
+  async refresh() {
+    if (this.shown) return;
+    const d = await api("GET", "/api/v1/experiments");
+    const last = d.experiments.find((x) => x.status === "done");
+    if (last) this.show(last);
+  },
+  show(task) {
+    if (task.status === "failed") { $("#ex-error").textContent = `${task.error.where}: ${task.error.why}`; return; }
+    this.shown = true;
+    const r = task.result, colors = { binpack: "#76b900", spread: "#3fb6ff" };
+    const pol = Object.entries(r.policies);
+    const rows = pol.map(([p, v]) => `<tr><td><b>${esc(p)}</b></td><td>${num(v.placed)}</td><td>${num(v.rejected)}</td><td>${v.first_rejection || "–"}</td><td>${pct(v.gpu_alloc, 1)}</td><td>${pct(v.fragmentation, 1)}</td></tr>`).join("");
+    $("#ex-result").innerHTML = `<div class="grid cols2e section">
+      <div class="card"><h3>GPU compute allocated vs jobs offered</h3>${lineChart(pol.map(([p, v]) => ({ name: p, color: colors[p] || "#f0b429", points: v.series.map((s) => [s.jobs, s.gpu_alloc]) })), { ymax: 1, yfmt: (y) => pct(y), xfmt: (x) => `${num(x)} jobs`, width: 520 })}</div>
+      <div class="card"><h3>Fragmentation vs jobs offered</h3>${lineChart(pol.map(([p, v]) => ({ name: p, color: colors[p] || "#f0b429", points: v.series.map((s) => [s.jobs, s.fragmentation]) })), { ymax: 1, yfmt: (y) => pct(y), xfmt: (x) => `${num(x)} jobs`, width: 520 })}</div></div>
+      <div class="card section"><h3>Summary · ${num(r.jobs)} jobs, seed ${r.seed}, ${esc(r.cluster)}</h3><table data-testid="experiment-table"><thead><tr><th>Policy</th><th>Placed</th><th>Rejected</th><th>First rejection (job #)</th><th>GPU allocated</th><th>Fragmentation</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+  },
+};
+
+/* ------------------------------------------------------------------ shell */
+function route() {
+  const p = (location.hash || "#overview").slice(1);
+  S.page = pages[p] ? p : "overview";
+  $$("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === S.page));
+  $$(".page").forEach((s) => s.classList.toggle("hidden", s.id !== `page-${S.page}`));
+  $("#page-title").textContent = pages[S.page].title;
+  const el = $(`#page-${S.page}`);
+  if (!S.inited[S.page] && pages[S.page].init) pages[S.page].init(el);
+  S.inited[S.page] = true;
+  tick();
+}
+
+async function tick() {
+  if (S.busy || !S.me) return;
+  S.busy = true;
+  try {
+    const h = await fetch("/healthz").then((r) => r.json());
+    $("#clock").textContent = `${clockText(h.t)} · x${S.me.speed}`;
+    const page = pages[S.page];
+    if (page.refresh) await page.refresh($(`#page-${S.page}`));
+    if (S.drawer) await refreshDrawer().catch(() => {});
+    const a = await api("GET", "/api/v1/alerts");
+    const b = $("#alert-badge");
+    b.textContent = a.firing;
+    b.classList.toggle("hidden", !a.firing);
+    S.lastOk = Date.now();
+    $("#live").classList.remove("stale");
+  } catch (e) {
+    $("#live").classList.add("stale");
+    if (!(e instanceof ApiError)) console.warn(e);
+  } finally {
+    S.busy = false;
+  }
+}
+
+async function login(token) {
+  S.token = token;
+  try {
+    S.me = await api("GET", "/api/v1/whoami");
+  } catch (e) {
+    S.me = null;
+    return e.status === 401 ? "That token is not known to this control plane." : e.message;
+  }
+  localStorage.setItem("gpucluster.token", token);
+  $("#login").classList.add("hidden");
+  $("#app").classList.remove("hidden");
+  $("#who").innerHTML = S.me.role === "admin" ? `signed in as <b>admin</b> · ${esc(S.me.backend)}` : `tenant <b>${esc(S.me.tenant)}</b> · ${esc(S.me.backend)}`;
+  S.inited = {};
+  route();
+  clearInterval(S.timer);
+  S.timer = setInterval(tick, POLL_MS);
+  return null;
+}
+
+function logout(msg) {
+  localStorage.removeItem("gpucluster.token");
+  S.token = ""; S.me = null;
+  clearInterval(S.timer);
+  closeDrawer();
+  $("#app").classList.add("hidden");
+  $("#login").classList.remove("hidden");
+  $("#login-error").textContent = msg || "";
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  $("#login-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const err = await login($("#token-input").value.trim());
+    if (err) $("#login-error").textContent = err;
+  });
+  $("#logout").addEventListener("click", (e) => { e.preventDefault(); logout(); });
+  $("#drawer-close").addEventListener("click", closeDrawer);
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeDrawer(); });
+  window.addEventListener("hashchange", route);
+  if (S.token && !(await login(S.token))) return;
+  logout();
+});

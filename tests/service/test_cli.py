@@ -1,0 +1,115 @@
+"""`gpucluster submit / jobs / nodes` against a running control plane, and `gpucluster up` refusing bad flags."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpucluster.cli.main import app
+from tests.service.server import ADMIN, Server, wait_for
+
+pytestmark = pytest.mark.integration
+runner = CliRunner()
+
+
+def _cli(server: Server, *args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, [*args, "--server", server.url, "--token", ADMIN])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_submit_then_list_jobs_and_nodes(server: Server, tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: cli-job\ntenant: cli\nreplicas: 1\nresources:\n  nvidia.com/gpu: 1\n"
+                   "  nvidia.com/gpucores: 50\n  nvidia.com/gpumem: 20000\nduration_s: 30\n")
+    code, out, err = _cli(server, "submit", str(job), "--json")
+    assert code == 0, err
+    submitted = json.loads(out)
+    assert submitted["name"] == "cli-job" and submitted["gpus"] == 0.5
+
+    def listed() -> dict[str, object] | None:
+        code, out, _ = _cli(server, "jobs", "--json", "--tenant", "cli")
+        assert code == 0
+        jobs = json.loads(out)["jobs"]
+        return jobs[0] if jobs and jobs[0]["status"] == "succeeded" else None
+
+    done = wait_for(listed, "the CLI job to succeed")
+    assert done["id"] == submitted["id"]
+    code, out, _ = _cli(server, "jobs", "--tenant", "cli")
+    assert code == 0 and "cli-job" in out and "succeeded" in out
+    code, out, _ = _cli(server, "nodes", "--json")
+    assert code == 0 and json.loads(out)["total"] == 240
+    code, out, _ = _cli(server, "nodes")
+    assert code == 0 and "train-0000" in out
+
+
+def test_client_errors_exit_2_with_where_and_why(server: Server, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: Bad Name\nresources: {nvidia.com/gpu: 1}\n")
+    code, _, err = _cli(server, "submit", str(bad))
+    assert code == 2 and "name:" in err and "HTTP 422" in err
+    code, _, err = _cli(server, "submit", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "missing.yaml" in err
+    notyaml = tmp_path / "x.yaml"
+    notyaml.write_text("- a\n- b\n")
+    code, _, err = _cli(server, "submit", str(notyaml))
+    assert code == 2 and "must be a mapping" in err
+    r = runner.invoke(app, ["jobs", "--server", server.url, "--token", "wrong"])
+    assert r.exit_code == 2 and "unknown token" in r.stderr
+    r = runner.invoke(app, ["jobs", "--server", "http://127.0.0.1:9", "--token", "x"])
+    assert r.exit_code == 2 and "cannot reach" in r.stderr
+
+
+def _up(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpucluster.cli.main", "up", *args], capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def test_up_refuses_bad_flags(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = _up("--port", str(port), "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2 and "--port" in r.stderr and "in use" in r.stderr
+    r = _up("--cluster", str(tmp_path / "none.yaml"), "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2 and "none.yaml" in r.stderr
+    r = _up("--kubeconfig", str(tmp_path / "kc"), "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2 and "--kubeconfig" in r.stderr
+    r = _up("--policy", "roundrobin", "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2 and "--policy" in r.stderr
+
+
+def test_up_prints_the_url_and_a_generated_admin_token(tmp_path: Path) -> None:
+    from tests.service.server import free_port
+
+    port = free_port()
+    data = tmp_path / "d"
+    env_less = {k: v for k, v in __import__("os").environ.items() if k != "GPUCLUSTER_ADMIN_TOKEN"}
+    proc = subprocess.Popen([sys.executable, "-m", "gpucluster.cli.main", "up", "--port", str(port), "--data-dir",
+                             str(data), "--background", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env_less)
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert f"dashboard: http://127.0.0.1:{port}/" in lines[1]
+        token = (data / "admin-token").read_text().strip()
+        assert token in lines[2] and "generated" in lines[2]
+        import httpx
+
+        def who() -> object:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/api/v1/whoami",
+                                 headers={"Authorization": f"Bearer {token}"}).json()
+            except httpx.HTTPError:
+                return None
+
+        assert wait_for(who, "the server")["role"] == "admin"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
