@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpucluster.devices.quantity import parse_quantity
 from gpucluster.model import DeviceRequest
 from gpucluster.model.resources import PERCENT_TO_CORE_MILLI
 
@@ -101,7 +102,14 @@ def _quantity(value: object, where: str, name: str) -> int:
         try:
             number = int(text)
         except ValueError:
-            raise DeviceInputError(f"{where}: {name}: must be an integer, got {value!r}") from None
+            # the API server canonicalises quantities ("4000" comes back as "4k"): accept whole numbers
+            try:
+                exact = parse_quantity(text)
+            except ValueError:
+                exact = None
+            if exact is None or exact != exact.to_integral_value():
+                raise DeviceInputError(f"{where}: {name}: must be an integer, got {value!r}") from None
+            number = int(exact)
     if number < 0:
         raise DeviceInputError(f"{where}: {name}: must not be negative, got {number}")
     return number

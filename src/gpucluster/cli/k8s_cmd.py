@@ -1,0 +1,175 @@
+"""``gpucluster k8s``: the Kubernetes backend (extender, secondary scheduler, node registration, manifests)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gpucluster.cli.common import cluster_option_help, fail, load_cluster_or_fail
+from gpucluster.devices import DeviceSettings, VendorRegistry
+
+if TYPE_CHECKING:
+    from gpucluster.kubernetes.client import ApiClient
+
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="kubeconfig file (default: the pod's service account, in-cluster)."),
+]
+PolicyOpt = Annotated[str, typer.Option("--policy", help="Placement profile: binpack or spread.")]
+NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
+
+
+def _registry() -> VendorRegistry:
+    return VendorRegistry.from_settings(DeviceSettings())
+
+
+def _api(kubeconfig: Path | None) -> ApiClient:
+    from gpucluster.kubernetes.client import KubeConfigError, api_client
+
+    try:
+        return api_client(kubeconfig)
+    except KubeConfigError as exc:
+        fail(f"--kubeconfig: {exc}")
+
+
+def _check_policy(policy: str) -> None:
+    from gpucluster.scheduler import PROFILES
+
+    if policy not in PROFILES:
+        fail(f"--policy {policy!r}: unknown; known: {', '.join(sorted(PROFILES))}")
+
+
+def _listen(value: str) -> tuple[str, int]:
+    from gpucluster.kubernetes.runtime import parse_listen
+
+    try:
+        return parse_listen(value)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def register(app: typer.Typer) -> None:
+    k8s = typer.Typer(help="Run gpucluster's scheduler on a real Kubernetes cluster.", no_args_is_help=True)
+    app.add_typer(k8s, name="k8s")
+
+    @k8s.command("extender")
+    def extender(
+        kubeconfig: KubeconfigOpt = None,
+        listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve the extender API on.")]
+        = "127.0.0.1:8888",
+        policy: PolicyOpt = "binpack",
+        scheduler_name: NameOpt = "gpucluster",
+        handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake before a "
+                                                           "node gets no new pods.")] = 60.0,
+        assume_ttl: Annotated[float, typer.Option(help="Seconds a decision waits for its bind.")] = 30.0,
+    ) -> None:
+        """Serve the kube-scheduler extender API (/filter, /prioritize, /bind, /healthz, /metrics)."""
+        from gpucluster.kubernetes.runtime import RunOptions, run_extender
+
+        host, port = _listen(listen)
+        _check_policy(policy)
+        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
+                          assume_ttl=assume_ttl)
+        try:
+            run_extender(_api(kubeconfig), _registry(), host, port, opts)
+        except OSError as exc:
+            fail(f"--listen {listen}: {exc.strerror or exc}", code=1)
+        except TimeoutError as exc:
+            fail(str(exc), code=1)
+
+    @k8s.command("scheduler")
+    def scheduler(
+        kubeconfig: KubeconfigOpt = None,
+        scheduler_name: NameOpt = "gpucluster",
+        policy: PolicyOpt = "binpack",
+        namespace: Annotated[str, typer.Option("--namespace", help="Namespace of the leader-election Lease.")]
+        = "kube-system",
+        lease_name: Annotated[str, typer.Option("--lease-name", help="Lease name (default: <scheduler-name>).")]
+        = "",
+        identity: Annotated[str, typer.Option("--identity", help="This replica's id (default: POD_NAME or "
+                                                                   "host-pid).")] = "",
+        lease_duration: Annotated[float, typer.Option(help="Lease duration in seconds.")] = 15.0,
+        leader_elect: Annotated[bool, typer.Option(help="Elect a leader among replicas.")] = True,
+        listen: Annotated[str, typer.Option("--listen", help="HOST:PORT for /healthz and /metrics "
+                                                             "(empty: none).")] = "",
+        handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake.")] = 60.0,
+    ) -> None:
+        """Run a secondary scheduler for pods with spec.schedulerName = --scheduler-name (gangs, leader
+        election)."""
+        from gpucluster.kubernetes.runtime import RunOptions, run_scheduler
+
+        _check_policy(policy)
+        if lease_duration < 1:
+            fail("--lease-duration: must be >= 1 second")
+        where = _listen(listen) if listen else None
+        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout)
+        try:
+            run_scheduler(_api(kubeconfig), _registry(), opts, namespace=namespace,
+                          lease_name=lease_name or scheduler_name, identity=identity or None,
+                          lease_duration=lease_duration, listen=where, leader_elect=leader_elect)
+        except TimeoutError as exc:
+            fail(str(exc), code=1)
+
+    @k8s.command("register-nodes")
+    def register_nodes(
+        kubeconfig: KubeconfigOpt = None,
+        cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
+        interval: Annotated[float, typer.Option(help="Seconds between handshake refreshes.")] = 30.0,
+        once: Annotated[bool, typer.Option("--once", help="Register and exit (no handshake refreshes).")]
+        = False,
+        delete: Annotated[bool, typer.Option("--delete", help="Delete the spec's nodes instead.")] = False,
+    ) -> None:
+        """Create Node objects (capacity, labels, HAMi device annotations, Ready) for a simulated cluster
+        and keep their device handshakes fresh."""
+        from gpucluster.kubernetes.client import ApiException
+        from gpucluster.kubernetes.register import NodeRegistrar
+
+        if interval <= 0:
+            fail("--interval: must be > 0")
+        spec = load_cluster_or_fail(cluster)
+        reg = NodeRegistrar(_api(kubeconfig), spec.nodes, _registry(), interval=interval)
+        try:
+            if delete:
+                reg.delete()
+                typer.echo(f"deleted {len(spec.nodes)} nodes of {spec.name}")
+                return
+            t0 = time.monotonic()
+            n = reg.register()
+            typer.echo(f"registered {n} nodes of {spec.name} in {time.monotonic() - t0:.1f} s", err=True)
+            if once:
+                return
+            import signal
+            import threading
+
+            done = threading.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: done.set())
+            while not done.wait(interval):
+                reg.refresh()
+        except ApiException as exc:
+            fail(f"API server refused: {exc.status} {exc.reason}: {(exc.body or '')[:300]}", code=1)
+
+    @k8s.command("manifests")
+    def manifests_cmd(
+        mode: Annotated[str, typer.Option("--mode", help="extender (kube-scheduler + our extender) or "
+                                                         "scheduler (our secondary scheduler).")] = "extender",
+        namespace: Annotated[str, typer.Option("--namespace")] = "kube-system",
+        image: Annotated[str, typer.Option("--image", help="gpucluster container image.")]
+        = "ghcr.io/gpucluster/gpucluster:0.1.0",
+        scheduler_name: NameOpt = "gpucluster",
+        policy: PolicyOpt = "binpack",
+    ) -> None:
+        """Print the YAML to deploy gpucluster (ServiceAccount, RBAC, ConfigMap, Deployment, Service)."""
+        from gpucluster.kubernetes.manifests import Mode, manifests, to_yaml
+
+        if mode not in ("extender", "scheduler"):
+            fail(f"--mode {mode!r}: must be extender or scheduler")
+        _check_policy(policy)
+        chosen: Mode = "extender" if mode == "extender" else "scheduler"
+        objs = manifests(chosen, _registry(), namespace=namespace, image=image,
+                         scheduler_name=scheduler_name, policy=policy)
+        sys.stdout.write(to_yaml(objs))

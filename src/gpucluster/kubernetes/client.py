@@ -1,0 +1,57 @@
+"""Building an API client (kubeconfig file or in-cluster service account) and small call helpers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client import ApiClient, ApiException
+
+
+class KubeConfigError(ValueError):
+    """The kubeconfig cannot be loaded; the message says which file and why."""
+
+
+def api_client(kubeconfig: str | Path | None = None, pool_size: int = 32) -> ApiClient:
+    """An ``ApiClient`` from ``kubeconfig``, or from the pod's service account when ``None``."""
+    cfg = client.Configuration()
+    try:
+        if kubeconfig is None:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            path = Path(kubeconfig)
+            if not path.is_file():
+                raise KubeConfigError(f"{path}: no such kubeconfig file")
+            config.load_kube_config(config_file=str(path), client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except config.ConfigException as exc:
+        raise KubeConfigError(f"{kubeconfig or 'in-cluster config'}: {exc}") from None
+    cfg.connection_pool_maxsize = pool_size
+    return ApiClient(cfg)
+
+
+def raw_list(call: Any, **kwargs: Any) -> dict[str, Any]:
+    """Call a ``list_*`` method and return the JSON body as a dict (camelCase, like the watch events)."""
+    resp = call(_preload_content=False, **kwargs)
+    try:
+        body: dict[str, Any] = json.loads(resp.data)
+    finally:
+        resp.release_conn()
+    return body
+
+
+def raw_get(call: Any, *args: Any) -> dict[str, Any]:
+    resp = call(*args, _preload_content=False)
+    try:
+        body: dict[str, Any] = json.loads(resp.data)
+    finally:
+        resp.release_conn()
+    return body
+
+
+def is_status(exc: ApiException, code: int) -> bool:
+    return getattr(exc, "status", None) == code
+
+
+__all__ = ["ApiClient", "ApiException", "KubeConfigError", "api_client", "is_status", "raw_get", "raw_list"]

@@ -1,0 +1,122 @@
+"""Informer-style list + watch of nodes and pods feeding a :class:`KubeCluster` (and listeners).
+
+Each kind runs in its own thread: list (a full resync), then watch from the list's resourceVersion; on any
+watch error (410 Gone, a dropped connection) it lists again. ``synced`` is set after the first list of both.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client import ApiClient
+
+from gpucluster.kubernetes.client import raw_list
+from gpucluster.kubernetes.cluster import KubeCluster
+from gpucluster.kubernetes.convert import pod_key
+
+log = logging.getLogger(__name__)
+
+PodListener = Callable[[str, Mapping[str, Any]], None]
+"""``(event type, pod)``: ``SYNC`` for each pod of a (re)list, then ``ADDED`` / ``MODIFIED`` / ``DELETED``."""
+
+
+class Informer:
+    def __init__(self, api: ApiClient, cluster: KubeCluster, watch_timeout: int = 300) -> None:
+        self.core: Any = client.CoreV1Api(api)
+        self.cluster = cluster
+        self.watch_timeout = watch_timeout
+        self.pod_listeners: list[PodListener] = []
+        self.node_listeners: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._nodes_synced = threading.Event()
+        self._pods_synced = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watches: list[Any] = []
+
+    @property
+    def synced(self) -> bool:
+        return self._nodes_synced.is_set() and self._pods_synced.is_set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._nodes_synced.wait(timeout) and self._pods_synced.wait(timeout)
+
+    def start(self) -> None:
+        for target, name in ((self._run_nodes, "informer-nodes"), (self._run_pods, "informer-pods")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for w in list(self._watches):
+            w.stop()
+
+    # ------------------------------------------------------------------------------------------ loops
+    def _loop(self, relist: Callable[[], str], on_event: Callable[[str, dict[str, Any]], None],
+              list_call: Any, what: str) -> None:
+        while not self._stop.is_set():
+            try:
+                version = relist()
+                w: Any = watch.Watch()  # type: ignore[no-untyped-call]
+                self._watches.append(w)
+                for event in w.stream(list_call, resource_version=version, timeout_seconds=self.watch_timeout,
+                                      deserialize=False, allow_watch_bookmarks=True):
+                    if self._stop.is_set():
+                        break
+                    kind = event.get("type")
+                    obj = event.get("raw_object") or event.get("object") or {}
+                    if kind == "ERROR":
+                        raise RuntimeError(f"watch {what}: {obj.get('message', obj)}")
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        on_event(str(kind), obj)
+                self._watches.remove(w)
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                log.info("watch of %s restarts after: %s", what, exc)
+                self._stop.wait(0.5)
+
+    def _run_nodes(self) -> None:
+        def relist() -> str:
+            body = raw_list(self.core.list_node)
+            self.cluster.set_nodes(body.get("items") or [])
+            self._nodes_synced.set()
+            for cb in self.node_listeners:
+                cb()
+            return str(body["metadata"]["resourceVersion"])
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            if kind == "DELETED":
+                self.cluster.delete_node(str(obj["metadata"]["name"]))
+            else:
+                self.cluster.apply_node(obj)
+            for cb in self.node_listeners:
+                cb()
+
+        self._loop(relist, on_event, self.core.list_node, "nodes")
+
+    def _run_pods(self) -> None:
+        def relist() -> str:
+            self._nodes_synced.wait()
+            body = raw_list(self.core.list_pod_for_all_namespaces)
+            items = body.get("items") or []
+            self.cluster.set_pods(items)
+            for obj in items:
+                for cb in self.pod_listeners:
+                    cb("SYNC", obj)
+            self._pods_synced.set()
+            return str(body["metadata"]["resourceVersion"])
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            if kind == "DELETED":
+                self.cluster.delete_pod(pod_key(obj))
+            else:
+                self.cluster.apply_pod(obj)
+            for cb in self.pod_listeners:
+                cb(kind, obj)
+
+        self._loop(relist, on_event, self.core.list_pod_for_all_namespaces, "pods")

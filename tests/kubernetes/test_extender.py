@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from gpucluster.kubernetes.cluster import KubeCluster
+from gpucluster.kubernetes.extender import ExtenderError, ExtenderLogic, ExtenderServer
+from gpucluster.scheduler import Decision
+from gpucluster.scheduler.framework import Status
+
+from .helpers import node_obj, pod_obj, registry
+
+
+class RecordingBinder:
+    """The bind port of the extender, recording what it was asked to bind (no API server here)."""
+
+    def __init__(self, cluster: KubeCluster, fail: bool = False) -> None:
+        self.cluster = cluster
+        self.fail = fail
+        self.bound: list[tuple[str, str]] = []
+
+    def __call__(self, d: Decision) -> Status:
+        if self.fail:
+            self.cluster.scheduler.cache.forget(d.pod.key)
+            return Status.error("test", "API server said no")
+        assert d.node is not None
+        self.bound.append((d.pod.key, d.node))
+        self.cluster.scheduler.cache.confirm(d.pod.key)
+        return Status.success()
+
+
+@pytest.fixture
+def cluster() -> KubeCluster:
+    c = KubeCluster(registry(), "binpack")
+    c.set_nodes([node_obj(f"n{i}") for i in range(4)])
+    return c
+
+
+def test_filter_chooses_one_node_and_bind_binds_it(cluster: KubeCluster) -> None:
+    binder = RecordingBinder(cluster)
+    logic = ExtenderLogic(cluster, bind=binder)
+    names = ["n0", "n1", "n2", "n3"]
+    out = logic.filter({"Pod": pod_obj("p"), "NodeNames": names})
+    assert len(out["nodenames"]) == 1
+    chosen = out["nodenames"][0]
+    assert out["failedNodes"] == {}  # the nodes not chosen are left out
+    prio = logic.prioritize({"Pod": pod_obj("p"), "NodeNames": names})
+    assert {h["host"]: h["score"] for h in prio}[chosen] == 10
+    assert logic.bind({"PodName": "p", "PodNamespace": "default", "PodUID": "uid-p", "Node": chosen}) == {
+        "error": ""}
+    assert binder.bound == [("default/p", chosen)]
+    assert not cluster.scheduler.cache.is_assumed("default/p")
+
+
+def test_filter_without_node_cache_returns_node_objects(cluster: KubeCluster) -> None:
+    logic = ExtenderLogic(cluster)
+    items = [node_obj(f"n{i}") for i in range(4)]
+    out = logic.filter({"pod": pod_obj("p"), "nodes": {"items": items}})
+    assert len(out["nodes"]["items"]) == 1
+    assert out["nodes"]["items"][0]["metadata"]["name"] in {f"n{i}" for i in range(4)}
+
+
+def test_unschedulable_pod_gets_counted_reasons(cluster: KubeCluster) -> None:
+    logic = ExtenderLogic(cluster)
+    out = logic.filter({"Pod": pod_obj("big", mem=10**6), "NodeNames": ["n0", "n1", "n2", "n3"]})
+    assert out["nodenames"] == []
+    assert set(out["failedNodes"].values()) == {"InsufficientGPUMemory"}
+    assert out["error"] == "0/4 nodes are available: 4 InsufficientGPUMemory."
+    typed = pod_obj("h100", annotations={"nvidia.com/use-gputype": "H100"})
+    out = logic.filter({"Pod": typed, "NodeNames": ["n0", "n1"]})
+    assert set(out["failedAndUnresolvableNodes"].values()) == {"GPUTypeMismatch"}
+
+
+def test_failed_bind_gives_the_devices_back(cluster: KubeCluster) -> None:
+    logic = ExtenderLogic(cluster, bind=RecordingBinder(cluster, fail=True))
+    out = logic.filter({"Pod": pod_obj("p"), "NodeNames": ["n0"]})
+    assert out["nodenames"] == ["n0"]
+    res = logic.bind({"PodName": "p", "PodNamespace": "default", "Node": "n0"})
+    assert "API server said no" in res["error"]
+    assert "default/p" not in cluster.state.allocations
+
+
+def test_bind_after_restart_redecides_on_the_given_node(cluster: KubeCluster) -> None:
+    binder = RecordingBinder(cluster)
+    logic = ExtenderLogic(cluster, read_pod=lambda ns, name: pod_obj(name, namespace=ns), bind=binder)
+    assert logic.bind({"PodName": "q", "PodNamespace": "default", "Node": "n2"})["error"] == ""
+    assert binder.bound == [("default/q", "n2")]
+    assert cluster.state.allocations["default/q"].node == "n2"
+
+
+def test_pods_without_devices_pass_through(cluster: KubeCluster) -> None:
+    obj = pod_obj("cpu")
+    obj["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    out = ExtenderLogic(cluster).filter({"Pod": obj, "NodeNames": ["n0", "n1"]})
+    assert out["nodenames"] == ["n0", "n1"]
+
+
+def test_bad_requests_name_the_field(cluster: KubeCluster) -> None:
+    logic = ExtenderLogic(cluster)
+    with pytest.raises(ExtenderError, match="pod: missing"):
+        logic.filter({"NodeNames": ["n0"]})
+    bad = pod_obj("p", mem=-1)
+    with pytest.raises(ExtenderError, match=r"pod default/p: spec.containers\[0\].*gpumem"):
+        logic.filter({"Pod": bad, "NodeNames": ["n0"]})
+    with pytest.raises(ExtenderError, match="podName and node"):
+        logic.bind({"PodNamespace": "x"})
+
+
+def test_concurrent_filters_never_share_a_device(cluster: KubeCluster) -> None:
+    logic = ExtenderLogic(cluster)
+    names = [f"n{i}" for i in range(4)]
+    # 4 nodes x 4 devices, each pod takes a whole device (100 % cores): 16 fit
+    results: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        for i in range(5):
+            out = logic.filter({"Pod": pod_obj(f"p{k}-{i}", cores=100, mem=1000), "NodeNames": names})
+            with lock:
+                results.append(out)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(1 for r in results if r["nodenames"]) == 16
+    grants = [g.uuid for a in cluster.state.allocations.values() for g in a.grants]
+    assert len(grants) == len(set(grants)) == 16
+
+
+@pytest.fixture
+def server(cluster: KubeCluster) -> Iterator[ExtenderServer]:
+    srv = ExtenderServer(ExtenderLogic(cluster, bind=RecordingBinder(cluster)), "127.0.0.1", 0)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_http_api(server: ExtenderServer) -> None:
+    base = f"http://127.0.0.1:{server.port}"
+    with httpx.Client(base_url=base, timeout=5) as http:
+        assert http.get("/healthz").text == "ok"
+        r = http.post("/filter", json={"Pod": pod_obj("p"), "NodeNames": ["n0", "n1"]})
+        assert r.status_code == 200
+        node = r.json()["nodenames"][0]
+        r = http.post("/bind", json={"PodName": "p", "PodNamespace": "default", "Node": node})
+        assert r.json() == {"error": ""}
+        r = http.post("/filter", content=b"{nope")
+        assert r.status_code == 400
+        assert "not valid JSON" in r.json()["error"]
+        r = http.post("/filter", json=[1])
+        assert r.status_code == 400
+        assert http.post("/preempt", json={}).status_code == 404
+        metrics = http.get("/metrics").text
+        assert 'gpucluster_extender_requests_total{result="ok",verb="filter"} 1.0' in metrics
+        assert 'gpucluster_extender_requests_total{result="bad_request",verb="filter"} 2.0' in metrics
+        assert "gpucluster_scheduler_pods 1.0" in metrics
+        r = http.post("/filter", json={"Pod": pod_obj("huge", mem=10**6), "NodeNames": ["n0"]})
+        assert r.status_code == 200
+        assert r.json()["error"] == "0/1 nodes are available: 1 InsufficientGPUMemory."
+        metrics = http.get("/metrics").text
+        assert 'gpucluster_extender_requests_total{result="unschedulable",verb="filter"} 1.0' in metrics
+        assert json.loads(http.post("/prioritize", json={"Pod": pod_obj("p"), "NodeNames": [node]}).text) == [
+            {"host": node, "score": 10}]
