@@ -220,3 +220,20 @@ def test_nvml_without_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(NvmlUnavailableError, match="Driver Not Loaded"):
         NvmlSource()
     assert math.isfinite(0.0)
+
+
+def test_sim_source_forgets_pods_that_are_gone() -> None:
+    from gpucluster.monitoring import SimSource
+    from gpucluster.scheduler import Scheduler, profile_for
+    from tests.helpers import gpu_pod
+    from tests.monitoring.conftest import place, small_state
+
+    state = small_state(nodes=1, gpus=4)
+    sched = Scheduler(state, profile_for("binpack"))
+    src = SimSource(state, clock=lambda: 0.0)
+    for k in range(100):
+        place(sched, [gpu_pod(f"p{k}", cores_pct=10, memory_mib=1000)])
+        src.sample()
+        sched.delete(f"default/p{k}")
+    src.sample()
+    assert len(src._started) <= 64

@@ -98,3 +98,35 @@ def test_fetch_alerts_over_http() -> None:
     broken = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(503)))
     with pytest.raises(PrometheusError, match="prom:9090"):
         fetch_alerts("http://prom:9090", broken)
+
+
+def test_only_the_metrics_the_rules_read_are_ingested_and_alerts_are_the_same() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gpucluster.monitoring import AllocationCollector, DeviceCollector, default_rules
+    from gpucluster.monitoring import metrics as m
+    from gpucluster.monitoring.rules import rule_metrics
+
+    needed = rule_metrics(default_rules())
+    assert {m.DCGM_XID_ERRORS, m.DCGM_GPU_TEMP, m.DEVICE_TASKS, m.NODE_FRAGMENTATION,
+            m.QUEUE_OLDEST_PENDING} <= needed and m.DCGM_POWER_USAGE not in needed
+    state = small_state(nodes=2, gpus=2)
+    sched = Scheduler(state, profile_for("binpack"))
+    place(sched, [gpu_pod("p0", cores_pct=100)])
+    clock = FakeClock()
+    src = SimSource(state, clock=clock)
+    full = EmbeddedMonitor({"agent": build_registry(src, state)})
+    lean_reg = CollectorRegistry(auto_describe=False)
+    lean_reg.register(DeviceCollector(src, fields=needed))
+    lean_reg.register(AllocationCollector(state, pods=False))
+    lean = EmbeddedMonitor({"agent": lean_reg}, metrics=needed)
+    src.inject_xid("n0", 1, 79)
+    src.heat("n1", 0, 70)
+    for t in (0.0, 60.0, 120.0):
+        clock.t = t
+        a = [(x.name, x.labels, x.state) for x in full.step(t).alerts]
+        b = [(x.name, x.labels, x.state) for x in lean.step(t).alerts]
+        assert a == b and a
+    assert set(lean.db.series) <= needed and len(lean.db.series) < len(full.db.series)
+    families = {f.name for f in lean_reg.collect()}
+    assert m.DCGM_POWER_USAGE not in families and m.POD_ALLOCATED_MEMORY not in families

@@ -116,3 +116,21 @@ def test_two_targets_with_the_same_series_do_not_collide() -> None:
     db.ingest(15, [], target="control")  # the control plane dropped it: only its copy goes stale
     got = Sel("X").eval(db, 15)
     assert got == {(("instance", "agent"), ("node", "a")): 3.0}
+
+
+def test_series_that_stopped_are_forgotten_after_the_retention() -> None:
+    db = SeriesDB(retention_s=100)
+    db.ingest(0, [("X", {"pod": "a"}, 1.0)], target="t")
+    db.ingest(10, [("X", {"pod": "b"}, 1.0)], target="t")  # the series changed labels: a goes stale
+    assert len(db.series["X"]) == 2
+    for t in range(20, 140, 10):
+        db.ingest(t, [("X", {"pod": "b"}, 1.0)], target="t")
+    assert [dict(lab)["pod"] for lab in db.series["X"]] == ["b"]
+    assert db.gc(1000) == 1 and db.series == {}
+
+
+def test_metric_names_of_an_expression() -> None:
+    from gpucluster.monitoring.promql import RangeFn, Sel, metric_names
+
+    expr = (Sel("A") > 0).and_(RangeFn("increase", Sel("B"), 300) > 0, on=("x",)).unless(Sel("C") / Sel("D"))
+    assert metric_names(expr) == {"A", "B", "C", "D"}

@@ -191,3 +191,21 @@ def test_drain_never_loses_a_pod(shapes: list[tuple[int, int]], node: int, polic
     assert set(res.evicted) == set(res.rescheduled) | set(res.pending)
     assert state.pods_on_node[node] == set()
     assert int(state.dev_core_used.sum()) == sum(a.core_milli for a in state.allocations.values())
+
+
+def test_a_node_back_in_service_no_longer_counts_against_the_brake() -> None:
+    state = small_state(nodes=4, gpus=2)
+    sched = Scheduler(state, profile_for("binpack"))
+    clock = FakeClock()
+    rem = Remediator(SimTarget(sched), node_count=lambda: 4, clock=clock)  # at most one node out
+    xid = Alert("GpuXidCritical", {"Hostname": "n0", "gpu": "0", "action": "drain", "severity": "critical"},
+                {"summary": "x"}, "firing", 0.0, 79.0)
+    other = Alert("GpuXidCritical", {"Hostname": "n1", "gpu": "0", "action": "drain", "severity": "critical"},
+                  {"summary": "y"}, "firing", 0.0, 79.0)
+    assert [r.outcome for r in rem.handle([xid])] == ["done"]
+    assert [r.outcome for r in rem.handle([other])] == ["skipped"]
+    state.set_schedulable("n0", True)
+    rem.node_restored("n0")
+    clock.t = 1.0
+    assert rem.handle([]) == []  # the skipped alert's episode ends; when it fires again it is considered anew
+    assert [r.outcome for r in rem.handle([other])] == ["done"]

@@ -186,21 +186,57 @@ def test_cluster_views(server: Server) -> None:
 
 
 def test_fault_drill_alerts_and_remediates(server: Server) -> None:
+    """XID 79 through the API -> monitoring's simulated collector -> GpuXidCritical in /alerts -> the
+    remediator drains the node (cordoned, the job re-queued, later finished elsewhere) -> the audit log."""
     with server.client() as admin:
-        r = admin.post("/api/v1/nodes/train-0100/devices/3/fault")
-        assert r.status_code == 200
+        r = admin.post("/api/v1/jobs", json={"name": "victim", "tenant": "drill", "resources": GPU1,
+                                             "duration_s": 200})
+        jid = r.json()["id"]
+        job = wait_for(lambda: (j := _job(admin, jid))["status"] == "running" and j, "the job to run")
+        node, gpu = job["placements"][0]["node"], job["placements"][0]["devices"][0]["index"]
+        r = admin.post(f"/api/v1/nodes/{node}/devices/{gpu}/fault")
+        assert r.status_code == 200 and r.json()["ok"] is True and r.json()["evicted_user_jobs"] >= 1
         alerts = admin.get("/api/v1/alerts").json()
-        firing = [a for a in alerts["alerts"] if a["state"] == "firing" and a["name"] == "GPUFallenOffBus"]
-        assert [a["target"] for a in firing] == ["train-0100/gpu3"]
-        actions = [x["action"] for x in alerts["remediations"] if x["target"] == "train-0100"]
-        assert actions[:2] == ["drain", "cordon"]  # newest first
-        node = admin.get("/api/v1/nodes/train-0100").json()
-        assert node["schedulable"] is False and node["dev_healthy"][3] is False and node["pods"] == 0
-        # repaired 600 clock seconds later (30 s at x20)
-        wait_for(lambda: admin.get("/api/v1/nodes/train-0100").json()["schedulable"], "the node to come back",
-                 timeout=45, interval=0.5)
-        alerts = admin.get("/api/v1/alerts").json()
-        assert any(a["name"] == "GPUFallenOffBus" and a["state"] == "resolved" for a in alerts["alerts"])
+        firing = [a for a in alerts["alerts"] if a["state"] == "firing" and a["name"] == "GpuXidCritical"]
+        assert [(a["target"], a["severity"]) for a in firing] == [(f"{node}/gpu{gpu}", "critical")]
+        assert alerts["firing"] >= 2  # GpuXidError fires with it
+        drains = [x for x in alerts["remediations"] if x["target"] == f"{node}/gpu{gpu}"]
+        assert [(x["action"], x["outcome"], x["alert"]) for x in drains] == [("drain", "done", "GpuXidCritical")]
+        assert "cordoned the node" in drains[0]["detail"]
+        detail = admin.get(f"/api/v1/nodes/{node}").json()
+        assert detail["schedulable"] is False and detail["dev_healthy"][gpu] is False and detail["pods"] == 0
+        entries = admin.get("/api/v1/audit").json()["entries"]
+        mine = [(e["actor"], e["action"]) for e in entries if e["target"] in (f"{node}/{gpu}", f"{node}/gpu{gpu}")]
+        assert mine[:2] == [("remediation", "remediation.drain"), ("admin", "device.fault")]  # newest first
+        # re-queued, placed elsewhere, finished on the clock (200 s = 10 s at x20)
+        done = wait_for(lambda: (j := _job(admin, jid))["status"] == "succeeded" and j, "the job to finish",
+                        timeout=45)
+        kinds = [e["kind"] for e in done["events"] if e["kind"] != "unschedulable"]
+        assert kinds == ["submitted", "running", "evicted", "running", "succeeded"]
+        assert done["placements"][0]["node"] != node
+        # repaired 600 clock seconds after the fault (30 s at x20); the alert resolves at its next evaluation
+        wait_for(lambda: admin.get(f"/api/v1/nodes/{node}").json()["schedulable"], "the node to come back",
+                 timeout=60, interval=0.5)
+        wait_for(lambda: any(a["name"] == "GpuXidCritical" and a["target"] == f"{node}/gpu{gpu}"
+                             and a["state"] == "resolved" for a in admin.get("/api/v1/alerts").json()["alerts"]),
+                 "the alert to resolve", timeout=30, interval=0.5)
+        remediations = admin.get("/api/v1/alerts").json()["remediations"]
+        assert any(x["action"] == "reset-and-uncordon" and x["target"] == f"{node}/gpu{gpu}" for x in remediations)
+        entries = admin.get("/api/v1/audit").json()["entries"]
+        assert any(e["action"] == "remediation.reset-and-uncordon" and e["target"] == f"{node}/gpu{gpu}"
+                   for e in entries)
+
+
+def test_fault_drill_with_another_xid(server: Server) -> None:
+    with server.client() as admin:
+        r = admin.post("/api/v1/nodes/infer-0003/devices/1/fault", params={"xid": 13})
+        assert r.status_code == 200 and r.json()["evicted_user_jobs"] == 0
+        alerts = admin.get("/api/v1/alerts").json()["alerts"]
+        mine = {a["name"] for a in alerts if a["target"] == "infer-0003/gpu1" and a["state"] == "firing"}
+        assert mine == {"GpuXidError"}  # a warning, no drain
+        assert admin.get("/api/v1/nodes/infer-0003").json()["schedulable"] is True
+        r = admin.post("/api/v1/nodes/infer-0003/devices/1/fault", params={"xid": 0})
+        assert r.status_code == 422 and r.json()["where"] == "xid"
 
 
 def test_design_endpoint_runs_in_background(server: Server) -> None:

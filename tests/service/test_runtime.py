@@ -75,22 +75,121 @@ def test_cancel_frees_the_devices() -> None:
     assert rt.cancel("nope") is None
 
 
-def test_fault_cordons_drains_requeues_and_repairs() -> None:
+def test_xid_fault_alerts_drains_requeues_and_repairs() -> None:
+    """The fault goes in through monitoring's simulated collector, its GpuXidCritical rule fires, its
+    remediator drains the node through the runtime's target; the GPU is repaired 600 s later."""
     rt = _rt(nodes=2, gpus=4)
-    j = rt.submit(_job("j", gpus=4, duration=None))
+    j = rt.submit(_job("j", gpus=4, duration=None, **{"nvidia.com/gpucores": 100}))
     rt.advance(1)
     node = j.placements[0]["node"]
     events: list[Any] = []
     rt.inject_fault(node, 2, events)
     assert [e.kind for e in events] == ["evicted"] and j.status == JobStatus.PENDING
-    assert [a["name"] for a in rt.alerts() if a["state"] == "firing"] == ["GPUFallenOffBus"]
-    assert [r["action"] for r in rt.remediations()] == ["drain", "cordon"]
+    firing = [a for a in rt.alerts() if a["state"] == "firing"]
+    assert [(a["name"], a["severity"], a["target"]) for a in firing] == [
+        ("GpuXidCritical", "critical", f"{node}/gpu2"), ("GpuXidError", "warning", f"{node}/gpu2")]
+    assert rt.overview()["alerts_firing"] == 2
+    [drain] = rt.remediations()
+    assert (drain["action"], drain["target"], drain["outcome"], drain["alert"]) == (
+        "drain", f"{node}/gpu2", "done", "GpuXidCritical")
+    assert "cordoned the node and evicted 1 pod(s)" in drain["detail"]
+    i = rt.state.node_index[node]
+    assert not rt.state.schedulable[i] and not rt.state.dev_healthy[i, 2]
+    assert [r.action for r in rt.take_audit_records()] == ["drain"] and rt.take_audit_records() == []
     rt.advance(2)
     assert j.status == JobStatus.RUNNING and j.placements[0]["node"] != node
+    rt.advance(30)  # evaluated again: still firing, not drained twice (one action per alert episode)
+    assert [r["action"] for r in rt.remediations()] == ["drain"]
     rt.advance(1 + 600)
-    assert rt.state.schedulable[rt.state.node_index[node]]
+    assert rt.state.schedulable[i] and rt.state.dev_healthy[i, 2]
     assert rt.remediations()[0]["action"] == "reset-and-uncordon"
-    assert [a["state"] for a in rt.alerts()] == ["resolved"]
+    assert {(a["name"], a["state"]) for a in rt.alerts()} == {("GpuXidCritical", "resolved"),
+                                                              ("GpuXidError", "resolved")}
+
+
+def test_non_critical_xid_only_warns() -> None:
+    rt = _rt(nodes=2, gpus=4)
+    rt.advance(1)
+    rt.inject_fault("n0", 1, xid=13)
+    assert [a["name"] for a in rt.alerts() if a["state"] == "firing"] == ["GpuXidError"]
+    assert rt.remediations() == [] and rt.state.schedulable[0]
+
+
+def test_overheating_gpu_cordons_its_node_after_two_minutes() -> None:
+    rt = _rt(nodes=2, gpus=4)
+    j = rt.submit(_job("j", gpus=1, duration=None))
+    rt.advance(1)
+    node = j.placements[0]["node"]
+    rt.monitor.source(node).heat(node, 0, 60.0)
+    rt.advance(31)
+    assert [(a["name"], a["state"]) for a in rt.alerts()] == [("GpuTemperatureHigh", "pending")]
+    assert rt.remediations() == []
+    for t in range(61, 200, 30):
+        rt.advance(t)
+    assert [(a["name"], a["state"]) for a in rt.alerts()] == [("GpuTemperatureHigh", "firing")]
+    assert [(r["action"], r["target"]) for r in rt.remediations()] == [("cordon", f"{node}/gpu0")]
+    assert not rt.state.schedulable[rt.state.node_index[node]]
+    assert j.status == JobStatus.RUNNING  # a cordon keeps what runs
+
+
+def test_fragmented_node_is_defragmented() -> None:
+    rt = _rt(nodes=2, gpus=2)
+    half = {"nvidia.com/gpucores": 50, "nvidia.com/gpumem": 20000}
+    a = rt.submit(_job("a", duration=None, **half))
+    b = rt.submit(_job("b", duration=None, **half))
+    rt.advance(1)
+    c = rt.submit(_job("c", duration=None, **half))
+    rt.advance(2)
+    rt.cancel("a")  # two devices half used: every free core of the node sits on a shared GPU
+    node = b.placements[0]["node"]
+    assert c.placements[0]["node"] == node
+    events: list[Any] = []
+    for t in range(30, 1000, 30):
+        events += rt.advance(t)
+        if rt.remediations():
+            break
+    [rec] = rt.remediations()
+    assert (rec["action"], rec["target"], rec["alert"], rec["outcome"]) == (
+        "defragment", node, "NodeFragmentationHigh", "done")
+    assert "fragmentation 1.00 -> 0.00" in rec["detail"]
+    assert {b.placements[0]["node"], c.placements[0]["node"]} == {"n0", "n1"} - {node} or \
+        b.placements[0]["node"] == c.placements[0]["node"] != node
+    assert [e.kind for e in events if e.kind == "migrated"] and a.status == JobStatus.CANCELLED
+    assert b.status == c.status == JobStatus.RUNNING
+
+
+def test_idle_allocation_is_released_when_the_policy_allows() -> None:
+    from gpucluster.monitoring import PROFILES, Action, RemediationPolicy
+
+    rt = EmbeddedRuntime(_cluster(nodes=1, gpus=2), background=0.0, fault_rate_per_hour=0.0,
+                         remediation=RemediationPolicy(allow=frozenset({Action.DRAIN, Action.RELEASE})))
+    j = rt.submit(_job("idle", duration=None))
+    rt.advance(1)
+    rt.monitor.source("n0").activity = {j.placements[0]["pod"]: PROFILES["idle"]}
+    events = rt.advance(31) + rt.advance(31 + 1800)
+    assert j.status == JobStatus.CANCELLED and "idle" in j.message
+    assert [e.kind for e in events] == ["cancelled"]
+    assert [(r["action"], r["outcome"]) for r in rt.remediations()] == [("release", "done")]
+
+
+def test_pending_too_long_warns() -> None:
+    rt = _rt(nodes=1, gpus=4)
+    rt.submit(_job("huge", gpus=8, duration=None))  # never fits one node
+    for t in range(1, 800, 30):
+        rt.advance(t)
+    assert [(a["name"], a["target"], a["state"]) for a in rt.alerts()] == [
+        ("PodsPendingTooLong", "cluster", "firing")]
+    assert rt.queue_stats().pending == 1
+
+
+def test_monitor_shards_cover_the_reference_cluster() -> None:
+    rt = EmbeddedRuntime(load_cluster(None), background=0.0, fault_rate_per_hour=0.0)
+    shards = rt.monitor.shards
+    assert sorted(n for sh in shards for n in sh.nodes) == sorted(n.name for n in rt.state.nodes)
+    assert len({sh.due for sh in shards}) == len(shards)  # staggered over the interval
+    rt.monitor.budget_s = 0.0
+    rt.advance(30)  # one shard per advance when over budget; the others stay due
+    assert sum(sh.due <= 30 for sh in shards) == len(shards) - 1
 
 
 def test_quota_holds_a_tenant_back() -> None:

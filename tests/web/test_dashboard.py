@@ -158,7 +158,9 @@ def test_other_pages_render(page: Any, server: Server) -> None:
     page.locator("#al-dev").fill("5")
     page.get_by_role("button", name="Inject XID 79").click()
     expect(page.locator("#al-table")).to_contain_text("train-0042/gpu5")
-    expect(page.locator("#al-remed")).to_contain_text("cordon")
+    expect(page.locator("#al-table")).to_contain_text("GpuXidCritical")
+    expect(page.locator("#al-remed")).to_contain_text("drain")
+    expect(page.locator("#al-remed")).to_contain_text("cordoned the node")
     _shot(page, "10-alerts")
 
     page.get_by_role("link", name="Design").click()

@@ -44,14 +44,20 @@ class EmbeddedMonitor:
     rules: Sequence[AlertRule] = field(default_factory=default_rules)
     remediator: Remediator | None = None
     db: SeriesDB = field(default_factory=SeriesDB)
+    metrics: frozenset[str] | None = None
+    """Only ingest these metric names (e.g. ``rules.rule_metrics(rules)``); None keeps every sample."""
     engine: RuleEngine = field(init=False)
 
     def __post_init__(self) -> None:
         self.engine = RuleEngine(self.rules)
 
     def scrape(self, t: float) -> None:
+        keep = self.metrics
         for name, reg in self.targets.items():
-            self.db.ingest(t, registry_samples(reg), target=name)
+            samples = registry_samples(reg)
+            if keep is not None:
+                samples = (s for s in samples if s[0] in keep)
+            self.db.ingest(t, samples, target=name)
 
     def step(self, t: float) -> StepResult:
         self.scrape(t)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,11 +65,14 @@ def device_labels(s: DeviceSample) -> list[str]:
 
 class DeviceCollector(Collector):
     """dcgm-exporter-compatible device metrics, sampled from ``source`` on every scrape (under ``lock`` when
-    given: the simulated source reads the cluster state)."""
+    given: the simulated source reads the cluster state). ``fields`` limits the output to those metric names
+    (an in-process rule evaluator only needs what its rules read); None exports them all."""
 
-    def __init__(self, source: DeviceSource, lock: threading.RLock | None = None) -> None:
+    def __init__(self, source: DeviceSource, lock: threading.RLock | None = None,
+                 fields: Collection[str] | None = None) -> None:
         self.source = source
         self.lock = lock
+        self.fields = DEVICE_FIELDS if fields is None else tuple(f for f in DEVICE_FIELDS if f[0] in fields)
 
     def collect(self) -> Iterator[Metric]:
         if self.lock is None:
@@ -78,7 +81,7 @@ class DeviceCollector(Collector):
             with self.lock:
                 samples = self.source.sample()
         labels = [device_labels(s) for s in samples]
-        for name, attr, doc in DEVICE_FIELDS:
+        for name, attr, doc in self.fields:
             fam = GaugeMetricFamily(name, doc, labels=m.DCGM_LABELS)
             for s, lv in zip(samples, labels, strict=True):
                 v = getattr(s, attr)
@@ -91,7 +94,9 @@ class AllocationCollector(Collector):
     """Allocation metrics read from the cluster state at scrape time.
 
     ``nodes`` limits the output to some nodes (an agent exports its own node); ``lock`` is held while
-    reading when the state has a concurrent writer.
+    reading when the state has a concurrent writer. ``pods=False`` leaves out the per-pod and per-tenant
+    families (they read every allocation of the cluster; an in-process evaluator of per-node shards whose
+    rules only read device and node series does not need them).
     """
 
     def __init__(
@@ -100,11 +105,13 @@ class AllocationCollector(Collector):
         nodes: Sequence[str] | None = None,
         lock: threading.RLock | None = None,
         fragmentation: Callable[[ClusterState], Any] = node_fragmentation,
+        pods: bool = True,
     ) -> None:
         self.state = state
         self.nodes = None if nodes is None else list(nodes)
         self.lock = lock or threading.RLock()
         self.fragmentation = fragmentation
+        self.pods = pods
 
     def collect(self) -> Iterator[Metric]:
         with self.lock:
@@ -143,6 +150,8 @@ class AllocationCollector(Collector):
                 dcores.add_metric(lv, float(st.dev_core_used[i, j]) / max(1.0, float(st.dev_core_cap[i, j])))
                 dtasks.add_metric(lv, float(st.dev_tasks[i, j]))
                 dhealth.add_metric(lv, float(st.dev_healthy[i, j]))
+        if not self.pods:
+            return [dmem, dcap, dcores, dtasks, dhealth, nfrag, nsched]
         pmem = GaugeMetricFamily(m.POD_ALLOCATED_MEMORY, "Device memory a pod holds on one device (bytes).",
                                  labels=m.POD_LABELS)
         pcores = GaugeMetricFamily(m.POD_ALLOCATED_CORES, "Share of one device's compute a pod holds (0-1).",

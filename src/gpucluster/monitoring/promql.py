@@ -76,6 +76,7 @@ class SeriesDB:
     _targets: dict[str, set[tuple[str, Labels]]] = field(default_factory=dict)
     _labels: dict[tuple[object, ...], Labels] = field(default_factory=dict)
     """Memo: label items as a scrape gives them -> normalised labels (scrapes repeat the same sets)."""
+    _last_gc: float = -math.inf
 
     def add(self, name: str, labels: Labels, t: float, value: float | None) -> None:
         per = self.series.setdefault(name, {})
@@ -113,6 +114,25 @@ class SeriesDB:
             if lab in per and per[lab][1] and per[lab][1][-1] is not STALE:
                 self.add(name, lab, t, STALE)
         self._targets[target] = seen
+        if t - self._last_gc >= self.retention_s / 4:
+            self.gc(t)
+
+    def gc(self, t: float) -> int:
+        """Forget series with no sample left inside the retention window (series that stopped, e.g. a
+        device's series whose ``pod`` label changed); returns how many were dropped. Called by :meth:`ingest`
+        every quarter of the retention; queries at ``t`` cannot see the difference."""
+        self._last_gc = t
+        cutoff = t - self.retention_s
+        dropped = 0
+        for name in list(self.series):
+            per = self.series[name]
+            dead = [lab for lab, (ts, _) in per.items() if not ts or ts[-1] < cutoff]
+            for lab in dead:
+                del per[lab]
+            dropped += len(dead)
+            if not per:
+                del self.series[name]
+        return dropped
 
     def instant(self, name: str, matchers: Labels, t: float) -> Vector:
         out: Vector = {}
@@ -141,6 +161,8 @@ class SeriesDB:
 
 
 def _matches(lab: Labels, matchers: Labels) -> bool:
+    if not matchers:
+        return True
     d = dict(lab)
     return all(d.get(k, "") == v for k, v in matchers)
 
@@ -321,6 +343,19 @@ class Bin(Expr):
         out = dict(left)
         out.update({lab: v for lab, v in right.items() if _key(lab, self.on) not in lkeys})
         return out
+
+
+def metric_names(expr: Expr) -> frozenset[str]:
+    """The metric names an expression selects (what a scrape must keep for it to evaluate)."""
+    if isinstance(expr, Sel):
+        return frozenset({expr.name})
+    if isinstance(expr, RangeFn):
+        return frozenset({expr.sel.name})
+    if isinstance(expr, Cmp):
+        return metric_names(expr.expr)
+    if isinstance(expr, Bin):
+        return metric_names(expr.lhs) | metric_names(expr.rhs)
+    raise TypeError(f"unknown expression node {type(expr).__name__}")
 
 
 def any_of(sel: Sel, values: Iterable[float]) -> Expr:

@@ -315,6 +315,11 @@ class Remediator:
         self._unschedulable: set[str] = set()
         """Nodes this remediator cordoned or drained."""
 
+    def node_restored(self, node: str) -> None:
+        """The backend put ``node`` back in service (repaired and uncordoned): it no longer counts against
+        ``max_unschedulable_fraction``."""
+        self._unschedulable.discard(node)
+
     def plan(self, alerts: Iterable[Alert]) -> list[PlannedAction]:
         """Pure: the actions the firing alerts call for, most severe first, one per (action, target)."""
         order = {Action.DRAIN: 0, Action.CORDON: 1, Action.RELEASE: 2, Action.DEFRAGMENT: 3}

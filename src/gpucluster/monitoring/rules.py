@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from gpucluster.monitoring import metrics as m
-from gpucluster.monitoring.promql import Expr, Labels, RangeFn, Sel, SeriesDB, any_of, format_duration
+from gpucluster.monitoring.promql import Expr, Labels, RangeFn, Sel, SeriesDB, any_of, format_duration, metric_names
 
 
 class Action(enum.StrEnum):
@@ -226,6 +226,14 @@ class RuleEngine:
 
     def firing(self, db: SeriesDB, t: float) -> list[Alert]:
         return [a for a in self.evaluate(db, t) if a.state == "firing"]
+
+
+def rule_metrics(rules: Iterable[AlertRule]) -> frozenset[str]:
+    """Every metric name the rules read (an embedded monitor need ingest nothing else)."""
+    out: frozenset[str] = frozenset()
+    for r in rules:
+        out |= metric_names(r.expr)
+    return out
 
 
 def rules_by_name(rules: Iterable[AlertRule]) -> dict[str, AlertRule]:

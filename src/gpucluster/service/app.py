@@ -28,7 +28,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gpucluster import __version__
 from gpucluster.model import ClusterState
 from gpucluster.service import background
-from gpucluster.service.runtime import Job, JobEvent, JobStatus, Runtime
+from gpucluster.service.monitor import describe
+from gpucluster.service.runtime import FaultDrill, Job, JobEvent, JobStatus, RemediationAudit, Runtime
 from gpucluster.service.store import Store
 from gpucluster.service.tasks import TaskError, TaskManager
 
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 ADMIN_ENV = "GPUCLUSTER_ADMIN_TOKEN"
 NAME_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 SYNTHETIC_TENANT = "synthetic"
+REMEDIATION_ACTOR = "remediation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +156,19 @@ class Service:
         self.version += 1
         if events:
             self.store.record_events(events)
+        self.persist_remediation()
         if self.ticks % 8 == 0:
             self.store.set_meta("clock", repr(self.runtime.now))
         return events
+
+    def persist_remediation(self) -> None:
+        """Write the runtime's new remediation audit records to the audit log (actor ``remediation``)."""
+        if not isinstance(self.runtime, RemediationAudit):
+            return
+        records = self.runtime.take_audit_records()
+        if records:
+            self.store.audit_many((REMEDIATION_ACTOR, f"remediation.{r.action}", r.target, describe(r))
+                                  for r in records)
 
     def find_job(self, job_id: str) -> Job | None:
         return self.runtime.job(job_id) or self.archive.get(job_id)
@@ -482,24 +494,30 @@ def create_app(service: Service, mount_web: Callable[[FastAPI], None] | None = N
         return found
 
     @app.post("/api/v1/nodes/{name}/devices/{index}/fault", tags=["cluster"])
-    async def inject_fault(name: str, index: int, who: Auth) -> dict[str, Any]:
-        """Admin: make a device report XID 79 (embedded backend), to watch alerting and remediation."""
+    async def inject_fault(
+        name: str, index: int, who: Auth,
+        xid: Annotated[int, Query(ge=1, le=999, description="The XID the device reports (79: fallen off the "
+                                                             "bus; 46/48/64/79/94/95 are critical).")] = 79,
+    ) -> dict[str, Any]:
+        """Admin: make a device report an XID through the simulated collector (embedded backend) and evaluate
+        the alert rules for its node at once, to watch alerting and automatic remediation."""
         admin_only(who)
         found = service.runtime.node(name)
         if found is None:
             raise ApiError(404, "path.name", f"no node {name!r}")
         if not 0 <= index < int(found["gpus"]):
             raise ApiError(422, "path.index", f"node {name} has devices 0..{int(found['gpus']) - 1}")
-        inject = getattr(service.runtime, "inject_fault", None)
-        if inject is None:
-            raise ApiError(409, "backend", f"the {service.runtime.backend} backend cannot inject faults")
+        runtime = service.runtime
+        if not isinstance(runtime, FaultDrill):
+            raise ApiError(409, "backend", f"the {runtime.backend} backend cannot inject faults")
+        service.store.audit(who.actor, "device.fault", f"{name}/{index}", f"XID {xid} injected")
         events: list[JobEvent] = []
-        inject(name, index, events)
+        runtime.inject_fault(name, index, events, xid=xid)
         service.changed()
         if events:
             service.store.record_events(events)
-        service.store.audit(who.actor, "device.fault", f"{name}/{index}", "XID 79 injected")
-        return {"ok": True, "evicted_user_jobs": len(events)}
+        service.persist_remediation()
+        return {"ok": True, "evicted_user_jobs": sum(1 for e in events if e.kind == "evicted")}
 
     @app.get("/api/v1/topology", tags=["cluster"])
     async def topology(who: Auth) -> dict[str, Any]:

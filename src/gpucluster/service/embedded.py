@@ -1,8 +1,11 @@
 """The embedded runtime: a simulated cluster (ClusterState + Scheduler) on a clock.
 
 Jobs are gangs of identical pods: all replicas are placed in one pass or none is. Jobs with ``duration_s``
-finish on the clock. A light synthetic workload (``service.workload``) and random device faults (XID 79) with
-their remediation (cordon, drain, reset, uncordon) keep the dashboard alive. Single-threaded by contract.
+finish on the clock. A light synthetic workload (``service.workload``) and random device faults (XID 79) keep
+the dashboard alive. Alerts and remediation are ``gpucluster.monitoring``'s (see ``service.monitor``): faults
+are injected into its simulated collector, its rules fire, its remediator drains the node through
+:class:`EmbeddedTarget`; the simulated hardware is repaired :data:`REPAIR_AFTER_S` later. Single-threaded by
+contract.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import numpy as np
 
 from gpucluster.devices import DeviceInputError, VendorRegistry
 from gpucluster.model import Pod
+from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
 from gpucluster.scheduler import DEFAULT_POLICY, Scheduler, profile_for
+from gpucluster.service.monitor import ClusterMonitor
 from gpucluster.service.runtime import Job, JobEvent, JobStatus
 from gpucluster.service.workload import SyntheticWorkload
 from gpucluster.spec import Cluster
@@ -30,6 +35,8 @@ HISTORY_POINTS = 240
 HISTORY_EVERY_S = 5.0
 KEEP_FINISHED_SYNTHETIC = 300
 REPAIR_AFTER_S = 600.0
+"""Clock seconds until a faulted GPU is reset (the simulated technician), its XID cleared and the node back."""
+DRILL_XID = 79
 
 
 def _job_pod_name(job_id: str, replica: int) -> str:
@@ -47,6 +54,7 @@ class EmbeddedRuntime:
         fault_rate_per_hour: float = 1.0,
         seed: int = 0,
         start_t: float = 0.0,
+        remediation: RemediationPolicy | None = None,
     ) -> None:
         self.cluster = cluster
         self.state = cluster.state()
@@ -67,12 +75,14 @@ class EmbeddedRuntime:
         self._quotas: dict[str, float] = {}
         self._synthetic_done: deque[str] = deque()
         self._synthetic_seq = 0
+        self._enqueued: dict[str, float] = {}
+        """Queued job id -> when it (re-)entered the queue (the queue's oldest-pending gauge)."""
         self._fault_rate = fault_rate_per_hour / 3600.0
         self._next_fault: float | None = None
         self._repairs: list[tuple[float, str, int]] = []
-        self._alerts: dict[str, dict[str, Any]] = {}
-        self._alert_history: deque[dict[str, Any]] = deque(maxlen=100)
-        self._remediation: deque[dict[str, Any]] = deque(maxlen=200)
+        self.target = EmbeddedTarget(self)
+        self.monitor = ClusterMonitor(self.state, self.target, self.queue_stats, clock=lambda: self._now,
+                                      policy=remediation, start_t=start_t)
         self._history: deque[dict[str, float]] = deque(maxlen=HISTORY_POINTS)
         self._last_sample = -math.inf
         self._last_message: dict[str, str] = {}
@@ -137,6 +147,7 @@ class EmbeddedRuntime:
         self._jobs[job.id] = job
         self._pods[job.id] = pods
         self._queue.add(job.id)
+        self._enqueued[job.id] = self._now
         if job.id not in self._arrival:
             self._arrival_seq += 1
             self._arrival[job.id] = self._arrival_seq
@@ -172,6 +183,7 @@ class EmbeddedRuntime:
     def _finish(self, job: Job, status: JobStatus, t: float, message: str, events: list[JobEvent]) -> None:
         self._release(job)
         self._queue.discard(job.id)
+        self._enqueued.pop(job.id, None)
         job.status = status
         job.finished_t = t
         job.message = message
@@ -222,7 +234,9 @@ class EmbeddedRuntime:
         for arrival in self.workload.arrivals(t0, t):
             self._submit_synthetic(arrival.shape.name, arrival.shape.replicas, arrival.shape.resources,
                                    arrival.duration_s, arrival.t)
-        self._faults(t0, t, events)
+        self._repair(t)
+        self._random_faults(t0, t)
+        self._run_monitor(events)
         self._schedule_pass(events)
         if t - self._last_sample >= HISTORY_EVERY_S:
             self._sample()
@@ -274,6 +288,7 @@ class EmbeddedRuntime:
 
     def _start(self, job: Job, events: list[JobEvent]) -> None:
         self._queue.discard(job.id)
+        self._enqueued.pop(job.id, None)
         self._running.add(job.id)
         self._last_message.pop(job.id, None)
         job.status = JobStatus.RUNNING
@@ -281,65 +296,91 @@ class EmbeddedRuntime:
         job.attempts += 1
         job.placements = []
         for pod in self._pods[job.id]:
-            alloc = self.state.allocations[pod.key]
             self._pod_job[pod.key] = job.id
-            job.placements.append({
-                "pod": pod.key,
-                "node": alloc.node,
-                "devices": [{"uuid": g.uuid, "index": g.device_index, "memory_mib": g.memory_mib,
-                             "cores": g.core_milli // 10} for g in alloc.grants],
-            })
-        nodes = sorted({p["node"] for p in job.placements})
-        job.message = f"running on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}"
+            job.placements.append(self._placement(pod.key))
+        job.message = self._running_message(job)
         events.append(JobEvent(job.id, self._now, "running", JobStatus.RUNNING, job.message))
         if job.duration_s is not None:
             heapq.heappush(self._ends, (self._now + job.duration_s, job.id))
 
-    def _evict_node(self, node: str, reason: str, events: list[JobEvent]) -> int:
+    def _placement(self, pod_key: str) -> dict[str, Any]:
+        alloc = self.state.allocations[pod_key]
+        return {"pod": pod_key, "node": alloc.node,
+                "devices": [{"uuid": g.uuid, "index": g.device_index, "memory_mib": g.memory_mib,
+                             "cores": g.core_milli // 10} for g in alloc.grants]}
+
+    @staticmethod
+    def _running_message(job: Job) -> str:
+        nodes = sorted({p["node"] for p in job.placements})
+        return f"running on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}"
+
+    def _evict_node(self, node: str, reason: str, events: list[JobEvent]) -> list[str]:
+        """Stop every job with a pod on ``node`` and re-queue it whole (a gang restarts together); returns
+        the pods released (on any node)."""
         jobs = {self._pod_job[k] for k in list(self.state.pods_on_node[self.state.node_index[node]])
                 if k in self._pod_job}
+        released: list[str] = []
         for jid in sorted(jobs):
             job = self._jobs[jid]
+            released.extend(p.key for p in self._pods[jid] if p.key in self.state.allocations)
             self._release(job)
             job.status = JobStatus.PENDING
             job.placements = []
             job.started_t = None
             job.message = f"evicted: {reason}; re-queued"
             self._queue.add(jid)
+            self._enqueued[jid] = self._now
             if not job.synthetic:
                 events.append(JobEvent(jid, self._now, "evicted", JobStatus.PENDING, job.message))
-        return len(jobs)
+        return released
 
-    # ------------------------------------------------------------------ faults and remediation
-    def _remediate(self, action: str, target: str, detail: str) -> None:
-        self._remediation.appendleft({"t": self._now, "action": action, "target": target, "detail": detail})
-
-    def inject_fault(self, node: str, device: int, events: list[JobEvent] | None = None) -> None:
-        """A device reports XID 79 (fallen off the bus): alert, cordon, drain; repaired later."""
-        events = events if events is not None else []
-        i = self.state.node_index[node]
-        if not self.state.dev_healthy[i, device]:
+    def _moved(self, pod_key: str, source: str, dest: str, events: list[JobEvent]) -> None:
+        """A running pod was migrated (defragmentation): update its job's placement."""
+        job = self._jobs.get(self._pod_job.get(pod_key, ""))
+        if job is None:
             return
-        self.state.set_device_health(node, device, False)
-        key = f"GPUFallenOffBus/{node}/{device}"
-        self._alerts[key] = {"name": "GPUFallenOffBus", "severity": "critical", "target": f"{node}/gpu{device}",
-                             "summary": f"XID 79 on {node} GPU {device}", "since": self._now,
-                             "state": "firing"}
-        self._remediate("cordon", node, f"XID 79 on GPU {device}: no new pods")
-        self.state.set_schedulable(node, False)
-        moved = self._evict_node(node, f"GPU {device} on {node} failed (XID 79)", events)
-        self._remediate("drain", node, f"evicted {moved} job(s); they are re-queued")
+        job.placements = [self._placement(pod_key) if p["pod"] == pod_key else p for p in job.placements]
+        job.message = self._running_message(job)
+        if not job.synthetic:
+            events.append(JobEvent(job.id, self._now, "migrated", job.status,
+                                   f"pod {pod_key} moved from {source} to {dest} (defragmentation); {job.message}"))
+
+    def queue_stats(self) -> QueueStats:
+        """Pending pods and the wait of the oldest (read by the monitor's control-plane target)."""
+        pods = sum(self._jobs[j].replicas for j in self._queue)
+        oldest = min(self._enqueued.values(), default=self._now)
+        return QueueStats(pending=pods, oldest_wait_s=max(0.0, self._now - oldest))
+
+    # ------------------------------------------------------------------ faults, alerts, remediation
+    def inject_fault(self, node: str, device: int, events: list[JobEvent] | None = None,
+                     xid: int = DRILL_XID) -> None:
+        """Fault drill: the device reports XID ``xid`` through the simulated collector; its monitor shard is
+        evaluated at once, so the alert fires and remediation acts (drains the node on a critical XID) before
+        this returns. Events of jobs it touched go to ``events``. The GPU is repaired REPAIR_AFTER_S later."""
+        self._fault(node, device, xid)
+        self._run_monitor(events if events is not None else [], node)
+
+    def _fault(self, node: str, device: int, xid: int) -> None:
+        self.monitor.inject_xid(node, device, xid)
         heapq.heappush(self._repairs, (self._now + REPAIR_AFTER_S, node, device))
 
-    def _faults(self, t0: float, t: float, events: list[JobEvent]) -> None:
+    def _repair(self, t: float) -> None:
+        """The simulated technician: reset each faulted GPU that is due (its XID cleared, healthy again) and put
+        the node back in service once none of its GPUs awaits repair."""
         while self._repairs and self._repairs[0][0] <= t:
             _, node, device = heapq.heappop(self._repairs)
+            self.monitor.clear(node, device)
             self.state.set_device_health(node, device, True)
-            self.state.set_schedulable(node, True)
-            self._remediate("reset-and-uncordon", node, f"GPU {device} reset and passed checks; node back in service")
-            alert = self._alerts.pop(f"GPUFallenOffBus/{node}/{device}", None)
-            if alert is not None:
-                self._alert_history.appendleft({**alert, "state": "resolved", "resolved": self._now})
+            waiting = any(n == node for _, n, _ in self._repairs)
+            if not waiting:
+                self.state.set_schedulable(node, True)
+                self.monitor.node_restored(node)
+            note = (f"GPU {device} reset and passed checks; "
+                    + ("node back in service" if not waiting else "node stays cordoned: another GPU awaits repair"))
+            self.monitor.record(AuditRecord(self._now, "reset-and-uncordon", f"{node}/gpu{device}", "", note,
+                                            dry_run=False, outcome="done", detail={"note": note}))
+
+    def _random_faults(self, t0: float, t: float) -> None:
         if self._fault_rate <= 0:
             return
         if self._next_fault is None:
@@ -348,9 +389,21 @@ class EmbeddedRuntime:
             present = np.flatnonzero(self.state.present & self.state.schedulable & (self.state.dev_count > 0))
             if present.size:
                 i = int(present[self.rng.randrange(present.size)])
-                self.inject_fault(self.state.nodes[i].name, self.rng.randrange(int(self.state.dev_count[i])),
-                                  events)
+                self._fault(self.state.nodes[i].name, self.rng.randrange(int(self.state.dev_count[i])), DRILL_XID)
             self._next_fault += self.rng.expovariate(self._fault_rate)
+
+    def _run_monitor(self, events: list[JobEvent], node: str | None = None) -> None:
+        """Evaluate the alert rules (the shards due now, or ``node``'s) and collect the job events of what
+        remediation did."""
+        if node is None:
+            self.monitor.advance(self._now)
+        else:
+            self.monitor.evaluate_node(node, self._now)
+        events.extend(self.target.take_events())
+
+    def take_audit_records(self) -> list[AuditRecord]:
+        """Remediation audit records not yet handed out (the service persists them in its audit table)."""
+        return self.monitor.take_unsaved()
 
     # ------------------------------------------------------------------ views
     def _fragmentation(self) -> float:
@@ -372,38 +425,12 @@ class EmbeddedRuntime:
             "fragmentation": self._fragmentation(),
             "pending": float(len(self._queue)),
         })
-        self._evaluate_rules(tot)
-
-    def _evaluate_rules(self, tot: dict[str, int]) -> None:
-        alloc = tot["core_used_milli"] / max(tot["core_milli"], 1)
-        oldest = min((self._jobs[j].submitted_t for j in self._queue if not self._jobs[j].synthetic),
-                     default=None)
-        frag = self._fragmentation()
-        rules = {
-            "ClusterGPUAllocationHigh": (alloc > 0.9, "warning", "cluster", f"{alloc:.0%} of GPU compute allocated"),
-            "QueueBacklog": (oldest is not None and self._now - oldest > 300, "warning", "queue",
-                             "a user job has waited more than 5 minutes"),
-            "GPUFragmentationHigh": (frag > 0.5, "info", "cluster",
-                                     f"{frag:.0%} of free compute sits on partly used GPUs"),
-        }
-        for name, (firing, severity, target, summary) in rules.items():
-            current = self._alerts.get(name)
-            if firing and current is None:
-                self._alerts[name] = {"name": name, "severity": severity, "target": target, "summary": summary,
-                                      "since": self._now, "state": "firing"}
-            elif firing and current is not None:
-                current["summary"] = summary
-            elif not firing and current is not None:
-                del self._alerts[name]
-                self._alert_history.appendleft({**current, "state": "resolved", "resolved": self._now})
 
     def alerts(self) -> list[dict[str, Any]]:
-        order = {"critical": 0, "warning": 1, "info": 2}
-        firing = sorted(self._alerts.values(), key=lambda a: (order.get(a["severity"], 3), -a["since"]))
-        return [dict(a) for a in firing] + [dict(a) for a in self._alert_history]
+        return self.monitor.alerts()
 
     def remediations(self) -> list[dict[str, Any]]:
-        return list(self._remediation)
+        return self.monitor.remediations()
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
@@ -508,7 +535,7 @@ class EmbeddedRuntime:
             "jobs": counts,
             "user_jobs": user_counts,
             "models": models,
-            "alerts_firing": len(self._alerts),
+            "alerts_firing": self.monitor.firing,
             "history": list(self._history),
         }
 
@@ -538,3 +565,41 @@ class EmbeddedRuntime:
                 for sp, leaves in sorted(spines.items())
             ],
         }
+
+
+class EmbeddedTarget(SimTarget):
+    """``monitoring.RemediationTarget`` on the embedded runtime: ``SimTarget``'s cordon, device health,
+    migration and fragmentation views on the same ClusterState and Scheduler, with drains and releases that
+    keep the runtime's jobs whole. A drain cordons the node and evicts every job with a pod on it, re-queued
+    as a gang (the next scheduling pass places it elsewhere); a release cancels the pod's job; a migrated pod's
+    job gets its new placement. Job events are collected in :meth:`take_events`."""
+
+    def __init__(self, runtime: EmbeddedRuntime) -> None:
+        super().__init__(runtime.scheduler)
+        self.runtime = runtime
+        self.events: list[JobEvent] = []
+
+    def take_events(self) -> list[JobEvent]:
+        out, self.events = self.events, []
+        return out
+
+    def drain(self, node: str) -> DrainResult:
+        self.cordon(node)
+        released = self.runtime._evict_node(node, f"{node} drained by automatic remediation", self.events)
+        return DrainResult(evicted=released, pending=list(released))
+
+    def release(self, pod_key: str) -> bool:
+        rt = self.runtime
+        job = rt._jobs.get(rt._pod_job.get(pod_key, ""))
+        if job is None or job.status != JobStatus.RUNNING:
+            return False
+        rt._finish(job, JobStatus.CANCELLED, rt.now, "released by automatic remediation: its GPU sat idle",
+                   self.events)
+        return True
+
+    def migrate(self, pod_key: str) -> str | None:
+        alloc = self.state.allocations.get(pod_key)
+        dest = super().migrate(pod_key)
+        if alloc is not None and dest is not None:
+            self.runtime._moved(pod_key, alloc.node, dest, self.events)
+        return dest

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from gpucluster.monitoring import AuditRecord
+
 
 class JobStatus(enum.StrEnum):
     PENDING = "pending"
@@ -87,7 +89,7 @@ class JobEvent:
     """Runtime clock time."""
     kind: str
     """``submitted``, ``scheduled``, ``running``, ``succeeded``, ``failed``, ``cancelled``, ``evicted``,
-    ``unschedulable``."""
+    ``migrated``, ``unschedulable``."""
     status: JobStatus
     message: str = ""
 
@@ -154,3 +156,23 @@ class Runtime(Protocol):
     def alerts(self) -> list[dict[str, Any]]: ...
 
     def remediations(self) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class FaultDrill(Protocol):
+    """A runtime whose devices can be made to fail on request (``POST /nodes/{name}/devices/{i}/fault``)."""
+
+    def inject_fault(self, node: str, device: int, events: list[JobEvent] | None = None, xid: int = 79) -> None:
+        """The device reports XID ``xid``; alerting and remediation follow as for a real fault. Job state
+        changes it causes go to ``events`` (when given)."""
+        ...
+
+
+@runtime_checkable
+class RemediationAudit(Protocol):
+    """A runtime that remediates on its own (``gpucluster.monitoring.Remediator``): the service persists its
+    audit records in the store's audit log after every tick."""
+
+    def take_audit_records(self) -> list[AuditRecord]:
+        """Records written since the last call (each handed out once)."""
+        ...

@@ -179,6 +179,19 @@ class Store:
             self._db.execute("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
                              (time.time(), actor, action, target, detail))
 
+    def audit_many(self, rows: Iterable[tuple[str, str, str, str]]) -> None:
+        """``(actor, action, target, detail)`` rows in one transaction."""
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
+                                     [(now, *row) for row in rows])
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
     def audit_log(self, limit: int = 200) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute("SELECT at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ?",

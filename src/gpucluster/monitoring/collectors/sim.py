@@ -229,6 +229,8 @@ class SimSource:
                 s = self._sample_device(node, dev, ld, now)
                 if s is not None:
                     out.append(s)
+        if len(self._started) > 2 * len(st.allocations) + 64:  # forget pods that are gone (bounded memory)
+            self._started = {k: v for k, v in self._started.items() if k in st.allocations}
         return out
 
     def _sample_device(self, node: str, dev: DeviceSpec, ld: _Load, now: float) -> DeviceSample | None:

@@ -1,0 +1,292 @@
+"""Alerts and automatic remediation for the embedded runtime, done by ``gpucluster.monitoring``.
+
+:class:`ClusterMonitor` is the glue, not a second implementation: the simulated collector
+(``monitoring.SimSource``) produces dcgm-exporter device metrics from the runtime's ClusterState (and is where
+faults are injected), ``monitoring.EmbeddedMonitor`` scrapes them with the allocation and queue metrics and
+evaluates the project's alert rules (``monitoring.default_rules``) with Prometheus semantics, and one
+``monitoring.Remediator`` acts on the firing alerts through the runtime's ``RemediationTarget``.
+
+Cost: a scrape and rule evaluation of the whole 1,920-GPU reference cluster takes a few hundred milliseconds of
+Python, which would stall the API if done in one scheduling tick. So, as Prometheus spreads its scrapes of
+many targets over the interval, the nodes are split into shards of :data:`NODES_PER_SHARD` (one
+``EmbeddedMonitor`` each, ingesting only the series the rules read) whose evaluations are staggered across
+:data:`EVAL_INTERVAL_S`, and one tick spends about :data:`EVAL_BUDGET_S` on them at most. The rules only
+relate series of one device or one node, so a shard sees everything its alerts need; the queue gauge is a
+second target of shard 0. All shards' alerts go to the one remediator, so its brakes (cooldown, at most 25 %
+of the nodes out of service) are cluster-wide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from gpucluster.model import ClusterState
+from gpucluster.monitoring import (
+    Alert,
+    AlertRule,
+    AllocationCollector,
+    AuditLog,
+    AuditRecord,
+    ControlPlaneMetrics,
+    DeviceCollector,
+    EmbeddedMonitor,
+    QueueStats,
+    RemediationPolicy,
+    RemediationTarget,
+    Remediator,
+    SimSource,
+    default_rules,
+)
+from gpucluster.monitoring.promql import SeriesDB
+from gpucluster.monitoring.rules import rule_metrics
+
+EVAL_INTERVAL_S = 30.0
+"""Clock seconds between two evaluations of one shard (Prometheus' scrape and evaluation interval)."""
+NODES_PER_SHARD = 8
+"""Nodes per shard: ~10-20 ms of Python for one evaluation of 8 nodes of 8 GPUs."""
+EVAL_BUDGET_S = 0.010
+"""Wall time one ``advance`` may spend starting further shard evaluations after the first."""
+RETENTION_S = 900.0
+"""Series history kept per shard: the rules' longest range (``GpuMissing``, 10 min) plus margin."""
+KEEP_RESOLVED = 100
+KEEP_REMEDIATIONS = 200
+KEEP_UNSAVED = 10_000
+"""Audit records waiting for the service to persist them (bounded for a runtime used without a service)."""
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+class RuntimeAuditLog(AuditLog):
+    """The remediator's audit log inside a runtime: the newest records for the dashboard, and the records the
+    service has not yet written to its SQLite audit table (:meth:`take_unsaved`). Keeps no unbounded list."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.recent: deque[AuditRecord] = deque(maxlen=KEEP_REMEDIATIONS)
+        self.unsaved: deque[AuditRecord] = deque(maxlen=KEEP_UNSAVED)
+
+    def write(self, rec: AuditRecord) -> None:
+        self.recent.appendleft(rec)
+        self.unsaved.append(rec)
+
+    def take_unsaved(self) -> list[AuditRecord]:
+        out = list(self.unsaved)
+        self.unsaved.clear()
+        return out
+
+
+def _count(value: object) -> int:
+    return len(value) if isinstance(value, list | dict | tuple) else 0
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def describe(rec: AuditRecord) -> str:
+    """One line for people: what was done (or why not), and the alert that asked for it."""
+    d = rec.detail
+    if "note" in d:
+        text = str(d["note"])
+    elif rec.outcome == "skipped":
+        text = f"skipped: {d.get('why', '')}"
+    elif rec.outcome == "failed":
+        text = f"failed: {d.get('error', '')}"
+    elif rec.outcome == "dry-run":
+        text = f"dry run: would {rec.action}"
+    elif rec.action == "drain":
+        text = (f"cordoned the node and evicted {_count(d.get('evicted'))} pod(s); "
+                f"{_count(d.get('pending'))} re-queued, {_count(d.get('rescheduled'))} moved at once")
+    elif rec.action == "cordon":
+        text = "cordoned the node: no new pods"
+    elif rec.action == "release":
+        text = f"released {_count(d.get('released'))} idle pod(s)"
+    elif rec.action == "defragment":
+        text = (f"moved {_count(d.get('moved'))} pod(s), freed GPU(s) {d.get('freed_gpus', [])}; fragmentation "
+                f"{_num(d.get('fragmentation_before')):.2f} -> {_num(d.get('fragmentation_after')):.2f}")
+    else:
+        text = rec.outcome
+    return f"{text} ({rec.alert}: {rec.reason})" if rec.alert else text
+
+
+def remediation_row(rec: AuditRecord) -> dict[str, Any]:
+    """An audit record as ``GET /api/v1/alerts`` lists it under ``remediations``."""
+    return {"t": rec.time, "action": rec.action, "target": rec.target, "detail": describe(rec),
+            "alert": rec.alert, "outcome": rec.outcome}
+
+
+def _target(a: Alert) -> str:
+    node = a.node
+    gpu = a.labels.get("gpu", "")
+    if node and gpu:
+        return f"{node}/gpu{gpu}"
+    return node or "cluster"
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """A scrape allocates thousands of short-lived containers (samples, label dicts) that reference counting
+    frees at once. Left on, the cyclic collector runs in the middle of it, promotes them to the old
+    generations and so triggers full collections of the whole heap (~100-300 ms on the reference cluster,
+    a stall of every request in flight); paused for the scrape, it never sees them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@dataclass(slots=True)
+class _Shard:
+    nodes: tuple[str, ...]
+    source: SimSource
+    monitor: EmbeddedMonitor
+    due: float
+    alerts: list[Alert] = field(default_factory=list)
+
+
+class ClusterMonitor:
+    """Simulated device metrics, the alert rules and remediation over one ClusterState (single-threaded)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        target: RemediationTarget,
+        queue_stats: Callable[[], QueueStats],
+        clock: Callable[[], float],
+        policy: RemediationPolicy | None = None,
+        rules: Sequence[AlertRule] | None = None,
+        interval_s: float = EVAL_INTERVAL_S,
+        nodes_per_shard: int = NODES_PER_SHARD,
+        start_t: float = 0.0,
+        budget_s: float = EVAL_BUDGET_S,
+    ) -> None:
+        self.state = state
+        self.clock = clock
+        self.interval_s = interval_s
+        self.budget_s = budget_s
+        self.rules = list(default_rules() if rules is None else rules)
+        needed = rule_metrics(self.rules)
+        self.audit = RuntimeAuditLog()
+        self.remediator = Remediator(target, policy, self.audit, node_count=lambda: int(state.present.sum()),
+                                     clock=clock)
+        names = [n.name for n in state.nodes]
+        chunks = [tuple(names[i:i + nodes_per_shard]) for i in range(0, len(names), nodes_per_shard)] or [()]
+        self.shards: list[_Shard] = []
+        self._shard_of: dict[str, _Shard] = {}
+        for k, chunk in enumerate(chunks):
+            source = SimSource(state, nodes=chunk, clock=clock, name=f"sim-{k}")
+            reg = CollectorRegistry(auto_describe=False)
+            reg.register(DeviceCollector(source, fields=needed))
+            reg.register(AllocationCollector(state, chunk, pods=False))
+            targets = {f"nodes-{k:03d}": reg}
+            if k == 0:
+                cp = CollectorRegistry(auto_describe=False)
+                ControlPlaneMetrics(cp, queue_stats)
+                targets["control-plane"] = cp
+            mon = EmbeddedMonitor(targets, rules=self.rules, db=SeriesDB(retention_s=RETENTION_S), metrics=needed)
+            shard = _Shard(chunk, source, mon, due=start_t + interval_s * k / len(chunks))
+            self.shards.append(shard)
+            for n in chunk:
+                self._shard_of[n] = shard
+        self._since: dict[tuple[str, str], float] = {}
+        """(alert, target) -> when it became active, kept while it stays active under changing labels."""
+        self._view: list[dict[str, Any]] = []
+        self._resolved: deque[dict[str, Any]] = deque(maxlen=KEEP_RESOLVED)
+        self.firing = 0
+
+    # ------------------------------------------------------------------ faults (through the collector)
+    def source(self, node: str) -> SimSource:
+        """The simulated collector serving ``node`` (inject faults there)."""
+        return self._shard_of[node].source
+
+    def inject_xid(self, node: str, gpu: int, xid: int) -> None:
+        self.source(node).inject_xid(node, gpu, xid)
+
+    def clear(self, node: str, gpu: int) -> None:
+        self.source(node).clear(node, gpu)
+
+    # ------------------------------------------------------------------ evaluation
+    def advance(self, t: float) -> list[AuditRecord]:
+        """Evaluate the shards due at ``t``, most overdue first, and remediate; returns the audit records written.
+
+        At least one due shard is evaluated per call; more only while the call has spent less than
+        ``budget_s`` of wall time. A shard left over stays due and is evaluated on a later call (at that
+        call's ``t``), so when the clock runs faster than the machine can evaluate, shards skip evaluation
+        slots (as Prometheus records missed iterations) instead of stalling the API."""
+        due = sorted((sh for sh in self.shards if sh.due <= t), key=lambda sh: sh.due)
+        if not due:
+            return []
+        start = time.perf_counter()
+        for k, sh in enumerate(due):
+            if k and time.perf_counter() - start >= self.budget_s:
+                break
+            self._evaluate(sh, t)
+            sh.due += self.interval_s * (math.floor((t - sh.due) / self.interval_s) + 1)
+        return self._remediate(t)
+
+    def evaluate_node(self, node: str, t: float) -> list[AuditRecord]:
+        """Evaluate ``node``'s shard now (a fault drill wants its answer at once) and remediate."""
+        self._evaluate(self._shard_of[node], t)
+        return self._remediate(t)
+
+    def _evaluate(self, sh: _Shard, t: float) -> None:
+        with _no_cyclic_gc():
+            sh.alerts = sh.monitor.step(t).alerts
+
+
+    def _remediate(self, t: float) -> list[AuditRecord]:
+        active = [a for sh in self.shards for a in sh.alerts]
+        records = self.remediator.handle([a for a in active if a.state == "firing"])
+        self._rebuild_view(active, t)
+        return records
+
+    def _rebuild_view(self, active: list[Alert], t: float) -> None:
+        """Alert rows keyed by (alert, target): a series whose labels change (a drained device loses its
+        ``pod`` label) is the same alert to a person; a row that was firing and is gone is resolved."""
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for a in active:
+            key = (a.name, _target(a))
+            row = rows.get(key)
+            if row is None:
+                since = min(self._since.get(key, a.active_since), a.active_since)
+                rows[key] = {"name": a.name, "severity": a.labels.get("severity", ""), "target": key[1],
+                             "summary": a.annotations.get("summary", ""), "since": since, "state": a.state}
+            elif a.state == "firing":
+                row["state"] = "firing"
+        for old in self._view:
+            key = (old["name"], old["target"])
+            if key not in rows and old["state"] == "firing":
+                self._resolved.appendleft({**old, "state": "resolved", "resolved": t})
+        self._since = {k: r["since"] for k, r in rows.items()}
+        self._view = sorted(rows.values(), key=lambda r: (r["state"] != "firing",
+                                                          SEVERITY_ORDER.get(r["severity"], 3), -r["since"]))
+        self.firing = sum(1 for r in self._view if r["state"] == "firing")
+
+    # ------------------------------------------------------------------ views and audit
+    def alerts(self) -> list[dict[str, Any]]:
+        """Active alerts (firing first, then pending), then the recently resolved ones, newest first."""
+        return [dict(a) for a in self._view] + [dict(a) for a in self._resolved]
+
+    def remediations(self) -> list[dict[str, Any]]:
+        return [remediation_row(r) for r in self.audit.recent]
+
+    def record(self, rec: AuditRecord) -> None:
+        """Log something the backend did on its own (a repaired GPU back in service) with the remediation."""
+        self.audit.write(rec)
+
+    def node_restored(self, node: str) -> None:
+        self.remediator.node_restored(node)
+
+    def take_unsaved(self) -> list[AuditRecord]:
+        return self.audit.take_unsaved()
