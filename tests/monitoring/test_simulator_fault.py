@@ -14,10 +14,9 @@ from gpucluster.monitoring import (
     SimSource,
     build_registry,
 )
+from gpucluster.simulator import jobs as jobs_mod
+from gpucluster.simulator import runner as simulator
 from tests.helpers import gpu_node
-
-simulator = pytest.importorskip("gpucluster.simulator.runner")
-jobs_mod = pytest.importorskip("gpucluster.simulator.jobs")
 
 
 @pytest.mark.slow

@@ -8,7 +8,19 @@ import os
 import typer
 
 from gpucluster import __version__
-from gpucluster.cli import demo_cmd, schedule_cmd, spec_cmd
+from gpucluster.cli import (
+    demo_cmd,
+    deploy_cmd,
+    design_cmd,
+    experiment_cmd,
+    k8s_cmd,
+    monitor_cmd,
+    schedule_cmd,
+    service_cmd,
+    simulate_cmd,
+    spec_cmd,
+    whatif_cmd,
+)
 
 app = typer.Typer(
     name="gpucluster",
@@ -18,34 +30,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (spec_cmd, schedule_cmd, demo_cmd):
+for module in (
+    spec_cmd, schedule_cmd, demo_cmd, design_cmd, whatif_cmd, experiment_cmd, simulate_cmd, k8s_cmd, deploy_cmd,
+    monitor_cmd, service_cmd,
+):
     module.register(app)
-
-_OPTIONAL = (
-    "gpucluster.cli.design_cmd",
-    "gpucluster.cli.experiment_cmd",
-    "gpucluster.cli.simulate_cmd",
-    "gpucluster.cli.k8s_cmd",
-    "gpucluster.cli.deploy_cmd",
-    "gpucluster.cli.monitor_cmd",
-    "gpucluster.cli.service_cmd",
-)
-
-
-def _register_optional() -> None:
-    import importlib
-
-    for name in _OPTIONAL:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(app)
-
-
-_register_optional()
 
 
 @app.command("version")

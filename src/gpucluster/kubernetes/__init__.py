@@ -1,6 +1,8 @@
 """Kubernetes backend: the only package importing the ``kubernetes`` client. Extender server, secondary
-scheduler with gangs and leader election, node registration, recovery from pod annotations, manifests."""
+scheduler with gangs and leader election, node registration, recovery from pod annotations, manifests, and
+``KubeRuntime``, the control plane's backend for a real cluster (``gpucluster up --kubeconfig``)."""
 
+from gpucluster.kubernetes.backend import KubeRuntime
 from gpucluster.kubernetes.binder import KubeBinder
 from gpucluster.kubernetes.cluster import KubeCluster, NodeGate, kube_profile, kube_registry
 from gpucluster.kubernetes.convert import (
@@ -27,6 +29,7 @@ __all__ = [
     "KubeBinder",
     "KubeCluster",
     "KubeInputError",
+    "KubeRuntime",
     "LeaderElector",
     "NodeGate",
     "NodeInfo",

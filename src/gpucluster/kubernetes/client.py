@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 from kubernetes.client import ApiClient, ApiException
 
@@ -27,6 +28,8 @@ def api_client(kubeconfig: str | Path | None = None, pool_size: int = 32) -> Api
             config.load_kube_config(config_file=str(path), client_configuration=cfg)  # type: ignore[no-untyped-call]
     except config.ConfigException as exc:
         raise KubeConfigError(f"{kubeconfig or 'in-cluster config'}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise KubeConfigError(f"{kubeconfig}: not a kubeconfig (YAML): {exc}".replace("\n", " ")) from None
     cfg.connection_pool_maxsize = pool_size
     return ApiClient(cfg)
 

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 PodListener = Callable[[str, Mapping[str, Any]], None]
 """``(event type, pod)``: ``SYNC`` for each pod of a (re)list, then ``ADDED`` / ``MODIFIED`` / ``DELETED``."""
+ResyncListener = Callable[[set[str]], None]
+"""After each (re)list of pods and its ``SYNC`` events: the keys (``namespace/name``) of every pod that exists.
+A pod deleted while the watch was down gets no ``DELETED`` event; this is how listeners learn it is gone."""
 
 
 class Informer:
@@ -30,6 +33,7 @@ class Informer:
         self.cluster = cluster
         self.watch_timeout = watch_timeout
         self.pod_listeners: list[PodListener] = []
+        self.pod_resync_listeners: list[ResyncListener] = []
         self.node_listeners: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._nodes_synced = threading.Event()
@@ -108,6 +112,10 @@ class Informer:
             for obj in items:
                 for cb in self.pod_listeners:
                     cb("SYNC", obj)
+            if self.pod_resync_listeners:
+                keys = {pod_key(obj) for obj in items}
+                for resync in self.pod_resync_listeners:
+                    resync(keys)
             self._pods_synced.set()
             return str(body["metadata"]["resourceVersion"])
 

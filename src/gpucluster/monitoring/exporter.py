@@ -24,9 +24,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpucluster.model import ClusterState
+from gpucluster.model.views import node_fragmentation
 from gpucluster.monitoring import metrics as m
 from gpucluster.monitoring.collectors.base import DeviceSample, DeviceSource
-from gpucluster.monitoring.fragmentation import node_fragmentation
 
 # (metric name, DeviceSample field, help)
 DEVICE_FIELDS: tuple[tuple[str, str, str], ...] = (

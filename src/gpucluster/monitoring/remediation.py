@@ -24,7 +24,7 @@ from typing import Protocol, TextIO, runtime_checkable
 import numpy as np
 
 from gpucluster.model import Allocation, AllocationError, ClusterState, Pod
-from gpucluster.monitoring.fragmentation import node_fragmentation
+from gpucluster.model.views import node_fragmentation
 from gpucluster.monitoring.rules import Action, Alert
 from gpucluster.scheduler import Outcome, Scheduler
 

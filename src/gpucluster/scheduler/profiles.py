@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from gpucluster.model import Policy
 from gpucluster.scheduler.framework import PluginConfig, Profile
@@ -24,11 +25,48 @@ def binpack_spread_profile(
     )
 
 
+TIE_BREAK_WEIGHT = 1e-6
+"""Weight of ``NodeRankTieBreak``: small enough never to reorder integer policy scores, only ties."""
+
+_FGD_PAPER_PLUGINS: Mapping[str, tuple[str, str]] = {
+    # policy -> (node Score plugin, device DeviceScore plugin)
+    "random": ("RandomScore", "RandomDevice"),
+    "dotprod": ("DotProductScore", "BestFitDevice"),
+    "clustering": ("GpuClusteringScore", "BestFitDevice"),
+    "packing": ("GpuPackingScore", "BestFitDevice"),
+    "bestfit": ("BestFitScore", "BestFitDevice"),
+    "fgd": ("FGDScore", "FGDScore"),
+}
+FGD_PAPER_POLICIES = tuple(_FGD_PAPER_PLUGINS)
+"""The six policies of the FGD paper (USENIX ATC'23), in the paper's order."""
+
+
+def fgd_paper_profile(policy: str, seed: int = 0, fgd_args: Mapping[str, Any] | None = None) -> Profile:
+    """One of the FGD paper's policies: filters, the policy's Score (and device choice), seeded tie-break.
+
+    ``fgd_args`` go to ``FGDScore`` (e.g. a fixed ``target`` workload; without one it learns online).
+    """
+    node_plugin, device_plugin = _FGD_PAPER_PLUGINS[policy]
+    plugins = [
+        PluginConfig(name="NodeUnschedulable"),
+        PluginConfig(name="NodeResourcesFit"),
+        PluginConfig(name="DeviceFit"),
+        PluginConfig(name=node_plugin, args=dict(fgd_args or {}) if node_plugin == "FGDScore" else {}),
+    ]
+    if device_plugin != node_plugin:
+        plugins.append(PluginConfig(name=device_plugin))
+    if policy != "random":
+        plugins.append(PluginConfig(name="NodeRankTieBreak", weight=TIE_BREAK_WEIGHT, args={"seed": seed}))
+    return Profile(plugins=plugins, seed=seed)
+
+
 ProfileBuilder = Callable[[int], Profile]
 
 PROFILES: Mapping[str, ProfileBuilder] = {
     "binpack": lambda seed: binpack_spread_profile(Policy.BINPACK, Policy.SPREAD, seed),
     "spread": lambda seed: binpack_spread_profile(Policy.SPREAD, Policy.SPREAD, seed),
+    **{p: (lambda seed, p=p: fgd_paper_profile(p, seed)) for p in FGD_PAPER_POLICIES},  # type: ignore[misc]
+    "default": lambda seed: profile_for(DEFAULT_POLICY, seed),
 }
 """Policy name -> profile builder (taking a seed)."""
 

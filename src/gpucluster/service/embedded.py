@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from gpucluster.devices import DeviceInputError, VendorRegistry
-from gpucluster.model import Pod
+from gpucluster.model import Allocation, Pod, views
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
 from gpucluster.scheduler import DEFAULT_POLICY, Scheduler, profile_for
 from gpucluster.service.monitor import ClusterMonitor
@@ -304,10 +304,7 @@ class EmbeddedRuntime:
             heapq.heappush(self._ends, (self._now + job.duration_s, job.id))
 
     def _placement(self, pod_key: str) -> dict[str, Any]:
-        alloc = self.state.allocations[pod_key]
-        return {"pod": pod_key, "node": alloc.node,
-                "devices": [{"uuid": g.uuid, "index": g.device_index, "memory_mib": g.memory_mib,
-                             "cores": g.core_milli // 10} for g in alloc.grants]}
+        return views.placement(self.state, pod_key, self.state.allocations[pod_key].node)
 
     @staticmethod
     def _running_message(job: Job) -> str:
@@ -406,25 +403,9 @@ class EmbeddedRuntime:
         return self.monitor.take_unsaved()
 
     # ------------------------------------------------------------------ views
-    def _fragmentation(self) -> float:
-        """Share of free compute stranded on partly used devices (a whole-GPU job cannot use it)."""
-        s = self.state
-        usable = s.dev_valid & s.dev_healthy & s.schedulable[:, None]
-        free = np.where(usable, s.dev_core_cap - s.dev_core_used, 0)
-        partial = free[(s.dev_core_used > 0) | (s.dev_tasks > 0)].sum()
-        total = free.sum()
-        return float(partial / total) if total else 0.0
-
     def _sample(self) -> None:
-        tot = self.state.totals()
         self._last_sample = self._now
-        self._history.append({
-            "t": self._now,
-            "gpu_alloc": tot["core_used_milli"] / max(tot["core_milli"], 1),
-            "mem_alloc": tot["device_memory_used_mib"] / max(tot["device_memory_mib"], 1),
-            "fragmentation": self._fragmentation(),
-            "pending": float(len(self._queue)),
-        })
+        self._history.append(views.sample(self.state, self._now, len(self._queue)))
 
     def alerts(self) -> list[dict[str, Any]]:
         return self.monitor.alerts()
@@ -445,126 +426,39 @@ class EmbeddedRuntime:
                 u["pending"] += 1
         return out
 
-    def _node_rows(self, indices: list[int]) -> list[dict[str, Any]]:
-        """Node rows for the API, built from whole-array ``tolist()`` calls (no per-element numpy access)."""
-        s = self.state
-        mem_pct = np.round(np.divide(s.dev_mem_used * 100.0, s.dev_mem_cap, out=np.zeros(s.dev_mem_cap.shape),
-                                     where=s.dev_mem_cap > 0), 1)
-        core, pct, healthy = s.dev_core_used.tolist(), mem_pct.tolist(), s.dev_healthy.tolist()
-        cpu_cap, cpu_used = s.cpu_cap.tolist(), s.cpu_used.tolist()
-        mem_cap, mem_used = s.mem_cap.tolist(), s.mem_used.tolist()
-        pods, present, sched, count = s.pod_count.tolist(), s.present.tolist(), s.schedulable.tolist(), \
-            s.dev_count.tolist()
-        rows = []
-        for i in indices:
-            node = s.nodes[i]
-            d = count[i]
-            rows.append({
-                "name": node.name, "rack": node.rack, "leaf": node.leaf, "spine": node.spine, "pool": node.pool,
-                "model": node.devices[0].model if node.devices else "",
-                "present": present[i], "schedulable": sched[i],
-                "cpu_milli": cpu_cap[i], "cpu_used_milli": cpu_used[i],
-                "memory_mib": mem_cap[i], "memory_used_mib": mem_used[i],
-                "pods": pods[i], "gpus": d,
-                "dev_core_used": core[i][:d], "dev_mem_pct": pct[i][:d], "dev_healthy": healthy[i][:d],
-            })
-        return rows
-
     def nodes(self) -> list[dict[str, Any]]:
-        return self._node_rows([i for i, p in enumerate(self.state.present.tolist()) if p])
+        return views.present_rows(self.state)
+
+    def _describe(self, alloc: Allocation) -> dict[str, Any]:
+        jid = self._pod_job.get(alloc.pod_key, "")
+        job = self._jobs.get(jid)
+        return {"job": jid, "job_name": job.name if job else "", "tenant": alloc.tenant or (job.tenant if job else "")}
 
     def node(self, name: str) -> dict[str, Any] | None:
-        i = self.state.node_index.get(name)
-        if i is None:
-            return None
-        s = self.state
-        row = self._node_rows([i])[0]
-        by_dev: dict[int, list[dict[str, Any]]] = {}
-        for alloc in s.allocations_on(name):
-            jid = self._pod_job.get(alloc.pod_key, "")
-            job = self._jobs.get(jid)
-            for g in alloc.grants:
-                by_dev.setdefault(g.device_index, []).append({
-                    "pod": alloc.pod_key, "job": jid, "job_name": job.name if job else "",
-                    "tenant": alloc.tenant or (job.tenant if job else ""),
-                    "cores": g.core_milli // 10, "memory_mib": g.memory_mib})
-        row["devices"] = [
-            {"index": dev.index, "uuid": dev.uuid, "model": dev.model, "numa": dev.numa,
-             "nvlink_domain": dev.nvlink_domain, "healthy": bool(s.dev_healthy[i, dev.index]),
-             "core_used": int(s.dev_core_used[i, dev.index]), "core_cap": int(s.dev_core_cap[i, dev.index]),
-             "memory_used_mib": int(s.dev_mem_used[i, dev.index]),
-             "memory_mib": int(s.dev_mem_cap[i, dev.index]), "tasks": int(s.dev_tasks[i, dev.index]),
-             "max_tasks": int(s.dev_max_tasks[i, dev.index]), "pods": by_dev.get(dev.index, [])}
-            for dev in s.nodes[i].devices
-        ]
-        return row
+        return views.node_detail(self.state, name, self._describe)
 
     def overview(self) -> dict[str, Any]:
-        s = self.state
-        tot = s.totals()
-        valid = s.dev_valid & s.present[:, None]
         counts = {st.value: 0 for st in JobStatus}
         user_counts = {st.value: 0 for st in JobStatus}
         for job in self._jobs.values():
             counts[job.status.value] += 1
             if not job.synthetic:
                 user_counts[job.status.value] += 1
-        models: dict[str, dict[str, float]] = {}
-        for mid, model in enumerate(s.models.names):
-            mask = valid & (s.dev_model == mid)
-            cap = int(s.dev_core_cap[mask].sum())
-            models[model] = {"devices": int(mask.sum()), "alloc": float(s.dev_core_used[mask].sum() / cap)
-                             if cap else 0.0}
         return {
             "backend": self.backend,
             "cluster": self.cluster.name,
             "policy": self.policy,
             "t": self._now,
-            "nodes": tot["nodes"],
-            "nodes_cordoned": int((s.present & ~s.schedulable).sum()),
-            "devices": tot["devices"],
-            "devices_in_use": int((valid & (s.dev_tasks > 0)).sum()),
-            "devices_unhealthy": int((valid & ~s.dev_healthy).sum()),
-            "gpu_alloc": tot["core_used_milli"] / max(tot["core_milli"], 1),
-            "gpu_mem_alloc": tot["device_memory_used_mib"] / max(tot["device_memory_mib"], 1),
-            "cpu_alloc": tot["cpu_used_milli"] / max(tot["cpu_milli"], 1),
-            "mem_alloc": tot["memory_used_mib"] / max(tot["memory_mib"], 1),
-            "fragmentation": self._fragmentation(),
-            "pods": tot["pods"],
+            **views.figures(self.state),
             "queue": len(self._queue),
             "jobs": counts,
             "user_jobs": user_counts,
-            "models": models,
             "alerts_firing": self.monitor.firing,
             "history": list(self._history),
         }
 
     def topology(self) -> dict[str, Any]:
-        s = self.state
-        spines: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
-        for i, node in enumerate(s.nodes):
-            if not s.present[i]:
-                continue
-            domains: dict[int, int] = {}
-            for dev in node.devices:
-                domains[dev.nvlink_domain] = domains.get(dev.nvlink_domain, 0) + 1
-            cap = int(s.dev_core_cap[i].sum())
-            spines.setdefault(node.spine, {}).setdefault(node.leaf, {}).setdefault(node.rack, []).append({
-                "name": node.name, "model": node.devices[0].model if node.devices else "",
-                "gpus": len(node.devices), "nvlink_domains": [n for d, n in sorted(domains.items()) if d >= 0],
-                "pcie_only": domains.get(-1, 0), "alloc": float(s.dev_core_used[i].sum() / cap) if cap else 0.0,
-                "schedulable": bool(s.schedulable[i])})
-        f = s.fabric
-        return {
-            "fabric": {"type": str(f.type), "link_gbps": f.link_gbps, "oversubscription": f.oversubscription,
-                       "nvlink_gbps_per_gpu": f.nvlink_gbps_per_gpu},
-            "spines": [
-                {"name": sp, "leaves": [
-                    {"name": lf, "racks": [{"name": rk, "nodes": nodes} for rk, nodes in sorted(racks.items())]}
-                    for lf, racks in sorted(leaves.items())]}
-                for sp, leaves in sorted(spines.items())
-            ],
-        }
+        return views.topology(self.state)
 
 
 class EmbeddedTarget(SimTarget):

@@ -1,9 +1,11 @@
 """Pick the runtime behind the control plane: embedded (default) or a real Kubernetes cluster.
 
 The Kubernetes seam: with ``--kubeconfig`` the service imports ``gpucluster.kubernetes`` and calls
-``gpucluster.kubernetes.KubeRuntime(kubeconfig=Path, policy=str)``; that class must implement :class:`~gpucluster.
-service.runtime.Runtime` (nodes from the API server's informer, jobs as Pods placed by the same scheduler and bound
-with the KubeBinder). Until it exists, ``--kubeconfig`` fails with a message that says so.
+``gpucluster.kubernetes.KubeRuntime(kubeconfig=Path, policy=str, status_type=JobStatus, event_type=JobEvent)``;
+that class implements :class:`~gpucluster.service.runtime.Runtime` (nodes from the API server's informer, jobs as
+Pods placed by the same scheduler and bound with the KubeBinder). ``gpucluster.kubernetes`` sits below
+``service`` in the import layers, so the service hands it the job vocabulary it must answer in. A kubeconfig that
+cannot be loaded or an API server that does not answer is a :class:`RuntimeUnavailableError` naming the flag.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from gpucluster.scheduler import DEFAULT_POLICY
 from gpucluster.service.embedded import EmbeddedRuntime
-from gpucluster.service.runtime import Runtime
+from gpucluster.service.runtime import JobEvent, JobStatus, Runtime
 from gpucluster.spec import Cluster
 
 KUBE_PACKAGE = "gpucluster.kubernetes"
@@ -51,7 +53,11 @@ def build_runtime(opts: RuntimeOptions) -> Runtime:
         factory = getattr(module, KUBE_RUNTIME, None)
         if factory is None:
             raise RuntimeUnavailableError(missing)
-        runtime: Runtime = factory(kubeconfig=opts.kubeconfig, policy=opts.policy)
+        try:
+            runtime: Runtime = factory(kubeconfig=opts.kubeconfig, policy=opts.policy, status_type=JobStatus,
+                                       event_type=JobEvent)
+        except (ValueError, OSError) as exc:  # KubeConfigError; ConnectionError/TimeoutError from the API server
+            raise RuntimeUnavailableError(f"--kubeconfig: {exc}") from None
         return runtime
     if opts.cluster is None:
         raise RuntimeUnavailableError("--cluster: no cluster to run")

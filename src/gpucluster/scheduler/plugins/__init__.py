@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-
 from gpucluster.scheduler.framework import PluginRegistry
-from gpucluster.scheduler.plugins import devicefit, noderesources, policy
-
-# Plugin packages that register several plugins through their own ``register(registry)`` function.
-_PACKAGES = (
-    "gpucluster.scheduler.plugins.fragmentation",
-    "gpucluster.scheduler.plugins.baselines",
-    "gpucluster.scheduler.plugins.gang",
-    "gpucluster.scheduler.plugins.topology",
-    "gpucluster.scheduler.plugins.quota",
-    "gpucluster.scheduler.plugins.datalocality",
+from gpucluster.scheduler.plugins import (
+    baselines,
+    datalocality,
+    devicefit,
+    fragmentation,
+    gang,
+    noderesources,
+    policy,
+    quota,
+    topology,
 )
 
 
@@ -26,12 +24,6 @@ def builtin_registry() -> PluginRegistry:
     reg.register("DeviceFit", devicefit.new_device_fit)
     reg.register("NodePolicy", policy.new_node_policy)
     reg.register("DevicePolicy", policy.new_device_policy)
-    for name in _PACKAGES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(reg)
+    for package in (fragmentation, baselines, gang, topology, quota, datalocality):
+        package.register(reg)
     return reg

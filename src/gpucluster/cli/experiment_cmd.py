@@ -1,0 +1,176 @@
+"""``gpucluster experiment``: reproducible placement experiments (the FGD paper on the openb trace)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing as mp
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from gpucluster.cli.common import console, fail, print_json
+from gpucluster.simulator.experiments import fgd
+from gpucluster.simulator.experiments.fgd_engine import PolicyName
+from gpucluster.simulator.traces.openb import TraceError, load_nodes, load_pods
+
+app = typer.Typer(help="Placement experiments (FGD reproduction and policy comparisons).", no_args_is_help=True)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), console=console, transient=True)
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return fgd.parse_seeds(text)
+    except ValueError as exc:
+        fail(f"--seeds {text!r}: {exc} (use e.g. 42-51 or 42,43)")
+
+
+def _policy(name: str) -> PolicyName:
+    try:
+        return fgd.resolve_policy(name)
+    except ValueError as exc:
+        fail(f"--policy: {exc}")
+
+
+def _workload_name(path: Path) -> str:
+    return path.stem.removeprefix("openb_pod_list_")
+
+
+@app.command("fgd")
+def fgd_cmd(
+    nodes: Annotated[Path, typer.Option("--nodes", help="openb node list CSV (sn,cpu_milli,memory_mib,gpu,model).")],
+    pods: Annotated[Path, typer.Option("--pods", help="openb pod list CSV (any variant).")],
+    policy: Annotated[str, typer.Option("--policy", help="random, dotprod, clustering, packing, bestfit, fgd, "
+                                                         "or default (the scheduler's default policy).")] = "fgd",
+    seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 42-51 or 42,43.")] = "42-51",
+    inflation: Annotated[float, typer.Option("--inflation", help="Arrived GPU request / cluster GPUs.")] = 1.3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Write peer-shaped CSVs, PNG plots, result.json.")] = None,
+) -> None:
+    """Replay a pod list on a node list with one policy over seeds (the FGD paper's method)."""
+    pol = _policy(policy)
+    seed_list = _seeds(seeds)
+    if not 0 < inflation <= 10:
+        fail(f"--inflation {inflation}: must be in (0, 10]")
+    try:
+        node_list = load_nodes(nodes)
+        pod_list = load_pods(pods)
+    except TraceError as exc:
+        fail(str(exc))
+    workload = _workload_name(pods)
+    tgt = fgd.target_workload(pod_list)
+    result = fgd.ExperimentResult(workload, pol.value, inflation, sum(n.gpus for n in node_list))
+    with _progress() as prog:
+        task = prog.add_task(f"{workload} / {pol.value}", total=len(seed_list))
+        for s in seed_list:
+            result.seeds.append(fgd.run_seed(node_list, pod_list, pol, s, inflation, tgt))
+            prog.advance(task)
+    data = fgd.result_json(result)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        fgd.write_peer_csvs([result], out)
+        fgd.plot_experiment(result, out)
+        (out / "result.json").write_text(json.dumps(data, indent=2))
+    if as_json:
+        print_json(data)
+        return
+    alloc = result.mean("allocation")
+    table = Table(title=f"{workload}: {pol.value}, seeds {seed_list[0]}..{seed_list[-1]} ({len(seed_list)})")
+    for col in ("arrived %", "allocation %", "fragmentation %"):
+        table.add_column(col, justify="right")
+    frag = result.mean("fragmentation")
+    for k in (50, 80, 90, 100, 110, 120, 130):
+        if k in alloc:
+            table.add_row(str(k), f"{alloc[k]:.2f}", f"{frag.get(k, float('nan')):.2f}")
+    console.print(table)
+    console.print(f"unallocated GPUs at 130%: {result.unallocated_gpus_at(130):.1f} of {result.total_gpus}")
+    if out is not None:
+        console.print(f"wrote {out}")
+
+
+@app.command("fgd-sweep")
+def fgd_sweep_cmd(
+    trace_dir: Annotated[Path, typer.Option("--trace-dir",
+                                            help="Folder with openb_*.csv (and fgd-expected-results/).")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder (runs are resumed from it).")],
+    policies: Annotated[str, typer.Option("--policies", help="Comma-separated policies.")] =
+        "random,dotprod,clustering,packing,bestfit,fgd",
+    workloads: Annotated[str, typer.Option("--workloads", help="Comma-separated workloads (default: the 13 "
+                                                               "with published results).")] = "",
+    seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 42-51.")] = "42-51",
+    inflation: Annotated[float, typer.Option("--inflation")] = 1.3,
+    jobs: Annotated[int, typer.Option("--jobs", help="Worker processes (default: all cores).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Every (workload, policy, seed) in parallel, resumable; then comparison figures and a summary table."""
+    pols = [_policy(p.strip()).value for p in policies.split(",") if p.strip()]
+    wls = [w.strip() for w in workloads.split(",") if w.strip()] or list(fgd.PUBLISHED_WORKLOADS)
+    seed_list = _seeds(seeds)
+    if not (trace_dir / fgd.NODE_FILE).is_file():
+        fail(f"--trace-dir {trace_dir}: no {fgd.NODE_FILE} there")
+    missing = [w for w in wls if not (trace_dir / f"openb_pod_list_{w}.csv").is_file()]
+    if missing:
+        fail(f"--workloads: no pod list for {', '.join(missing)} in {trace_dir}")
+    try:
+        total_gpus = sum(n.gpus for n in load_nodes(trace_dir / fgd.NODE_FILE))
+        for w in wls:
+            load_pods(trace_dir / f"openb_pod_list_{w}.csv")
+    except TraceError as exc:
+        fail(str(exc))
+    tasks = fgd.sweep_tasks(trace_dir, out, wls, pols, seed_list, inflation)
+    todo = [t for t in tasks if not Path(t.out_file).is_file()]
+    n_jobs = jobs or os.cpu_count() or 1
+    with _progress() as prog:
+        bar = prog.add_task(f"sweep ({len(tasks) - len(todo)} already done)", total=len(todo))
+        if n_jobs == 1 or len(todo) <= 1:
+            for t in todo:
+                fgd.run_sweep_task(t)
+                prog.advance(bar)
+        else:
+            with mp.get_context("fork").Pool(n_jobs) as pool:
+                for _ in pool.imap_unordered(fgd.run_sweep_task, todo):
+                    prog.advance(bar)
+    results = fgd.collect_sweep(out, wls, pols, seed_list, inflation, total_gpus)
+    published_csv = trace_dir / "fgd-expected-results" / "analysis_allo_discrete.csv"
+    published = fgd.load_published(published_csv) if published_csv.is_file() else None
+    figures = out / "figures"
+    for w, rs in results.items():
+        fgd.plot_comparison(rs, w, figures / f"{w}_allocation.png")
+    fgd.write_peer_csvs([r for rs in results.values() for r in rs], out)
+    rows = fgd.summary_rows(results, published)
+    _write_summary(rows, out)
+    if as_json:
+        print_json({"runs": len(tasks), "ran_now": len(todo), "summary": rows})
+        return
+    table = Table(title=f"mean GPU allocation %, seeds {seed_list[0]}..{seed_list[-1]}")
+    cols = ["workload", "policy", "ours_100", "published_100", "ours_130", "published_130", "delta_130"]
+    for c in cols:
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(*[("" if r.get(c) is None else str(r.get(c))) for c in cols])
+    console.print(table)
+    console.print(f"wrote {out / 'summary.csv'}, {out / 'summary.md'} and {figures}/")
+
+
+def _write_summary(rows: list[dict[str, Any]], out: Path) -> None:
+    cols = ["workload", "policy", "seeds", "ours_100", "published_100", "delta_100", "ours_130", "published_130",
+            "delta_130"]
+    with (out / "summary.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in cols) + " |" for r in rows]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="experiment")

@@ -1,0 +1,146 @@
+"""``gpucluster simulate``: replay a job trace on a cluster under one or more queue policies."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.simulator.jobs import JobSpec, TraceError
+from gpucluster.simulator.policies import DEFAULT_POLICY, POLICIES
+from gpucluster.simulator.runner import Simulation
+from gpucluster.spec import Cluster
+
+FORMATS = ("philly-gavel", "alibaba-openb", "tiresias", "jobs", "synthetic")
+_KEYS = ("jobs", "jobs_completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
+         "gpu_utilization", "jain_fairness", "bytes_moved", "preemptions", "jobs_lost")
+
+
+def load_trace(trace: str, cluster: Cluster, seed: int = 0) -> list[JobSpec]:
+    """``FORMAT:PATH`` (or ``synthetic:N[:PROFILE[:LOAD]]``) -> job specs; raises TraceError."""
+    fmt, sep, arg = trace.partition(":")
+    if not sep or not arg:
+        raise TraceError(f"--trace {trace!r}: expected FORMAT:PATH with FORMAT one of {', '.join(FORMATS)}")
+    if fmt == "philly-gavel":
+        from gpucluster.simulator.traces.philly import load_philly
+
+        return load_philly(Path(arg))
+    if fmt == "jobs":
+        from gpucluster.simulator.traces.jobs import load_jobs
+
+        return load_jobs(Path(arg))
+    if fmt == "tiresias":
+        from gpucluster.simulator.traces.tiresias import load_tiresias
+
+        return load_tiresias(Path(arg))
+    if fmt == "alibaba-openb":
+        from gpucluster.simulator.traces.alibaba_online import load_openb_jobs
+
+        return load_openb_jobs(Path(arg))
+    if fmt == "synthetic":
+        from gpucluster.simulator.traces.synthetic import DEFAULT_PROFILE, generate
+
+        parts = arg.split(":")
+        try:
+            n = int(parts[0])
+            load = float(parts[2]) if len(parts) > 2 else 0.7
+        except ValueError:
+            raise TraceError(f"--trace {trace!r}: expected synthetic:N[:PROFILE[:LOAD]] with N a whole number "
+                             "and LOAD a number") from None
+        gpus = sum(len(n_.devices) for n_ in cluster.nodes)
+        return generate(n, gpus, profile=parts[1] if len(parts) > 1 else DEFAULT_PROFILE, load=load, seed=seed)
+    raise TraceError(f"--trace {trace!r}: unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, progress: Progress | None
+             ) -> tuple[Simulation, dict[str, Any]]:
+    sim = Simulation(cluster, policy, seed=seed)
+    sim.submit_many(jobs)
+    end = max((j.submit_s for j in jobs), default=0.0)
+    task = progress.add_task(policy, total=len(jobs)) if progress is not None else None
+    started = time.perf_counter()
+    step = max(end / 200.0, 1.0)
+    t = 0.0
+    while sim.kernel.peek() != float("inf"):
+        t = max(t + step, sim.kernel.peek()) if t < end else float("inf")
+        sim.run_until(t)
+        if progress is not None and task is not None:
+            progress.update(task, completed=sum(1 for j in sim.jobs.values() if j.done))
+    summary = sim.summary()
+    summary["wall_s"] = round(time.perf_counter() - started, 3)
+    return sim, summary
+
+
+def simulate(
+    trace: Annotated[str, typer.Option("--trace", help="FORMAT:PATH; formats philly-gavel, alibaba-openb, "
+                                                        "tiresias, jobs, or synthetic:N[:PROFILE[:LOAD]]")],
+    cluster_path: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
+    policy: Annotated[str, typer.Option("--policy", help="Queue policy, a comma list, or 'all'")] = DEFAULT_POLICY,
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for per-job CSV and PNG plots")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed (synthetic traces, tie-breaks)")] = 0,
+    limit: Annotated[int | None, typer.Option(help="Only the first N jobs (by arrival)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON")] = False,
+) -> None:
+    """Replay a job trace: queueing, gang + topology placement, preemption; print JCT, utilisation, fairness."""
+    names = sorted(POLICIES) if policy == "all" else [p.strip() for p in policy.split(",") if p.strip()]
+    for name in names:
+        if name not in POLICIES:
+            fail(f"--policy: unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}, all")
+    if limit is not None and limit <= 0:
+        fail("--limit: must be > 0")
+    cluster = load_cluster_or_fail(cluster_path)
+    try:
+        jobs = load_trace(trace, cluster, seed)
+    except TraceError as exc:
+        fail(str(exc))
+    jobs = sorted(jobs, key=lambda j: j.submit_s)[:limit] if limit else jobs
+    if not jobs:
+        fail(f"--trace {trace}: no jobs in it")
+    results: dict[str, dict[str, Any]] = {}
+    sims: dict[str, Simulation] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
+                  TimeElapsedColumn(), console=console, transient=True, disable=as_json) as progress:
+        for name in names:
+            sims[name], results[name] = _run_one(cluster, jobs, name, seed, progress)
+    if out is not None:
+        _write_out(out, sims)
+    if as_json:
+        print_json(results[names[0]] if len(names) == 1 else {"cluster": cluster.name, "policies": results})
+        return
+    table = Table(title=f"{len(jobs)} jobs on {cluster.name}")
+    table.add_column("metric")
+    for name in names:
+        table.add_column(name, justify="right")
+    for key in (*_KEYS, "wall_s"):
+        row = []
+        for name in names:
+            v = results[name][key]
+            row.append(f"{v:.3f}" if isinstance(v, float) and v < 10 else
+                       f"{v:,.0f}" if isinstance(v, float) else str(v))
+        table.add_row(key, *row)
+    console.print(table)
+    if out is not None:
+        console.print(f"wrote {out}/")
+
+
+def _write_out(out: Path, sims: dict[str, Simulation]) -> None:
+    from gpucluster.simulator.metrics import plot_jct_cdf, plot_series, write_jobs_csv
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--out {out}: {exc.strerror}")
+    for name, sim in sims.items():
+        write_jobs_csv(sim, out / f"jobs-{name}.csv")
+        plot_series(sim, out / f"series-{name}.png")
+    plot_jct_cdf({name: [j.jct_s for j in sim.jobs.values() if j.finish_s >= 0 and not j.extra.get("rejected")]
+                  for name, sim in sims.items()}, out / "jct-cdf.png")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)

@@ -1,0 +1,151 @@
+"""GPU fragmentation: the measure (:mod:`.measure`) and the FGD placement plugin.
+
+``FGDScore`` (Score + DeviceScore, plus a PreFilter that only observes pods) scores each feasible node by how
+much placing the pod there lowers the node's fragmentation against a target workload:
+``int(sigmoid((frag_before - frag_after) / 1000) * 100)``; for a sharing pod it tries every GPU that holds it
+and keeps the best (that GPU is then the one DeviceScore prefers). The target workload is given in the
+plugin's args (``target``: shapes with weights) or, without it, learned online from the pods seen so far
+(rebuilt every ``refresh`` pods). Scores are cached per pod shape and node and recomputed only for nodes whose
+``node_generation`` moved.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpucluster.model import DeviceRequest, Pod, Snapshot
+from gpucluster.scheduler.framework import (
+    BoolArray,
+    CycleState,
+    FloatArray,
+    Handle,
+    IntArray,
+    PluginRegistry,
+    Status,
+)
+from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
+from gpucluster.scheduler.plugins.fragmentation.measure import (
+    MILLI,
+    NodeArrays,
+    Shape,
+    ShapeCache,
+    TargetWorkload,
+    build_target_workload,
+    fgd_scores,
+    fragmentation,
+    node_fragmentation,
+    pod_shape,
+)
+
+__all__ = [
+    "FGDScore",
+    "NodeArrays",
+    "Shape",
+    "TargetWorkload",
+    "build_target_workload",
+    "fgd_scores",
+    "fragmentation",
+    "node_fragmentation",
+    "pod_shape",
+    "register",
+]
+
+
+class TargetShapeArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu_milli: int = Field(ge=0)
+    gpu_milli: int = Field(ge=0, le=MILLI)
+    """GPU milli per GPU (0 for CPU-only shapes)."""
+    gpu_count: int = Field(ge=0)
+    gpu_models: str = ""
+    """Allowed models, ``|``-separated (empty = any)."""
+    weight: float = Field(gt=0)
+
+
+class FGDArgs(PluginArgs):
+    target: list[TargetShapeArgs] | None = None
+    """Fixed target workload; None = learn it online from the pods seen."""
+    coverage: float = Field(default=0.95, gt=0, le=1)
+    """Share of pods the learned target's most frequent shapes must cover."""
+    refresh: int = Field(default=256, ge=1)
+    """Rebuild the learned target every ``refresh`` observed pods."""
+
+
+def target_from_args(shapes: list[TargetShapeArgs]) -> TargetWorkload:
+    w = np.array([s.weight for s in shapes], np.float64)
+    return TargetWorkload(tuple((s.cpu_milli, s.gpu_milli, s.gpu_count, s.gpu_models) for s in shapes), w / w.sum())
+
+
+class FGDScore:
+    name = "FGDScore"
+
+    def __init__(self, target: TargetWorkload | None, coverage: float = 0.95, refresh: int = 256) -> None:
+        self.fixed = target is not None
+        self.target = target
+        self.coverage = coverage
+        self.refresh = refresh
+        self._counts: Counter[Shape] = Counter()
+        self._seen = 0
+        self._cache = ShapeCache(0)
+        self._access: BoolArray | None = None
+        self._models = -1
+
+    # ------------------------------------------------------------------------------ online target
+    def pre_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> Status:
+        if not self.fixed:
+            self._counts[pod_shape(pod)] += 1
+            self._seen += 1
+            if self.target is None or self._seen % self.refresh == 0:
+                self.target = build_target_workload(self._counts.elements(), self.coverage)
+                self._access = None
+        return Status.success()
+
+    def _prepare(self, snap: Snapshot) -> None:
+        if self._cache.n != snap.n_nodes:
+            self._cache = ShapeCache(snap.n_nodes)
+        if self._access is None or self._models != len(snap.models):
+            assert self.target is not None
+            self._access = self.target.access(list(snap.models))
+            self._models = len(snap.models)
+            self._cache = ShapeCache(snap.n_nodes)
+
+    def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
+        if self.target is None:
+            self.target = build_target_workload([pod_shape(pod)], self.coverage)
+        self._prepare(snap)
+        assert self._access is not None
+        target, access = self.target, self._access
+        cpu, milli, num, _ = pod_shape(pod)
+        view = NodeArrays.from_snapshot(snap)
+
+        def compute(rows: IntArray) -> tuple[FloatArray, IntArray]:
+            return fgd_scores(view, rows, cpu, milli, num, target, access)
+
+        scores, gpus = self._cache.lookup((cpu, milli, num), candidates, np.asarray(snap.node_generation), compute)
+        state.write(self.name, dict(zip(candidates.tolist(), gpus.tolist(), strict=True)))
+        return scores.astype(np.float64)
+
+    def score_devices(self, state: CycleState, pod: Pod, snap: Snapshot, node: int, request: DeviceRequest,
+                      feasible: BoolArray, taken: IntArray) -> FloatArray:
+        out = np.zeros(snap.device_slots, np.float64)
+        if request.count == 1 and 0 < request.core_milli < MILLI:
+            chosen: dict[int, int] = state.get(self.name) or {}
+            j = chosen.get(node, -1)
+            if j >= 0 and feasible[j]:
+                out[j] = 100.0
+        return out
+
+
+def new_fgd_score(args: Mapping[str, Any], handle: Handle) -> FGDScore:
+    a = parse_args(FGDArgs, FGDScore.name, args)
+    return FGDScore(target_from_args(a.target) if a.target else None, a.coverage, a.refresh)
+
+
+def register(reg: PluginRegistry) -> None:
+    reg.register(FGDScore.name, new_fgd_score)

@@ -1,0 +1,249 @@
+"""GPU fragmentation against a target workload (the FGD paper's measure), vectorised over nodes.
+
+A *target workload* is a list of pod shapes ``(cpu milli, GPU milli per GPU, GPU count, allowed models)`` with
+weights summing to 1 (the most frequent shapes covering a share of all pods). For one node and one shape, the
+node's idle GPU milli counts as fragmented when the shape cannot run there at all (CPU-only shape, wrong model,
+too little CPU, too few GPUs with enough left), and otherwise only the idle milli on GPUs that have less left
+than the shape needs. A node's fragmentation is the weighted sum over the shapes; the cluster's is the sum over
+nodes. It is a scheduling score (FGD), a dashboard metric and a remediation trigger alike.
+
+Everything here works on plain arrays (``cpu_left[B]``, ``gpu_left[B, D]`` with 0 in padding slots,
+``model[B]`` ids into a model-name list, -1 for no GPU) so the same code serves the scheduler plugins (built
+from a :class:`~gpucluster.model.Snapshot`) and the fast experiment path.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucluster.model import Pod, Snapshot
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+MILLI = 1000
+Shape = tuple[int, int, int, str]
+"""``(cpu milli, GPU milli per GPU, GPU count, "|"-joined allowed models)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetWorkload:
+    """Weighted pod shapes the fragmentation is measured against."""
+
+    shapes: tuple[Shape, ...]
+    weight: FloatArray
+    """Per shape, its share (sums to 1)."""
+    mem: IntArray | None = None
+    """Optional host memory (MiB) per shape; when set, a shape also needs that much free memory to fit."""
+    cpu: IntArray = field(init=False)
+    milli: IntArray = field(init=False)
+    num: IntArray = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cpu", np.array([s[0] for s in self.shapes], np.int64))
+        object.__setattr__(self, "milli", np.array([s[1] for s in self.shapes], np.int64))
+        object.__setattr__(self, "num", np.array([s[2] for s in self.shapes], np.int64))
+
+    def access(self, model_names: Sequence[str]) -> BoolArray:
+        """``[S, M + 1]``: may shape s run on model m (column M = a node without GPUs)."""
+        out = np.ones((len(self.shapes), len(model_names) + 1), np.bool_)
+        for k, s in enumerate(self.shapes):
+            allowed = [m for m in s[3].split("|") if m]
+            if allowed:
+                out[k, :-1] = [m in allowed for m in model_names]
+                out[k, -1] = False
+            elif s[1] > 0:
+                out[k, -1] = False
+        return out
+
+    def to_json(self) -> list[dict[str, object]]:
+        return [
+            {"cpu_milli": s[0], "gpu_milli": s[1], "gpu_count": s[2], "gpu_models": s[3], "weight": float(w)}
+            for s, w in zip(self.shapes, self.weight, strict=True)
+        ]
+
+
+def build_target_workload(shapes: Iterable[Shape], coverage: float = 0.95) -> TargetWorkload:
+    """The most frequent shapes that together cover ``coverage`` of all pods, re-weighted to sum to 1.
+
+    Ties in frequency are ordered by the shape itself, larger first (as the FGD simulator sorts them).
+    """
+    counts = Counter(shapes)
+    if not counts:
+        raise ValueError("target workload: no pods to learn shapes from")
+    total = float(sum(counts.values()))
+    ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    need = coverage * total
+    cum = 0.0
+    chosen: list[tuple[Shape, float]] = []
+    for shape, n in ordered:
+        if cum >= need:
+            break
+        chosen.append((shape, float(n)))
+        cum += n
+    w = np.array([n / total for _, n in chosen], np.float64)
+    if len(chosen) < len(ordered):
+        w = w / (cum / total)
+    return TargetWorkload(tuple(s for s, _ in chosen), w)
+
+
+@dataclass(slots=True)
+class NodeArrays:
+    """The resource view both the plugins and the fast path score against (rows = nodes)."""
+
+    cpu_left: IntArray
+    cpu_cap: IntArray
+    mem_left: IntArray
+    gpu_left: IntArray
+    """[N, D] idle GPU milli; 0 in padding slots and on unusable devices."""
+    gpu_count: IntArray
+    model: IntArray
+    """GPU model id per node (into ``model_names``); -1 for nodes without GPUs."""
+    model_names: Sequence[str]
+
+    @classmethod
+    def from_snapshot(cls, snap: Snapshot) -> NodeArrays:
+        usable = snap.dev_valid & snap.dev_healthy
+        left = np.where(usable, snap.dev_core_cap - snap.dev_core_used, 0).astype(np.int64)
+        d = left.shape[1]
+        model = snap.dev_model[:, 0].astype(np.int64) if d else np.full(snap.n_nodes, -1, np.int64)
+        return cls(
+            cpu_left=(snap.cpu_cap - snap.cpu_used).astype(np.int64), cpu_cap=np.asarray(snap.cpu_cap, np.int64),
+            mem_left=(snap.mem_cap - snap.mem_used).astype(np.int64), gpu_left=left,
+            gpu_count=np.asarray(snap.dev_count, np.int64), model=model, model_names=list(snap.models),
+        )
+
+
+def fragmentation(cpu_left: IntArray, gpu_left: IntArray, model: IntArray, target: TargetWorkload,
+                  access: BoolArray, mem_left: IntArray | None = None) -> FloatArray:
+    """Fragmented GPU milli of each node state (rows of ``cpu_left``/``gpu_left``/``model``).
+
+    With ``mem_left`` and a target that carries memory, a shape also needs its memory to fit.
+    """
+    b = cpu_left.shape[0]
+    if b == 0:
+        return np.zeros(0, np.float64)
+    total = gpu_left.sum(axis=1)
+    gpu_shapes = target.milli > 0
+    amount = np.empty((b, len(target.shapes)), np.float64)
+    amount[:, ~gpu_shapes] = total[:, None]
+    gs = np.flatnonzero(gpu_shapes)
+    if gs.size:
+        milli = target.milli[gs]
+        ge = gpu_left[:, None, :] >= milli[None, :, None]  # [B, S', D]
+        fits = ge.sum(axis=2) >= target.num[gs][None, :]
+        below = np.where(ge, 0, gpu_left[:, None, :]).sum(axis=2)
+        ok = fits & (cpu_left[:, None] >= target.cpu[gs][None, :]) & access[gs][:, model].T
+        if mem_left is not None and target.mem is not None:
+            ok &= mem_left[:, None] >= target.mem[gs][None, :]
+        amount[:, gs] = np.where(ok, below, total[:, None])
+    return np.asarray(amount @ target.weight, np.float64)
+
+
+def node_fragmentation(snap: Snapshot, target: TargetWorkload) -> FloatArray:
+    """Per node of ``snap``, the fragmented GPU milli for ``target`` (a dashboard / remediation metric)."""
+    view = NodeArrays.from_snapshot(snap)
+    return fragmentation(view.cpu_left, view.gpu_left, view.model, target, target.access(view.model_names))
+
+
+def sigmoid_score(before: FloatArray, after: FloatArray) -> IntArray:
+    """FGD's 0..100 integer score: ``int(sigmoid((before - after) / 1000) * 100)``."""
+    x = (before - after) / 1000.0
+    return np.trunc(1.0 / (1.0 + np.exp(-x)) * 100.0).astype(np.int64)
+
+
+def fgd_scores(view: NodeArrays, rows: IntArray, cpu: int, milli: int, num: int, target: TargetWorkload,
+               access: BoolArray, *, mem: int = 0, continuous: bool = False) -> tuple[FloatArray, IntArray]:
+    """FGD score of placing a pod on each node in ``rows``, and the GPU it would take there.
+
+    A sharing pod (one GPU, less than 1000 milli) tries every GPU with enough left and keeps the best (the
+    first on ties); other pods take whole idle GPUs in index order (GPU -1 for CPU-only pods). The score is
+    FGD's ``int(sigmoid(drop / 1000) * 100)`` of the fragmentation drop, or with ``continuous`` the drop itself
+    (float milli; no truncation ties). Memory counts when the target carries memory per shape.
+    """
+    cl, gl, md = view.cpu_left[rows], view.gpu_left[rows], view.model[rows]
+    ml = view.mem_left[rows] if target.mem is not None else None
+    before = fragmentation(cl, gl, md, target, access, ml)
+    d = gl.shape[1]
+
+    def scored(b4: FloatArray, after: FloatArray) -> FloatArray:
+        if continuous:
+            return np.asarray(b4 - after, np.float64)
+        return sigmoid_score(b4, after).astype(np.float64)
+
+    if num == 1 and 0 < milli < MILLI:
+        b = rows.size
+        can = gl >= milli  # [B, D]
+        hyp = np.repeat(gl[:, None, :], d, axis=1)  # [B, D(choice), D]
+        idx = np.arange(d)
+        hyp[:, idx, idx] -= milli
+        flat = hyp.reshape(b * d, d)
+        sel = can.reshape(-1)
+        after = np.full(b * d, np.inf)
+        mrep = np.repeat(ml - mem, d)[sel] if ml is not None else None
+        after[sel] = fragmentation(np.repeat(cl - cpu, d)[sel], flat[sel], np.repeat(md, d)[sel], target, access, mrep)
+        score = np.where(can, scored(np.repeat(before, d), after).reshape(b, d), -np.inf)
+        best = np.argmax(score, axis=1)
+        return np.asarray(score[np.arange(b), best], np.float64), best.astype(np.int64)
+    new = gl.copy()
+    gpu = np.full(rows.size, -1, np.int64)
+    if num > 0:
+        free = gl >= MILLI
+        rank = np.cumsum(free, axis=1)
+        take = free & (rank <= num)
+        new[take] = 0
+        gpu = np.argmax(free, axis=1).astype(np.int64)
+    after = fragmentation(cl - cpu, new, md, target, access, ml - mem if ml is not None else None)
+    return scored(before, after), gpu
+
+
+class ShapeCache:
+    """Per pod shape, per node: a cached (score, GPU) valid while the node's generation is unchanged.
+
+    Only nodes whose generation moved since the shape was last scored are recomputed.
+    """
+
+    def __init__(self, n_nodes: int) -> None:
+        self.n = n_nodes
+        self._entries: dict[object, tuple[FloatArray, IntArray, IntArray]] = {}
+
+    def lookup(self, key: object, rows: IntArray, generation: IntArray,
+               compute: object) -> tuple[FloatArray, IntArray]:
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = (np.zeros(self.n, np.float64), np.zeros(self.n, np.int64), np.full(self.n, -1, np.int64))
+            self._entries[key] = entry
+        score, gpu, stamp = entry
+        stale = rows[stamp[rows] != generation[rows]]
+        if stale.size:
+            assert callable(compute)
+            s, g = compute(stale)
+            score[stale] = s
+            gpu[stale] = g
+            stamp[stale] = generation[stale]
+        return score[rows], gpu[rows]
+
+    def resize(self, n_nodes: int) -> None:
+        if n_nodes != self.n:
+            self.n = n_nodes
+            self._entries.clear()
+
+
+DEFAULT_CPU_REQUEST_MILLI = 100
+"""kube-scheduler's non-zero CPU request for pods that ask for none (used only when scoring)."""
+
+
+def pod_shape(pod: Pod) -> Shape:
+    """A model pod's shape ``(cpu, GPU milli per GPU, GPU count, models)``; the first device request counts."""
+    cpu = pod.cpu_milli or DEFAULT_CPU_REQUEST_MILLI
+    reqs = pod.device_requests
+    if not reqs:
+        return (cpu, 0, 0, "")
+    r = reqs[0][1]
+    return (cpu, min(r.core_milli, MILLI), r.count, "|".join(pod.constraints.use_types))

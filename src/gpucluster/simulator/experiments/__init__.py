@@ -1,0 +1,1 @@
+"""Experiments that reproduce published results (e.g. the FGD sweep)."""

@@ -1,0 +1,249 @@
+"""Queue policies: in which order queued jobs are offered to the scheduler, and whom to preempt.
+
+A policy gives each job a sort ``key`` (lower runs first). Keys of queued jobs only change at times the policy
+announces (``queued_change_at``: starvation promotion), and running jobs change priority at
+``running_change_at`` (2D-LAS demotion), so the runner keeps the queue sorted and re-keys a job only then.
+``dynamic`` policies (DRF) depend on the whole cluster and are re-sorted at every scheduling pass.
+
+Preemptive policies let a queued job evict running jobs whose key is strictly worse (larger); preempted jobs
+save a checkpoint and return to the queue with their progress.
+
+| name | order | backfill | preempts | placement |
+|---|---|---|---|---|
+| ``fifo`` | arrival | no (head of line blocks) | no | binpack |
+| ``sjf`` | duration (oracle) | yes | no | binpack |
+| ``tiresias`` | 2D-LAS: queue by attained GPU-s, FIFO inside, starvation promotion | yes | yes | binpack |
+| ``drf`` | tenant's dominant share, then arrival | yes | no | binpack |
+| ``default`` | 2D-LAS, small jobs first inside a queue, 2 h lease, starvation guard | yes | yes | gang + topology |
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpucluster.simulator.jobs import Job, JobState
+
+Key = tuple[float, ...]
+
+
+class PolicyView(Protocol):
+    """What a policy may read about the simulation."""
+
+    @property
+    def now(self) -> float: ...
+
+    def tenant_share(self, tenant: str) -> float:
+        """The tenant's dominant share of the cluster right now (0..1), divided by its weight."""
+        ...
+
+
+class QueuePolicy(Protocol):
+    name: str
+    backfill: bool
+    """Try jobs behind one that does not fit (otherwise the head of the queue blocks everyone)."""
+    preemptive: bool
+    dynamic: bool
+    """Keys depend on cluster state: re-sort the queue at every pass."""
+    topology_aware: bool
+    """Place through the gang + topology profile (else plain binpack with gangs)."""
+    min_run_s: float
+    """A running job cannot be preempted before it has run this long (a lease; damps preemption storms)."""
+
+    def key(self, job: Job, view: PolicyView) -> Key: ...
+
+    def rank(self, key: Key) -> Key:
+        """The part of a key preemption compares: a queued job may preempt a running one only when its rank
+        is strictly smaller."""
+        ...
+
+    def running_change_at(self, job: Job, now: float) -> float:
+        """When a running job's key next changes (``inf`` if never)."""
+        ...
+
+    def queued_change_at(self, job: Job, now: float) -> float:
+        """When a queued job's key next changes (``inf`` if never)."""
+        ...
+
+
+@dataclass(slots=True)
+class Fifo:
+    name: str = "fifo"
+    backfill: bool = False
+    preemptive: bool = False
+    dynamic: bool = False
+    topology_aware: bool = False
+    min_run_s: float = 0.0
+
+    def key(self, job: Job, view: PolicyView) -> Key:
+        return (-job.spec.priority, job.spec.submit_s)
+
+    def rank(self, key: Key) -> Key:
+        return key
+
+    def running_change_at(self, job: Job, now: float) -> float:
+        return math.inf
+
+    def queued_change_at(self, job: Job, now: float) -> float:
+        return math.inf
+
+
+@dataclass(slots=True)
+class ShortestJobFirst:
+    """Non-preemptive shortest job first with an oracle of each job's remaining run time."""
+
+    name: str = "sjf"
+    backfill: bool = True
+    preemptive: bool = False
+    dynamic: bool = False
+    topology_aware: bool = False
+    min_run_s: float = 0.0
+
+    def key(self, job: Job, view: PolicyView) -> Key:
+        return (-job.spec.priority, job.remaining_s, job.spec.submit_s)
+
+    def rank(self, key: Key) -> Key:
+        return key
+
+    def running_change_at(self, job: Job, now: float) -> float:
+        return math.inf
+
+    def queued_change_at(self, job: Job, now: float) -> float:
+        return math.inf
+
+
+@dataclass(slots=True)
+class TwoDimensionalLAS:
+    """Tiresias' discretized 2D least-attained-service (NSDI'19).
+
+    A job sits in queue ``k`` while its attained service (GPUs x seconds run) is below ``thresholds[k]``;
+    lower queues run first and may preempt higher ones; inside a queue jobs keep arrival order (or, with
+    ``small_first``, fewer GPUs first). A queued job that has waited ``starve_factor`` x its run time (and at
+    least ``starve_min_s``) is promoted to queue 0 (Tiresias' STARVELIMIT).
+    """
+
+    name: str = "tiresias"
+    thresholds: Sequence[float] = (3600.0 * 10,)
+    starve_factor: float = 8.0
+    starve_min_s: float = 3600.0 * 4
+    small_first: bool = False
+    sticky_promotion: bool = False
+    """A starved job, once promoted, stays in the top queue until it finishes (bounds long jobs' JCT)."""
+    backfill: bool = True
+    preemptive: bool = True
+    dynamic: bool = False
+    topology_aware: bool = False
+    min_run_s: float = 600.0
+
+    def queue_of(self, attained: float) -> int:
+        for k, t in enumerate(self.thresholds):
+            if attained < t:
+                return k
+        return len(self.thresholds)
+
+    def _starved(self, job: Job, now: float) -> bool:
+        return now >= self._starve_time(job)
+
+    def _starve_time(self, job: Job) -> float:
+        if job.extra.get("promoted"):
+            return math.inf
+        ran = max(job.attained_gpu_s / job.spec.gpu_share, 0.0)
+        if ran <= 0:
+            return math.inf
+        return job.queued_since_s + max(self.starve_factor * ran, self.starve_min_s)
+
+    def key(self, job: Job, view: PolicyView) -> Key:
+        now = view.now
+        if job.state == JobState.QUEUED and self._starved(job, now):
+            # promotion: back to the top queue, attained service counted afresh from here
+            job.extra["las_base"] = job.attained_gpu_s
+            if self.sticky_promotion:
+                job.extra["promoted"] = 1.0
+        attained = job.attained_at(now) - job.extra.get("las_base", 0.0)
+        q = 0 if job.extra.get("promoted") else self.queue_of(attained)
+        job.priority_queue = q
+        # small jobs first among the short (top-queue) jobs; demoted jobs keep arrival order
+        second = float(job.spec.num_gpus) if self.small_first and q == 0 else 0.0
+        return (-job.spec.priority, float(q), second, job.spec.submit_s)
+
+    def rank(self, key: Key) -> Key:
+        return key[:2]
+
+    def running_change_at(self, job: Job, now: float) -> float:
+        attained = job.attained_at(now) - job.extra.get("las_base", 0.0)
+        q = self.queue_of(attained)
+        if q >= len(self.thresholds) or job.extra.get("promoted"):
+            return math.inf
+        # a millisecond late, so float rounding can never leave the job just below the threshold
+        return now + max((self.thresholds[q] - attained) / job.spec.gpu_share, 0.0) + 1e-3
+
+    def queued_change_at(self, job: Job, now: float) -> float:
+        t = self._starve_time(job)
+        return t if t > now else math.inf
+
+
+@dataclass(slots=True)
+class DominantResourceFairness:
+    """Serve the tenant with the lowest (weighted) dominant share first; arrival order inside a tenant."""
+
+    name: str = "drf"
+    backfill: bool = True
+    preemptive: bool = False
+    dynamic: bool = True
+    topology_aware: bool = False
+    min_run_s: float = 0.0
+
+    def key(self, job: Job, view: PolicyView) -> Key:
+        return (-job.spec.priority, view.tenant_share(job.spec.tenant), job.spec.submit_s)
+
+    def rank(self, key: Key) -> Key:
+        return key
+
+    def running_change_at(self, job: Job, now: float) -> float:
+        return math.inf
+
+    def queued_change_at(self, job: Job, now: float) -> float:
+        return math.inf
+
+
+def default_policy() -> TwoDimensionalLAS:
+    """The project's default: 2D-LAS (one threshold at 10 GPU-hours) with the smallest jobs first among the
+    short ones, a two-hour lease before a job may be preempted, a starvation guard (promoted after waiting
+    2x its run time, at least 2 h), and gang + topology-aware placement (the network model rewards it)."""
+    return TwoDimensionalLAS(
+        name="default",
+        thresholds=(36000.0,),
+        starve_factor=2.0,
+        starve_min_s=7200.0,
+        small_first=True,
+        topology_aware=True,
+        min_run_s=7200.0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    build: Callable[[], QueuePolicy]
+    summary: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+POLICIES: Mapping[str, PolicyInfo] = {
+    "fifo": PolicyInfo(Fifo, "first come first served, head of line blocks"),
+    "sjf": PolicyInfo(ShortestJobFirst, "shortest job first (oracle durations), non-preemptive"),
+    "tiresias": PolicyInfo(TwoDimensionalLAS, "Tiresias 2D-LAS, two queues, preemptive"),
+    "drf": PolicyInfo(DominantResourceFairness, "DRF fair share across tenants"),
+    "default": PolicyInfo(default_policy, "the project's default: 2D-LAS, small first, lease + gang/topology"),
+}
+"""Policy name -> builder. ``offers`` is added by the runner (it needs the allocator)."""
+
+DEFAULT_POLICY = "default"
+
+
+def make_policy(name: str) -> QueuePolicy:
+    try:
+        return POLICIES[name].build()
+    except KeyError:
+        raise ValueError(f"unknown queue policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None

@@ -1,0 +1,1 @@
+"""Trace loaders, one module per format."""

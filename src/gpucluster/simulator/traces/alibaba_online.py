@@ -1,0 +1,63 @@
+"""Alibaba openb pod lists replayed online: each GPU pod arrives at ``creation_time`` and runs for
+``deletion_time - creation_time`` seconds (its observed lifetime), as a one-task job.
+
+Fractional pods (``num_gpu`` 1 with ``gpu_milli`` < 1000) share a GPU (HAMi-style core and memory share).
+CPU-only pods (``num_gpu`` 0) and pods that never ran (deletion <= creation) are skipped, counted in the
+returned :class:`OpenbSkipped`. Columns: ``name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, ...,
+creation_time, deletion_time``.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpucluster.simulator.jobs import JobKind, JobSpec, TraceError
+
+_NEED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time")
+
+
+@dataclass(slots=True)
+class OpenbSkipped:
+    cpu_only: int = 0
+    never_ran: int = 0
+
+
+def load_openb_jobs(path: Path, skipped: OpenbSkipped | None = None) -> list[JobSpec]:
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    skipped = skipped if skipped is not None else OpenbSkipped()
+    jobs: list[JobSpec] = []
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in _NEED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceError(f"{path}:1: missing column {missing[0]!r}")
+        for row in reader:
+            where = f"{path}:{reader.line_num}"
+            try:
+                gpus = int(row["num_gpu"])
+                milli = int(row["gpu_milli"] or 0)
+                cpu = int(row["cpu_milli"])
+                mem = int(row["memory_mib"])
+                created = float(row["creation_time"])
+                deleted = float(row["deletion_time"]) if row["deletion_time"] else created
+            except (TypeError, ValueError):
+                raise TraceError(f"{where}: numeric fields must be numbers") from None
+            if gpus == 0:
+                skipped.cpu_only += 1
+                continue
+            if deleted <= created:
+                skipped.never_ran += 1
+                continue
+            if not 0 < milli <= 1000:
+                raise TraceError(f"{where}: gpu_milli must be within 1..1000, not {milli}")
+            jobs.append(JobSpec(
+                job_id=row["name"], submit_s=created, num_gpus=gpus, duration_s=deleted - created,
+                tenant=row.get("qos") or "default", kind=JobKind.INFER, gpus_per_task=gpus,
+                cpu_milli_per_gpu=cpu // gpus, memory_mib_per_gpu=mem // gpus, gpu_milli=milli,
+                checkpoint_interval_s=0.0,
+            ))
+    jobs.sort(key=lambda j: (j.submit_s, j.job_id))
+    return jobs

@@ -1,0 +1,128 @@
+"""Our own job file format: YAML (a list, or ``{jobs: [...]}``) or CSV with a header.
+
+Fields per job (CSV columns / YAML keys): ``id`` (required), ``submit_s`` (required), ``gpus`` (required),
+``duration_s`` (required), ``tenant``, ``model``, ``priority``, ``kind`` (train|infer), ``gpus_per_task``,
+``gpu_type``, ``dataset``, ``checkpoint_interval_s``, ``cpu_milli_per_gpu``, ``memory_mib_per_gpu``.
+
+Example (CSV)::
+
+    id,submit_s,gpus,duration_s,tenant,model
+    a,0,8,3600,team-a,ResNet-50
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucluster.simulator.jobs import JobKind, JobSpec, TraceError
+
+_REQUIRED = ("id", "submit_s", "gpus", "duration_s")
+_FLOATS = ("submit_s", "duration_s", "checkpoint_interval_s")
+_INTS = ("gpus", "priority", "gpus_per_task", "cpu_milli_per_gpu", "memory_mib_per_gpu")
+_STRS = ("id", "tenant", "model", "kind", "gpu_type", "dataset")
+_KNOWN = set(_FLOATS) | set(_INTS) | set(_STRS)
+
+
+def load_jobs(path: Path) -> list[JobSpec]:
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return _from_yaml(path)
+    return _from_csv(path)
+
+
+def _from_csv(path: Path) -> list[JobSpec]:
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames is None:
+            raise TraceError(f"{path}:1: empty file (expected a header line)")
+        unknown = [c for c in reader.fieldnames if c not in _KNOWN]
+        if unknown:
+            raise TraceError(f"{path}:1: unknown column {unknown[0]!r}")
+        return [job_from_record(row, f"{path}:{reader.line_num}") for row in reader]
+
+
+def _from_yaml(path: Path) -> list[JobSpec]:
+    text = path.read_text()
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        raise TraceError(f"{path}:{line}: invalid YAML") from None
+    if isinstance(doc, Mapping):
+        doc = doc.get("jobs")
+    if not isinstance(doc, list):
+        raise TraceError(f"{path}:1: expected a list of jobs (or a mapping with a 'jobs' list)")
+    lines = _item_lines(text)
+    out = []
+    for k, item in enumerate(doc):
+        where = f"{path}:{lines[k] if k < len(lines) else 1}"
+        if not isinstance(item, Mapping):
+            raise TraceError(f"{where}: job {k} must be a mapping")
+        out.append(job_from_record({str(a): b for a, b in item.items()}, where))
+    return out
+
+
+def _item_lines(text: str) -> list[int]:
+    """Line numbers of top-level list items (``- `` at the smallest indent that has them)."""
+    rows = [(n, len(line) - len(line.lstrip())) for n, line in enumerate(text.splitlines(), 1)
+            if line.lstrip().startswith("- ")]
+    if not rows:
+        return []
+    indent = min(i for _, i in rows)
+    return [n for n, i in rows if i == indent]
+
+
+def job_from_record(rec: Mapping[str, Any], where: str) -> JobSpec:
+    for key in rec:
+        if key not in _KNOWN:
+            raise TraceError(f"{where}: unknown field {key!r}")
+    for key in _REQUIRED:
+        if rec.get(key) in (None, ""):
+            raise TraceError(f"{where}: {key}: required")
+    vals: dict[str, Any] = {}
+    for key, raw in rec.items():
+        if raw in (None, ""):
+            continue
+        try:
+            if key in _FLOATS:
+                vals[key] = float(raw)
+            elif key in _INTS:
+                f = float(raw)
+                if f != int(f):
+                    raise ValueError(f"not a whole number: {raw!r}")
+                vals[key] = int(f)
+            else:
+                vals[key] = str(raw)
+        except ValueError:
+            raise TraceError(f"{where}: {key}: not a number: {raw!r}") from None
+    kind = vals.get("kind", "train")
+    if kind not in ("train", "infer"):
+        raise TraceError(f"{where}: kind: must be train or infer, not {kind!r}")
+    try:
+        return JobSpec(
+            job_id=vals["id"], submit_s=vals["submit_s"], num_gpus=vals["gpus"], duration_s=vals["duration_s"],
+            tenant=vals.get("tenant", "default"), model=vals.get("model", ""), priority=vals.get("priority", 0),
+            kind=JobKind(kind), gpus_per_task=vals.get("gpus_per_task", 0), gpu_type=vals.get("gpu_type", ""),
+            dataset=vals.get("dataset", ""), checkpoint_interval_s=vals.get("checkpoint_interval_s", 1800.0),
+            cpu_milli_per_gpu=vals.get("cpu_milli_per_gpu", 4000),
+            memory_mib_per_gpu=vals.get("memory_mib_per_gpu", 16384),
+        )
+    except ValueError as exc:
+        raise TraceError(f"{where}: {exc}") from None
+
+
+def write_jobs_csv(specs: list[JobSpec], path: Path) -> None:
+    """Write specs in this format (e.g. a generated synthetic trace)."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "submit_s", "gpus", "duration_s", "tenant", "model", "priority", "kind"])
+        for s in specs:
+            w.writerow([s.job_id, s.submit_s, s.num_gpus, round(s.duration_s, 3), s.tenant, s.model, s.priority,
+                        s.kind.value])

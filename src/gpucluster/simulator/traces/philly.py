@@ -1,0 +1,88 @@
+"""Gavel's Philly-derived traces: one tab-separated file per Philly virtual cluster (VC).
+
+Fields: ``job_type, command, num_steps_arg, needs_data_dir, total_steps, arrival_time_s, scale_factor``.
+Duration on a V100 = ``total_steps / oracle_throughputs["v100"][job_type]["null"]`` (steps per second on one
+GPU; the same whatever the GPU count, as Gavel's simulator of that time counts steps once). The VC (file
+name) becomes the job's tenant.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpucluster.simulator.jobs import JobSpec, TraceError
+
+THROUGHPUTS = "oracle_throughputs.json"
+
+
+def find_throughputs(path: Path) -> Path:
+    for d in (path if path.is_dir() else path.parent, *path.resolve().parents):
+        cand = d / THROUGHPUTS
+        if cand.is_file():
+            return cand
+    raise TraceError(f"{path}: no {THROUGHPUTS} found next to the trace or in a parent folder")
+
+
+def load_throughputs(path: Path, worker: str = "v100") -> dict[str, float]:
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read the throughput table: {exc}") from None
+    if worker not in table:
+        raise TraceError(f"{path}: no worker type {worker!r} (have {', '.join(sorted(table))})")
+    out: dict[str, float] = {}
+    for job_type, row in table[worker].items():
+        if isinstance(row, dict) and isinstance(row.get("null"), int | float) and row["null"] > 0:
+            out[job_type] = float(row["null"])
+    return out
+
+
+def trace_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise TraceError(f"{path}: no such file or folder")
+    files = sorted(path.glob("*.trace")) or sorted(path.glob("*/*.trace"))
+    if not files:
+        raise TraceError(f"{path}: no *.trace files in it")
+    return files
+
+
+def load_philly(path: Path, throughputs: Path | None = None, worker: str = "v100",
+                limit: int | None = None) -> list[JobSpec]:
+    """All jobs of one ``.trace`` file or of every ``.trace`` file in a folder, sorted by arrival."""
+    table = load_throughputs(throughputs or find_throughputs(path), worker)
+    jobs: list[JobSpec] = []
+    for f in trace_files(path):
+        vc = f.stem
+        with f.open() as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                jobs.append(_parse(line, f, lineno, vc, table))
+    jobs.sort(key=lambda j: (j.submit_s, j.job_id))
+    return jobs[:limit] if limit is not None else jobs
+
+
+def _parse(line: str, f: Path, lineno: int, vc: str, table: dict[str, float]) -> JobSpec:
+    where = f"{f}:{lineno}"
+    parts = line.rstrip("\n").split("\t")
+    if len(parts) != 7:
+        raise TraceError(f"{where}: expected 7 tab-separated fields, got {len(parts)}")
+    job_type = parts[0]
+    rate = table.get(job_type)
+    if rate is None:
+        raise TraceError(f"{where}: job type {job_type!r} has no throughput in the table")
+    try:
+        steps = int(parts[4])
+        arrival = float(parts[5])
+        gpus = int(parts[6])
+    except ValueError as exc:
+        raise TraceError(f"{where}: {exc}") from None
+    if steps <= 0 or gpus <= 0 or arrival < 0:
+        raise TraceError(f"{where}: total_steps and scale_factor must be > 0, arrival >= 0")
+    return JobSpec(
+        job_id=f"{vc}-{lineno:05d}", submit_s=arrival, num_gpus=gpus, duration_s=steps / rate,
+        tenant=vc, model=job_type, dataset=job_type.split(" ")[0] if parts[3] == "1" else "",
+    )

@@ -1,0 +1,63 @@
+"""Tiresias' simulator CSV traces (``60_job.csv``, ``tf_job.csv``): one job per row.
+
+Columns used: ``job_id``, ``num_gpu``, ``submit_time`` (s), ``duration`` (s), and ``model_name`` when present.
+Rows with the same ``job_id`` (``tf_job.csv`` repeats them) are kept once. Cluster shape files
+(``n256g8.csv``: switches, nodes per switch, GPUs per node, CPUs, memory GB) load with :func:`load_shape`.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from gpucluster.simulator.jobs import JobSpec, TraceError
+
+_NEED = ("job_id", "num_gpu", "submit_time", "duration")
+
+
+def load_tiresias(path: Path) -> list[JobSpec]:
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    jobs: list[JobSpec] = []
+    seen: set[str] = set()
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in _NEED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceError(f"{path}:1: missing column {missing[0]!r} (need {', '.join(_NEED)})")
+        for row in reader:
+            where = f"{path}:{reader.line_num}"
+            jid = (row["job_id"] or "").strip()
+            if not jid:
+                raise TraceError(f"{where}: job_id: required")
+            if jid in seen:
+                continue
+            seen.add(jid)
+            try:
+                gpus = int(row["num_gpu"])
+                submit = float(row["submit_time"])
+                duration = float(row["duration"])
+            except (TypeError, ValueError):
+                raise TraceError(f"{where}: num_gpu, submit_time and duration must be numbers") from None
+            try:
+                jobs.append(JobSpec(job_id=f"tiresias-{jid}", submit_s=submit, num_gpus=gpus, duration_s=duration,
+                                    model=(row.get("model_name") or "").strip()))
+            except ValueError as exc:
+                raise TraceError(f"{where}: {exc}") from None
+    jobs.sort(key=lambda j: j.submit_s)
+    return jobs
+
+
+def load_shape(path: Path) -> dict[str, int]:
+    """A Tiresias cluster shape: ``{switches, nodes_per_switch, gpus_per_node, cpus_per_node, mem_gb}``."""
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if len(rows) != 1:
+        raise TraceError(f"{path}:2: expected exactly one shape row")
+    r = rows[0]
+    try:
+        return {"switches": int(r["num_switch"]), "nodes_per_switch": int(r["num_node_p_switch"]),
+                "gpus_per_node": int(r["num_gpu_p_node"]), "cpus_per_node": int(r["num_cpu_p_node"]),
+                "mem_gb": int(r["mem_p_node"])}
+    except (KeyError, ValueError):
+        raise TraceError(f"{path}:2: bad shape row {r}") from None

@@ -1,0 +1,139 @@
+"""The FGD experiment: method pieces, CLI, sweep resumability, and (slow) the published numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gpucluster.cli.main import app
+from gpucluster.simulator.experiments import fgd
+from gpucluster.simulator.experiments.fgd_engine import PolicyName, RunLog
+from gpucluster.simulator.traces.openb import OpenbPod, load_nodes, load_pods
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
+runner = CliRunner()
+
+
+def test_parse_seeds() -> None:
+    assert fgd.parse_seeds("42-45") == [42, 43, 44, 45]
+    assert fgd.parse_seeds("7,3,3-4") == [3, 4, 7]
+    for bad in ("", "5-2", "x"):
+        with pytest.raises(ValueError):
+            fgd.parse_seeds(bad)
+
+
+def test_arrival_order_inflates_to_the_target() -> None:
+    pods = [OpenbPod(f"p{i:03d}", 1000, 1024, 1, 500 if i % 2 else 1000) for i in range(100)]
+    total = 40_000  # 40 GPUs; the list asks for 75 GPUs worth -> deflate to 1.3 x 40 = 52
+    order = fgd.arrival_order(pods, total, seed=1, inflation=1.3)
+    asked = sum(p.total_gpu_milli for p in order)
+    assert asked <= 1.3 * total and asked > 1.3 * total - 1000
+    big = fgd.arrival_order(pods, 20_000 * 2, seed=1, inflation=3.0)
+    assert sum(p.total_gpu_milli for p in big) <= 120_000 and len(big) > 100
+    assert [p.name for p in fgd.arrival_order(pods, total, 5, 1.3)] == [p.name for p in fgd.arrival_order(pods, total, 5, 1.3)]
+    assert {p.name for p in order} <= {p.name for p in pods}
+
+
+def test_discretise_columns() -> None:
+    n = 200
+    arrived = np.linspace(0, 1.3 * 10 * 1000, n).astype(np.int64)  # 10 GPUs, up to 130 %
+    used = np.minimum(arrived, 9000)
+    log = RunLog(arrived, used, np.zeros(n), 10_000 - used, np.ones(n, bool), np.zeros(n, np.int64), [])
+    d = fgd.discretise(log, 10)
+    assert d["allocation"][50] == pytest.approx(50, abs=0.5)
+    assert d["allocation"][130] == pytest.approx(90, abs=0.01)
+    assert set(d["allocation"]) == set(range(131))
+
+
+def _tiny_trace(tmp_path: Path) -> Path:
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"n{i},32000,131072,{2 + 2 * (i % 2)},G2\n" for i in range(8)))
+    rows = [f"p{i:03d},{2000 + 1000 * (i % 5)},4096,{(i % 3) and 1},{(200, 500, 1000)[i % 3]}" for i in range(60)]
+    (tmp_path / "openb_pod_list_tiny.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "\n".join(rows))
+    return tmp_path
+
+
+def test_cli_fgd_json_and_out(tmp_path: Path) -> None:
+    d = _tiny_trace(tmp_path)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["experiment", "fgd", "--nodes", str(d / "openb_node_list_gpu_node.csv"),
+                              "--pods", str(d / "openb_pod_list_tiny.csv"), "--policy", "fgd", "--seeds", "1-2",
+                              "--json", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert set(data) == {"workload", "policy", "seeds", "allocation_pct", "fragmentation_pct",
+                         "unallocated_gpus_at_130", "per_seed"}
+    assert data["workload"] == "tiny" and data["seeds"] == [1, 2] and len(data["per_seed"]) == 2
+    assert 0 < data["allocation_pct"]["130"] <= 100
+    allo = (out / "analysis_allo_discrete.csv").read_text().splitlines()
+    assert allo[0].startswith("workload,sc_policy,tune,seed,total_gpus,0,1,2") and len(allo) == 3
+    assert allo[1].startswith("openb_pod_list_tiny,06-FGD,1.3,1,24,")
+    assert (out / "tiny_fgd_allocation.png").stat().st_size > 1000
+
+
+def test_cli_errors_exit_2(tmp_path: Path) -> None:
+    d = _tiny_trace(tmp_path)
+    base = ["experiment", "fgd", "--nodes", str(d / "openb_node_list_gpu_node.csv")]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,x,0\n")
+    for args, why in (
+        (["--pods", str(bad)], "bad.csv:2: column 'num_gpu'"),
+        (["--pods", str(d / "openb_pod_list_tiny.csv"), "--policy", "nope"], "unknown policy 'nope'"),
+        (["--pods", str(d / "openb_pod_list_tiny.csv"), "--seeds", "9-1"], "--seeds"),
+        (["--pods", str(d / "openb_pod_list_tiny.csv"), "--inflation", "-1"], "--inflation"),
+    ):
+        res = runner.invoke(app, base + args)
+        assert res.exit_code == 2, res.output
+        assert why in res.output
+
+
+def test_sweep_runs_and_resumes(tmp_path: Path) -> None:
+    d = _tiny_trace(tmp_path)
+    out = tmp_path / "sweep"
+    args = ["experiment", "fgd-sweep", "--trace-dir", str(d), "--out", str(out), "--policies", "bestfit,fgd",
+            "--workloads", "tiny", "--seeds", "1-2", "--jobs", "2", "--json"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["ran_now"] == 4
+    assert (out / "figures" / "tiny_allocation.png").is_file() and (out / "summary.md").is_file()
+    again = runner.invoke(app, args)
+    assert json.loads(again.stdout)["ran_now"] == 0
+    bad = runner.invoke(app, ["experiment", "fgd-sweep", "--trace-dir", str(d), "--out", str(out), "--workloads",
+                              "nope"])
+    assert bad.exit_code == 2 and "no pod list for nope" in bad.output
+
+
+# published mean over the same seeds; Random gets a wider band (it is noisier)
+@pytest.mark.slow
+def test_default_workload_matches_published_numbers() -> None:
+    if not (TRACES / "openb_pod_list_default.csv").is_file():
+        pytest.skip("openb trace not available")
+    nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
+    pods = load_pods(TRACES / "openb_pod_list_default.csv")
+    published = fgd.load_published(TRACES / "fgd-expected-results" / "analysis_allo_discrete.csv")
+    seeds = [42, 43]
+    for policy in (p for p in PolicyName if p is not PolicyName.NEW):
+        res = fgd.run_experiment(nodes, pods, policy, seeds, 1.3, "default")
+        ours = res.mean("allocation")
+        pub = published[("default", fgd.PEER_POLICY[policy])]
+        tol = 1.5 if policy is PolicyName.RANDOM else 0.75
+        for k in (100, 130):
+            ref = float(np.mean([pub[s][k] for s in seeds]))
+            assert abs(ours[k] - ref) <= tol, f"{policy.value} at {k}%: ours {ours[k]:.2f}, published {ref:.2f}"
+
+
+def test_resolve_policy() -> None:
+    from gpucluster.scheduler.profiles import DEFAULT_POLICY
+
+    assert fgd.resolve_policy("fgd") is PolicyName.FGD
+    with pytest.raises(ValueError, match="unknown policy 'new'"):
+        fgd.resolve_policy("new")  # research variants are not user-facing
+    if DEFAULT_POLICY in {p.value for p in PolicyName}:
+        assert fgd.resolve_policy("default").value == DEFAULT_POLICY
+    else:
+        with pytest.raises(ValueError, match="default policy"):
+            fgd.resolve_policy("default")

@@ -1,0 +1,52 @@
+"""The fast experiment path makes the same decisions as the policy plugins run by the generic framework."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpucluster.model import ClusterState
+from gpucluster.scheduler.framework import Handle
+from gpucluster.scheduler.plugins.baselines import node_rank
+from gpucluster.scheduler.profiles import FGD_PAPER_POLICIES, fgd_paper_profile
+from gpucluster.scheduler.scheduler import Scheduler
+from gpucluster.simulator.experiments.fgd import arrival_order, target_workload
+from gpucluster.simulator.experiments.fgd_engine import PolicyName, run
+from gpucluster.simulator.traces.openb import load_nodes, load_pods, to_node_specs, to_pod
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
+
+
+@pytest.fixture(scope="module")
+def trace() -> tuple[list, list]:  # type: ignore[type-arg]
+    if not (TRACES / "openb_node_list_gpu_node.csv").is_file():
+        pytest.skip("openb trace not available")
+    nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
+    pods = load_pods(TRACES / "openb_pod_list_gpuspec25.csv")
+    return nodes, pods
+
+
+@pytest.mark.parametrize("policy", FGD_PAPER_POLICIES)
+def test_fast_path_matches_plugins(trace: tuple[list, list], policy: str) -> None:  # type: ignore[type-arg]
+    nodes, pods = trace
+    seed = 7
+    # the first 1,300 pods of a 1.3x-inflated order (the cluster about a fifth full): every decision compared
+    order = arrival_order(pods, sum(n.gpus for n in nodes) * 1000, seed, 1.3)
+    warm, window = order[:1000], order[1000:1300]
+    tgt = target_workload(pods)
+    rank = node_rank(seed, len(nodes))
+    fast = run(nodes, warm + window, PolicyName(policy), tgt, np.random.default_rng([seed, 1]), rank)
+
+    state = ClusterState(to_node_specs(nodes))
+    fgd_args = {"target": tgt.to_json()} if policy == "fgd" else None
+    sched = Scheduler(state, fgd_paper_profile(policy, seed, fgd_args),
+                      handle=Handle(rng=np.random.default_rng([seed, 1])))
+    for i, p in enumerate(warm + window):
+        d = sched.schedule_and_bind(to_pod(p, name=f"p{i}"))
+        got_node = d.node_index if d.ok else -1
+        assert got_node == int(fast.node[i]), f"pod {i} ({p}): plugins chose {got_node}, fast path {fast.node[i]}"
+        if d.ok and d.allocation is not None:
+            got_gpus = tuple(g.device_index for g in d.allocation.grants)
+            assert got_gpus == fast.gpus[i], f"pod {i}: GPUs {got_gpus} vs {fast.gpus[i]}"

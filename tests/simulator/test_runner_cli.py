@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpucluster.cli.main import app
+
+from .conftest import REPO
+
+runner = CliRunner()
+CLUSTER = REPO / "src" / "gpucluster" / "data" / "philly-500.yaml"
+
+
+def test_simulate_synthetic_json_has_the_promised_keys() -> None:
+    res = runner.invoke(app, ["simulate", "--cluster", str(CLUSTER), "--trace", "synthetic:60", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    for key in ("jobs", "jobs_completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
+                "gpu_utilization", "jain_fairness", "bytes_moved", "preemptions", "jobs_lost"):
+        assert key in data
+    assert data["jobs"] == 60 and data["jobs_completed"] == 60 and data["jobs_lost"] == 0
+    assert 0 < data["gpu_utilization"] <= 1
+
+
+def test_simulate_jobs_file_writes_csv_and_plots(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text("id,submit_s,gpus,duration_s,tenant\na,0,8,3600,t1\nb,5,16,60,t2\nc,9,1,10,t1\n")
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["simulate", "--cluster", str(CLUSTER), "--trace", f"jobs:{f}", "--policy",
+                              "fifo,default", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert set(data["policies"]) == {"fifo", "default"}
+    assert (out / "jobs-fifo.csv").read_text().count("\n") == 4
+    for png in ("jct-cdf.png", "series-fifo.png", "series-default.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_input_exits_2_naming_where(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text("id,submit_s,gpus,duration_s\na,0,eight,10\n")
+    res = runner.invoke(app, ["simulate", "--cluster", str(CLUSTER), "--trace", f"jobs:{f}"])
+    assert res.exit_code == 2
+    assert "jobs.csv:2: gpus: not a number" in res.output
+    res = runner.invoke(app, ["simulate", "--trace", "nope:x"])
+    assert res.exit_code == 2 and "unknown format" in res.output
+    res = runner.invoke(app, ["simulate", "--trace", "synthetic:5", "--policy", "lifo"])
+    assert res.exit_code == 2 and "unknown policy" in res.output
