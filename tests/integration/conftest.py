@@ -70,20 +70,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as exc:  # polling: keep the last error for the message
-            last_exc = exc
-        time.sleep(interval)
-    detail = f": {last_exc!r}" if last_exc else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
 def _stop_process(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:

@@ -8,9 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 import yaml
 from kubernetes import client
+from polling import wait_until
 
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.kubernetes.convert import allocated_annotation
@@ -36,19 +36,6 @@ def registry() -> VendorRegistry:
     return VendorRegistry.from_settings(DeviceSettings())
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as exc:
-            last_exc = exc
-        time.sleep(interval)
-    detail = f": {last_exc!r}" if last_exc else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
 def mixed_spec(run: str, a100: int = 30, l40s: int = 40, mlu: int = 25, dcu: int = 25, max_tasks: int = 4) -> str:

@@ -5,14 +5,13 @@ Prometheus' own alerts drains the node with no pod lost."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from polling import wait_until
 
 from gpucluster.model import ClusterState, ContainerRequest, DeviceRequest, DeviceSpec, NodeSpec, Pod
 from gpucluster.monitoring import (
@@ -33,20 +32,6 @@ Prometheus = Any  # tests/integration/conftest.py's Prometheus (query(promql) ->
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILE = REPO / "src/gpucluster/monitoring/rules/gpucluster-alerts.yml"
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll until ``predicate()`` is truthy (Prometheus scrapes and evaluates every second)."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except (AssertionError, httpx.HTTPError, ValueError) as exc:
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f": {last!r}" if last else ""))
 
 
 def gpu_node(name: str) -> NodeSpec:

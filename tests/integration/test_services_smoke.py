@@ -4,34 +4,20 @@ and Prometheus. They prove the fixtures work; product tests build on them."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
+from polling import wait_until
 from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 
 pytestmark = pytest.mark.integration
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Poll until ``predicate`` returns something truthy (an exception counts as not yet)."""
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as exc:
-            last_exc = exc
-        time.sleep(interval)
-    detail = f": {last_exc!r}" if last_exc else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
 def _uid() -> str:
