@@ -19,6 +19,7 @@ from gpucluster.kubernetes.informer import Informer
 from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.kubernetes.manifests import manifests, scheduler_config, to_yaml
 from gpucluster.kubernetes.register import NodeRegistrar, node_manifest
+from gpucluster.kubernetes.remediation import KubeRemediationTarget
 from gpucluster.kubernetes.secondary import SecondaryScheduler
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "KubeBinder",
     "KubeCluster",
     "KubeInputError",
+    "KubeRemediationTarget",
     "KubeRuntime",
     "LeaderElector",
     "NodeGate",
