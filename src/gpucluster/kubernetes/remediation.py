@@ -22,7 +22,7 @@ from kubernetes.client import ApiClient, ApiException
 from gpucluster.devices import VendorRegistry
 from gpucluster.kubernetes.client import is_status, raw_get, raw_list
 from gpucluster.kubernetes.convert import KubeInputError, allocation_from_pod, node_info, parse_pod, pod_key
-from gpucluster.monitoring import DrainResult
+from gpucluster.model.actions import DrainResult
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Monitoring: device-metric sources (NVML, simulated), the Prometheus exporter, alert rules (a rule file for
 Prometheus and the same rules evaluated in-process), remediation with an audit log, and job analysis."""
 
+from gpucluster.model.actions import DrainResult
 from gpucluster.model.views import node_fragmentation
 from gpucluster.monitoring.analysis import JobAnalysis, JobSample, MetricsInputError, analyze, load_metrics
 from gpucluster.monitoring.collectors import (
@@ -26,7 +27,6 @@ from gpucluster.monitoring.exposition import MetricsServer, TextRenderer
 from gpucluster.monitoring.remediation import (
     AuditLog,
     AuditRecord,
-    DrainResult,
     JobSimulatorTarget,
     PlannedAction,
     RemediationPolicy,

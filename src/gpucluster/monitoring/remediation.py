@@ -24,19 +24,10 @@ from typing import Protocol, TextIO, runtime_checkable
 import numpy as np
 
 from gpucluster.model import Allocation, AllocationError, ClusterState, Pod
+from gpucluster.model.actions import DrainResult
 from gpucluster.model.views import node_fragmentation
 from gpucluster.monitoring.rules import Action, Alert
 from gpucluster.scheduler import Outcome, Scheduler
-
-
-@dataclass(slots=True)
-class DrainResult:
-    evicted: list[str] = field(default_factory=list)
-    """Pods removed from the node."""
-    rescheduled: dict[str, str] = field(default_factory=dict)
-    """Pod -> the node it now runs on."""
-    pending: list[str] = field(default_factory=list)
-    """Evicted pods waiting for room (kept in the backend's queue, not lost)."""
 
 
 @runtime_checkable
