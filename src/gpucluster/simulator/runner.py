@@ -186,6 +186,11 @@ class Simulation:
         self._share_cache: dict[str, float] = _NO_CACHE
         self._free_gen = -1
         self._free_cache: np.ndarray[Any, np.dtype[np.int64]] = np.zeros(0, np.int64)
+        self._slots_gen = -1
+        self._slots: dict[int, int] = {}
+        """Task size -> whole tasks of that size the free devices hold (cached per state generation)."""
+        self._shapes: dict[str, tuple[float, int, tuple[int, str, str], bool, int]] = {}
+        """Job id -> (GPU share, task GPUs, shape, whole, tasks): the pass reads these for every queued job."""
         self._recount()
 
     # ================================================================================ public API
@@ -465,15 +470,22 @@ class Simulation:
             stale_worst = True
             no_victims: dict[tuple[Key, int], float] = {}
             """(rank, task size) -> smallest need for which preemption found no victims in this pass."""
+            jobs = self.jobs
+            shapes = self._shapes
+            queued = JobState.QUEUED
             for key, _, jid in list(self._queue):
-                job = self.jobs[jid]
-                if job.state != JobState.QUEUED:
+                job = jobs[jid]
+                if job.state != queued:
                     continue
                 spec = job.spec
-                need = spec.gpu_share
-                shape = (spec.task_gpus * spec.gpu_milli, spec.gpu_type, spec.tenant)
+                info = shapes.get(jid)
+                if info is None:
+                    info = shapes[jid] = (spec.gpu_share, spec.task_gpus,
+                                          (spec.task_gpus * spec.gpu_milli, spec.gpu_type, spec.tenant),
+                                          spec.whole, spec.num_tasks)
+                need, task_gpus, shape, whole, tasks = info
                 if need <= free and need < failed.get(shape, math.inf) and (
-                        not spec.whole or self._fits_by_count(spec)):
+                        not whole or self._slots_for(task_gpus) >= tasks):
                     if self._try_start(job, key):
                         free -= need
                         stale_worst = True
@@ -484,13 +496,13 @@ class Simulation:
                         worst, stale_worst = max(self._running_rank.values()), False
                     assert worst is not None
                     rank = pol.rank(key)
-                    if rank < worst and need < no_victims.get((rank, spec.task_gpus), math.inf):
+                    if rank < worst and need < no_victims.get((rank, task_gpus), math.inf):
                         if self._preempt_for(job, key, free):
                             free = tot.gpus - self._busy
                             stale_worst = True
                             no_victims.clear()
                             continue
-                        no_victims[(rank, spec.task_gpus)] = need
+                        no_victims[(rank, task_gpus)] = need
                     elif free <= 0:
                         break
                 if not pol.backfill:
@@ -579,7 +591,18 @@ class Simulation:
 
     def _fits_by_count(self, spec: JobSpec) -> bool:
         """Necessary condition for a start: enough nodes with room for whole tasks."""
-        return int((self._node_free() // spec.task_gpus).sum()) >= spec.num_tasks
+        return self._slots_for(spec.task_gpus) >= spec.num_tasks
+
+    def _slots_for(self, task_gpus: int) -> int:
+        """Whole tasks of ``task_gpus`` devices the free devices can hold (cached per state generation)."""
+        gen = self.state.generation
+        if self._slots_gen != gen:
+            self._slots.clear()
+            self._slots_gen = gen
+        n = self._slots.get(task_gpus)
+        if n is None:
+            n = self._slots[task_gpus] = int((self._node_free() // task_gpus).sum())
+        return n
 
     def _try_start(self, job: Job, key: Key) -> bool:
         spec = job.spec
