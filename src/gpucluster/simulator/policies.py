@@ -68,17 +68,10 @@ class QueuePolicy(Protocol):
         ...
 
 
-@dataclass(slots=True)
-class Fifo:
-    name: str = "fifo"
-    backfill: bool = False
-    preemptive: bool = False
-    dynamic: bool = False
-    topology_aware: bool = False
-    min_run_s: float = 0.0
+class _StaticKey:
+    """For policies whose keys never change on their own: the whole key ranks, nothing to re-evaluate."""
 
-    def key(self, job: Job, view: PolicyView) -> Key:
-        return (-job.spec.priority, job.spec.submit_s)
+    __slots__ = ()
 
     def rank(self, key: Key) -> Key:
         return key
@@ -91,7 +84,21 @@ class Fifo:
 
 
 @dataclass(slots=True)
-class ShortestJobFirst:
+class Fifo(_StaticKey):
+    name: str = "fifo"
+    backfill: bool = False
+    preemptive: bool = False
+    dynamic: bool = False
+    topology_aware: bool = False
+    min_run_s: float = 0.0
+
+    def key(self, job: Job, view: PolicyView) -> Key:
+        return (-job.spec.priority, job.spec.submit_s)
+
+
+
+@dataclass(slots=True)
+class ShortestJobFirst(_StaticKey):
     """Non-preemptive shortest job first with an oracle of each job's remaining run time."""
 
     name: str = "sjf"
@@ -104,14 +111,6 @@ class ShortestJobFirst:
     def key(self, job: Job, view: PolicyView) -> Key:
         return (-job.spec.priority, job.remaining_s, job.spec.submit_s)
 
-    def rank(self, key: Key) -> Key:
-        return key
-
-    def running_change_at(self, job: Job, now: float) -> float:
-        return math.inf
-
-    def queued_change_at(self, job: Job, now: float) -> float:
-        return math.inf
 
 
 @dataclass(slots=True)
@@ -185,7 +184,7 @@ class TwoDimensionalLAS:
 
 
 @dataclass(slots=True)
-class DominantResourceFairness:
+class DominantResourceFairness(_StaticKey):
     """Serve the tenant with the lowest (weighted) dominant share first; arrival order inside a tenant."""
 
     name: str = "drf"
@@ -198,14 +197,6 @@ class DominantResourceFairness:
     def key(self, job: Job, view: PolicyView) -> Key:
         return (-job.spec.priority, view.tenant_share(job.spec.tenant), job.spec.submit_s)
 
-    def rank(self, key: Key) -> Key:
-        return key
-
-    def running_change_at(self, job: Job, now: float) -> float:
-        return math.inf
-
-    def queued_change_at(self, job: Job, now: float) -> float:
-        return math.inf
 
 
 def default_policy() -> TwoDimensionalLAS:
