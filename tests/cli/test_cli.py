@@ -81,6 +81,20 @@ def test_binpack_and_spread_differ_at_node_and_device_level(tmp_path: Path) -> N
     assert same_node[0]["devices"][0][0]["id"] != same_node[1]["devices"][0][0]["id"]  # type: ignore[index]
 
 
+def test_schedule_policy_option(tmp_path: Path) -> None:
+    default = placements(tmp_path)
+    assert placements(tmp_path, "--policy", "default") == default
+    assert placements(tmp_path, "--policy", "stranding-fgd") == default
+    # the explicit fgd-paper profiles run too, with the same JSON shape
+    assert [p["pod"] for p in placements(tmp_path, "--policy", "bestfit")] == [p["pod"] for p in default]
+    pods, cluster = files(tmp_path)
+    r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(pods), "--policy", "nope"])
+    assert r.exit_code == 2 and "--policy 'nope': unknown" in r.output
+    r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(pods), "--policy", "fgd",
+                            "--node-policy", "spread"])
+    assert r.exit_code == 2 and "cannot be combined" in r.output
+
+
 def test_schedule_table_output(tmp_path: Path) -> None:
     pods, cluster = files(tmp_path)
     r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(pods)], terminal_width=200)

@@ -10,7 +10,7 @@ import pytest
 from gpucluster.model import ClusterState
 from gpucluster.scheduler.framework import Handle
 from gpucluster.scheduler.plugins.baselines import node_rank
-from gpucluster.scheduler.profiles import FGD_PAPER_POLICIES, fgd_paper_profile
+from gpucluster.scheduler.profiles import FGD_PAPER_POLICIES, fgd_paper_profile, stranding_fgd_profile
 from gpucluster.scheduler.scheduler import Scheduler
 from gpucluster.simulator.experiments.fgd import arrival_order, target_workload
 from gpucluster.simulator.experiments.fgd_engine import PolicyName, run
@@ -28,7 +28,7 @@ def trace() -> tuple[list, list]:  # type: ignore[type-arg]
     return nodes, pods
 
 
-@pytest.mark.parametrize("policy", FGD_PAPER_POLICIES)
+@pytest.mark.parametrize("policy", [*FGD_PAPER_POLICIES, "stranding-fgd"])
 def test_fast_path_matches_plugins(trace: tuple[list, list], policy: str) -> None:  # type: ignore[type-arg]
     nodes, pods = trace
     seed = 7
@@ -40,8 +40,10 @@ def test_fast_path_matches_plugins(trace: tuple[list, list], policy: str) -> Non
     fast = run(nodes, warm + window, PolicyName(policy), tgt, np.random.default_rng([seed, 1]), rank)
 
     state = ClusterState(to_node_specs(nodes))
-    fgd_args = {"target": tgt.to_json()} if policy == "fgd" else None
-    sched = Scheduler(state, fgd_paper_profile(policy, seed, fgd_args),
+    fgd_args = {"target": tgt.to_json()} if policy in ("fgd", "stranding-fgd") else None
+    profile = (stranding_fgd_profile(seed, fgd_args) if policy == "stranding-fgd"
+               else fgd_paper_profile(policy, seed, fgd_args))
+    sched = Scheduler(state, profile,
                       handle=Handle(rng=np.random.default_rng([seed, 1])))
     for i, p in enumerate(warm + window):
         d = sched.schedule_and_bind(to_pod(p, name=f"p{i}"))

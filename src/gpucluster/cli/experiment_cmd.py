@@ -152,6 +152,8 @@ def fgd_sweep_cmd(
         return
     table = Table(title=f"mean GPU allocation %, seeds {seed_list[0]}..{seed_list[-1]}")
     cols = ["workload", "policy", "ours_100", "published_100", "ours_130", "published_130", "delta_130"]
+    if any("vs_fgd_130" in r for r in rows):
+        cols += ["fgd_published_130", "vs_fgd_130"]
     for c in cols:
         table.add_column(c, justify="right")
     for r in rows:
@@ -163,6 +165,8 @@ def fgd_sweep_cmd(
 def _write_summary(rows: list[dict[str, Any]], out: Path) -> None:
     cols = ["workload", "policy", "seeds", "ours_100", "published_100", "delta_100", "ours_130", "published_130",
             "delta_130"]
+    if any("vs_fgd_130" in r for r in rows):
+        cols += ["fgd_published_100", "vs_fgd_100", "fgd_published_130", "vs_fgd_130"]
     with (out / "summary.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
         w.writeheader()

@@ -19,7 +19,8 @@ KubeconfigOpt = Annotated[
     Path | None,
     typer.Option("--kubeconfig", help="kubeconfig file (default: the pod's service account, in-cluster)."),
 ]
-PolicyOpt = Annotated[str, typer.Option("--policy", help="Placement profile: binpack or spread.")]
+PolicyOpt = Annotated[str, typer.Option(
+    "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ...")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
 
 
@@ -61,7 +62,7 @@ def register(app: typer.Typer) -> None:
         kubeconfig: KubeconfigOpt = None,
         listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve the extender API on.")]
         = "127.0.0.1:8888",
-        policy: PolicyOpt = "binpack",
+        policy: PolicyOpt = "default",
         scheduler_name: NameOpt = "gpucluster",
         handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake before a "
                                                            "node gets no new pods.")] = 60.0,
@@ -85,7 +86,7 @@ def register(app: typer.Typer) -> None:
     def scheduler(
         kubeconfig: KubeconfigOpt = None,
         scheduler_name: NameOpt = "gpucluster",
-        policy: PolicyOpt = "binpack",
+        policy: PolicyOpt = "default",
         namespace: Annotated[str, typer.Option("--namespace", help="Namespace of the leader-election Lease.")]
         = "kube-system",
         lease_name: Annotated[str, typer.Option("--lease-name", help="Lease name (default: <scheduler-name>).")]
@@ -161,7 +162,7 @@ def register(app: typer.Typer) -> None:
         image: Annotated[str, typer.Option("--image", help="gpucluster container image.")]
         = "ghcr.io/gpucluster/gpucluster:0.1.0",
         scheduler_name: NameOpt = "gpucluster",
-        policy: PolicyOpt = "binpack",
+        policy: PolicyOpt = "default",
     ) -> None:
         """Print the YAML to deploy gpucluster (ServiceAccount, RBAC, ConfigMap, Deployment, Service)."""
         from gpucluster.kubernetes.manifests import Mode, manifests, to_yaml

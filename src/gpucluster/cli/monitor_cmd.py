@@ -37,7 +37,7 @@ from gpucluster.monitoring import (
     rule_file,
 )
 from gpucluster.monitoring.collectors import nvml_device_count
-from gpucluster.scheduler import Outcome, Scheduler, profile_for
+from gpucluster.scheduler import PROFILES, Outcome, Scheduler, profile_for
 from gpucluster.spec import SpecError, load_pods
 
 
@@ -75,6 +75,11 @@ def _load_pods_or_fail(path: Path) -> list[Pod]:
         fail(f"{path}: {exc.strerror}")
 
 
+def _check_policy(policy: str) -> None:
+    if policy not in PROFILES:
+        fail(f"--policy {policy!r}: unknown; known: {', '.join(sorted(PROFILES))}")
+
+
 def _place(state: ClusterState, pods: list[Pod], policy: str) -> tuple[Scheduler, list[Pod]]:
     sched = Scheduler(state, profile_for(policy))
     pending = [p for p in pods if sched.schedule_and_bind(p).outcome != Outcome.SCHEDULED]
@@ -107,7 +112,8 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Option("--node", help="sim: node(s) this agent reports ('all' = every node).")
         ] = None,
         pods: Annotated[Path | None, typer.Option("--pods", help="sim: Pod manifests placed on the cluster.")] = None,
-        policy: Annotated[str, typer.Option("--policy", help="sim: scheduling policy for --pods.")] = "binpack",
+        policy: Annotated[str, typer.Option("--policy", help="sim: placement policy for --pods (default = "
+                                                              "stranding-fgd; binpack, spread, ...).")] = "default",
         control_plane: Annotated[
             bool, typer.Option("--control-plane", help="sim: also export queue/latency/decision metrics.")
         ] = False,
@@ -146,8 +152,7 @@ def register(app: typer.Typer) -> None:
             state = c.state()
             nodes = _sim_nodes(state, list(node or []))
             if pods is not None:
-                if policy not in ("binpack", "spread"):
-                    fail(f"--policy {policy!r}: expected binpack or spread")
+                _check_policy(policy)
                 _sched, waiting = _place(state, _load_pods_or_fail(pods), policy)
             src = SimSource(state, nodes)
             try:
@@ -213,7 +218,8 @@ def register(app: typer.Typer) -> None:
         gpu: Annotated[int, typer.Option("--gpu", help="Device index on the node.")] = 0,
         xid: Annotated[int, typer.Option("--xid", help="XID the device reports.")] = 79,
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
-        policy: Annotated[str, typer.Option("--policy", help="Scheduling policy.")] = "binpack",
+        policy: Annotated[str, typer.Option("--policy", help="Placement policy (default = stranding-fgd; "
+                                                              "binpack, spread, ...).")] = "default",
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Only log what would be done.")] = False,
         audit_log: Annotated[Path | None, typer.Option("--audit-log", help="Append JSON lines here.")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print the drill's result as JSON.")] = False,
@@ -223,8 +229,7 @@ def register(app: typer.Typer) -> None:
         state = c.state()
         if node is not None and node not in state.node_index:
             fail(f"--node {node!r}: no such node in the cluster")
-        if policy not in ("binpack", "spread"):
-            fail(f"--policy {policy!r}: expected binpack or spread")
+        _check_policy(policy)
         pod_list = _load_pods_or_fail(pods)
         sched, pending = _place(state, pod_list, policy)
         if node is None:

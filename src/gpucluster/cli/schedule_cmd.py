@@ -10,7 +10,7 @@ from rich.table import Table
 
 from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
 from gpucluster.model import Policy
-from gpucluster.scheduler import Decision, Scheduler, binpack_spread_profile
+from gpucluster.scheduler import DEFAULT_POLICY, PROFILES, Decision, Scheduler, binpack_spread_profile, profile_for
 from gpucluster.spec import SpecError, load_pods
 
 
@@ -28,12 +28,17 @@ def register(app: typer.Typer) -> None:
     def schedule(
         pods: Annotated[Path, typer.Option("--pods", help="YAML stream of Pod manifests (HAMi resources).")],
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
+        policy: Annotated[str | None, typer.Option(
+            "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ... "
+                             "Used when neither --node-policy nor --gpu-policy is given.")] = None,
         node_policy: Annotated[
-            Policy, typer.Option("--node-policy", help="Prefer fuller nodes (binpack) or emptier (spread).")
-        ] = Policy.BINPACK,
+            Policy | None, typer.Option("--node-policy", help="HAMi style: prefer fuller nodes (binpack) or emptier "
+                                                              "(spread); selects the binpack/spread profile.")
+        ] = None,
         gpu_policy: Annotated[
-            Policy, typer.Option("--gpu-policy", help="Inside a node: fuller devices, or fewest tasks first.")
-        ] = Policy.SPREAD,
+            Policy | None, typer.Option("--gpu-policy", help="HAMi style: inside a node, fuller devices (binpack) "
+                                                             "or fewest tasks first (spread, the default).")
+        ] = None,
         seed: Annotated[int, typer.Option("--seed", help="Seed for tie-breaking between equal nodes.")] = 0,
         json_out: Annotated[bool, typer.Option("--json", help='Print {"placements": [...]} as JSON.')] = False,
     ) -> None:
@@ -45,12 +50,24 @@ def register(app: typer.Typer) -> None:
             fail(str(exc))
         except OSError as exc:
             fail(f"{pods}: {exc.strerror}")
-        sched = Scheduler(c.state(), binpack_spread_profile(node_policy, gpu_policy, seed))
+        if node_policy is not None or gpu_policy is not None:
+            if policy is not None:
+                fail("--policy cannot be combined with --node-policy/--gpu-policy")
+            node_policy, gpu_policy = node_policy or Policy.BINPACK, gpu_policy or Policy.SPREAD
+            profile = binpack_spread_profile(node_policy, gpu_policy, seed)
+            label = f"node {node_policy}, gpu {gpu_policy}"
+        else:
+            name = policy or "default"
+            if name not in PROFILES:
+                fail(f"--policy {name!r}: unknown; known: {', '.join(sorted(PROFILES))}")
+            profile = profile_for(name, seed)
+            label = f"policy {DEFAULT_POLICY if name == 'default' else name}"
+        sched = Scheduler(c.state(), profile)
         decisions = [sched.schedule_and_bind(p) for p in pod_list]
         if json_out:
             print_json({"placements": [placement_json(d) for d in decisions]})
             return
-        table = Table(title=f"{len(decisions)} pods on {c.name} (node {node_policy}, gpu {gpu_policy})")
+        table = Table(title=f"{len(decisions)} pods on {c.name} ({label})")
         for col in ("pod", "node", "devices (memory MiB / cores %)", "why not"):
             table.add_column(col)
         for d in decisions:

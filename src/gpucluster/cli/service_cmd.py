@@ -55,7 +55,8 @@ def up(
                                               help="Target load of the synthetic background workload.")] = 0.6,
     faults_per_hour: Annotated[float, typer.Option("--faults-per-hour", min=0.0,
                                                    help="Injected GPU faults per clock hour.")] = 1.0,
-    policy: Annotated[str, typer.Option("--policy", help="Scheduling policy (binpack, spread).")] = "binpack",
+    policy: Annotated[str, typer.Option(
+        "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, ...")] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""

@@ -166,7 +166,7 @@ class KubeRuntime:
     def __init__(
         self,
         kubeconfig: Path,
-        policy: str = "binpack",
+        policy: str = "default",
         *,
         status_type: Callable[[str], Any],
         event_type: Callable[[str, float, str, Any, str], Any],

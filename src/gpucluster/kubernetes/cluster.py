@@ -116,7 +116,7 @@ class KubeCluster:
     def __init__(
         self,
         registry: VendorRegistry,
-        policy: str = "binpack",
+        policy: str = "default",
         *,
         binder: BindPlugin | None = None,
         handshake_timeout: float = 60.0,

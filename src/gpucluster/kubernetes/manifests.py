@@ -96,7 +96,7 @@ def _rbac(namespace: str, mode: Mode) -> list[dict[str, Any]]:
 def manifests(mode: Mode, registry: VendorRegistry, *, namespace: str = "kube-system",
               image: str = "ghcr.io/gpucluster/gpucluster:0.1.0",
               kube_scheduler_image: str = "k8s.gcr.io/kube-scheduler:v1.20.2",
-              scheduler_name: str = "gpucluster", port: int = 8888, policy: str = "binpack") -> list[dict[str, Any]]:
+              scheduler_name: str = "gpucluster", port: int = 8888, policy: str = "default") -> list[dict[str, Any]]:
     if mode not in ("extender", "scheduler"):
         raise ValueError(f"mode: must be extender or scheduler, got {mode!r}")
     labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": mode}

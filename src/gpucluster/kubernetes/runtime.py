@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    policy: str = "binpack"
+    policy: str = "default"
     """Placement profile name (``gpucluster.scheduler.profiles``)."""
     scheduler_name: str = "gpucluster"
     handshake_timeout: float = 60.0

@@ -60,17 +60,42 @@ def fgd_paper_profile(policy: str, seed: int = 0, fgd_args: Mapping[str, Any] | 
     return Profile(plugins=plugins, seed=seed)
 
 
+ANNOTATION_WEIGHT = 1000.0
+"""Weight of the annotation-only NodePolicy/DevicePolicy in ``stranding-fgd``: a pod's explicit HAMi
+binpack/spread annotation outweighs any policy score."""
+
+
+def stranding_fgd_profile(seed: int = 0, fgd_args: Mapping[str, Any] | None = None) -> Profile:
+    """``stranding-fgd``, the default: FGD plus CPU stranding and model scarcity (``StrandingFGDScore``, node
+    and GPU), ties to a seeded node order as in the FGD experiment, and HAMi's per-pod binpack/spread
+    annotations honoured when a pod carries them. Without a ``target`` in ``fgd_args`` the target workload is
+    learned online from the pods seen."""
+    return Profile(
+        plugins=[
+            PluginConfig(name="NodeUnschedulable"),
+            PluginConfig(name="NodeResourcesFit"),
+            PluginConfig(name="DeviceFit"),
+            PluginConfig(name="StrandingFGDScore", args=dict(fgd_args or {})),
+            PluginConfig(name="NodeRankTieBreak", weight=TIE_BREAK_WEIGHT, args={"seed": seed}),
+            PluginConfig(name="NodePolicy", weight=ANNOTATION_WEIGHT, args={"annotated_only": True}),
+            PluginConfig(name="DevicePolicy", weight=ANNOTATION_WEIGHT, args={"annotated_only": True}),
+        ],
+        seed=seed,
+    )
+
+
 ProfileBuilder = Callable[[int], Profile]
 
 PROFILES: Mapping[str, ProfileBuilder] = {
     "binpack": lambda seed: binpack_spread_profile(Policy.BINPACK, Policy.SPREAD, seed),
     "spread": lambda seed: binpack_spread_profile(Policy.SPREAD, Policy.SPREAD, seed),
     **{p: (lambda seed, p=p: fgd_paper_profile(p, seed)) for p in FGD_PAPER_POLICIES},  # type: ignore[misc]
+    "stranding-fgd": stranding_fgd_profile,
     "default": lambda seed: profile_for(DEFAULT_POLICY, seed),
 }
 """Policy name -> profile builder (taking a seed)."""
 
-DEFAULT_POLICY = "binpack"
+DEFAULT_POLICY = "stranding-fgd"
 
 
 def profile_for(policy: str, seed: int = 0) -> Profile:

@@ -21,9 +21,13 @@ from gpucluster.scheduler.plugins.baselines import scores as bs
 from gpucluster.scheduler.plugins.fragmentation.measure import (
     NodeArrays,
     ShapeCache,
+    Stranding,
     TargetWorkload,
+    cpu_per_gpu_milli,
     fgd_scores,
     fragmentation,
+    model_capacity,
+    model_scarcity,
 )
 from gpucluster.simulator.traces.openb import OpenbNode, OpenbPod
 
@@ -38,6 +42,8 @@ class PolicyName(enum.StrEnum):
     PACKING = "packing"
     BESTFIT = "bestfit"
     FGD = "fgd"
+    STRANDING_FGD = "stranding-fgd"
+    """FGD plus CPU stranding and model scarcity (``measure.Stranding``): the scheduler's default policy."""
     NEW = "new"
     """Research variants of FGD for ablations (``NewOptions``); not a user-facing policy (no plugin yet)."""
 
@@ -131,6 +137,8 @@ class Chooser:
         self.access = target.access(cluster.model_names)
         self.rng = rng
         self.cache = ShapeCache(cluster.n_nodes)
+        self.stranding = Stranding(cpu_per_gpu_milli(target),
+                                   model_scarcity(target, cluster.model_names, model_capacity(cluster.view)))
 
     def _pick(self, scores: npt.NDArray[Any], cands: IntArray) -> int:
         best = scores.max()
@@ -158,6 +166,20 @@ class Chooser:
                 return fgd_scores(c.view, rows, cpu, milli, num, self.target, self.access)
 
             scores, gpu = self.cache.lookup((cpu, milli, num), cands, c.generation, compute)
+            k = self._pick(scores, cands)
+            node = int(cands[k])
+            if num == 0:
+                return node, ()
+            if sharing:
+                return node, (int(gpu[k]),)
+            return node, tuple(bs.whole_gpus(c.gpu_left[node], num))
+        if p is PolicyName.STRANDING_FGD:
+
+            def compute_sf(rows: IntArray) -> tuple[FloatArray, IntArray]:
+                return fgd_scores(c.view, rows, cpu, milli, num, self.target, self.access,
+                                  stranding=self.stranding, any_model=not pod.gpu_spec)
+
+            scores, gpu = self.cache.lookup((cpu, milli, num, bool(pod.gpu_spec)), cands, c.generation, compute_sf)
             k = self._pick(scores, cands)
             node = int(cands[k])
             if num == 0:

@@ -7,6 +7,10 @@ and keeps the best (that GPU is then the one DeviceScore prefers). The target wo
 plugin's args (``target``: shapes with weights) or, without it, learned online from the pods seen so far
 (rebuilt every ``refresh`` pods). Scores are cached per pod shape and node and recomputed only for nodes whose
 ``node_generation`` moved.
+
+``StrandingFGDScore`` (policy ``stranding-fgd``, the scheduler's default) is FGD whose fragmentation drop also
+counts the GPU capacity a placement strands by CPU and the scarce-model GPUs an unconstrained pod takes
+(:class:`~.measure.Stranding`); ``docs/placement-policy.md`` has the reasoning and the measurements.
 """
 
 from __future__ import annotations
@@ -34,10 +38,14 @@ from gpucluster.scheduler.plugins.fragmentation.measure import (
     NodeArrays,
     Shape,
     ShapeCache,
+    Stranding,
     TargetWorkload,
     build_target_workload,
+    cpu_per_gpu_milli,
     fgd_scores,
     fragmentation,
+    model_capacity,
+    model_scarcity,
     node_fragmentation,
     pod_shape,
 )
@@ -46,6 +54,7 @@ __all__ = [
     "FGDScore",
     "NodeArrays",
     "Shape",
+    "StrandingFGDScore",
     "TargetWorkload",
     "build_target_workload",
     "fgd_scores",
@@ -77,6 +86,13 @@ class FGDArgs(PluginArgs):
     """Rebuild the learned target every ``refresh`` observed pods."""
 
 
+class StrandingFGDArgs(FGDArgs):
+    cpu_weight: float = Field(default=1.0, ge=0)
+    """Weight of the CPU-stranding term (GPU milli a node can no longer feed with CPU)."""
+    scarcity_weight: float = Field(default=1.0, ge=0)
+    """Weight of the model-scarcity term (scarce-model GPU milli taken by a pod that could run elsewhere)."""
+
+
 def target_from_args(shapes: list[TargetShapeArgs]) -> TargetWorkload:
     w = np.array([s.weight for s in shapes], np.float64)
     return TargetWorkload(tuple((s.cpu_milli, s.gpu_milli, s.gpu_count, s.gpu_models) for s in shapes), w / w.sum())
@@ -95,6 +111,12 @@ class FGDScore:
         self._cache = ShapeCache(0)
         self._access: BoolArray | None = None
         self._models = -1
+        self._nodes = -1
+        self.stranding: Stranding | None = None
+
+    def _stranding(self, target: TargetWorkload, view: NodeArrays) -> Stranding | None:
+        """The extra terms of the drop (none for plain FGD)."""
+        return None
 
     # ------------------------------------------------------------------------------ online target
     def pre_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> Status:
@@ -109,11 +131,13 @@ class FGDScore:
     def _prepare(self, snap: Snapshot) -> None:
         if self._cache.n != snap.n_nodes:
             self._cache = ShapeCache(snap.n_nodes)
-        if self._access is None or self._models != len(snap.models):
+        if self._access is None or self._models != len(snap.models) or self._nodes != snap.n_nodes:
             assert self.target is not None
             self._access = self.target.access(list(snap.models))
             self._models = len(snap.models)
+            self._nodes = snap.n_nodes
             self._cache = ShapeCache(snap.n_nodes)
+            self.stranding = self._stranding(self.target, NodeArrays.from_snapshot(snap))
 
     def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
         if self.target is None:
@@ -121,13 +145,16 @@ class FGDScore:
         self._prepare(snap)
         assert self._access is not None
         target, access = self.target, self._access
-        cpu, milli, num, _ = pod_shape(pod)
+        cpu, milli, num, models = pod_shape(pod)
         view = NodeArrays.from_snapshot(snap)
+        stranding = self.stranding
 
         def compute(rows: IntArray) -> tuple[FloatArray, IntArray]:
-            return fgd_scores(view, rows, cpu, milli, num, target, access)
+            return fgd_scores(view, rows, cpu, milli, num, target, access, stranding=stranding,
+                              any_model=not models)
 
-        scores, gpus = self._cache.lookup((cpu, milli, num), candidates, np.asarray(snap.node_generation), compute)
+        key = (cpu, milli, num, bool(models))
+        scores, gpus = self._cache.lookup(key, candidates, np.asarray(snap.node_generation), compute)
         state.write(self.name, dict(zip(candidates.tolist(), gpus.tolist(), strict=True)))
         return scores.astype(np.float64)
 
@@ -142,6 +169,28 @@ class FGDScore:
         return out
 
 
+class StrandingFGDScore(FGDScore):
+    """FGD + CPU stranding + model scarcity: the ``stranding-fgd`` policy (the scheduler's default)."""
+
+    name = "StrandingFGDScore"
+
+    def __init__(self, target: TargetWorkload | None, coverage: float = 0.95, refresh: int = 256,
+                 cpu_weight: float = 1.0, scarcity_weight: float = 1.0) -> None:
+        super().__init__(target, coverage, refresh)
+        self.cpu_weight = cpu_weight
+        self.scarcity_weight = scarcity_weight
+
+    def _stranding(self, target: TargetWorkload, view: NodeArrays) -> Stranding | None:
+        scarcity = model_scarcity(target, view.model_names, model_capacity(view))
+        return Stranding(cpu_per_gpu_milli(target), scarcity, self.cpu_weight, self.scarcity_weight)
+
+
+def new_stranding_fgd_score(args: Mapping[str, Any], handle: Handle) -> StrandingFGDScore:
+    a = parse_args(StrandingFGDArgs, StrandingFGDScore.name, args)
+    return StrandingFGDScore(target_from_args(a.target) if a.target else None, a.coverage, a.refresh,
+                             a.cpu_weight, a.scarcity_weight)
+
+
 def new_fgd_score(args: Mapping[str, Any], handle: Handle) -> FGDScore:
     a = parse_args(FGDArgs, FGDScore.name, args)
     return FGDScore(target_from_args(a.target) if a.target else None, a.coverage, a.refresh)
@@ -149,3 +198,4 @@ def new_fgd_score(args: Mapping[str, Any], handle: Handle) -> FGDScore:
 
 def register(reg: PluginRegistry) -> None:
     reg.register(FGDScore.name, new_fgd_score)
+    reg.register(StrandingFGDScore.name, new_stranding_fgd_score)

@@ -152,6 +152,79 @@ def node_fragmentation(snap: Snapshot, target: TargetWorkload) -> FloatArray:
     return fragmentation(view.cpu_left, view.gpu_left, view.model, target, target.access(view.model_names))
 
 
+@dataclass(frozen=True, slots=True)
+class Stranding:
+    """The two ways a placement loses GPU capacity that the fragmentation measure does not see.
+
+    * **CPU stranding.** The target's GPU pods ask on average ``cpu_per_milli`` host CPU milli per GPU milli. A
+      node whose free CPU cannot feed its idle GPUs at that rate strands the difference:
+      ``max(0, idle GPU milli - free CPU / cpu_per_milli)``. FGD's measure only notices when the CPU falls below
+      a single shape's request; this one sees a node drift towards it, GPU by GPU.
+    * **Model scarcity.** ``scarcity[m]`` (0..1) is the share of model ``m``'s GPUs that model-constrained
+      target shapes will want (:func:`model_scarcity`); a pod that may run on any model and takes a GPU there
+      takes it from them. Index -1 (nodes without GPUs) is 0.
+
+    Both are in GPU milli, like fragmentation, so they add to FGD's drop before its sigmoid; ``cpu_weight`` and
+    ``scarcity_weight`` scale them (0 and 0 = plain FGD).
+    """
+
+    cpu_per_milli: float
+    scarcity: FloatArray
+    cpu_weight: float = 1.0
+    scarcity_weight: float = 1.0
+
+    def stranded(self, cpu_left: IntArray, gpu_idle: IntArray) -> FloatArray:
+        """GPU milli each node cannot feed with its free CPU at the target's rate."""
+        if self.cpu_per_milli <= 0:
+            return np.zeros(gpu_idle.shape, np.float64)
+        return np.maximum(0.0, gpu_idle - np.maximum(cpu_left, 0) / self.cpu_per_milli)
+
+
+def cpu_per_gpu_milli(target: TargetWorkload) -> float:
+    """Mean host CPU milli the target's GPU shapes ask per GPU milli (weighted like the target)."""
+    gpu = target.milli * target.num
+    sel = gpu > 0
+    den = float((target.weight[sel] * gpu[sel]).sum())
+    return float((target.weight[sel] * target.cpu[sel]).sum()) / den if den > 0 else 0.0
+
+
+def model_capacity(view: NodeArrays) -> FloatArray:
+    """GPUs per model id (``[M]``) of the cluster in ``view``."""
+    has = view.model >= 0
+    return np.bincount(view.model[has], weights=view.gpu_count[has].astype(np.float64),
+                       minlength=len(view.model_names)).astype(np.float64)
+
+
+def model_scarcity(target: TargetWorkload, model_names: Sequence[str], capacity: FloatArray) -> FloatArray:
+    """``[M + 1]``: per model, the share of its GPUs that the target's model-constrained shapes will want.
+
+    Each constrained shape's GPU demand is spread evenly over its allowed models; a model's share is that
+    demand as a fraction of the target's whole GPU demand, scaled by the model's fraction of the cluster's GPUs
+    and capped at 1 (a model that constrained shapes would fill entirely at a load matching the cluster scores
+    1). It applies to pods that may run on any model: those are the ones that can go elsewhere. (Charging
+    constrained pods for models still narrower shapes want measured worse: ``docs/placement-policy.md``.)
+    """
+    m = len(model_names)
+    out = np.zeros(m + 1, np.float64)
+    index = {name: i for i, name in enumerate(model_names)}
+    gpu = target.milli * target.num * target.weight
+    total = float(gpu.sum())
+    if total <= 0 or m == 0:
+        return out
+    demand = np.zeros(m, np.float64)
+    for k, shape in enumerate(target.shapes):
+        models = {x for x in shape[3].split("|") if x in index}
+        if not models or gpu[k] <= 0:
+            continue
+        for x in models:
+            demand[index[x]] += gpu[k] / len(models)
+    cap = capacity.sum()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(capacity > 0, demand / total * cap / capacity, 0.0)
+    out[:m] = np.minimum(share, 1.0)
+    return out
+
+
 def sigmoid_score(before: FloatArray, after: FloatArray) -> IntArray:
     """FGD's 0..100 integer score: ``int(sigmoid((before - after) / 1000) * 100)``."""
     x = (before - after) / 1000.0
@@ -159,23 +232,34 @@ def sigmoid_score(before: FloatArray, after: FloatArray) -> IntArray:
 
 
 def fgd_scores(view: NodeArrays, rows: IntArray, cpu: int, milli: int, num: int, target: TargetWorkload,
-               access: BoolArray, *, mem: int = 0, continuous: bool = False) -> tuple[FloatArray, IntArray]:
+               access: BoolArray, *, mem: int = 0, continuous: bool = False,
+               stranding: Stranding | None = None, any_model: bool = True) -> tuple[FloatArray, IntArray]:
     """FGD score of placing a pod on each node in ``rows``, and the GPU it would take there.
 
     A sharing pod (one GPU, less than 1000 milli) tries every GPU with enough left and keeps the best (the
     first on ties); other pods take whole idle GPUs in index order (GPU -1 for CPU-only pods). The score is
     FGD's ``int(sigmoid(drop / 1000) * 100)`` of the fragmentation drop, or with ``continuous`` the drop itself
     (float milli; no truncation ties). Memory counts when the target carries memory per shape.
+
+    With ``stranding`` the drop also counts the GPU milli the placement strands by CPU and, for a pod that may
+    run on ``any_model``, the scarce-model GPU milli it takes (see :class:`Stranding`).
     """
     cl, gl, md = view.cpu_left[rows], view.gpu_left[rows], view.model[rows]
     ml = view.mem_left[rows] if target.mem is not None else None
     before = fragmentation(cl, gl, md, target, access, ml)
     d = gl.shape[1]
+    gain: FloatArray | None = None
+    if stranding is not None:
+        idle = gl.sum(axis=1)
+        gain = stranding.cpu_weight * (stranding.stranded(cl, idle) - stranding.stranded(cl - cpu, idle - milli * num))
+        if any_model and num > 0 and stranding.scarcity_weight and stranding.scarcity.size:
+            gain = gain - stranding.scarcity_weight * stranding.scarcity[md] * float(milli * num)
 
-    def scored(b4: FloatArray, after: FloatArray) -> FloatArray:
+    def scored(b4: FloatArray, after: FloatArray, extra: FloatArray | None) -> FloatArray:
+        drop = b4 - after if extra is None else b4 - after + extra
         if continuous:
-            return np.asarray(b4 - after, np.float64)
-        return sigmoid_score(b4, after).astype(np.float64)
+            return np.asarray(drop, np.float64)
+        return sigmoid_score(drop, np.zeros_like(drop)).astype(np.float64)
 
     if num == 1 and 0 < milli < MILLI:
         b = rows.size
@@ -188,7 +272,9 @@ def fgd_scores(view: NodeArrays, rows: IntArray, cpu: int, milli: int, num: int,
         after = np.full(b * d, np.inf)
         mrep = np.repeat(ml - mem, d)[sel] if ml is not None else None
         after[sel] = fragmentation(np.repeat(cl - cpu, d)[sel], flat[sel], np.repeat(md, d)[sel], target, access, mrep)
-        score = np.where(can, scored(np.repeat(before, d), after).reshape(b, d), -np.inf)
+        rep_gain = np.repeat(gain, d) if gain is not None else None
+        with np.errstate(invalid="ignore"):
+            score = np.where(can, scored(np.repeat(before, d), after, rep_gain).reshape(b, d), -np.inf)
         best = np.argmax(score, axis=1)
         return np.asarray(score[np.arange(b), best], np.float64), best.astype(np.int64)
     new = gl.copy()
@@ -200,7 +286,7 @@ def fgd_scores(view: NodeArrays, rows: IntArray, cpu: int, milli: int, num: int,
         new[take] = 0
         gpu = np.argmax(free, axis=1).astype(np.int64)
     after = fragmentation(cl - cpu, new, md, target, access, ml - mem if ml is not None else None)
-    return scored(before, after), gpu
+    return scored(before, after, gain), gpu
 
 
 class ShapeCache:

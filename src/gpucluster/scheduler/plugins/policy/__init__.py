@@ -69,6 +69,9 @@ _NODE_STRATEGIES: Mapping[Policy, Callable[[FloatArray], FloatArray]] = {
 class _PolicyArgs(PluginArgs):
     policy: Policy = Policy.BINPACK
     """Default strategy; a pod's annotation overrides it."""
+    annotated_only: bool = False
+    """Score only pods that carry the annotation (0 for all others): lets another policy be the default while
+    HAMi's per-pod binpack/spread annotations still win."""
 
 
 class NodePolicy:
@@ -76,11 +79,14 @@ class NodePolicy:
 
     name = "NodePolicy"
 
-    def __init__(self, default: Policy) -> None:
+    def __init__(self, default: Policy, annotated_only: bool = False) -> None:
         self.default = default
+        self.annotated_only = annotated_only
         self._strategies = _NODE_STRATEGIES
 
     def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
+        if self.annotated_only and pod.node_policy is None:
+            return np.zeros(candidates.size, np.float64)
         strategy = self._strategies[pod.node_policy or self.default]
         return strategy(node_usage_after(pod, snap, candidates))
 
@@ -114,24 +120,30 @@ class DevicePolicy:
 
     name = "DevicePolicy"
 
-    def __init__(self, default: Policy) -> None:
+    def __init__(self, default: Policy, annotated_only: bool = False) -> None:
         self.default = default
+        self.annotated_only = annotated_only
         self._strategies = _DEVICE_STRATEGIES
 
     def score_devices(
         self, state: CycleState, pod: Pod, snap: Snapshot, node: int, request: DeviceRequest,
         feasible: BoolArray, taken: IntArray,
     ) -> FloatArray:
+        if self.annotated_only and pod.gpu_policy is None:
+            return np.zeros(snap.device_slots, np.float64)
         return self._strategies[pod.gpu_policy or self.default](snap, node, taken)
 
 
 class _DeviceArgs(PluginArgs):
     policy: Policy = Policy.SPREAD
+    annotated_only: bool = False
 
 
 def new_node_policy(args: Mapping[str, Any], handle: Handle) -> NodePolicy:
-    return NodePolicy(parse_args(_PolicyArgs, NodePolicy.name, args).policy)
+    a = parse_args(_PolicyArgs, NodePolicy.name, args)
+    return NodePolicy(a.policy, a.annotated_only)
 
 
 def new_device_policy(args: Mapping[str, Any], handle: Handle) -> DevicePolicy:
-    return DevicePolicy(parse_args(_DeviceArgs, DevicePolicy.name, args).policy)
+    a = parse_args(_DeviceArgs, DevicePolicy.name, args)
+    return DevicePolicy(a.policy, a.annotated_only)
