@@ -149,6 +149,37 @@ class Chooser:
             return int(tied[np.argmin(self.rank[cands[tied]])])
         return int(tied[self.rng.integers(tied.size)])
 
+    def _fgd_family(self, cands: IntArray, pod: OpenbPod) -> tuple[FloatArray, IntArray]:
+        """Scores and chosen GPU per candidate for FGD, stranding-fgd and the research variants (cached)."""
+        c, p = self.c, self.policy
+        cpu, milli, num = pod.score_cpu_milli, pod.gpu_milli, pod.num_gpu
+        if p is PolicyName.FGD:
+            def compute(rows: IntArray) -> tuple[FloatArray, IntArray]:
+                return fgd_scores(c.view, rows, cpu, milli, num, self.target, self.access)
+
+            return self.cache.lookup((cpu, milli, num), cands, c.generation, compute)
+        if p is PolicyName.STRANDING_FGD:
+            def compute_sf(rows: IntArray) -> tuple[FloatArray, IntArray]:
+                return fgd_scores(c.view, rows, cpu, milli, num, self.target, self.access,
+                                  stranding=self.stranding, any_model=not pod.gpu_spec)
+
+            return self.cache.lookup((cpu, milli, num, bool(pod.gpu_spec)), cands, c.generation, compute_sf)
+        o = self.options
+        mem = pod.memory_mib if o.memory else 0
+
+        def compute_new(rows: IntArray) -> tuple[FloatArray, IntArray]:
+            return fgd_scores(c.view, rows, cpu, milli, num, self.target, self.access, mem=mem,
+                              continuous=o.continuous)
+
+        scores, gpu = self.cache.lookup((cpu, milli, num, mem), cands, c.generation, compute_new)
+        if o.quantum != 1.0:
+            scores = np.floor(scores / o.quantum)
+        if o.pack_weight:
+            left = c.gpu_left[cands].sum(axis=1) - milli * num
+            fit = (c.cpu_left[cands] - cpu) / bs.MAX_SPEC_CPU + left / bs.MAX_SPEC_GPU
+            scores = scores - o.pack_weight * fit
+        return scores, gpu
+
     def choose(self, cands: IntArray, pod: OpenbPod) -> tuple[int, tuple[int, ...]]:
         c = self.c
         cpu, milli, num = pod.score_cpu_milli, pod.gpu_milli, pod.num_gpu
@@ -161,47 +192,8 @@ class Chooser:
             if sharing:
                 return node, (bs.random_gpu(c.gpu_left[node], milli, self.rng),)
             return node, tuple(bs.whole_gpus(c.gpu_left[node], num))
-        if p is PolicyName.FGD:
-            def compute(rows: IntArray) -> tuple[FloatArray, IntArray]:
-                return fgd_scores(c.view, rows, cpu, milli, num, self.target, self.access)
-
-            scores, gpu = self.cache.lookup((cpu, milli, num), cands, c.generation, compute)
-            k = self._pick(scores, cands)
-            node = int(cands[k])
-            if num == 0:
-                return node, ()
-            if sharing:
-                return node, (int(gpu[k]),)
-            return node, tuple(bs.whole_gpus(c.gpu_left[node], num))
-        if p is PolicyName.STRANDING_FGD:
-
-            def compute_sf(rows: IntArray) -> tuple[FloatArray, IntArray]:
-                return fgd_scores(c.view, rows, cpu, milli, num, self.target, self.access,
-                                  stranding=self.stranding, any_model=not pod.gpu_spec)
-
-            scores, gpu = self.cache.lookup((cpu, milli, num, bool(pod.gpu_spec)), cands, c.generation, compute_sf)
-            k = self._pick(scores, cands)
-            node = int(cands[k])
-            if num == 0:
-                return node, ()
-            if sharing:
-                return node, (int(gpu[k]),)
-            return node, tuple(bs.whole_gpus(c.gpu_left[node], num))
-        if p is PolicyName.NEW:
-            o = self.options
-            mem = pod.memory_mib if o.memory else 0
-
-            def compute_new(rows: IntArray) -> tuple[FloatArray, IntArray]:
-                return fgd_scores(c.view, rows, cpu, milli, num, self.target, self.access, mem=mem,
-                                  continuous=o.continuous)
-
-            scores, gpu = self.cache.lookup((cpu, milli, num, mem), cands, c.generation, compute_new)
-            if o.quantum != 1.0:
-                scores = np.floor(scores / o.quantum)
-            if o.pack_weight:
-                left = c.gpu_left[cands].sum(axis=1) - milli * num
-                fit = (c.cpu_left[cands] - cpu) / bs.MAX_SPEC_CPU + left / bs.MAX_SPEC_GPU
-                scores = scores - o.pack_weight * fit
+        if p in (PolicyName.FGD, PolicyName.STRANDING_FGD, PolicyName.NEW):
+            scores, gpu = self._fgd_family(cands, pod)
             k = self._pick(scores, cands)
             node = int(cands[k])
             if num == 0:
