@@ -1,7 +1,7 @@
 """Simulate the whole shared Philly-derived trace (Gavel's 13 VC files, 11,264 jobs) on the 500-GPU cluster
 under each queue policy; print wall time and the headline metrics per policy.
 
-    .venv/bin/python bench/simulate_philly.py [--policies fifo,sjf,tiresias,drf,default] [--json OUT]
+    .venv/bin/python bench/simulate_philly.py [--policies fifo,sjf,tiresias,drf,offers,default] [--json OUT]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ KEYS = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "gpu
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--policies", default="fifo,sjf,tiresias,drf,default")
+    ap.add_argument("--policies", default="fifo,sjf,tiresias,drf,offers,default")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--limit", type=int, default=None)
     args = ap.parse_args()

@@ -19,6 +19,9 @@ class _View:
     def tenant_share(self, tenant: str) -> float:
         return self.shares.get(tenant, 0.0)
 
+    def tenant_standing(self, tenant: str) -> tuple[float, float]:
+        return (1.0, self.tenant_share(tenant))
+
 
 def test_las_queues_demotion_time_and_starvation_promotion() -> None:
     las = TwoDimensionalLAS(thresholds=(100.0, 1000.0), starve_factor=2.0, starve_min_s=10.0)
@@ -43,7 +46,7 @@ def test_fifo_sjf_drf_keys() -> None:
     assert drf.running_change_at(a, 0) == math.inf
     with pytest.raises(ValueError, match="unknown queue policy"):
         make_policy("lottery")
-    assert set(POLICIES) >= {"fifo", "sjf", "tiresias", "drf", "default"}
+    assert set(POLICIES) >= {"fifo", "sjf", "tiresias", "drf", "offers", "default"}
 
 
 def test_drf_serves_the_tenant_with_the_lowest_share_first() -> None:
@@ -68,3 +71,20 @@ def test_sticky_promotion_keeps_a_starved_job_on_top() -> None:
     job.state, job.run_start_s = JobState.RUNNING, 600.0
     assert las.key(job, _View(10_000.0))[1] == 0
     assert las.running_change_at(job, 10_000.0) == math.inf
+
+
+def test_a_job_past_the_protection_age_runs_to_completion() -> None:
+    def run(protect: float) -> Simulation:
+        las = TwoDimensionalLAS(thresholds=(100.0,), protect_age_s=protect, min_run_s=0.0)
+        sim = Simulation(make_cluster(nodes=1), las)
+        sim.submit(JobSpec("old", 0, 8, 50_000))
+        sim.submit(JobSpec("early", 5_000, 8, 100))   # old is demoted and young: preempted
+        sim.submit(JobSpec("late", 20_000, 8, 100))   # old has been in the system 20,000 s by then
+        sim.run()
+        return sim
+    protected, plain = run(10_000.0), run(math.inf)
+    assert protected.job("early").first_start_s == plain.job("early").first_start_s == 5_000
+    assert protected.job("old").preemptions == 1 and protected.job("old").finish_s == 50_100
+    assert protected.job("late").first_start_s == 50_100
+    assert plain.job("late").first_start_s == 20_000 and plain.job("old").preemptions == 2
+    assert protected.summary()["jobs_lost"] == plain.summary()["jobs_lost"] == 0

@@ -85,7 +85,7 @@ def test_fifo_blocks_behind_the_head_but_sjf_backfills(small_cluster: Cluster) -
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.sampled_from(["fifo", "sjf", "tiresias", "drf", "default"]), st.integers(0, 10_000))
+@given(st.sampled_from(["fifo", "sjf", "tiresias", "drf", "offers", "default"]), st.integers(0, 10_000))
 def test_no_job_is_lost_and_capacity_is_never_exceeded(policy: str, seed: int) -> None:
     cluster = make_cluster(nodes=4)
     sim = Simulation(cluster, policy, seed=seed)

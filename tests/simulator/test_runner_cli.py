@@ -48,3 +48,13 @@ def test_bad_input_exits_2_naming_where(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "unknown format" in res.output
     res = runner.invoke(app, ["simulate", "--trace", "synthetic:5", "--policy", "lifo"])
     assert res.exit_code == 2 and "unknown policy" in res.output
+
+
+def test_policy_all_runs_every_policy_offers_included() -> None:
+    res = runner.invoke(app, ["simulate", "--cluster", str(CLUSTER), "--trace", "synthetic:40", "--policy", "all",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)["policies"]
+    assert set(data) == {"fifo", "sjf", "tiresias", "drf", "offers", "default"}
+    assert all(d["jobs_completed"] == 40 and d["jobs_lost"] == 0 for d in data.values())
+    assert data["offers"]["offers_accepted"] > 0 and data["fifo"]["offers_accepted"] == 0

@@ -7,6 +7,8 @@ Definitions:
 * ``gpu_utilization`` = GPU-seconds held by running jobs / (usable GPUs x makespan), 0..1.
 * ``jain_fairness`` = Jain's index over tenants of each tenant's mean job speed (ideal duration / JCT):
   1.0 when every tenant's jobs are slowed equally by queueing, 1/n when one tenant gets everything.
+* ``reclaims`` = preemptions made to give a queue back its guarantee (also counted in ``preemptions``);
+  ``offers_accepted`` / ``offers_declined`` = the ``offers`` policy's framework decisions.
 * ``jobs_lost`` = submitted jobs that neither completed, were cancelled nor rejected, nor are still queued
   or running when the run ended early (``run_until``); a complete run must report 0.
 """
@@ -73,12 +75,15 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         "jain_fairness": jain_index([float(np.mean(v)) for v in by_tenant.values()]),
         "bytes_moved": int(sum(j.bytes_moved for j in jobs)),
         "preemptions": tot.preemptions,
+        "reclaims": tot.reclaims,
         "evictions": tot.evictions,
         "lost_work_s": float(sum(j.lost_work_s for j in jobs)),
         "avg_placement_slowdown": float(slow.mean()) if slow.size else 1.0,
         "jobs_lost": lost,
         "scheduling_passes": tot.passes,
         "schedule_calls": tot.schedule_calls,
+        "offers_accepted": tot.offers_accepted,
+        "offers_declined": tot.offers_declined,
         "sim_time_s": sim.now,
     }
 

@@ -13,8 +13,13 @@ save a checkpoint and return to the queue with their progress.
 | ``fifo`` | arrival | no (head of line blocks) | no | binpack |
 | ``sjf`` | duration (oracle) | yes | no | binpack |
 | ``tiresias`` | 2D-LAS: queue by attained GPU-s, FIFO inside, starvation promotion | yes | yes | binpack |
-| ``drf`` | tenant's dominant share, then arrival | yes | no | binpack |
-| ``default`` | 2D-LAS, small jobs first inside a queue, 2 h lease, starvation guard | yes | yes | gang + topology |
+| ``drf`` | tenant under its guarantee first, dominant share beyond it, arrival | yes | reclaim only | binpack |
+| ``offers`` | DRF offers to tenant frameworks, arrival inside one, delay scheduling | yes | no | accepted nodes |
+| ``default`` | 3-queue 2D-LAS, small first on top, 2 h lease, starvation + age guards | yes | yes | gang + topology |
+
+Reclaim (``reclaim``, on for ``drf``): with a ``QuotaTree`` of hierarchical queues (``services={"quota": tree}``),
+a job of a queue that stays within its guarantee may preempt jobs of queues above their guarantee; see
+:meth:`gpucluster.simulator.runner.Simulation` and ``docs/jobs-simulation.md``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ class PolicyView(Protocol):
         """The tenant's dominant share of the cluster right now (0..1), divided by its weight."""
         ...
 
+    def tenant_standing(self, tenant: str) -> tuple[float, float]:
+        """(0 while the tenant's queue is below its guaranteed GPUs, else 1; its dominant share beyond the
+        guarantee, divided by its over-quota weight). Without a quota tree: ``(1, tenant_share)``."""
+        ...
+
 
 class QueuePolicy(Protocol):
     name: str
@@ -51,6 +61,12 @@ class QueuePolicy(Protocol):
     """Place through the gang + topology profile (else plain binpack with gangs)."""
     min_run_s: float
     """A running job cannot be preempted before it has run this long (a lease; damps preemption storms)."""
+    via_offers: bool
+    """Place through Mesos-style resource offers (:mod:`gpucluster.simulator.offers`) instead of walking the
+    queue job by job."""
+    reclaim: bool
+    """With a quota tree: a job whose queue stays within its guarantee may preempt jobs of queues above
+    theirs (never below), over-quota usage per weight first."""
 
     def key(self, job: Job, view: PolicyView) -> Key: ...
 
@@ -91,6 +107,8 @@ class Fifo(_StaticKey):
     dynamic: bool = False
     topology_aware: bool = False
     min_run_s: float = 0.0
+    via_offers: bool = False
+    reclaim: bool = False
 
     def key(self, job: Job, view: PolicyView) -> Key:
         return (-job.spec.priority, job.spec.submit_s)
@@ -107,6 +125,8 @@ class ShortestJobFirst(_StaticKey):
     dynamic: bool = False
     topology_aware: bool = False
     min_run_s: float = 0.0
+    via_offers: bool = False
+    reclaim: bool = False
 
     def key(self, job: Job, view: PolicyView) -> Key:
         return (-job.spec.priority, job.remaining_s, job.spec.submit_s)
@@ -121,6 +141,11 @@ class TwoDimensionalLAS:
     lower queues run first and may preempt higher ones; inside a queue jobs keep arrival order (or, with
     ``small_first``, fewer GPUs first). A queued job that has waited ``starve_factor`` x its run time (and at
     least ``starve_min_s``) is promoted to queue 0 (Tiresias' STARVELIMIT).
+
+    ``protect_age_s``: a running job that has been in the system (since it was submitted) at least this long
+    is not preempted any more (its rank drops below every queue's), so it runs to completion: this bounds
+    the completion time of the long and the large jobs that LAS keeps sending back (the p99 tail) without
+    knowing any duration.
     """
 
     name: str = "tiresias"
@@ -130,11 +155,15 @@ class TwoDimensionalLAS:
     small_first: bool = False
     sticky_promotion: bool = False
     """A starved job, once promoted, stays in the top queue until it finishes (bounds long jobs' JCT)."""
+    protect_age_s: float = math.inf
+    """A running job this old (now - submit) is no longer preempted."""
     backfill: bool = True
     preemptive: bool = True
     dynamic: bool = False
     topology_aware: bool = False
     min_run_s: float = 600.0
+    via_offers: bool = False
+    reclaim: bool = False
 
     def queue_of(self, attained: float) -> int:
         for k, t in enumerate(self.thresholds):
@@ -163,6 +192,8 @@ class TwoDimensionalLAS:
         attained = job.attained_at(now) - job.extra.get("las_base", 0.0)
         q = 0 if job.extra.get("promoted") else self.queue_of(attained)
         job.priority_queue = q
+        if job.state == JobState.RUNNING and now - job.spec.submit_s >= self.protect_age_s:
+            return (-job.spec.priority, -1.0, 0.0, job.spec.submit_s)  # protected: no queue outranks it
         # small jobs first among the short (top-queue) jobs; demoted jobs keep arrival order
         second = float(job.spec.num_gpus) if self.small_first and q == 0 else 0.0
         return (-job.spec.priority, float(q), second, job.spec.submit_s)
@@ -171,12 +202,15 @@ class TwoDimensionalLAS:
         return key[:2]
 
     def running_change_at(self, job: Job, now: float) -> float:
+        protect = job.spec.submit_s + self.protect_age_s
+        if now >= protect:
+            return math.inf
         attained = job.attained_at(now) - job.extra.get("las_base", 0.0)
         q = self.queue_of(attained)
         if q >= len(self.thresholds) or job.extra.get("promoted"):
-            return math.inf
+            return protect + 1e-3 if protect != math.inf else math.inf
         # a millisecond late, so float rounding can never leave the job just below the threshold
-        return now + max((self.thresholds[q] - attained) / job.spec.gpu_share, 0.0) + 1e-3
+        return min(now + max((self.thresholds[q] - attained) / job.spec.gpu_share, 0.0) + 1e-3, protect + 1e-3)
 
     def queued_change_at(self, job: Job, now: float) -> float:
         t = self._starve_time(job)
@@ -185,7 +219,11 @@ class TwoDimensionalLAS:
 
 @dataclass(slots=True)
 class DominantResourceFairness(_StaticKey):
-    """Serve the tenant with the lowest (weighted) dominant share first; arrival order inside a tenant."""
+    """Serve the tenant with the lowest (weighted) dominant share first; arrival order inside a tenant.
+
+    With a quota tree, tenants below their guarantee come first, and the share compared is the one beyond the
+    guarantee divided by the queue's over-quota weight; ``reclaim`` lets them take back their guarantee from
+    tenants running above theirs."""
 
     name: str = "drf"
     backfill: bool = True
@@ -193,22 +231,42 @@ class DominantResourceFairness(_StaticKey):
     dynamic: bool = True
     topology_aware: bool = False
     min_run_s: float = 0.0
+    via_offers: bool = False
+    reclaim: bool = True
 
     def key(self, job: Job, view: PolicyView) -> Key:
-        return (-job.spec.priority, view.tenant_share(job.spec.tenant), job.spec.submit_s)
+        under, share = view.tenant_standing(job.spec.tenant)
+        return (-job.spec.priority, under, share, job.spec.submit_s)
 
+
+@dataclass(slots=True)
+class Offers(Fifo):
+    """Mesos-style two-level scheduling: per pass the nodes' free resources are offered to one framework per
+    tenant in DRF order; a framework accepts offers for its queued jobs in arrival order (FIFO's key) and
+    declines nodes without a replica of a job's dataset for the job's first ``locality_delay_s`` in the queue
+    (delay scheduling). The accepted nodes are then checked and bound by the shared scheduler."""
+
+    name: str = "offers"
+    backfill: bool = True
+    via_offers: bool = True
+    locality_delay_s: float = 300.0
+    """How long a job with a dataset declines offers of nodes without a replica (the simulation's
+    ``locality_delay_s``, when set, wins)."""
 
 
 def default_policy() -> TwoDimensionalLAS:
-    """The project's default: 2D-LAS (one threshold at 10 GPU-hours) with the smallest jobs first among the
-    short ones, a two-hour lease before a job may be preempted, a starvation guard (promoted after waiting
-    2x its run time, at least 2 h), and gang + topology-aware placement (the network model rewards it)."""
+    """The project's default: 2D-LAS with three queues (thresholds at 10 and 800 GPU-hours) and the smallest
+    jobs first among the short ones, a two-hour lease before a job may be preempted, a starvation guard
+    (promoted after waiting 2x its run time, at least 2 h), protection from preemption once a job has been in
+    the system 2.5 M s (about 29 days; bounds the p99 tail), and gang + topology-aware placement (the network
+    model rewards it). The ablation behind these numbers is in ``docs/jobs-simulation.md``."""
     return TwoDimensionalLAS(
         name="default",
-        thresholds=(36000.0,),
+        thresholds=(36000.0, 2880000.0),
         starve_factor=2.0,
         starve_min_s=7200.0,
         small_first=True,
+        protect_age_s=2.5e6,
         topology_aware=True,
         min_run_s=7200.0,
     )
@@ -225,10 +283,12 @@ POLICIES: Mapping[str, PolicyInfo] = {
     "fifo": PolicyInfo(Fifo, "first come first served, head of line blocks"),
     "sjf": PolicyInfo(ShortestJobFirst, "shortest job first (oracle durations), non-preemptive"),
     "tiresias": PolicyInfo(TwoDimensionalLAS, "Tiresias 2D-LAS, two queues, preemptive"),
-    "drf": PolicyInfo(DominantResourceFairness, "DRF fair share across tenants"),
-    "default": PolicyInfo(default_policy, "the project's default: 2D-LAS, small first, lease + gang/topology"),
+    "drf": PolicyInfo(DominantResourceFairness, "DRF fair share across tenants, reclaim by guarantee"),
+    "offers": PolicyInfo(Offers, "Mesos-style offers to tenant frameworks, DRF arbitration, delay scheduling"),
+    "default": PolicyInfo(default_policy, "the project's default: 3-queue 2D-LAS, small first, lease, age guard, "
+                                          "gang/topology"),
 }
-"""Policy name -> builder. ``offers`` is added by the runner (it needs the allocator)."""
+"""Policy name -> builder."""
 
 DEFAULT_POLICY = "default"
 

@@ -15,6 +15,17 @@ Speed: a scheduling pass runs only at a time when something changed (arrival, fi
 priority change), walks the queue in policy order, skips a job without calling the scheduler when the free
 GPU count cannot hold it or a job of the same shape already failed in this pass, and stops at the first
 job that does not fit for policies without backfilling.
+
+Offers (policy ``offers``): the pass instead runs one Mesos-style allocation round
+(:func:`gpucluster.simulator.offers.offer_round`) and places each job whose tasks were all accepted on exactly
+the accepted nodes (``gpucluster.io/node-name``, checked by the ``NodeName`` plugin) through the scheduler.
+
+Reclaim (a policy with ``reclaim``, e.g. ``drf``, and a ``QuotaTree`` service with guarantees): a queued job
+that does not fit, of a queue that stays within its guaranteed GPUs once the job runs (at every level of the
+hierarchy below what it shares with the victim), preempts running jobs of queues above their guarantee,
+the queue most over it per over-quota weight first, latest started first, never taking a queue (or an
+ancestor not shared with the claimant) below its guarantee. Limits still hold: the start goes through the
+``Quota`` plugin like any other.
 """
 
 from __future__ import annotations
@@ -31,9 +42,12 @@ import numpy as np
 from gpucluster.model import ClusterState, NodeSpec, TopologyLevel
 from gpucluster.scheduler import Decision, Outcome, Scheduler
 from gpucluster.scheduler.framework import Handle, PluginConfig, Profile
+from gpucluster.scheduler.plugins.noderesources import NODE_NAME
+from gpucluster.scheduler.plugins.quota import QuotaTree
 from gpucluster.simulator.jobs import Job, JobSpec, JobState, task_pods
 from gpucluster.simulator.kernel import Kernel
 from gpucluster.simulator.network import NetworkModel
+from gpucluster.simulator.offers import offer_round
 from gpucluster.simulator.policies import Key, QueuePolicy, make_policy
 from gpucluster.spec import Cluster
 
@@ -128,6 +142,10 @@ class _Totals:
     evictions: int = 0
     passes: int = 0
     schedule_calls: int = 0
+    reclaims: int = 0
+    """Jobs preempted to give a queue back its guarantee (counted in ``preemptions`` too)."""
+    offers_accepted: int = 0
+    offers_declined: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -153,6 +171,9 @@ class Simulation:
         self.kernel: Kernel[_Event] = Kernel()
         self.network = network or NetworkModel(self.state.fabric)
         prof = profile or jobs_profile(self.policy.topology_aware, seed)
+        if self.policy.via_offers and not any(p.name == "NodeName" for p in prof.plugins):
+            # offers pin each task to the node whose offer was accepted
+            prof = prof.model_copy(update={"plugins": [PluginConfig(name="NodeName"), *prof.plugins]})
         handle = Handle(rng=np.random.default_rng(seed), services=dict(services or {}))
         self.scheduler = Scheduler(self.state, prof, clock=lambda: self.kernel.now, handle=handle,
                                    assume_ttl=math.inf)
@@ -161,6 +182,9 @@ class Simulation:
         self._topology = fw.plugin("Topology") if "Topology" in fw.weights else None
         quota = handle.services.get("quota")
         self._quota = quota
+        self._tree = quota if isinstance(quota, QuotaTree) else None
+        self._reclaim = bool(self.policy.reclaim and self._tree is not None
+                             and any(q.guarantee > 0 for q in self._tree.queues.values()))
         self._refund: Callable[[str], None] | None = getattr(quota, "refund", None)
         self._catalog = handle.services.get("datasets")
         self.locality_delay_s = locality_delay_s
@@ -343,6 +367,15 @@ class Simulation:
             self._share_cache[tenant] = share
         return share
 
+    def tenant_standing(self, tenant: str) -> tuple[float, float]:
+        tree = self._tree
+        if tree is not None and tenant in tree.queues:
+            q = tree.queues[tenant]
+            used = tree.used[tenant]["gpu"]
+            return (0.0 if used < q.guarantee else 1.0,
+                    max(used - q.guarantee, 0.0) / max(self.totals.gpus, 1) / q.weight)
+        return (1.0, self.tenant_share(tenant))
+
     def tenant_usage(self) -> dict[str, dict[str, float]]:
         return {k: {"gpus": v.gpus, "cpu_milli": v.cpu_milli, "memory_mib": v.memory_mib}
                 for k, v in self._tenants.items()}
@@ -458,7 +491,10 @@ class Simulation:
         tot = self.totals
         tot.passes += 1
         pol = self.policy
-        if self._queue and (pol.preemptive or tot.gpus - self._busy > 0):
+        if pol.via_offers:
+            if self._queue and tot.gpus - self._busy > 0:
+                self._offers_pass()
+        elif self._queue and (pol.preemptive or self._reclaim or tot.gpus - self._busy > 0):
             if pol.dynamic:
                 self._share_cache = {}
                 self._queue = sorted(((pol.key(self.jobs[jid], self), s, jid) for _, s, jid in self._queue))
@@ -491,6 +527,10 @@ class Simulation:
                         stale_worst = True
                         continue
                     failed[shape] = need
+                if self._reclaim and self._reclaim_for(job, key, free):
+                    free = tot.gpus - self._busy
+                    failed.clear()
+                    continue
                 if pol.preemptive and self._running:
                     if stale_worst:
                         worst, stale_worst = max(self._running_rank.values()), False
@@ -507,7 +547,7 @@ class Simulation:
                         break
                 if not pol.backfill:
                     break
-                if free <= 0 and not pol.preemptive:
+                if free <= 0 and not pol.preemptive and not self._reclaim:
                     break
         # what the pass itself changed (victims re-queued) waits for the next event, so stepping the clock
         # in small or large increments gives the same run
@@ -533,10 +573,82 @@ class Simulation:
                           if ranks[jid] > rank and jobs[jid].run_start_s <= oldest), reverse=True)
         if free + sum(self.jobs[v[-1]].spec.gpu_share for v in victims) < need:
             return False
+        return self._evict_and_start(job, key, (v[-1] for v in victims), f"for {job.job_id}")
+
+    def _reclaim_for(self, job: Job, key: Key, free: float) -> bool:
+        """Give ``job``'s queue back its guarantee: preempt jobs of queues above theirs (see the module
+        docstring) until ``job`` fits by count, and start it; False (nothing changed) if that cannot work."""
+        tree = self._tree
+        assert tree is not None
+        spec = job.spec
+        need = spec.gpu_share
+        mine = tree.chain(spec.tenant)
+        if not mine:
+            return False  # a tenant without a queue has no guarantee to claim
+        used = tree.used
+        guarantee = {q: tree.queues[q].guarantee for q in tree.queues}
+        if used[mine[0]]["gpu"] + need > guarantee[mine[0]] + 1e-9:
+            return False
+        oldest = self.now - self.policy.min_run_s
+        by_tenant: dict[str, list[Job]] = {}
+        for jid in self._running:
+            victim = self.jobs[jid]
+            if victim.spec.tenant != spec.tenant and victim.run_start_s <= oldest:
+                by_tenant.setdefault(victim.spec.tenant, []).append(victim)
+        # per victim tenant: the queues that must stay at or above their guarantee, and whether the claimant
+        # stays within its own guarantee at every level below what the two share
+        levels: dict[str, list[str]] = {}
+        for tenant in list(by_tenant):
+            theirs = tree.chain(tenant)
+            common = set(theirs) & set(mine)
+            if any(used[q]["gpu"] + need > guarantee[q] + 1e-9 for q in mine if q not in common):
+                del by_tenant[tenant]
+                continue
+            levels[tenant] = [q for q in theirs if q not in common]
+            by_tenant[tenant].sort(key=lambda j: (j.run_start_s, -j.spec.num_gpus))  # latest started last
+        if not by_tenant:
+            return False
+        taken: dict[str, float] = {}
+
+        def over(tenant: str) -> float:
+            """GPUs the tenant's queue runs beyond its guarantee (after what is taken), per weight."""
+            qs = levels[tenant]
+            if not qs:
+                return self._tenants[tenant].gpus - taken.get(tenant, 0.0)
+            q = qs[0]
+            return (used[q]["gpu"] - taken.get(q, 0.0) - guarantee[q]) / tree.queues[q].weight
+
+        def victims() -> Iterable[str]:
+            while by_tenant:
+                tenant = max(by_tenant, key=lambda t: (over(t), t))
+                pool = by_tenant[tenant]
+                pick = None
+                for k in range(len(pool) - 1, -1, -1):
+                    share = pool[k].spec.gpu_share
+                    if all(used[q]["gpu"] - taken.get(q, 0.0) - share >= guarantee[q] - 1e-9
+                           for q in levels[tenant]):
+                        pick = pool.pop(k)
+                        break
+                if pick is None or not pool:
+                    del by_tenant[tenant]
+                if pick is not None:
+                    for q in levels[tenant] or (tenant,):
+                        taken[q] = taken.get(q, 0.0) + pick.spec.gpu_share
+                    yield pick.job_id
+
+        before = self.totals.preemptions
+        if not self._evict_and_start(job, key, victims(), f"reclaim for {job.job_id}"):
+            return False
+        self.totals.reclaims += self.totals.preemptions - before
+        return True
+
+    def _evict_and_start(self, job: Job, key: Key, victims: Iterable[str], why: str) -> bool:
+        """Take victims in the given order until ``job`` fits by count, stop them and start ``job``; if it
+        still does not fit (fragmentation) the victims are started again at once and False is returned."""
         node_free = self._node_free().copy()
         chosen: list[str] = []
         fits = False
-        for *_, jid in victims:
+        for jid in victims:
             victim = self.jobs[jid]
             chosen.append(jid)
             for name in victim.nodes:
@@ -553,15 +665,53 @@ class Simulation:
             for jid in chosen:
                 self.jobs[jid].preemptions += 1
                 self.totals.preemptions += 1
-                self._emit("preempt", jid, detail=f"for {job.job_id}")
+                self._emit("preempt", jid, detail=why)
             return True
         for jid in chosen:
             victim = self.jobs[jid]
             if not self._try_start(victim, self._entry[jid][0]):
                 victim.preemptions += 1
                 self.totals.preemptions += 1
-                self._emit("preempt", jid, detail=f"for {job.job_id}")
+                self._emit("preempt", jid, detail=why)
         return False
+
+    def _offers_pass(self) -> None:
+        """One Mesos-style offer round (:mod:`gpucluster.simulator.offers`); place what was accepted."""
+        s = self.state
+        usable = s.dev_valid & s.dev_healthy & (s.schedulable & s.present)[:, None]
+        share = (np.where(usable, np.maximum(s.dev_core_cap - s.dev_core_used, 0), 0).sum(axis=1)
+                 / 1000.0)
+        whole = self._node_free()
+        cpu = s.cpu_cap - s.cpu_used
+        mem = s.mem_cap - s.mem_used
+        nodes = {s.nodes[i].name: {"gpu": float(share[i]), "whole": float(whole[i]), "cpu": float(cpu[i]),
+                                   "mem": float(mem[i])}
+                 for i in np.flatnonzero(share > 0).tolist()}
+        if not nodes:
+            return
+        tot = self.totals
+        queued: dict[str, list[Job]] = {}
+        for _, _, jid in self._queue:
+            job = self.jobs[jid]
+            queued.setdefault(job.spec.tenant, []).append(job)
+        used = {t: {"gpu": u.gpus, "cpu": float(u.cpu_milli), "mem": float(u.memory_mib)}
+                for t, u in self._tenants.items()}
+        weights = dict(self.tenant_weights)
+        if self._tree is not None:
+            weights.update({q: spec.weight for q, spec in self._tree.queues.items()})
+        delay = self.locality_delay_s or float(getattr(self.policy, "locality_delay_s", 0.0))
+        result = offer_round(nodes, {"gpu": float(tot.gpus), "cpu": float(tot.cpu_milli),
+                                     "mem": float(tot.memory_mib)},
+                             queued, used, weights, self.now, delay, self._catalog)
+        tot.offers_accepted += result.accepted
+        tot.offers_declined += result.declined
+        for t in result.wake_at:
+            stamp = ("", t)
+            if stamp not in self._delay_wake:
+                self._delay_wake.add(stamp)
+                self.at(t, self._wake)
+        for job, placement in result.placed:
+            self._try_start(job, self._entry[job.job_id][0], placement)
 
     # ---------------------------------------------------------------------------- start / stop
     def _node_free(self) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -604,12 +754,16 @@ class Simulation:
             n = self._slots[task_gpus] = int((self._node_free() // task_gpus).sum())
         return n
 
-    def _try_start(self, job: Job, key: Key) -> bool:
+    def _try_start(self, job: Job, key: Key, pinned: tuple[str, ...] = ()) -> bool:
+        """Place every task of ``job`` (on ``pinned``, one node per task, when given) or none; start it."""
         spec = job.spec
         attempt = job.attempt + 1
         pods = task_pods(spec, attempt)
+        if pinned:
+            assert len(pinned) == len(pods)
+            pods = [replace(p, annotations={**p.annotations, NODE_NAME: n}) for p, n in zip(pods, pinned, strict=True)]
         waited = self.now - job.queued_since_s
-        if self.locality_delay_s > 0 and spec.dataset and self._catalog is not None \
+        if self.locality_delay_s > 0 and spec.dataset and self._catalog is not None and not pinned \
                 and waited < self.locality_delay_s:
             pods = [replace(p, annotations={**p.annotations, "gpucluster.io/data-locality": "required"})
                     for p in pods]

@@ -45,6 +45,8 @@ class Reason(enum.IntEnum):
     PolicyRejected = 19
     DeviceDoesNotFit = 20
     """Placeholder a vectorised Filter may return; the plugin's ``explain`` replaces it when reasons are reported."""
+    NodeNameMismatch = 21
+    """The pod is bound for another node (``gpucluster.io/node-name``, Kubernetes' ``spec.nodeName``)."""
 
     @property
     def unresolvable(self) -> bool:
@@ -55,7 +57,7 @@ class Reason(enum.IntEnum):
 _UNRESOLVABLE = frozenset(
     {
         Reason.NodeUnschedulable, Reason.NodeNotReady, Reason.NoDevicesOfVendor, Reason.InsufficientGPUCount,
-        Reason.GPUTypeMismatch, Reason.GPUUUIDMismatch, Reason.NodeHandshakeTimeout,
+        Reason.GPUTypeMismatch, Reason.GPUUUIDMismatch, Reason.NodeHandshakeTimeout, Reason.NodeNameMismatch,
     }
 )
 

@@ -20,6 +20,7 @@ def builtin_registry() -> PluginRegistry:
     """A fresh registry holding every built-in plugin."""
     reg = PluginRegistry()
     reg.register("NodeUnschedulable", noderesources.new_node_unschedulable)
+    reg.register("NodeName", noderesources.new_node_name)
     reg.register("NodeResourcesFit", noderesources.new_node_resources_fit)
     reg.register("DeviceFit", devicefit.new_device_fit)
     reg.register("NodePolicy", policy.new_node_policy)

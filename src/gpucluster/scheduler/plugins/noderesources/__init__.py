@@ -1,4 +1,5 @@
-"""Node-level checks: the node is schedulable, and its free CPU and memory hold the pod."""
+"""Node-level checks: the node is schedulable, the pod is not bound for another node, and its free CPU and
+memory hold the pod."""
 
 from __future__ import annotations
 
@@ -20,6 +21,27 @@ class NodeUnschedulable:
     def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
         out = np.zeros(snap.n_nodes, np.int16)
         out[~snap.schedulable] = Reason.NodeUnschedulable
+        return out
+
+
+NODE_NAME = "gpucluster.io/node-name"
+"""Annotation naming the one node a pod may go to (Kubernetes' ``spec.nodeName``; the simulator's offers
+policy sets it to the node whose offer the job's framework accepted)."""
+
+
+class NodeName:
+    """Rejects every node but the one the pod names in ``gpucluster.io/node-name`` (no-op without it)."""
+
+    name = "NodeName"
+
+    def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
+        out = np.zeros(snap.n_nodes, np.int16)
+        want = pod.annotations.get(NODE_NAME)
+        if want is not None:
+            out[:] = Reason.NodeNameMismatch
+            i = snap.node_index.get(want)
+            if i is not None:
+                out[i] = 0
         return out
 
 
@@ -45,6 +67,11 @@ class _NoArgs(PluginArgs):
 def new_node_unschedulable(args: Mapping[str, Any], handle: Handle) -> NodeUnschedulable:
     parse_args(_NoArgs, NodeUnschedulable.name, args)
     return NodeUnschedulable()
+
+
+def new_node_name(args: Mapping[str, Any], handle: Handle) -> NodeName:
+    parse_args(_NoArgs, NodeName.name, args)
+    return NodeName()
 
 
 def new_node_resources_fit(args: Mapping[str, Any], handle: Handle) -> NodeResourcesFit:
