@@ -58,3 +58,48 @@ def test_policy_all_runs_every_policy_offers_included() -> None:
     assert set(data) == {"fifo", "sjf", "tiresias", "drf", "offers", "default"}
     assert all(d["jobs_completed"] == 40 and d["jobs_lost"] == 0 for d in data.values())
     assert data["offers"]["offers_accepted"] > 0 and data["fifo"]["offers_accepted"] == 0
+
+
+SMALL = """
+apiVersion: gpucluster.io/v1alpha1
+kind: ClusterSpec
+name: small
+nodePools:
+  - {name: a, count: 2, cpuMilli: 64000, memoryMiB: 262144, gpu: {model: A100, count: 4, memoryMiB: 40960}}
+"""
+
+
+def test_quota_file_enforces_limits_and_drf_reclaims(tmp_path: Path) -> None:
+    cluster = tmp_path / "small.yaml"
+    cluster.write_text(SMALL)
+    jobs = tmp_path / "jobs.csv"
+    # the borrower fills all 8 GPUs first; the guaranteed tenant's jobs arrive while they run
+    jobs.write_text("id,submit_s,gpus,duration_s,tenant\n"
+                    "b1,0,4,36000,borrower\nb2,1,4,36000,borrower\ng1,100,4,600,owner\ncap,200,8,60,capped\n")
+    quota = tmp_path / "quota.yaml"
+    quota.write_text("queues:\n"
+                     "  - {name: owner, guarantee: 4}\n"
+                     "  - {name: borrower, guarantee: 0, weight: 1}\n"
+                     "  - {name: capped, limit: {gpu: 4}}\n")
+    base = ["simulate", "--cluster", str(cluster), "--trace", f"jobs:{jobs}", "--json"]
+    res = runner.invoke(app, [*base, "--policy", "drf,fifo", "--quota", str(quota)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)["policies"]
+    # the 8-GPU job of a queue capped at 4 GPUs can never run: rejected on arrival, not lost
+    assert all(d["jobs_lost"] == 0 and d["jobs_completed"] == 3 for d in data.values())
+    assert data["drf"]["reclaims"] >= 1 and data["fifo"]["reclaims"] == 0
+    # without the tree nobody reclaims and the capped job runs
+    plain = json.loads(runner.invoke(app, [*base, "--policy", "drf"]).stdout)
+    assert plain["reclaims"] == 0 and plain["jobs_completed"] == 4
+
+
+def test_bad_quota_file_exits_2_saying_where(tmp_path: Path) -> None:
+    quota = tmp_path / "q.yaml"
+    for text, why in (("queues:\n  - {name: a, guarantee: -1}\n", "queues.0.guarantee"),
+                      ("queues:\n  - {name: a, limit: {gpus: 1}}\n", "queues.0.limit.gpus"),
+                      ("queues:\n  - {name: a, parent: nope}\n", "unknown parent 'nope'"),
+                      ("[1, 2", "not YAML")):
+        quota.write_text(text)
+        res = runner.invoke(app, ["simulate", "--trace", "synthetic:5", "--quota", str(quota)])
+        assert res.exit_code == 2, res.output
+        assert why in res.output, res.output

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.scheduler.framework import PluginConfig
+from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
 from gpucluster.simulator.jobs import JobSpec, TraceError
-from gpucluster.simulator.policies import DEFAULT_POLICY, POLICIES
-from gpucluster.simulator.runner import Simulation
+from gpucluster.simulator.policies import DEFAULT_POLICY, POLICIES, make_policy
+from gpucluster.simulator.runner import Simulation, jobs_profile
 from gpucluster.spec import Cluster
 
 FORMATS = ("philly-gavel", "alibaba-openb", "tiresias", "jobs", "synthetic")
@@ -57,9 +61,54 @@ def load_trace(trace: str, cluster: Cluster, seed: int = 0) -> list[JobSpec]:
     raise TraceError(f"--trace {trace!r}: unknown format {fmt!r}; known: {', '.join(FORMATS)}")
 
 
-def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, progress: Progress | None
-             ) -> tuple[Simulation, dict[str, Any]]:
-    sim = Simulation(cluster, policy, seed=seed)
+class _QueueArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    parent: str = ""
+    guarantee: float = Field(default=0.0, ge=0)
+    limit: dict[Literal["gpu", "gpumem", "gpucores"], float] = Field(default_factory=dict)
+    weight: float = Field(default=1.0, gt=0)
+
+
+class _QuotaFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queues: list[_QueueArgs] = Field(min_length=1)
+
+
+def load_quota(path: Path) -> list[QueueSpec]:
+    """A queue tree file (YAML: ``queues: [{name, parent, guarantee, limit: {gpu, gpumem, gpucores}, weight}]``;
+    a job's tenant names its queue) -> queue specs; raises TraceError saying where and why."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TraceError(f"--quota {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise TraceError(f"--quota {path}: not YAML: {exc}") from None
+    try:
+        spec = _QuotaFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise TraceError(f"--quota {path}: {where}: {err['msg']}") from None
+    queues = [QueueSpec(q.name, q.parent, q.guarantee, {str(k): v for k, v in q.limit.items()}, q.weight)
+              for q in spec.queues]
+    try:
+        QuotaTree(queues)
+    except ValueError as exc:
+        raise TraceError(f"--quota {path}: {exc}") from None
+    return queues
+
+
+def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, progress: Progress | None,
+             quota: list[QueueSpec] | None = None) -> tuple[Simulation, dict[str, Any]]:
+    if quota is None:
+        sim = Simulation(cluster, policy, seed=seed)
+    else:
+        # a fresh tree per run (it tracks usage); the Quota plugin enforces limits, the policy reads guarantees
+        profile = jobs_profile(make_policy(policy).topology_aware, seed, extra=[PluginConfig(name="Quota")])
+        sim = Simulation(cluster, policy, seed=seed, profile=profile, services={"quota": QuotaTree(quota)})
     sim.submit_many(jobs)
     end = max((j.submit_s for j in jobs), default=0.0)
     task = progress.add_task(policy, total=len(jobs)) if progress is not None else None
@@ -84,6 +133,9 @@ def simulate(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for per-job CSV and PNG plots")] = None,
     seed: Annotated[int, typer.Option(help="Random seed (synthetic traces, tie-breaks)")] = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N jobs (by arrival)")] = None,
+    quota: Annotated[Path | None, typer.Option(
+        "--quota", help="Hierarchical tenant queues (YAML: queues with name, parent, guarantee, limit, weight); "
+                        "limits are enforced for every policy, drf reclaims guarantees")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON")] = False,
 ) -> None:
     """Replay a job trace: queueing, gang + topology placement, preemption; print JCT, utilisation, fairness."""
@@ -98,6 +150,12 @@ def simulate(
         jobs = load_trace(trace, cluster, seed)
     except TraceError as exc:
         fail(str(exc))
+    queues: list[QueueSpec] | None = None
+    if quota is not None:
+        try:
+            queues = load_quota(quota)
+        except TraceError as exc:
+            fail(str(exc))
     jobs = sorted(jobs, key=lambda j: j.submit_s)[:limit] if limit else jobs
     if not jobs:
         fail(f"--trace {trace}: no jobs in it")
@@ -106,7 +164,7 @@ def simulate(
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
                   TimeElapsedColumn(), console=console, transient=True, disable=as_json) as progress:
         for name in names:
-            sims[name], results[name] = _run_one(cluster, jobs, name, seed, progress)
+            sims[name], results[name] = _run_one(cluster, jobs, name, seed, progress, queues)
     if out is not None:
         _write_out(out, sims)
     if as_json:
