@@ -176,6 +176,7 @@ def test_other_pages_render(page: Any, server: Server) -> None:
     page.locator("#ex-jobs").fill("600")
     page.get_by_role("button", name="Run experiment").click()
     expect(page.locator("[data-testid=experiment-table]")).to_contain_text("spread", timeout=60_000)
+    expect(page.locator("[data-testid=experiment-table]")).to_contain_text("stranding-fgd")
     _shot(page, "12-experiments")
 
 

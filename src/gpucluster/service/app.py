@@ -107,7 +107,8 @@ class TenantIn(BaseModel):
 class ExperimentIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    policies: list[str] = Field(default_factory=lambda: ["binpack", "spread"], min_length=1, max_length=4)
+    policies: list[str] = Field(default_factory=lambda: ["stranding-fgd", "binpack", "spread"], min_length=1,
+                                max_length=4)
     jobs: int = Field(3000, ge=10, le=20000)
     seed: int = 0
 

@@ -552,13 +552,14 @@ pages.experiments = {
       policy until it is full; compare how much of the cluster each fills and how fragmented the free capacity becomes.</p>
       <form id="ex-form" class="form-grid"><div><label for="ex-jobs">Jobs</label><input id="ex-jobs" type="number" min="10" max="20000" value="3000"></div>
       <div><label for="ex-seed">Seed</label><input id="ex-seed" type="number" value="0"></div>
+      <label class="check"><input type="checkbox" id="ex-stranding-fgd" checked> stranding-fgd (default)</label>
       <label class="check"><input type="checkbox" id="ex-binpack" checked> binpack</label>
       <label class="check"><input type="checkbox" id="ex-spread" checked> spread</label>
       <div><button class="primary" type="submit">Run experiment</button></div></form>
       <div id="ex-error" class="error-text"></div><div id="ex-progress"></div></div><div id="ex-result"></div>`;
     $("#ex-form").addEventListener("submit", async (e) => {
       e.preventDefault();
-      const policies = ["binpack", "spread"].filter((p) => $(`#ex-${p}`).checked);
+      const policies = ["stranding-fgd", "binpack", "spread"].filter((p) => $(`#ex-${p}`).checked);
       $("#ex-error").textContent = "";
       try {
         const t = await api("POST", "/api/v1/experiments", { policies, jobs: parseInt($("#ex-jobs").value, 10), seed: parseInt($("#ex-seed").value, 10) });
@@ -575,7 +576,7 @@ pages.experiments = {
   show(task) {
     if (task.status === "failed") { $("#ex-error").textContent = `${task.error.where}: ${task.error.why}`; return; }
     this.shown = true;
-    const r = task.result, colors = { binpack: "#76b900", spread: "#3fb6ff" };
+    const r = task.result, colors = { "stranding-fgd": "#e8590c", binpack: "#76b900", spread: "#3fb6ff" };
     const pol = Object.entries(r.policies);
     const rows = pol.map(([p, v]) => `<tr><td><b>${esc(p)}</b></td><td>${num(v.placed)}</td><td>${num(v.rejected)}</td><td>${v.first_rejection || "–"}</td><td>${pct(v.gpu_alloc, 1)}</td><td>${pct(v.fragmentation, 1)}</td></tr>`).join("");
     $("#ex-result").innerHTML = `<div class="grid cols2e section">
