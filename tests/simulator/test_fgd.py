@@ -168,3 +168,25 @@ def test_summary_compares_our_policy_with_published_fgd() -> None:
     # only the seeds we ran are compared (seed 43 is not)
     assert ours["fgd_published_100"] == 95.0 and ours["vs_fgd_100"] == 0.75 and ours["vs_fgd_130"] == 0.5
     assert "published_130" not in ours
+
+
+def test_research_knobs_reproduce_stranding_fgd_and_fgd() -> None:
+    """The ablation's NewOptions with both weights 1 is stranding-fgd, with both 0 it is FGD (bench/placement_ablation
+    relies on it)."""
+    if not (TRACES / "openb_pod_list_gpuspec25.csv").is_file():
+        pytest.skip("openb trace not available")
+    from gpucluster.simulator.experiments.fgd_engine import NewOptions, run
+
+    nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
+    pods = load_pods(TRACES / "openb_pod_list_gpuspec25.csv")
+    order = fgd.arrival_order(pods, sum(n.gpus for n in nodes) * 1000, 7, 1.3)[:2500]
+    tgt = fgd.target_workload(pods)
+    rank = fgd.node_rank(7, len(nodes))
+
+    def nodes_of(policy: PolicyName, options: NewOptions | None = None) -> list[int]:
+        return run(nodes, order, policy, tgt, np.random.default_rng([7, 1]), rank, options).node.tolist()
+
+    plain = {"continuous": False, "memory": False}
+    ours = nodes_of(PolicyName.STRANDING_FGD)
+    assert nodes_of(PolicyName.NEW, NewOptions(**plain, cpu_weight=1.0, scarcity_weight=1.0)) == ours
+    assert nodes_of(PolicyName.NEW, NewOptions(**plain)) == nodes_of(PolicyName.FGD) != ours

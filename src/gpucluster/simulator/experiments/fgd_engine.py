@@ -60,6 +60,10 @@ class NewOptions:
     """Weight of a best-fit term (less CPU and GPU left after placement is better), in milli per unit."""
     quantum: float = 1.0
     """Coarsen the integer FGD score to multiples of this (more ties, more weight to the node order)."""
+    cpu_weight: float = 0.0
+    """Weight of the CPU-stranding term (``measure.Stranding``; stranding-fgd uses 1)."""
+    scarcity_weight: float = 0.0
+    """Weight of the model-scarcity term (stranding-fgd uses 1)."""
 
 
 @dataclass(slots=True)
@@ -167,11 +171,15 @@ class Chooser:
         o = self.options
         mem = pod.memory_mib if o.memory else 0
 
+        stranding = (Stranding(self.stranding.cpu_per_milli, self.stranding.scarcity, o.cpu_weight,
+                               o.scarcity_weight) if o.cpu_weight or o.scarcity_weight else None)
+
         def compute_new(rows: IntArray) -> tuple[FloatArray, IntArray]:
             return fgd_scores(c.view, rows, cpu, milli, num, self.target, self.access, mem=mem,
-                              continuous=o.continuous)
+                              continuous=o.continuous, stranding=stranding, any_model=not pod.gpu_spec)
 
-        scores, gpu = self.cache.lookup((cpu, milli, num, mem), cands, c.generation, compute_new)
+        key = (cpu, milli, num, mem, bool(pod.gpu_spec))
+        scores, gpu = self.cache.lookup(key, cands, c.generation, compute_new)
         if o.quantum != 1.0:
             scores = np.floor(scores / o.quantum)
         if o.pack_weight:
