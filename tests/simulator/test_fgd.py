@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from gpucluster.cli.main import app
 from gpucluster.simulator.experiments import fgd
 from gpucluster.simulator.experiments.fgd_engine import PolicyName, RunLog
-from gpucluster.simulator.traces.openb import OpenbPod, load_nodes, load_pods
+from gpucluster.simulator.traces.openb import OpenbNode, OpenbPod, load_nodes, load_pods
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
 runner = CliRunner()
@@ -107,14 +107,19 @@ def test_sweep_runs_and_resumes(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "no pod list for nope" in bad.output
 
 
-# published mean over the same seeds; Random gets a wider band (it is noisier)
-@pytest.mark.slow
-def test_default_workload_matches_published_numbers() -> None:
+def _default_workload() -> tuple[list[OpenbNode], list[OpenbPod], dict[tuple[str, str], dict[int, dict[int, float]]]]:
+    """Nodes, the ``default`` pod list and the published per-seed allocation curves (skips without the trace)."""
     if not (TRACES / "openb_pod_list_default.csv").is_file():
         pytest.skip("openb trace not available")
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
     pods = load_pods(TRACES / "openb_pod_list_default.csv")
-    published = fgd.load_published(TRACES / "fgd-expected-results" / "analysis_allo_discrete.csv")
+    return nodes, pods, fgd.load_published(TRACES / "fgd-expected-results" / "analysis_allo_discrete.csv")
+
+
+# published mean over the same seeds; Random gets a wider band (it is noisier)
+@pytest.mark.slow
+def test_default_workload_matches_published_numbers() -> None:
+    nodes, pods, published = _default_workload()
     seeds = [42, 43]
     for policy in (p for p in PolicyName if p not in (PolicyName.NEW, PolicyName.STRANDING_FGD)):
         res = fgd.run_experiment(nodes, pods, policy, seeds, 1.3, "default")
@@ -129,11 +134,7 @@ def test_default_workload_matches_published_numbers() -> None:
 @pytest.mark.slow
 def test_stranding_fgd_beats_published_fgd_on_default() -> None:
     """The default policy leaves clearly fewer GPUs idle than the paper's FGD on the same seeds."""
-    if not (TRACES / "openb_pod_list_default.csv").is_file():
-        pytest.skip("openb trace not available")
-    nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
-    pods = load_pods(TRACES / "openb_pod_list_default.csv")
-    published = fgd.load_published(TRACES / "fgd-expected-results" / "analysis_allo_discrete.csv")
+    nodes, pods, published = _default_workload()
     seeds = [42, 43]
     ours = fgd.run_experiment(nodes, pods, PolicyName.STRANDING_FGD, seeds, 1.3, "default").mean("allocation")
     pub = published[("default", "06-FGD")]

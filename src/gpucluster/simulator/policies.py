@@ -84,10 +84,20 @@ class QueuePolicy(Protocol):
         ...
 
 
+@dataclass(slots=True)
 class _StaticKey:
-    """For policies whose keys never change on their own: the whole key ranks, nothing to re-evaluate."""
+    """For policies whose keys never change on their own: the whole key ranks, nothing to re-evaluate.
 
-    __slots__ = ()
+    Carries the policy flags with FIFO's values; subclasses override the ones that differ."""
+
+    name: str = ""
+    backfill: bool = False
+    preemptive: bool = False
+    dynamic: bool = False
+    topology_aware: bool = False
+    min_run_s: float = 0.0
+    via_offers: bool = False
+    reclaim: bool = False
 
     def rank(self, key: Key) -> Key:
         return key
@@ -102,17 +112,9 @@ class _StaticKey:
 @dataclass(slots=True)
 class Fifo(_StaticKey):
     name: str = "fifo"
-    backfill: bool = False
-    preemptive: bool = False
-    dynamic: bool = False
-    topology_aware: bool = False
-    min_run_s: float = 0.0
-    via_offers: bool = False
-    reclaim: bool = False
 
     def key(self, job: Job, view: PolicyView) -> Key:
         return (-job.spec.priority, job.spec.submit_s)
-
 
 
 @dataclass(slots=True)
@@ -121,16 +123,9 @@ class ShortestJobFirst(_StaticKey):
 
     name: str = "sjf"
     backfill: bool = True
-    preemptive: bool = False
-    dynamic: bool = False
-    topology_aware: bool = False
-    min_run_s: float = 0.0
-    via_offers: bool = False
-    reclaim: bool = False
 
     def key(self, job: Job, view: PolicyView) -> Key:
         return (-job.spec.priority, job.remaining_s, job.spec.submit_s)
-
 
 
 @dataclass(slots=True)
@@ -227,11 +222,7 @@ class DominantResourceFairness(_StaticKey):
 
     name: str = "drf"
     backfill: bool = True
-    preemptive: bool = False
     dynamic: bool = True
-    topology_aware: bool = False
-    min_run_s: float = 0.0
-    via_offers: bool = False
     reclaim: bool = True
 
     def key(self, job: Job, view: PolicyView) -> Key:

@@ -111,7 +111,6 @@ class FGDScore:
         self._cache = ShapeCache(0)
         self._access: BoolArray | None = None
         self._models = -1
-        self._nodes = -1
         self.stranding: Stranding | None = None
 
     def _stranding(self, target: TargetWorkload, view: NodeArrays) -> Stranding | None:
@@ -129,13 +128,10 @@ class FGDScore:
         return Status.success()
 
     def _prepare(self, snap: Snapshot) -> None:
-        if self._cache.n != snap.n_nodes:
-            self._cache = ShapeCache(snap.n_nodes)
-        if self._access is None or self._models != len(snap.models) or self._nodes != snap.n_nodes:
+        if self._access is None or self._models != len(snap.models) or self._cache.n != snap.n_nodes:
             assert self.target is not None
             self._access = self.target.access(list(snap.models))
             self._models = len(snap.models)
-            self._nodes = snap.n_nodes
             self._cache = ShapeCache(snap.n_nodes)
             self.stranding = self._stranding(self.target, NodeArrays.from_snapshot(snap))
 
