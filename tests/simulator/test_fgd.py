@@ -191,3 +191,22 @@ def test_research_knobs_reproduce_stranding_fgd_and_fgd() -> None:
     ours = nodes_of(PolicyName.STRANDING_FGD)
     assert nodes_of(PolicyName.NEW, NewOptions(**plain, cpu_weight=1.0, scarcity_weight=1.0)) == ours
     assert nodes_of(PolicyName.NEW, NewOptions(**plain)) == nodes_of(PolicyName.FGD) != ours
+
+
+def test_a_chooser_that_declines_leaves_the_pod_failed_and_the_cluster_untouched() -> None:
+    """``run(chooser_cls=...)``: the hook bench/placement_limits.py uses; node -1 means declined."""
+    from gpucluster.simulator.experiments.fgd_engine import Chooser, run
+
+    class DeclineHalfGpu(Chooser):
+        def choose(self, cands: np.ndarray, pod: OpenbPod) -> tuple[int, tuple[int, ...]]:
+            return (-1, ()) if pod.gpu_milli == 500 else super().choose(cands, pod)
+
+    nodes = [OpenbNode(f"n{i}", 32000, 65536, 2, "G2") for i in range(2)]
+    pods = [OpenbPod(f"p{i}", 1000, 1024, 1, (500, 1000)[i % 2]) for i in range(6)]
+    tgt = fgd.target_workload(pods)
+    plain = run(nodes, pods, PolicyName.FGD, tgt, np.random.default_rng(0))
+    assert plain.placed.sum() == 5  # 4 GPUs: 3 whole + 2 halves, the third whole pod no longer fits
+    log = run(nodes, pods, PolicyName.FGD, tgt, np.random.default_rng(0), chooser_cls=DeclineHalfGpu)
+    assert log.placed.tolist() == [False, True, False, True, False, True]
+    assert (log.node[~log.placed] == -1).all() and all(g == () for g, ok in zip(log.gpus, log.placed, strict=True) if not ok)
+    assert log.used_milli[-1] == 3000 and log.idle_milli[-1] == 1000 and log.arrived_milli[-1] == 4500

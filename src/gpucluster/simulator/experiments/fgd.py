@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from gpucluster.scheduler.plugins.baselines import node_rank
 from gpucluster.scheduler.plugins.fragmentation.measure import TargetWorkload, build_target_workload
-from gpucluster.simulator.experiments.fgd_engine import NewOptions, PolicyName, RunLog, run
+from gpucluster.simulator.experiments.fgd_engine import Chooser, NewOptions, PolicyName, RunLog, run
 from gpucluster.simulator.traces.openb import OpenbNode, OpenbPod, load_nodes, load_pods
 
 COLUMNS = tuple(range(131))
@@ -142,7 +142,7 @@ class SeedResult:
 
 def run_seed(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], policy: PolicyName, seed: int,
              inflation: float = 1.3, target: TargetWorkload | None = None,
-             options: NewOptions | None = None) -> SeedResult:
+             options: NewOptions | None = None, chooser_cls: type[Chooser] = Chooser) -> SeedResult:
     total_gpus = sum(n.gpus for n in nodes)
     tgt = target or target_workload(pods)
     opts = options or NewOptions()
@@ -150,7 +150,7 @@ def run_seed(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], policy: Polic
     order = arrival_order(pods, total_gpus * 1000, seed, inflation)
     # decisions draw from their own stream so that the workload of a seed is the same for every policy
     rank = node_rank(seed, len(nodes))
-    log = run(nodes, order, policy, tgt, np.random.default_rng([seed, 1]), rank, opts, policy_target)
+    log = run(nodes, order, policy, tgt, np.random.default_rng([seed, 1]), rank, opts, policy_target, chooser_cls)
     return SeedResult(seed, len(order), int(log.placed.sum()), discretise(log, total_gpus))
 
 

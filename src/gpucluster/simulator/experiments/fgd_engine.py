@@ -230,15 +230,19 @@ class Chooser:
 
 def run(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], policy: PolicyName, target: TargetWorkload,
         rng: np.random.Generator, rank: IntArray | None = None, options: NewOptions | None = None,
-        policy_target: TargetWorkload | None = None) -> RunLog:
+        policy_target: TargetWorkload | None = None, chooser_cls: type[Chooser] = Chooser) -> RunLog:
     """Try every pod once, in order; log allocation and fragmentation after each.
 
     ``rank`` (a permutation of the nodes) breaks ties among equally scored nodes: the lowest rank wins, as in
     the FGD simulator (its scheduler picks the lexicographically smallest node name, and node names carry a
     per-seed random prefix). Without ``rank`` ties are broken uniformly at random.
+
+    ``chooser_cls`` lets a study substitute its own decisions (``bench/placement_limits.py``); a chooser that
+    returns node -1 declines the pod, which then counts as failed. The shipped policies never decline a pod
+    that fits.
     """
     c = FastCluster(nodes)
-    chooser = Chooser(policy, c, policy_target or target, rng, rank, options)
+    chooser = chooser_cls(policy, c, policy_target or target, rng, rank, options)
     log_access = target.access(c.model_names)
     access_cache: dict[tuple[str, ...], npt.NDArray[np.bool_]] = {}
     node_frag = fragmentation(c.cpu_left, c.gpu_left, c.model, target, log_access)
@@ -260,8 +264,10 @@ def run(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], policy: PolicyName
             ok &= acc[c.model] & ((c.gpu_left >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu)
         cands = np.flatnonzero(ok)
         gpus: tuple[int, ...] = ()
+        node = -1
         if cands.size:
             node, gpus = chooser.choose(cands, pod)
+        if node >= 0:
             c.place(node, pod.cpu_milli, pod.memory_mib, pod.gpu_milli, gpus, bs.gpu_kind(pod.num_gpu, pod.gpu_milli))
             new = fragmentation(c.cpu_left[node : node + 1], c.gpu_left[node : node + 1], c.model[node : node + 1],
                                 target, log_access)
