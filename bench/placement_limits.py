@@ -50,7 +50,7 @@ def _fresh_share(c: Any) -> float:
 
 class DecliningChooser(Chooser):
     """stranding-fgd, but declines a sharing pod that would leave < 200 milli on a fresh GPU once fresh GPUs
-    are fewer than ``fresh_below`` of all (NOT allowed by the FGD method)."""
+    are fewer than ``fresh_below`` of all (no policy of the FGD paper declines a pod that fits)."""
 
     fresh_below = 0.0
 
