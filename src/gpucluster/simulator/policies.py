@@ -85,10 +85,8 @@ class QueuePolicy(Protocol):
 
 
 @dataclass(slots=True)
-class _StaticKey:
-    """For policies whose keys never change on their own: the whole key ranks, nothing to re-evaluate.
-
-    Carries the policy flags with FIFO's values; subclasses override the ones that differ."""
+class _Flags:
+    """The :class:`QueuePolicy` flags with FIFO's values; policies override the ones that differ."""
 
     name: str = ""
     backfill: bool = False
@@ -98,6 +96,11 @@ class _StaticKey:
     min_run_s: float = 0.0
     via_offers: bool = False
     reclaim: bool = False
+
+
+@dataclass(slots=True)
+class _StaticKey(_Flags):
+    """For policies whose keys never change on their own: the whole key ranks, nothing to re-evaluate."""
 
     def rank(self, key: Key) -> Key:
         return key
@@ -129,7 +132,7 @@ class ShortestJobFirst(_StaticKey):
 
 
 @dataclass(slots=True)
-class TwoDimensionalLAS:
+class TwoDimensionalLAS(_Flags):
     """Tiresias' discretized 2D least-attained-service (NSDI'19).
 
     A job sits in queue ``k`` while its attained service (GPUs x seconds run) is below ``thresholds[k]``;
@@ -154,11 +157,7 @@ class TwoDimensionalLAS:
     """A running job this old (now - submit) is no longer preempted."""
     backfill: bool = True
     preemptive: bool = True
-    dynamic: bool = False
-    topology_aware: bool = False
     min_run_s: float = 600.0
-    via_offers: bool = False
-    reclaim: bool = False
 
     def queue_of(self, attained: float) -> int:
         for k, t in enumerate(self.thresholds):
