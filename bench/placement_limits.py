@@ -99,11 +99,7 @@ class OpeningChooser(Chooser):
         cpu = pod.score_cpu_milli
         before = fragmentation(cl, gl, md, self.target, self.access)
         after = fragmentation(cl - cpu, after_gl, md, self.target, self.access)
-        s = self.stranding
-        idle = gl.sum(axis=1)
-        gain = s.cpu_weight * (s.stranded(cl, idle) - s.stranded(cl - cpu, idle - pod.gpu_milli))
-        if not pod.gpu_spec and s.scarcity.size:
-            gain = gain - s.scarcity_weight * s.scarcity[md] * float(pod.gpu_milli)
+        gain = self.stranding.gain(cl, gl.sum(axis=1), md, cpu, pod.gpu_milli, not pod.gpu_spec)
         scores = sigmoid_score(before - after + gain, np.zeros(rows.size)).astype(np.float64)
         k = self._pick(scores, rows)
         return int(rows[k]), (int(gpu[k]),)

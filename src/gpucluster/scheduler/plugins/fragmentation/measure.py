@@ -179,6 +179,16 @@ class Stranding:
             return np.zeros(gpu_idle.shape, np.float64)
         return np.maximum(0.0, gpu_idle - np.maximum(cpu_left, 0) / self.cpu_per_milli)
 
+    def gain(self, cpu_left: IntArray, gpu_idle: IntArray, model: IntArray, cpu: int, gpu_milli: int,
+             any_model: bool) -> FloatArray:
+        """What placing a pod (``cpu`` milli, ``gpu_milli`` in all) adds to FGD's drop on each node: the CPU
+        stranding it removes, less the scarce-model GPU milli it takes when it could run on ``any_model``."""
+        freed = self.stranded(cpu_left, gpu_idle) - self.stranded(cpu_left - cpu, gpu_idle - gpu_milli)
+        out = self.cpu_weight * freed
+        if any_model and gpu_milli > 0 and self.scarcity_weight and self.scarcity.size:
+            out = out - self.scarcity_weight * self.scarcity[model] * float(gpu_milli)
+        return out
+
 
 def cpu_per_gpu_milli(target: TargetWorkload) -> float:
     """Mean host CPU milli the target's GPU shapes ask per GPU milli (weighted like the target)."""
@@ -250,10 +260,7 @@ def fgd_scores(view: NodeArrays, rows: IntArray, cpu: int, milli: int, num: int,
     d = gl.shape[1]
     gain: FloatArray | None = None
     if stranding is not None:
-        idle = gl.sum(axis=1)
-        gain = stranding.cpu_weight * (stranding.stranded(cl, idle) - stranding.stranded(cl - cpu, idle - milli * num))
-        if any_model and num > 0 and stranding.scarcity_weight and stranding.scarcity.size:
-            gain = gain - stranding.scarcity_weight * stranding.scarcity[md] * float(milli * num)
+        gain = stranding.gain(cl, gl.sum(axis=1), md, cpu, milli * num, any_model)
 
     def scored(b4: FloatArray, after: FloatArray, extra: FloatArray | None) -> FloatArray:
         drop = b4 - after if extra is None else b4 - after + extra
