@@ -54,7 +54,7 @@ def node_manifest(node: NodeSpec, registry: VendorRegistry, now: float, run: str
         prefix = vendor.names.device_type_prefix
         regs = [
             RegisteredDevice(
-                uuid=d.uuid, index=k, split_count=d.max_tasks, memory_mib=d.physical_memory_mib or d.memory_mib,
+                uuid=d.uuid, index=k, split_count=d.max_tasks, memory_mib=d.memory_mib,
                 cores_pct=d.core_milli // PERCENT_TO_CORE_MILLI, model=f"{prefix}{d.model}", numa=d.numa,
                 healthy=d.healthy,
             )
