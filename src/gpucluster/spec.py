@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry, VendorSettings
+from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry, VendorSettings, device_type_string
 from gpucluster.devices.quantity import cpu_milli, memory_mib
 from gpucluster.model import ClusterState, DeviceSpec, Fabric, FabricType, NodeSpec, Pod
 from gpucluster.model.resources import KNOWN_VENDORS
@@ -207,6 +207,7 @@ def cluster_from_spec(spec: ClusterSpecFile, source: str, registry: VendorRegist
                         index=j,
                         vendor=g.vendor,
                         model=g.model,
+                        type_name=device_type_string(g.vendor, g.model),
                         memory_mib=int(g.memory_mib * overcommit),
                         physical_memory_mib=g.memory_mib,
                         numa=j * 2 // g.count,

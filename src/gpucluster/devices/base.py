@@ -149,8 +149,6 @@ class DeviceVendor(Protocol):
 
     def display_model(self, registered_type: str) -> str: ...
 
-    def full_type(self, model: str) -> str: ...
-
     @property
     def type_annotations_apply(self) -> bool: ...
 
@@ -367,13 +365,10 @@ class HamiVendor:
             return registered_type[len(prefix):]
         return registered_type
 
-    def full_type(self, model: str) -> str:
-        """The type string HAMi matches ``use-...type`` against: the registered type (``NVIDIA-A100``,
-        ``NVIDIA A10``, ``DCU-K100_AI``), rebuilt from a model without the vendor prefix."""
-        return full_device_type(self.names.device_type_prefix, model)
-
 
 def full_device_type(prefix: str, model: str) -> str:
+    """The type string a device plugin registers for ``model``: ``prefix + model`` unless the model already
+    starts with the vendor word (``NVIDIA A10`` stays, ``A100`` becomes ``NVIDIA-A100``)."""
     word = prefix.rstrip("-").upper()
     if not word or model.upper().startswith(word):
         return model

@@ -60,9 +60,6 @@ class CambriconVendor(HamiVendor):
             for i in range(-(-cards // 100))
         ]
 
-    def full_type(self, model: str) -> str:
-        return model
-
 
 def make(settings: VendorSettings | None = None) -> HamiVendor:
     return CambriconVendor(NAMES, settings)

@@ -352,6 +352,7 @@ class VendorRegistry:
                         index=index,
                         vendor=vendor.names.vendor,
                         model=vendor.display_model(reg.model),
+                        type_name=reg.model,
                         memory_mib=reg.memory_mib,
                         physical_memory_mib=int(reg.memory_mib / scaling),
                         core_milli=reg.cores_pct * PERCENT_TO_CORE_MILLI if reg.cores_pct else 1000,

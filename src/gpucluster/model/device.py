@@ -40,6 +40,9 @@ class DeviceSpec:
     mode: str = "hami-core"
     """Sharing mode the device plugin reports (HAMi ``hami-core``, ``mig``, ``mps``); a pod's
     ``nvidia.com/vgpu-mode`` annotation selects devices by it."""
+    type_name: str = ""
+    """The full type string the device plugin registers (``NVIDIA-A100``, ``NVIDIA A10``, ``DCU-K100_AI``): HAMi
+    matches ``use-gputype`` / ``nouse-gputype`` against it. Empty = the model."""
     cordoned: bool = False
     """Excluded from new placements (HAMi's ``hami.io/device-cordon`` node annotation); pods already on it stay."""
 

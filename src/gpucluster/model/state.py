@@ -123,6 +123,7 @@ class ClusterState:
         self.fabric = fabric or Fabric()
         self.vendors = _Interner()
         self.models = _Interner()
+        self.types = _Interner()
         self.racks = _Interner()
         self.leaves = _Interner()
         self.spines = _Interner()
@@ -163,6 +164,8 @@ class ClusterState:
         self.dev_valid: BoolArray = np.zeros((n, d), np.bool_)
         self.dev_vendor: IntArray = np.full((n, d), -1, np.int64)
         self.dev_model: IntArray = np.full((n, d), -1, np.int64)
+        self.dev_type: IntArray = np.full((n, d), -1, np.int64)
+        """Interned full type string (``DeviceSpec.type_name`` or the model) the type annotations match."""
         self.dev_mem_cap: IntArray = np.zeros((n, d), np.int64)
         self.dev_mem_used: IntArray = np.zeros((n, d), np.int64)
         self.dev_core_cap: IntArray = np.zeros((n, d), np.int64)
@@ -182,7 +185,7 @@ class ClusterState:
         "node_dmem_cap", "node_dmem_used", "node_task_cap", "node_tasks",
     )
     _DEV_ARRAYS = (
-        "dev_valid", "dev_vendor", "dev_model", "dev_mem_cap", "dev_mem_used", "dev_core_cap",
+        "dev_valid", "dev_vendor", "dev_model", "dev_type", "dev_mem_cap", "dev_mem_used", "dev_core_cap",
         "dev_core_used", "dev_tasks", "dev_max_tasks", "dev_healthy", "dev_numa", "dev_nvlink", "dev_cordoned",
     )
 
@@ -195,7 +198,7 @@ class ClusterState:
             setattr(self, name, np.concatenate([arr, np.zeros(1, arr.dtype)]))
         for name in self._DEV_ARRAYS:
             arr = getattr(self, name)
-            fill = -1 if name in ("dev_vendor", "dev_model", "dev_nvlink") else 0
+            fill = -1 if name in ("dev_vendor", "dev_model", "dev_type", "dev_nvlink") else 0
             grown = np.full((arr.shape[0] + 1, d_new), fill, arr.dtype)
             grown[: arr.shape[0], :d_old] = arr
             setattr(self, name, grown)
@@ -240,6 +243,7 @@ class ClusterState:
         self.dev_valid[i, j] = True
         self.dev_vendor[i, j] = self.vendors.id(dev.vendor)
         self.dev_model[i, j] = self.models.id(dev.model)
+        self.dev_type[i, j] = self.types.id(dev.type_name or dev.model)
         self.dev_mem_cap[i, j] = dev.memory_mib
         self.dev_core_cap[i, j] = dev.core_milli
         self.dev_max_tasks[i, j] = dev.max_tasks
@@ -411,6 +415,7 @@ class Snapshot:
         self.vendors: Sequence[str] = state.vendors.names
         self.vendor_ids = state.vendors.ids
         self.models: Sequence[str] = state.models.names
+        self.types: Sequence[str] = state.types.names
         self.fabric = state.fabric
         self.cpu_cap = _readonly(state.cpu_cap)
         self.cpu_used = _readonly(state.cpu_used)
@@ -433,6 +438,7 @@ class Snapshot:
         self.dev_valid = _readonly(state.dev_valid)
         self.dev_vendor = _readonly(state.dev_vendor)
         self.dev_model = _readonly(state.dev_model)
+        self.dev_type = _readonly(state.dev_type)
         self.dev_mem_cap = _readonly(state.dev_mem_cap)
         self.dev_mem_used = _readonly(state.dev_mem_used)
         self.dev_core_cap = _readonly(state.dev_core_cap)

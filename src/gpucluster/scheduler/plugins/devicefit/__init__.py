@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpucluster.devices import DeviceInputError, device_type_string, hami
+from gpucluster.devices import DeviceInputError, hami
 from gpucluster.model import DeviceGrant, DeviceRequest, Pod, Snapshot
 from gpucluster.model.resources import CORE_MILLI_PER_DEVICE, VENDOR_NVIDIA
 from gpucluster.scheduler.framework import (
@@ -131,9 +131,9 @@ def allowed_devices(pod: Pod, snap: Snapshot) -> tuple[BoolArray | None, BoolArr
         cv = c.for_vendor(vendor)
         mine = snap.dev_vendor == vid
         if cv.use_types or cv.nouse_types:
-            ok = np.array([_type_matches(device_type_string(vendor, m), cv.use_types, cv.nouse_types)
-                           for m in snap.models] + [True], np.bool_)  # last slot serves padding (model id -1)
-            type_bad |= mine & ~ok[snap.dev_model]
+            ok = np.array([_type_matches(t, cv.use_types, cv.nouse_types) for t in snap.types] + [True],
+                          np.bool_)  # the last slot serves padding (type id -1)
+            type_bad |= mine & ~ok[snap.dev_type]
         if cv.use_uuids or cv.nouse_uuids:
             use, nouse = set(cv.use_uuids), set(cv.nouse_uuids)
             for i, uuids in enumerate(snap.dev_uuid):
