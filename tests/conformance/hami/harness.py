@@ -59,9 +59,13 @@ class Dev:
     health: bool = True
     mode: str = "hami-core"
     cordoned: bool = False
+    kind: str = ""
+    """Our vendor of the device; empty = read from ``type`` (NVIDIA, MLU, DCU)."""
 
     @property
     def vendor(self) -> str:
+        if self.kind:
+            return self.kind
         return next((v for t, v in VENDOR_OF_TYPE.items() if t in self.type.upper()), "nvidia")
 
 
@@ -182,6 +186,18 @@ def assert_rejected_for(d: Decision, hami_reasons: Iterable[str]) -> None:
     ours = reasons_of(d)
     wanted = {HAMI_REASONS[r] for r in hami_reasons}
     assert ours & wanted, f"we say {sorted(ours)}, HAMi says {sorted(hami_reasons)} (= {sorted(wanted)})"
+
+
+def check_fit(c: Case) -> ClusterState:
+    """A ``TestDevices_Fit``-style case: ``devices`` on one node, one container ``request`` (and pod
+    ``annotations``); ``want`` the UUIDs chosen in order, or ``fails`` HAMi's reasons. Returns the state."""
+    state = state_of({"node-1": c["devices"]})
+    d = schedule(state, request_pod([c["request"]], annotations=c.get("annotations")))
+    if "want" in c.data:
+        assert [g[0] for g in placed(d)[0]] == c["want"]
+    else:
+        assert_rejected_for(d, c["fails"])
+    return state
 
 
 def vgpu_annotation(d: Decision, reg: VendorRegistry | None = None) -> dict[str, str]:

@@ -19,6 +19,7 @@ from tests.conformance.hami.harness import (
     Dev,
     assert_rejected_for,
     case,
+    check_fit,
     hami_request,
     manifest,
     params,
@@ -184,7 +185,7 @@ def test_numa_bind_annotation(c: Case) -> None:
     # two GPUs on two NUMA nodes: a 2-GPU request fits only when NUMA binding is off
     annotations = {} if c["value"] is None else {"nvidia.com/numa-bind": c["value"]}
     if c["enforced"] is None:
-        with pytest.raises(DeviceInputError, match="nvidia.com/numa-bind.*must be true or false"):
+        with pytest.raises(DeviceInputError, match=r"nvidia\.com/numa-bind.*must be true or false"):
             request_pod([hami_request(2, 100)], annotations=annotations)
         return
     state = state_of({"n": [Dev("dev-0", numa=0), Dev("dev-1", numa=1)]})
@@ -260,12 +261,7 @@ FIT = [
 
 @pytest.mark.parametrize("c", params(FIT))
 def test_fit(c: Case) -> None:
-    state = state_of({"node-1": c["devices"]})
-    d = schedule(state, request_pod([c["request"]], annotations=c.get("annotations")))
-    if "want" in c.data:
-        assert [g[0] for g in placed(d)[0]] == c["want"]
-    else:
-        assert_rejected_for(d, c["fails"])
+    state = check_fit(c)
     for uuid, (tasks, mem, core) in c.get("keeps", {}).items():
         j = state.dev_uuid[0].index(uuid)
         assert (state.dev_tasks[0, j], state.dev_mem_used[0, j], state.dev_core_used[0, j]) == (tasks, mem, core)
