@@ -131,3 +131,18 @@ def test_registered_memory_is_taken_as_scaled() -> None:
 def test_unknown_vendor_setting_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown device vendor"):
         VendorRegistry.from_settings(DeviceSettings({"acme": VendorSettings()}))
+
+
+def test_dcu_type_matches_the_full_registered_type() -> None:
+    # HAMi's documented example: use-dcutype names the full type string, prefix included
+    reg = VendorRegistry.from_settings()
+    devs = reg.node_devices("n", {"hami.io/node-dcu-register": "DCU-0,4,65536,100,DCU-K100_AI,0,true:"}, "n")
+    assert devs[0].type_name == "DCU-K100_AI" and devs[0].model == "K100_AI"
+    p = reg.parse_pod(pod({"hygon.com/dcunum": 1}, {"hygon.com/use-dcutype": "DCU-K100_AI"}), "x")
+    assert p.constraints.per_vendor["hygon"].use_types == ("DCU-K100_AI",)
+
+
+def test_dcu_memory_factor_multiplies_dcumem() -> None:
+    reg = VendorRegistry.from_settings(DeviceSettings({"hygon": VendorSettings(memory_factor=4)}))
+    p = reg.parse_pod(pod({"hygon.com/dcunum": 1, "hygon.com/dcumem": 1024}), "x")
+    assert p.containers[0].devices == (DeviceRequest("hygon", 1, memory_mib=4096, core_milli=1000),)

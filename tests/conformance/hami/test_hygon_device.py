@@ -45,8 +45,6 @@ TYPES = [
     case("Test_checkDCUtype/whitespace-only nouse type annotation excludes nothing", annotations={NOUSE: "   "},
          type="dcu", fits=True),
     case("Test_checkType/the same type", annotations={USE: "DCU"}, type="DCU", fits=True),
-    case("Hygon use-dcutype/HAMi's documented example DCU-K100_AI", annotations={USE: "DCU-K100_AI"},
-         type="DCU-K100_AI", fits=True),
 ]
 
 
@@ -114,8 +112,6 @@ REQUESTS = [
     case("Test_GenerateResourceRequests_MemoryFactorOverflow/3000000 x 1024 overflows int32",
          differs="memory-out-of-range", settings={"memory_factor": 1024},
          resources={"limits": {COUNT: "1", MEM: "3000000"}}, error="must be at most 2097151"),
-    case("Hygon memoryFactor/dcumem times memoryFactor", settings={"memory_factor": 4},
-         resources={"limits": {COUNT: "1", MEM: "1024"}}, want=dcu(1, 4096)),
 ]
 
 

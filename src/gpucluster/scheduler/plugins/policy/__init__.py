@@ -111,14 +111,14 @@ def hami_device_scores(
     weights: hami.ScoringWeights = hami.DEFAULT_WEIGHTS,
 ) -> F32:
     """HAMi's device score (``DeviceListsScore.ComputeScore``), float32 as HAMi computes it; 0 for a device
-    with no slots, cores or memory. ``asks`` requests of ``core_ask`` and ``mem_ask`` (per device) are added to
-    the usage (1 for one container's request; 0 to score the usage alone)."""
+    with no slots, cores or memory. ``asks`` requests asking ``core_ask`` cores and ``mem_ask`` memory in all
+    (per device) are added to the usage (one container's request: 1; the usage alone: 0)."""
     f = np.float32
     ok = (slots > 0) & (core_cap > 0) & (mem_cap > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         use = (tasks + asks).astype(f) / slots.astype(f)
-        core = (core_used + core_ask * asks).astype(f) / core_cap.astype(f)
-        mem = (mem_used + np.asarray(mem_ask, np.int64) * asks).astype(f) / mem_cap.astype(f)
+        core = (core_used + core_ask).astype(f) / core_cap.astype(f)
+        mem = (mem_used + np.asarray(mem_ask, np.int64)).astype(f) / mem_cap.astype(f)
         score = HAMI_WEIGHT * (f(weights.slot) * use + f(weights.core) * core + f(weights.memory) * mem)
     return np.where(ok, score, f(0)).astype(f)
 
