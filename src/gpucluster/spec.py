@@ -8,6 +8,7 @@ apart by ``kind``. Every error is a :class:`SpecError` whose message names the f
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -342,13 +343,8 @@ def _fill_topology(nodes: list[NodeSpec], nodes_per_leaf: int = 32) -> list[Node
         if n.leaf:
             out.append(n)
             continue
-        out.append(
-            NodeSpec(
-                name=n.name, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib, devices=n.devices,
-                labels=n.labels, rack=n.rack or f"rack-{i // 4:03d}", leaf=f"leaf-{i // nodes_per_leaf:03d}",
-                spine=n.spine or "spine-group-00", pool=n.pool,
-            )
-        )
+        out.append(dataclasses.replace(n, rack=n.rack or f"rack-{i // 4:03d}", leaf=f"leaf-{i // nodes_per_leaf:03d}",
+                                       spine=n.spine or "spine-group-00"))
     return out
 
 
