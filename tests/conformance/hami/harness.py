@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpucluster.devices import DeviceSettings, VendorRegistry, VendorSettings
+from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry, VendorSettings
 from gpucluster.kubernetes.convert import decision_annotations
 from gpucluster.model import ClusterState, ContainerRequest, DeviceRequest, DeviceSpec, NodeSpec, Pod, Policy
 from gpucluster.scheduler import Decision, Scheduler, binpack_spread_profile
@@ -198,6 +198,18 @@ def check_fit(c: Case) -> ClusterState:
     else:
         assert_rejected_for(d, c["fails"])
     return state
+
+
+def check_request(c: Case, reg: VendorRegistry) -> None:
+    """A ``GenerateResourceRequests``-style case: one container's ``resources`` read by ``reg`` give ``want``
+    (a :class:`DeviceRequest`, or None for none), or fail with ``error``."""
+    doc = manifest([c["resources"]])
+    if "error" in c.data:
+        with pytest.raises(DeviceInputError, match=c["error"]):
+            reg.parse_pod(doc, "case")
+        return
+    devices = reg.parse_pod(doc, "case").containers[0].devices
+    assert devices == ((c["want"],) if c["want"] is not None else ())
 
 
 def vgpu_annotation(d: Decision, reg: VendorRegistry | None = None) -> dict[str, str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpucluster.devices import DeviceInputError, VendorSettings
+from gpucluster.devices import VendorSettings
 from gpucluster.model import DeviceRequest
 from gpucluster.scheduler import Scheduler, binpack_spread_profile
 from tests.conformance.hami.harness import (
@@ -15,6 +15,7 @@ from tests.conformance.hami.harness import (
     Dev,
     case,
     check_fit,
+    check_request,
     hami_request,
     manifest,
     params,
@@ -64,13 +65,7 @@ REQUESTS = [
 
 @pytest.mark.parametrize("c", params(REQUESTS))
 def test_container_request(c: Case) -> None:
-    doc = manifest([c["resources"]])
-    if "error" in c.data:
-        with pytest.raises(DeviceInputError, match=c["error"]):
-            REG.parse_pod(doc, "case")
-        return
-    devices = REG.parse_pod(doc, "case").containers[0].devices
-    assert devices == ((c["want"],) if c["want"] is not None else ())
+    check_request(c, REG)
 
 
 PATCH = [

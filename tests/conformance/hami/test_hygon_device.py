@@ -15,6 +15,7 @@ from tests.conformance.hami.harness import (
     assert_rejected_for,
     case,
     check_fit,
+    check_request,
     hami_request,
     manifest,
     params,
@@ -117,14 +118,7 @@ REQUESTS = [
 
 @pytest.mark.parametrize("c", params(REQUESTS))
 def test_container_request(c: Case) -> None:
-    reg = registry(hygon=VendorSettings(**c.get("settings", {})))
-    doc = manifest([c["resources"]])
-    if "error" in c.data:
-        with pytest.raises(DeviceInputError, match=c["error"]):
-            reg.parse_pod(doc, "case")
-        return
-    devices = reg.parse_pod(doc, "case").containers[0].devices
-    assert devices == ((c["want"],) if c["want"] is not None else ())
+    check_request(c, registry(hygon=VendorSettings(**c.get("settings", {}))))
 
 
 PATCH = [

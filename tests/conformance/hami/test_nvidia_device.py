@@ -20,6 +20,7 @@ from tests.conformance.hami.harness import (
     assert_rejected_for,
     case,
     check_fit,
+    check_request,
     hami_request,
     manifest,
     params,
@@ -111,15 +112,9 @@ REQUESTS = [
 
 @pytest.mark.parametrize("c", params(REQUESTS))
 def test_container_request(c: Case) -> None:
-    reg = registry(VendorSettings(**c.get("settings", {})))
     resources: dict[str, Any] = c.get("resources") or {"limits": c["limits"]}
-    doc = manifest([resources])
-    if "error" in c.data:
-        with pytest.raises(DeviceInputError, match=c["error"]):
-            reg.parse_pod(doc, "case")
-        return
-    devices = reg.parse_pod(doc, "case").containers[0].devices
-    assert devices == ((c["want"],) if c["want"] is not None else ())
+    check_request(Case(c.hami, {**c.data, "resources": resources}, c.differs),
+                  registry(VendorSettings(**c.get("settings", {}))))
 
 
 def test_zero_memory_percentage_is_accounted_as_whole_card() -> None:
