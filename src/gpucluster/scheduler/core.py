@@ -119,7 +119,7 @@ def schedule_one(fw: Framework, pod: Pod, snap: Snapshot) -> Decision:
             alloc = Allocation(
                 pod_key=pod.key, node=spec.name, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib,
                 devices=state.grants or tuple(() for _ in pod.containers), tenant=pod.charged_tenant, pod=pod,
-                init_devices=state.init_grants,
+                init_devices=state.init_grants or tuple(() for _ in pod.init_containers),
             )
             return Decision(
                 pod, Outcome.WAITING if permit.code == Code.WAIT else Outcome.SCHEDULED, node=spec.name,

@@ -285,7 +285,7 @@ class DeviceFit:
         prep: _Prepared = state.read(NAME)
         if not prep.requests and not prep.init_requests:
             state.grants = tuple(() for _ in pod.containers)
-            state.init_grants = ()
+            state.init_grants = tuple(() for _ in pod.init_containers)
             return Status.success()
         init_grants: list[tuple[DeviceGrant, ...]] = []
         for ci in range(len(pod.init_containers)):

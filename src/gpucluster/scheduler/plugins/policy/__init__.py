@@ -44,11 +44,11 @@ def hami_node_scores(snap: Snapshot, candidates: IntArray) -> F32:
     task_cap, core_cap, mem_cap = (snap.node_task_cap[candidates], snap.node_core_cap[candidates],
                                    snap.node_dmem_cap[candidates])
     ok = (task_cap > 0) & (core_cap > 0) & (mem_cap > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        use = snap.node_tasks[candidates].astype(np.float32) / task_cap.astype(np.float32)
-        core = snap.node_core_used[candidates].astype(np.float32) / core_cap.astype(np.float32)
-        mem = snap.node_dmem_used[candidates].astype(np.float32) / mem_cap.astype(np.float32)
-        score = HAMI_WEIGHT * (use + core + mem)
+    f = np.float32
+    use = snap.node_tasks[candidates].astype(f) / np.maximum(task_cap, 1).astype(f)
+    core = snap.node_core_used[candidates].astype(f) / np.maximum(core_cap, 1).astype(f)
+    mem = snap.node_dmem_used[candidates].astype(f) / np.maximum(mem_cap, 1).astype(f)
+    score = HAMI_WEIGHT * (use + core + mem)
     return np.where(ok, score, np.float32(0)).astype(np.float32)
 
 
@@ -115,11 +115,10 @@ def hami_device_scores(
     (per device) are added to the usage (one container's request: 1; the usage alone: 0)."""
     f = np.float32
     ok = (slots > 0) & (core_cap > 0) & (mem_cap > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        use = (tasks + asks).astype(f) / slots.astype(f)
-        core = (core_used + core_ask).astype(f) / core_cap.astype(f)
-        mem = (mem_used + np.asarray(mem_ask, np.int64)).astype(f) / mem_cap.astype(f)
-        score = HAMI_WEIGHT * (f(weights.slot) * use + f(weights.core) * core + f(weights.memory) * mem)
+    use = (tasks + asks).astype(f) / np.maximum(slots, 1).astype(f)
+    core = (core_used + core_ask).astype(f) / np.maximum(core_cap, 1).astype(f)
+    mem = (mem_used + np.asarray(mem_ask, np.int64)).astype(f) / np.maximum(mem_cap, 1).astype(f)
+    score = HAMI_WEIGHT * (f(weights.slot) * use + f(weights.core) * core + f(weights.memory) * mem)
     return np.where(ok, score, f(0)).astype(f)
 
 
@@ -132,6 +131,12 @@ def hami_try_order(scores: npt.NDArray[Any], numa: Sequence[int] | IntArray, tas
     ``policy`` is the pod's ``hami.io/gpu-scheduler-policy`` tokens (empty: ``default``)."""
     tokens = tuple(policy) or (default,)
     n = len(scores)
+    if len(tokens) == 1 and not numa_bind and tokens[0] not in (hami.POLICY_MUTEX, hami.POLICY_NUMA):
+        # the common case, vectorised: score (descending for spread), then NUMA; np.lexsort is stable
+        primary = np.asarray(scores, np.float64)
+        if tokens[0] != hami.POLICY_BINPACK:
+            primary = -primary
+        return [int(k) for k in np.lexsort((np.asarray(numa), primary))[::-1]]
     s = [float(x) for x in scores]
     if len(tokens) > 1 or tokens == (hami.POLICY_NUMA,):
         chain = list(dict.fromkeys(t for t in tokens if t in (hami.POLICY_BINPACK, hami.POLICY_SPREAD,
