@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         gpu_policy: Annotated[
             Policy | None, typer.Option("--gpu-policy", help="HAMi style: inside a node, fuller devices (binpack) "
-                                                             "or fewest tasks first (spread, the default).")
+                                                             "or emptier (spread, default), by HAMi's device score.")
         ] = None,
         seed: Annotated[int, typer.Option("--seed", help="Seed for tie-breaking between equal nodes.")] = 0,
         json_out: Annotated[bool, typer.Option("--json", help='Print {"placements": [...]} as JSON.')] = False,
