@@ -103,3 +103,10 @@ def test_a_bad_device_config_is_refused_with_where_and_why(tmp_path: Path, comma
     r = runner.invoke(app, [*args, "--device-config", str(bad)])
     assert r.exit_code == 2, r.output
     assert "nvidia.defaultGPUnum: unknown setting; did you mean 'defaultGPUNum'?" in r.output
+
+
+def test_manifests_manage_the_configured_resource_names(tmp_path: Path) -> None:
+    _, _, config = files(tmp_path)
+    r = runner.invoke(app, ["k8s", "manifests", "--device-config", str(config)])
+    assert r.exit_code == 0, r.output
+    assert "name: hami.io/gpu" in r.stdout and "name: nvidia.com/gpu\n" not in r.stdout

@@ -162,6 +162,7 @@ def register(app: typer.Typer) -> None:
         = "ghcr.io/gpucluster/gpucluster:0.1.0",
         scheduler_name: NameOpt = "gpucluster",
         policy: PolicyOpt = "default",
+        device_config: DeviceConfigOpt = None,
     ) -> None:
         """Print the YAML to deploy gpucluster (ServiceAccount, RBAC, ConfigMap, Deployment, Service)."""
         from gpucluster.kubernetes.manifests import Mode, manifests, to_yaml
@@ -170,6 +171,6 @@ def register(app: typer.Typer) -> None:
             fail(f"--mode {mode!r}: must be extender or scheduler")
         _check_policy(policy)
         chosen: Mode = "extender" if mode == "extender" else "scheduler"
-        objs = manifests(chosen, registry_or_fail(None), namespace=namespace, image=image,
+        objs = manifests(chosen, registry_or_fail(device_config), namespace=namespace, image=image,
                          scheduler_name=scheduler_name, policy=policy)
         sys.stdout.write(to_yaml(objs))
