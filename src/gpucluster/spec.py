@@ -8,6 +8,7 @@ apart by ``kind``. Every error is a :class:`SpecError` whose message names the f
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry
+from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry, VendorSettings, device_type_string
 from gpucluster.devices.quantity import cpu_milli, memory_mib
 from gpucluster.model import ClusterState, DeviceSpec, Fabric, FabricType, NodeSpec, Pod
 from gpucluster.model.resources import KNOWN_VENDORS
@@ -48,10 +49,10 @@ class GpuSpec(_Model):
     """Physical memory per device in MiB."""
     nvlink_domain_size: Annotated[int, Field(alias="nvlinkDomainSize", ge=0)] = 0
     """GPUs per NVLink domain inside a node (8 on HGX/DGX boards); 0 = PCIe only."""
-    max_tasks: Annotated[int, Field(alias="maxTasks", ge=1)] = 10
-    """Most tasks sharing one device (HAMi ``deviceSplitCount``)."""
-    memory_overcommit: Annotated[float, Field(alias="memoryOvercommit", ge=1.0, le=16.0)] = 1.0
-    """Device memory overcommit factor (HAMi ``deviceMemoryScaling``)."""
+    max_tasks: Annotated[int | None, Field(alias="maxTasks", ge=1)] = None
+    """Most tasks sharing one device (HAMi ``deviceSplitCount``); default: the device config's (10)."""
+    memory_overcommit: Annotated[float | None, Field(alias="memoryOvercommit", ge=1.0, le=16.0)] = None
+    """Device memory overcommit factor (HAMi ``deviceMemoryScaling``); default: the device config's (1)."""
 
 
 class NodePoolSpec(_Model):
@@ -177,8 +178,12 @@ def _stable_uuid(prefix: str, *parts: object) -> str:
     return f"{prefix}-{uuid.uuid5(uuid.NAMESPACE_URL, '/'.join(str(p) for p in parts))}"
 
 
-def cluster_from_spec(spec: ClusterSpecFile, source: str) -> Cluster:
-    """Expand node pools into nodes: racks per pool, leaves and spine groups across the whole cluster."""
+def cluster_from_spec(spec: ClusterSpecFile, source: str, registry: VendorRegistry | None = None) -> Cluster:
+    """Expand node pools into nodes: racks per pool, leaves and spine groups across the whole cluster.
+
+    A pool that does not set ``maxTasks`` / ``memoryOvercommit`` takes the vendor's ``deviceSplitCount`` /
+    ``deviceMemoryScaling`` from ``registry``'s settings (HAMi's 10 and 1 by default)."""
+    registry = registry or VendorRegistry.from_settings(DeviceSettings())
     nodes: list[NodeSpec] = []
     rack_no = 0
     position = 0
@@ -193,6 +198,9 @@ def cluster_from_spec(spec: ClusterSpecFile, source: str) -> Cluster:
             devices: tuple[DeviceSpec, ...] = ()
             if pool.gpu is not None:
                 g = pool.gpu
+                vendor_settings = registry[g.vendor].settings if g.vendor in registry.names else VendorSettings()
+                max_tasks = g.max_tasks or vendor_settings.split_count
+                overcommit = g.memory_overcommit or vendor_settings.memory_scaling
                 prefix = {"nvidia": "GPU", "cambricon": "MLU", "hygon": "DCU"}[g.vendor]
                 devices = tuple(
                     DeviceSpec(
@@ -200,11 +208,12 @@ def cluster_from_spec(spec: ClusterSpecFile, source: str) -> Cluster:
                         index=j,
                         vendor=g.vendor,
                         model=g.model,
-                        memory_mib=int(g.memory_mib * g.memory_overcommit),
+                        type_name=device_type_string(g.vendor, g.model),
+                        memory_mib=int(g.memory_mib * overcommit),
                         physical_memory_mib=g.memory_mib,
                         numa=j * 2 // g.count,
                         nvlink_domain=(j // g.nvlink_domain_size) if g.nvlink_domain_size else -1,
-                        max_tasks=g.max_tasks,
+                        max_tasks=max_tasks,
                     )
                     for j in range(g.count)
                 )
@@ -250,8 +259,10 @@ def _node_from_manifest(
         raise SpecError(f"{where}: status.allocatable.memory: {exc}") from None
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    capacity = (status.get("capacity") or alloc) if isinstance(status, Mapping) else alloc
     try:
-        devices = registry.node_devices(name, annotations, where, nvlink_domain_size)
+        devices = registry.node_devices(name, annotations, where, nvlink_domain_size, capacity=capacity)
+        pair_scores = registry.node_pair_scores(annotations, where)
     except DeviceInputError as exc:
         raise SpecError(str(exc)) from None
     return NodeSpec(
@@ -259,6 +270,8 @@ def _node_from_manifest(
         cpu_milli=cpu,
         memory_mib=mem,
         devices=tuple(devices),
+        extended=registry.node_extended(alloc),
+        pair_scores=pair_scores,
         labels=labels,
         rack=labels.get("gpucluster.io/rack", labels.get("topology.kubernetes.io/zone", "")),
         leaf=labels.get("gpucluster.io/leaf", ""),
@@ -295,7 +308,7 @@ def load_cluster(path: str | Path | None = None, registry: VendorRegistry | None
     registry = registry or VendorRegistry.from_settings(DeviceSettings())
     if path is None:
         text = resources.files("gpucluster.data").joinpath(DEFAULT_SPEC_NAME).read_text(encoding="utf-8")
-        return _cluster_from_text(text, f"<builtin>/{DEFAULT_SPEC_NAME}")
+        return _cluster_from_text(text, f"<builtin>/{DEFAULT_SPEC_NAME}", registry)
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"{p}: no such file")
@@ -306,7 +319,7 @@ def load_cluster(path: str | Path | None = None, registry: VendorRegistry | None
     if isinstance(first, Mapping) and first.get("kind") == "ClusterSpec":
         if len(docs) > 1:
             raise SpecError(f"{p}: a ClusterSpec file holds one document, found {len(docs)}")
-        return _cluster_from_mapping(first, str(p))
+        return _cluster_from_mapping(first, str(p), registry)
     nodes: list[NodeSpec] = []
     seen: set[str] = set()
     for where, doc in _flatten_lists(iter(docs), str(p)):
@@ -330,29 +343,24 @@ def _fill_topology(nodes: list[NodeSpec], nodes_per_leaf: int = 32) -> list[Node
         if n.leaf:
             out.append(n)
             continue
-        out.append(
-            NodeSpec(
-                name=n.name, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib, devices=n.devices,
-                labels=n.labels, rack=n.rack or f"rack-{i // 4:03d}", leaf=f"leaf-{i // nodes_per_leaf:03d}",
-                spine=n.spine or "spine-group-00", pool=n.pool,
-            )
-        )
+        out.append(dataclasses.replace(n, rack=n.rack or f"rack-{i // 4:03d}", leaf=f"leaf-{i // nodes_per_leaf:03d}",
+                                       spine=n.spine or "spine-group-00"))
     return out
 
 
-def _cluster_from_mapping(doc: Mapping[str, Any], source: str) -> Cluster:
+def _cluster_from_mapping(doc: Mapping[str, Any], source: str, registry: VendorRegistry | None = None) -> Cluster:
     try:
         spec = ClusterSpecFile.model_validate(doc)
     except ValidationError as exc:
         raise _format_validation(source, exc) from None
-    return cluster_from_spec(spec, source)
+    return cluster_from_spec(spec, source, registry)
 
 
-def _cluster_from_text(text: str, source: str) -> Cluster:
+def _cluster_from_text(text: str, source: str, registry: VendorRegistry | None = None) -> Cluster:
     doc = yaml.safe_load(text)
     if not isinstance(doc, Mapping):
         raise SpecError(f"{source}: must be a mapping")
-    return _cluster_from_mapping(doc, source)
+    return _cluster_from_mapping(doc, source, registry)
 
 
 def default_spec_text() -> str:
@@ -367,15 +375,21 @@ def load_pods(path: str | Path, registry: VendorRegistry | None = None) -> list[
         raise SpecError(f"{p}: no such file")
     pods: list[Pod] = []
     seen: set[str] = set()
+    problems: list[str] = []
     for where, doc in _flatten_lists(_documents(p), str(p)):
         try:
             pod = registry.parse_pod(doc, where)
         except DeviceInputError as exc:
-            raise SpecError(str(exc)) from None
+            problems.extend(exc.problems)
+            continue
         if pod.key in seen:
-            raise SpecError(f"{where}: metadata.name: pod {pod.key} appears twice")
+            problems.append(f"{where}: metadata.name: pod {pod.key} appears twice")
+            continue
         seen.add(pod.key)
         pods.append(pod)
+    if problems:
+        tail = [f"{p}: {len(problems)} problems"] if len(problems) > 1 else []
+        raise SpecError("\n".join([*problems, *tail]))
     return pods
 
 

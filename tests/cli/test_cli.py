@@ -110,10 +110,14 @@ def test_bad_inputs_exit_2_with_where_and_why(tmp_path: Path) -> None:
     assert r.exit_code == 2
     assert "nodePools[0].gpu.memoryMiB: must be > 0" in r.output
     badpods = tmp_path / "badpods.yaml"
-    badpods.write_text(PODS.replace("nvidia.com/gpucores: 20", "nvidia.com/gpucores: 200", 1))
-    r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(badpods)])
+    # two bad pods: both reported at once, each with where and why
+    badpods.write_text(PODS.replace("nvidia.com/gpucores: 20", "nvidia.com/gpumem-percentage: 200")
+                       .replace("limits:", "limit:", 1))
+    r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(badpods)], terminal_width=300)
     assert r.exit_code == 2
-    assert "spec.containers[0].resources.limits: nvidia.com/gpucores: must be within 0..100" in r.output
+    assert "document 0: spec.containers[0].resources.limit: unknown field; did you mean 'limits'?" in r.output
+    assert "document 1: spec.containers[0].resources.limits: nvidia.com/gpumem-percentage: must be at most 100" \
+        in r.output
     r = runner.invoke(app, ["schedule", "--pods", str(pods), "--node-policy", "sideways"])
     assert r.exit_code == 2
 

@@ -68,7 +68,9 @@ _VENDOR_RES = {
 def gpu_pod(name: str, scheduler_name: str, vendor: str = "nvidia", count: int = 1, mem: int = 4000,
             cores: int = 20, annotations: Mapping[str, str] | None = None, run: str = "") -> dict[str, Any]:
     res_count, res_mem, res_cores = _VENDOR_RES[vendor]
-    limits = {res_count: str(count), res_mem: str(mem), res_cores: str(cores)}
+    # ``mem`` is MiB; Cambricon's vmemory counts 256 MiB units (HAMi's MemoryFactor)
+    amount = -(-mem // 256) if vendor == "cambricon" else mem
+    limits = {res_count: str(count), res_mem: str(amount), res_cores: str(cores)}
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "annotations": dict(annotations or {}), "labels": {"gpucluster.io/run": run}},

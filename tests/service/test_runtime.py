@@ -205,7 +205,7 @@ def test_quota_holds_a_tenant_back() -> None:
 
 @pytest.mark.parametrize(("resources", "message"), [
     ({"nvidia.com/gpu": -1}, "must not be negative"),
-    ({"nvidia.com/gpucores": 30}, "needs nvidia.com/gpu"),
+    ({"hygon.com/dcucores": 30}, "needs hygon.com/dcunum"),
     ({}, "asks for nothing"),
 ])
 def test_validate_names_the_field(resources: dict[str, Any], message: str) -> None:

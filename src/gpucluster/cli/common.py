@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
+from gpucluster.devices import DeviceConfigError, DeviceSettings, VendorRegistry, load_device_config
 from gpucluster.spec import Cluster, SpecError, load_cluster
 
 console = Console()
@@ -32,9 +33,32 @@ def cluster_option_help() -> str:
     return "Cluster spec YAML or Kubernetes Node manifests (default: the built-in seed reference cluster)."
 
 
-def load_cluster_or_fail(path: Path | None) -> Cluster:
+DeviceConfigOpt = Annotated[Path | None, typer.Option(
+    "--device-config", help="HAMi's device-config.yaml (its chart's ConfigMap or the file in it): resource names, "
+                            "defaultMemory/defaultCores/defaultGPUNum, memoryFactor, deviceSplitCount, "
+                            "deviceMemoryScaling per vendor. Default: HAMi's defaults.")]
+
+
+def device_settings_or_fail(path: Path | None) -> DeviceSettings:
+    """The device settings of ``--device-config`` (HAMi's defaults without one); unused settings are warned."""
+    if path is None:
+        return DeviceSettings()
     try:
-        return load_cluster(path)
+        config = load_device_config(path)
+    except DeviceConfigError as exc:
+        fail(f"--device-config: {exc}")
+    for note in config.notes:
+        err_console.print(f"[yellow]warning:[/] --device-config: {note}", highlight=False, soft_wrap=True)
+    return config.settings
+
+
+def registry_or_fail(path: Path | None) -> VendorRegistry:
+    return VendorRegistry.from_settings(device_settings_or_fail(path))
+
+
+def load_cluster_or_fail(path: Path | None, registry: VendorRegistry | None = None) -> Cluster:
+    try:
+        return load_cluster(path, registry)
     except SpecError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpucluster.cli.common import cluster_option_help, fail, load_cluster_or_fail
-from gpucluster.devices import DeviceSettings, VendorRegistry
+from gpucluster.cli.common import DeviceConfigOpt, cluster_option_help, fail, load_cluster_or_fail, registry_or_fail
 
 if TYPE_CHECKING:
     from gpucluster.kubernetes.client import ApiClient
@@ -22,10 +21,6 @@ KubeconfigOpt = Annotated[
 PolicyOpt = Annotated[str, typer.Option(
     "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ...")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
-
-
-def _registry() -> VendorRegistry:
-    return VendorRegistry.from_settings(DeviceSettings())
 
 
 def _api(kubeconfig: Path | None) -> ApiClient:
@@ -67,16 +62,18 @@ def register(app: typer.Typer) -> None:
         handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake before a "
                                                            "node gets no new pods.")] = 60.0,
         assume_ttl: Annotated[float, typer.Option(help="Seconds a decision waits for its bind.")] = 30.0,
+        device_config: DeviceConfigOpt = None,
     ) -> None:
         """Serve the kube-scheduler extender API (/filter, /prioritize, /bind, /healthz, /metrics)."""
         from gpucluster.kubernetes.runtime import RunOptions, run_extender
 
         host, port = _listen(listen)
         _check_policy(policy)
+        registry = registry_or_fail(device_config)
         opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
                           assume_ttl=assume_ttl)
         try:
-            run_extender(_api(kubeconfig), _registry(), host, port, opts)
+            run_extender(_api(kubeconfig), registry, host, port, opts)
         except OSError as exc:
             fail(f"--listen {listen}: {exc.strerror or exc}", code=1)
         except TimeoutError as exc:
@@ -98,18 +95,20 @@ def register(app: typer.Typer) -> None:
         listen: Annotated[str, typer.Option("--listen", help="HOST:PORT for /healthz and /metrics "
                                                              "(empty: none).")] = "",
         handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake.")] = 60.0,
+        device_config: DeviceConfigOpt = None,
     ) -> None:
         """Run a secondary scheduler for pods with spec.schedulerName = --scheduler-name (gangs, leader
         election)."""
         from gpucluster.kubernetes.runtime import RunOptions, run_scheduler
 
         _check_policy(policy)
+        registry = registry_or_fail(device_config)
         if lease_duration < 1:
             fail("--lease-duration: must be >= 1 second")
         where = _listen(listen) if listen else None
         opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout)
         try:
-            run_scheduler(_api(kubeconfig), _registry(), opts, namespace=namespace,
+            run_scheduler(_api(kubeconfig), registry, opts, namespace=namespace,
                           lease_name=lease_name or scheduler_name, identity=identity or None,
                           lease_duration=lease_duration, listen=where, leader_elect=leader_elect)
         except TimeoutError as exc:
@@ -132,7 +131,7 @@ def register(app: typer.Typer) -> None:
         if interval <= 0:
             fail("--interval: must be > 0")
         spec = load_cluster_or_fail(cluster)
-        reg = NodeRegistrar(_api(kubeconfig), spec.nodes, _registry(), interval=interval)
+        reg = NodeRegistrar(_api(kubeconfig), spec.nodes, registry_or_fail(None), interval=interval)
         try:
             if delete:
                 reg.delete()
@@ -163,6 +162,7 @@ def register(app: typer.Typer) -> None:
         = "ghcr.io/gpucluster/gpucluster:0.1.0",
         scheduler_name: NameOpt = "gpucluster",
         policy: PolicyOpt = "default",
+        device_config: DeviceConfigOpt = None,
     ) -> None:
         """Print the YAML to deploy gpucluster (ServiceAccount, RBAC, ConfigMap, Deployment, Service)."""
         from gpucluster.kubernetes.manifests import Mode, manifests, to_yaml
@@ -171,6 +171,6 @@ def register(app: typer.Typer) -> None:
             fail(f"--mode {mode!r}: must be extender or scheduler")
         _check_policy(policy)
         chosen: Mode = "extender" if mode == "extender" else "scheduler"
-        objs = manifests(chosen, _registry(), namespace=namespace, image=image,
+        objs = manifests(chosen, registry_or_fail(device_config), namespace=namespace, image=image,
                          scheduler_name=scheduler_name, policy=policy)
         sys.stdout.write(to_yaml(objs))

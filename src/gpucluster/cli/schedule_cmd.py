@@ -8,19 +8,30 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.common import (
+    DeviceConfigOpt,
+    cluster_option_help,
+    console,
+    fail,
+    load_cluster_or_fail,
+    print_json,
+    registry_or_fail,
+)
 from gpucluster.model import Policy
 from gpucluster.scheduler import DEFAULT_POLICY, PROFILES, Decision, Scheduler, binpack_spread_profile, profile_for
 from gpucluster.spec import SpecError, load_pods
 
 
 def placement_json(d: Decision) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "pod": d.pod.key,
         "node": d.node,
         "devices": d.devices_json(),
         "reasons": d.reasons,
     }
+    if d.pod.init_containers:
+        out["init_devices"] = d.devices_json(init=True)
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -37,15 +48,17 @@ def register(app: typer.Typer) -> None:
         ] = None,
         gpu_policy: Annotated[
             Policy | None, typer.Option("--gpu-policy", help="HAMi style: inside a node, fuller devices (binpack) "
-                                                             "or fewest tasks first (spread, the default).")
+                                                             "or emptier (spread, default), by HAMi's device score.")
         ] = None,
         seed: Annotated[int, typer.Option("--seed", help="Seed for tie-breaking between equal nodes.")] = 0,
         json_out: Annotated[bool, typer.Option("--json", help='Print {"placements": [...]} as JSON.')] = False,
+        device_config: DeviceConfigOpt = None,
     ) -> None:
         """Schedule pods one by one (file order) and print where each landed, or why it could not."""
-        c = load_cluster_or_fail(cluster)
+        registry = registry_or_fail(device_config)
+        c = load_cluster_or_fail(cluster, registry)
         try:
-            pod_list = load_pods(pods)
+            pod_list = load_pods(pods, registry)
         except SpecError as exc:
             fail(str(exc))
         except OSError as exc:

@@ -13,7 +13,14 @@ import typer
 import yaml
 from rich.table import Table
 
-from gpucluster.cli.common import console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.common import (
+    DeviceConfigOpt,
+    console,
+    device_settings_or_fail,
+    fail,
+    load_cluster_or_fail,
+    print_json,
+)
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 SERVER_ENV = "GPUCLUSTER_SERVER"
@@ -58,6 +65,7 @@ def up(
     policy: Annotated[str, typer.Option(
         "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, ...")] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
+    device_config: DeviceConfigOpt = None,
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
@@ -86,11 +94,14 @@ def up(
         data.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         fail(f"--data-dir: {data}: {exc.strerror}")
-    spec = None if kubeconfig is not None else load_cluster_or_fail(cluster)
+    from gpucluster.devices import VendorRegistry
+
+    devices = device_settings_or_fail(device_config)
+    spec = None if kubeconfig is not None else load_cluster_or_fail(cluster, VendorRegistry.from_settings(devices))
     try:
         runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, policy=policy,
                                                background=background, fault_rate_per_hour=faults_per_hour,
-                                               seed=seed))
+                                               seed=seed, devices=devices))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
     service, generated = open_service(runtime, ServiceConfig(data_dir=data, speed=speed))

@@ -12,7 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.common import (
+    DeviceConfigOpt,
+    cluster_option_help,
+    console,
+    fail,
+    load_cluster_or_fail,
+    print_json,
+    registry_or_fail,
+)
 from gpucluster.scheduler.framework import PluginConfig
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
 from gpucluster.simulator.jobs import JobSpec, TraceError
@@ -137,6 +145,7 @@ def simulate(
         "--quota", help="Hierarchical tenant queues (YAML: queues with name, parent, guarantee, limit, weight); "
                         "limits are enforced for every policy, drf reclaims guarantees")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON")] = False,
+    device_config: DeviceConfigOpt = None,
 ) -> None:
     """Replay a job trace: queueing, gang + topology placement, preemption; print JCT, utilisation, fairness."""
     names = sorted(POLICIES) if policy == "all" else [p.strip() for p in policy.split(",") if p.strip()]
@@ -145,7 +154,7 @@ def simulate(
             fail(f"--policy: unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}, all")
     if limit is not None and limit <= 0:
         fail("--limit: must be > 0")
-    cluster = load_cluster_or_fail(cluster_path)
+    cluster = load_cluster_or_fail(cluster_path, registry_or_fail(device_config))
     try:
         jobs = load_trace(trace, cluster, seed)
     except TraceError as exc:

@@ -43,7 +43,14 @@ from typing import Any, Protocol
 
 from kubernetes import client, config
 
-from gpucluster.devices import GANG_ANNOTATION, GANG_MIN_ANNOTATION, TENANT_ANNOTATION, DeviceInputError, VendorRegistry
+from gpucluster.devices import (
+    GANG_ANNOTATION,
+    GANG_MIN_ANNOTATION,
+    TENANT_ANNOTATION,
+    DeviceInputError,
+    DeviceSettings,
+    VendorRegistry,
+)
 from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client
 from gpucluster.kubernetes.convert import BIND_TIME_ANNOTATION, pod_key, pod_node, pod_phase
 from gpucluster.kubernetes.runtime import RunOptions, build
@@ -175,6 +182,7 @@ class KubeRuntime:
         image: str = DEFAULT_IMAGE,
         handshake_timeout: float = 60.0,
         sync_timeout: float = 30.0,
+        devices: DeviceSettings | None = None,
     ) -> None:
         self.kubeconfig = Path(kubeconfig)
         self.policy = policy
@@ -183,7 +191,7 @@ class KubeRuntime:
         self.image = image
         self._status = status_type
         self._event = event_type
-        self.registry = VendorRegistry.from_settings()
+        self.registry = VendorRegistry.from_settings(devices)
         self.api = api_client(self.kubeconfig)
         self.core: Any = client.CoreV1Api(self.api)
         self.cluster_name = _cluster_name(self.kubeconfig)

@@ -68,7 +68,7 @@ class ExtenderLogic:
             names, items = node_names(args)
         except KubeInputError as exc:
             raise ExtenderError(str(exc)) from None
-        if not pod.device_requests:
+        if not pod.device_requests and not pod.init_device_requests:
             return self._filter_result(names, items, set(names), {}, {})
         decision = self.cluster.decide(pod, names)
         if decision.ok and decision.node is not None:

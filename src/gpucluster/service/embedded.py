@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucluster.devices import DeviceInputError, VendorRegistry
+from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry
 from gpucluster.model import Allocation, Pod, views
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
 from gpucluster.scheduler import DEFAULT_POLICY, Scheduler, profile_for
@@ -55,12 +55,13 @@ class EmbeddedRuntime:
         seed: int = 0,
         start_t: float = 0.0,
         remediation: RemediationPolicy | None = None,
+        devices: DeviceSettings | None = None,
     ) -> None:
         self.cluster = cluster
         self.state = cluster.state()
         self.policy = policy
         self.scheduler = Scheduler(self.state, profile_for(policy, seed), clock=lambda: self._now)
-        self.registry = VendorRegistry.from_settings()
+        self.registry = VendorRegistry.from_settings(devices)
         self.rng = random.Random(seed)
         self._now = start_t
         self._jobs: dict[str, Job] = {}

@@ -14,6 +14,7 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucluster.devices import DeviceSettings
 from gpucluster.scheduler import DEFAULT_POLICY
 from gpucluster.service.embedded import EmbeddedRuntime
 from gpucluster.service.runtime import JobEvent, JobStatus, Runtime
@@ -38,6 +39,8 @@ class RuntimeOptions:
     fault_rate_per_hour: float = 1.0
     """Injected device faults per clock hour (0 = none)."""
     seed: int = 0
+    devices: DeviceSettings | None = None
+    """Device settings (``--device-config``); None = HAMi's defaults."""
 
 
 def build_runtime(opts: RuntimeOptions) -> Runtime:
@@ -55,10 +58,11 @@ def build_runtime(opts: RuntimeOptions) -> Runtime:
             raise RuntimeUnavailableError(missing)
         try:
             runtime: Runtime = factory(kubeconfig=opts.kubeconfig, policy=opts.policy, status_type=JobStatus,
-                                       event_type=JobEvent)
+                                       event_type=JobEvent, devices=opts.devices)
         except (ValueError, OSError) as exc:  # KubeConfigError; ConnectionError/TimeoutError from the API server
             raise RuntimeUnavailableError(f"--kubeconfig: {exc}") from None
         return runtime
     if opts.cluster is None:
         raise RuntimeUnavailableError("--cluster: no cluster to run")
-    return EmbeddedRuntime(opts.cluster, opts.policy, opts.background, opts.fault_rate_per_hour, opts.seed)
+    return EmbeddedRuntime(opts.cluster, opts.policy, opts.background, opts.fault_rate_per_hour, opts.seed,
+                           devices=opts.devices)

@@ -47,6 +47,12 @@ class Reason(enum.IntEnum):
     """Placeholder a vectorised Filter may return; the plugin's ``explain`` replaces it when reasons are reported."""
     NodeNameMismatch = 21
     """The pod is bound for another node (``gpucluster.io/node-name``, Kubernetes' ``spec.nodeName``)."""
+    GPUCordoned = 22
+    """The fitting devices are cordoned (HAMi's ``hami.io/device-cordon`` node annotation, ``CardCordoned``)."""
+    NumaConstraint = 23
+    """``nvidia.com/numa-bind``: no NUMA node holds enough fitting devices (HAMi's ``NumaNotFit``)."""
+    InsufficientExtendedResource = 24
+    """The node does not offer (enough of) an extended resource the pod asks for."""
 
     @property
     def unresolvable(self) -> bool:
@@ -58,6 +64,7 @@ _UNRESOLVABLE = frozenset(
     {
         Reason.NodeUnschedulable, Reason.NodeNotReady, Reason.NoDevicesOfVendor, Reason.InsufficientGPUCount,
         Reason.GPUTypeMismatch, Reason.GPUUUIDMismatch, Reason.NodeHandshakeTimeout, Reason.NodeNameMismatch,
+        Reason.GPUCordoned, Reason.InsufficientExtendedResource,
     }
 )
 
