@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpucluster.devices.quantity import parse_quantity
+from gpucluster.devices.quantity import whole_number
 from gpucluster.model import DeviceRequest
+from gpucluster.model.limits import MAX_DEVICE_MEMORY_MIB, MAX_DEVICES_PER_REQUEST, MAX_WHOLE_NUMBER
 from gpucluster.model.resources import PERCENT_TO_CORE_MILLI
 
 
@@ -91,28 +92,13 @@ class DeviceVendor(Protocol):
     def display_model(self, registered_type: str) -> str: ...
 
 
-def _quantity(value: object, where: str, name: str) -> int:
-    """A Kubernetes quantity that must be a plain non-negative integer here."""
-    if isinstance(value, bool):
-        raise DeviceInputError(f"{where}: {name}: must be an integer, got {value!r}")
-    if isinstance(value, int):
-        number = value
-    else:
-        text = str(value).strip()
-        try:
-            number = int(text)
-        except ValueError:
-            # the API server canonicalises quantities ("4000" comes back as "4k"): accept whole numbers
-            try:
-                exact = parse_quantity(text)
-            except ValueError:
-                exact = None
-            if exact is None or exact != exact.to_integral_value():
-                raise DeviceInputError(f"{where}: {name}: must be an integer, got {value!r}") from None
-            number = int(exact)
-    if number < 0:
-        raise DeviceInputError(f"{where}: {name}: must not be negative, got {number}")
-    return number
+def _quantity(value: object, where: str, name: str, upper: int = MAX_WHOLE_NUMBER) -> int:
+    """A Kubernetes quantity that must be a plain non-negative integer within ``upper`` here (the one bounded
+    parser: ``devices.quantity.whole_number``)."""
+    try:
+        return whole_number(value, upper)
+    except ValueError as exc:
+        raise DeviceInputError(f"{where}: {name}: {exc}") from None
 
 
 class HamiVendor:
@@ -132,10 +118,11 @@ class HamiVendor:
             raise DeviceInputError(
                 f"{where}: {sorted(mine)[0]} needs {n.resource_count} (the number of devices) as well"
             )
-        count = _quantity(limits[n.resource_count], where, n.resource_count)
+        count = _quantity(limits[n.resource_count], where, n.resource_count, MAX_DEVICES_PER_REQUEST)
         if count == 0:
             return None
-        memory = _quantity(limits[n.resource_memory], where, n.resource_memory) if n.resource_memory in limits else None
+        memory = (_quantity(limits[n.resource_memory], where, n.resource_memory, MAX_DEVICE_MEMORY_MIB)
+                  if n.resource_memory in limits else None)
         pct = None
         if n.resource_memory_pct and n.resource_memory_pct in limits:
             pct = _quantity(limits[n.resource_memory_pct], where, n.resource_memory_pct)
@@ -192,7 +179,7 @@ class HamiVendor:
                     uuid=str(item["id"]),
                     index=_quantity(item.get("index", i), at, "index"),
                     split_count=_quantity(item.get("count", self.settings.split_count), at, "count"),
-                    memory_mib=_quantity(item.get("devmem", 0), at, "devmem"),
+                    memory_mib=_quantity(item.get("devmem", 0), at, "devmem", MAX_DEVICE_MEMORY_MIB),
                     cores_pct=_quantity(item.get("devcore", 100), at, "devcore"),
                     model=str(item.get("type", "")),
                     numa=_quantity(item.get("numa", 0), at, "numa"),
@@ -215,7 +202,7 @@ class HamiVendor:
                     uuid=fields[0],
                     index=_quantity(fields[7], at, "index") if len(fields) > 7 else i,
                     split_count=_quantity(fields[1], at, "count"),
-                    memory_mib=_quantity(fields[2], at, "devmem"),
+                    memory_mib=_quantity(fields[2], at, "devmem", MAX_DEVICE_MEMORY_MIB),
                     cores_pct=_quantity(fields[3], at, "devcore"),
                     model=fields[4],
                     numa=_quantity(fields[5], at, "numa"),

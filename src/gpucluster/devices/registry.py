@@ -3,12 +3,13 @@ turning Pod manifests into model pods and node annotations into device lists."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gpucluster.devices import cambricon, hygon, nvidia
 from gpucluster.devices.base import DeviceInputError, DeviceVendor, HamiVendor, VendorSettings
-from gpucluster.devices.quantity import cpu_milli, memory_mib
+from gpucluster.devices.quantity import cpu_milli, memory_mib, show, whole_number
 from gpucluster.model import (
     ContainerRequest,
     DeviceConstraints,
@@ -33,6 +34,7 @@ GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
 GANG_ANNOTATION = "gpucluster.io/gang"
 GANG_MIN_ANNOTATION = "gpucluster.io/gang-min-member"
 TENANT_ANNOTATION = "gpucluster.io/tenant"
+_INT32 = re.compile(r"^[+-]?[0-9]{1,10}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,7 @@ class VendorRegistry:
             gpu_policy=self._policy(annotations, GPU_POLICY_ANNOTATION, where),
             labels=labels,
             annotations=annotations,
-            priority=int(str(spec.get("priority") or 0)),
+            priority=self._priority(spec.get("priority"), where),
             tenant=annotations.get(TENANT_ANNOTATION, ""),
             gang=annotations.get(GANG_ANNOTATION, ""),
             gang_min_member=self._int_annotation(annotations, GANG_MIN_ANNOTATION, where),
@@ -173,17 +175,22 @@ class VendorRegistry:
             ) from None
 
     @staticmethod
+    def _priority(value: object, where: str) -> int:
+        """``spec.priority``: an int32, as Kubernetes has it (negative allowed)."""
+        text = str(value or 0).strip()
+        if not _INT32.match(text) or not -(2**31) <= int(text) < 2**31:
+            raise DeviceInputError(f"{where}: spec.priority: must be a 32-bit integer, got {show(value)}")
+        return int(text)
+
+    @staticmethod
     def _int_annotation(annotations: Mapping[str, str], key: str, where: str) -> int:
         value = annotations.get(key)
         if not value:
             return 0
         try:
-            number = int(value)
-        except ValueError:
-            raise DeviceInputError(f"{where}: metadata.annotations[{key}]: must be an integer") from None
-        if number < 0:
-            raise DeviceInputError(f"{where}: metadata.annotations[{key}]: must not be negative")
-        return number
+            return whole_number(value)
+        except ValueError as exc:
+            raise DeviceInputError(f"{where}: metadata.annotations[{key}]: {exc}") from None
 
     # ------------------------------------------------------------------ nodes
     def node_devices(
