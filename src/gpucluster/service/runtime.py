@@ -57,7 +57,8 @@ class Job:
     """Per replica: pod key, node and device shares while running."""
     attempts: int = 0
     gpus: float = 0.0
-    """GPU-equivalents the job holds when running (device count x compute share)."""
+    """GPU-equivalents (``gpucluster.model.share``: each device counts max(compute share, memory share)) the job
+    holds while running; before it runs, the least it could hold."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
