@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import sys
@@ -40,6 +41,17 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+def _shown_host(host: str) -> tuple[str, bool]:
+    """(host for the printed URL, listens beyond loopback?). A wildcard address prints this machine's name."""
+    if host in ("0.0.0.0", "", "::"):
+        return socket.gethostname() or "localhost", True
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    return (f"[{host}]" if ":" in host else host), not loopback
+
+
 def up(
     cluster: Annotated[Path | None, typer.Option(
         "--cluster", help="Cluster spec YAML or Node manifests (default: the built-in reference cluster).")] = None,
@@ -58,6 +70,11 @@ def up(
     policy: Annotated[str, typer.Option(
         "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, ...")] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
+    submit_rate: Annotated[float, typer.Option(
+        "--submit-rate", min=0.0, max=100000.0,
+        help="Job submissions (and task starts) per second each tenant may make; 0 = unlimited.")] = 20.0,
+    submit_burst: Annotated[int, typer.Option(
+        "--submit-burst", min=1, max=100000, help="Submissions a tenant may make at once.")] = 100,
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
@@ -65,13 +82,17 @@ def up(
     from gpucluster import web
     from gpucluster.scheduler import PROFILES
     from gpucluster.service import (
+        DataDirLock,
+        DataDirLockedError,
         RuntimeOptions,
         RuntimeUnavailableError,
         ServiceConfig,
+        TokenError,
         build_runtime,
         create_app,
         open_service,
     )
+    from gpucluster.service.limits import RateLimits
 
     if policy not in PROFILES:
         fail(f"--policy: unknown policy {policy!r}; known: {', '.join(sorted(PROFILES))}")
@@ -79,13 +100,16 @@ def up(
         fail("--cluster and --kubeconfig: give one of them")
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"--kubeconfig: {kubeconfig}: no such file")
-    if not _port_free(host, port):
-        fail(f"--port: {host}:{port} is already in use (pick another with --port)")
     data = data_dir or _default_data_dir()
     try:
-        data.mkdir(parents=True, exist_ok=True)
+        data.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = DataDirLock(data).acquire()  # held for the life of the process
     except OSError as exc:
         fail(f"--data-dir: {data}: {exc.strerror}")
+    except DataDirLockedError as exc:
+        fail(f"--data-dir: {exc}")
+    if not _port_free(host, port):
+        fail(f"--port: {host}:{port} is already in use (pick another with --port)")
     spec = None if kubeconfig is not None else load_cluster_or_fail(cluster)
     try:
         runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, policy=policy,
@@ -93,15 +117,20 @@ def up(
                                                seed=seed))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
-    service, generated = open_service(runtime, ServiceConfig(data_dir=data, speed=speed))
+    config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst))
+    try:
+        service, generated = open_service(runtime, config, lock)
+    except TokenError as exc:
+        fail(str(exc))
     app = create_app(service, web.mount)
-    shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    shown_host, exposed = _shown_host(host)
     url = f"http://{shown_host}:{port}/"
-    if os.environ.get("GPUCLUSTER_ADMIN_TOKEN", "").strip():
+    if service.admin_source == "env":
         how = "paste the admin token from $GPUCLUSTER_ADMIN_TOKEN"
+    elif generated:  # the only time the token itself is printed
+        how = f"paste the admin token {service.admin_token} (generated and saved in {data / 'admin-token'})"
     else:
-        how = (f"paste the admin token {service.admin_token}"
-               + (" (generated" if generated else " (saved") + f" in {data / 'admin-token'})")
+        how = f"paste the admin token saved in {data / 'admin-token'}"
     summary = runtime.overview()
     lines = [
         f"gpucluster control plane ({runtime.backend}: {summary['cluster']}, {summary['nodes']} nodes, "
@@ -113,6 +142,10 @@ def up(
         f"  data:      {data}",
     ]
     print("\n".join(lines), flush=True)
+    if exposed:
+        print(f"warning: --host {host}: the API and dashboard are reachable beyond this machine over plain HTTP, "
+              "tokens included; put a TLS-terminating proxy in front (see docs/security.md)", file=sys.stderr,
+              flush=True)
     import gc
 
     gc.collect()
