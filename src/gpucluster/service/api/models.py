@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from gpucluster.model.limits import (
-    MAX_DEVICE_MEMORY_MIB,
     MAX_JOB_DURATION_S,
     MAX_PRIORITY,
     MAX_REPLICAS,
@@ -29,8 +28,9 @@ MAX_QUOTA_GPUS = 1_000_000.0
 
 Name = Annotated[str, StringConstraints(pattern=NAME_RE, max_length=63)]
 ResourceName = Annotated[str, StringConstraints(pattern=RESOURCE_NAME_RE, max_length=MAX_RESOURCE_NAME_CHARS)]
-ResourceValue = (Annotated[int, Field(ge=0, le=MAX_DEVICE_MEMORY_MIB * 2**20)]
-                 | Annotated[str, StringConstraints(max_length=MAX_RESOURCE_VALUE_CHARS)])
+MAX_RESOURCE_INT = 2**53
+"""Largest integer resource value taken from JSON (exactly representable everywhere); each resource has its own,
+tighter bound (``model.limits``) checked when the job is turned into pods."""
 
 
 class _In(BaseModel):
@@ -48,7 +48,7 @@ class JobIn(_In):
     name: Name = Field(description="DNS-label job name.")
     tenant: Name | None = Field(None, description="Tenant; defaults to the caller's tenant.")
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Pods placed all-or-nothing (a gang).")
-    resources: dict[ResourceName, ResourceValue] = Field(
+    resources: dict[ResourceName, int | str] = Field(
         max_length=MAX_RESOURCE_KEYS,
         description='Per-pod limits, e.g. {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, '
                     '"nvidia.com/gpumem": 20000, "cpu": "4", "memory": "16Gi"}.')
@@ -56,6 +56,16 @@ class JobIn(_In):
                                      description="Run time; omit to run until deleted.")
     priority: int = Field(0, ge=0, le=MAX_PRIORITY,
                           description="Queue priority; a tenant may use up to its max_priority.")
+
+    @field_validator("resources")
+    @classmethod
+    def _bounded_values(cls, value: dict[str, int | str]) -> dict[str, int | str]:
+        for key, item in value.items():
+            if isinstance(item, int) and not 0 <= item <= MAX_RESOURCE_INT:
+                raise ValueError(f"{key}: must be within 0..{MAX_RESOURCE_INT}")
+            if isinstance(item, str) and len(item) > MAX_RESOURCE_VALUE_CHARS:
+                raise ValueError(f"{key}: at most {MAX_RESOURCE_VALUE_CHARS} characters")
+        return value
 
 
 class TenantIn(_In):
