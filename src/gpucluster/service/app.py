@@ -13,13 +13,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpucluster import __version__
 from gpucluster.service.api import cluster, jobs, meta, tasks, tenants
+from gpucluster.service.api.deps import known_query_only
 from gpucluster.service.api.guard import Guard
 from gpucluster.service.api.models import NAME_RE, ExperimentIn, JobIn, TenantIn
 from gpucluster.service.auth import ADMIN_ENV, Principal
@@ -96,6 +97,7 @@ def create_app(service: Service, mount_web: Callable[[FastAPI], None] | None = N
         lifespan=lifespan,
         docs_url=None,  # FastAPI's Swagger UI loads from a CDN; the web package serves an offline /docs
         redoc_url=None,
+        dependencies=[Depends(known_query_only)],
     )
     app.state.service = service
     app.state.metrics = meta.metrics_renderer(service)

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Response
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpucluster.service.auth import Principal, authenticate
@@ -54,6 +56,35 @@ def job_or_404(service: Service, who: Principal, job_id: str) -> Job:
     return job
 
 
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+async def known_query_only(request: Request) -> None:
+    """422 for a query parameter the route does not declare (a typo such as ``?stauts=`` is an error, not a
+    silently ignored filter) or one given twice (every parameter here takes one value)."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or not request.query_params:
+        return
+    names = _QUERY_NAMES.get(id(route))
+    if names is None:
+        names = frozenset(_query_names(route.dependant))
+        _QUERY_NAMES[id(route)] = names
+    unknown = [k for k in request.query_params if k not in names]
+    if unknown:
+        known = ", ".join(sorted(names)) or "none"
+        raise ApiError(422, f"query.{unknown[0][:64]}", f"unknown query parameter (this endpoint takes: {known})")
+    repeated = [k for k in request.query_params if len(request.query_params.getlist(k)) > 1]
+    if repeated:
+        raise ApiError(422, f"query.{repeated[0]}", "given more than once")
+
+
 def cached_json(service: Service, key: str, compute: Callable[[], Any]) -> Response:
     """A view encoded once per service version and served as is to every request of that version (the
     response model documents it; encoding a node list per request would cost more than computing it)."""
@@ -62,5 +93,5 @@ def cached_json(service: Service, key: str, compute: Callable[[], Any]) -> Respo
     return Response(content=body, media_type="application/json")
 
 
-__all__ = ["PRINCIPAL_KEY", "Auth", "Svc", "admin_only", "cached_json", "get_service", "job_or_404", "principal",
-           "visible"]
+__all__ = ["PRINCIPAL_KEY", "Auth", "Svc", "admin_only", "cached_json", "get_service", "job_or_404",
+           "known_query_only", "principal", "visible"]

@@ -90,7 +90,7 @@ async def healthz(request: Request, service: Svc) -> dict[str, object]:
             "ticks": service.ticks, "loop_error": error, "version": __version__}
 
 
-@router.get("/metrics", responses={200: {"content": {"text/plain": {}}}, **ERRORS})
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}, **ERRORS})
 async def prometheus_metrics(request: Request, who: Auth, service: Svc) -> Response:
     """Prometheus exposition of the cluster's allocation metrics (``gpucluster.monitoring.exporter``), the
     queue and each tenant's GPU-equivalents; admin token (configure it as the scrape job's bearer token)."""

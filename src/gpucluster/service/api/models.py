@@ -271,6 +271,7 @@ class TaskList(_Out):
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": why} for code, why in (
+        (400, "The body is not UTF-8 JSON, or a header is malformed."),
         (401, "Missing or unknown bearer token."),
         (403, "The token may not do this."),
         (404, "No such object (a tenant cannot tell others' objects from missing ones)."),

@@ -74,8 +74,10 @@ async def get_design(task_id: TaskId, who: Auth, service: Svc) -> dict[str, Any]
     return task_or_404(service, who, task_id, "design").to_dict()
 
 
-@router.get("/api/v1/design/{task_id}/{filename}", responses={200: {"content": {"image/svg+xml": {},
-                                                                                "image/png": {}}}, **ERRORS},
+IMAGES = {200: {"content": {"image/svg+xml": {}, "image/png": {}}}}
+
+
+@router.get("/api/v1/design/{task_id}/{filename}", response_class=Response, responses={**IMAGES, **ERRORS},
             tags=["design"])
 async def design_file(task_id: TaskId, filename: Annotated[str, Path(max_length=128)], who: Auth,
                       service: Svc) -> Response:
