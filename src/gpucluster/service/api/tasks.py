@@ -74,7 +74,7 @@ async def get_design(task_id: TaskId, who: Auth, service: Svc) -> dict[str, Any]
     return task_or_404(service, who, task_id, "design").to_dict()
 
 
-IMAGES = {200: {"content": {"image/svg+xml": {}, "image/png": {}}}}
+IMAGES: dict[int | str, dict[str, Any]] = {200: {"content": {"image/svg+xml": {}, "image/png": {}}}}
 
 
 @router.get("/api/v1/design/{task_id}/{filename}", response_class=Response, responses={**IMAGES, **ERRORS},
