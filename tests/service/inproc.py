@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from fastapi.testclient import TestClient
 
 from gpucluster.service import EmbeddedRuntime, Service, ServiceConfig, create_app, open_service
@@ -30,6 +31,12 @@ SPEC = {
 
 def small_cluster() -> Cluster:
     return cluster_from_spec(ClusterSpecFile.model_validate(SPEC), "test")
+
+
+def write_small_cluster(path: Path) -> Path:
+    """The same small cluster as a spec file, for a real ``gpucluster up --cluster``."""
+    path.write_text(yaml.safe_dump({"apiVersion": "gpucluster.io/v1alpha1", "kind": "ClusterSpec", **SPEC}))
+    return path
 
 
 @dataclass

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
+from tests.service.inproc import write_small_cluster
 from tests.service.server import ADMIN, Server, start_server
 
 pytestmark = pytest.mark.integration
@@ -34,23 +35,14 @@ TIMEOUT_S = 15.0
 SKIPPED = {"/api/v1/admin/token", "/api/v1/tenants/{name}/tokens"}
 CHECKS = ("not_a_server_error", "status_code_conformance", "content_type_conformance",
           "response_schema_conformance", "negative_data_rejection", "ignored_auth")
-SMALL = """
-apiVersion: gpucluster.io/v1alpha1
-kind: ClusterSpec
-name: fuzz
-nodePools:
-  - {name: train, count: 4, cpuMilli: 224000, memoryMiB: 2097152,
-     gpu: {model: H100-SXM5-80GB, count: 8, memoryMiB: 81559, nvlinkDomainSize: 8}}
-  - {name: infer, count: 2, cpuMilli: 128000, memoryMiB: 1048576, gpu: {model: L40S-48GB, count: 8, memoryMiB: 46068}}
-"""
 
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A small cluster (experiments the fuzzer starts finish quickly), light background load."""
     root = tmp_path_factory.mktemp("fuzz")
-    (root / "small.yaml").write_text(SMALL)
-    srv = start_server(root / "data", "--cluster", str(root / "small.yaml"), "--speed", "10", "--background", "0.2",
+    spec = write_small_cluster(root / "small.yaml")
+    srv = start_server(root / "data", "--cluster", str(spec), "--speed", "10", "--background", "0.2",
                        "--faults-per-hour", "0", "--submit-rate", "1000", "--submit-burst", "10000")
     yield srv
     srv.stop()

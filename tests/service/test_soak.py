@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.service.inproc import write_small_cluster
 from tests.service.server import ADMIN, Server, start_server, wait_for
 from tests.service.test_hardening_up import _up
 
@@ -23,14 +24,6 @@ pytestmark = pytest.mark.integration
 
 ROUNDS = 6
 SUBMITTERS = 4
-SMALL = """
-apiVersion: gpucluster.io/v1alpha1
-kind: ClusterSpec
-name: soak
-nodePools:
-  - {name: train, count: 6, cpuMilli: 224000, memoryMiB: 2097152,
-     gpu: {model: H100-SXM5-80GB, count: 8, memoryMiB: 81559, nvlinkDomainSize: 8}}
-"""
 ARGS = ("--speed", "20", "--background", "0.3", "--faults-per-hour", "0", "--submit-rate", "1000",
         "--submit-burst", "10000")
 
@@ -115,14 +108,14 @@ def _check(srv: Server, ledger: Ledger) -> None:
 
 
 def test_kill_9_during_concurrent_submissions_loses_nothing(tmp_path: Path) -> None:
-    (tmp_path / "soak.yaml").write_text(SMALL)
+    spec = write_small_cluster(tmp_path / "soak.yaml")
     data = tmp_path / "data"
-    args = ("--cluster", str(tmp_path / "soak.yaml"), *ARGS)
+    args = ("--cluster", str(spec), *ARGS)
     rng = random.Random(14)
     ledger = Ledger()
     srv = start_server(data, *args)
     try:
-        second = _up(data, "--cluster", str(tmp_path / "soak.yaml"))  # only one server per data dir, ever
+        second = _up(data, "--cluster", str(spec))  # only one server per data dir, ever
         _, err = second.communicate(timeout=120)
         assert second.returncode == 2 and f"pid {srv.proc.pid}" in err
         for _ in range(ROUNDS):
