@@ -3,6 +3,7 @@ request-level defects over real HTTP (body before auth, bombs, a 500 that commit
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
-from tests.service.server import free_port, start_server, wait_for
+from gpucluster.cli.main import app
+from tests.service.server import ADMIN, free_port, start_server, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +104,15 @@ def test_request_defects_over_real_http(tmp_path: Path) -> None:
             assert admin.get("/api/v1/jobs").json()["total"] == 0
             ok = admin.post("/api/v1/jobs", json={"name": "fine", "resources": {"nvidia.com/gpu": 1}})
             assert ok.status_code == 201
+        job = tmp_path / "job.yaml"  # the CLI passes an Idempotency-Key: running it twice makes one job
+        job.write_text("name: once\nresources: {nvidia.com/gpu: 1}\n")
+        ids = []
+        for _ in range(2):
+            r = CliRunner().invoke(app, ["submit", str(job), "--idempotency-key", "cli-once-1", "--json",
+                                         "--server", srv.url, "--token", ADMIN])
+            assert r.exit_code == 0, r.output
+            ids.append(json.loads(r.stdout)["id"])
+        assert ids[0] == ids[1]
         srv.kill9()
     finally:
         srv.stop()
@@ -108,6 +120,6 @@ def test_request_defects_over_real_http(tmp_path: Path) -> None:
     try:
         with again.client() as admin:
             jobs = admin.get("/api/v1/jobs").json()["jobs"]
-            assert [j["name"] for j in jobs] == ["fine"]
+            assert [j["name"] for j in jobs] == ["once", "fine"]
     finally:
         again.stop()

@@ -185,6 +185,9 @@ def submit(
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
+    idempotency_key: Annotated[str | None, typer.Option(
+        "--idempotency-key", help="Send this Idempotency-Key: running the command again with the same key and file "
+                                  "returns the job the first run created instead of a second one.")] = None,
 ) -> None:
     """Submit a job to a running control plane."""
     try:
@@ -196,7 +199,8 @@ def submit(
     if not isinstance(doc, dict):
         fail(f"{job_file}: must be a mapping with name, resources, ...")
     with _client(server, token) as client:
-        job = _call(client, "POST", "/api/v1/jobs", json=doc)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        job = _call(client, "POST", "/api/v1/jobs", json=doc, headers=headers)
     if as_json:
         print_json(job)
     else:

@@ -119,7 +119,8 @@ class Runtime(Protocol):
         ...
 
     def validate(self, job: Job) -> None:
-        """Raise ``ValueError("where: why")`` if the job can never be turned into pods."""
+        """Raise ``ValueError("where: why")`` if the job can never be turned into pods, or (where the backend
+        knows its cluster) can never run on it (``scheduler.feasibility.never_fits``, quota included)."""
         ...
 
     def restore(self, job: Job) -> None:
