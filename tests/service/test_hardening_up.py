@@ -123,3 +123,25 @@ def test_request_defects_over_real_http(tmp_path: Path) -> None:
             assert [j["name"] for j in jobs] == ["once", "fine"]
     finally:
         again.stop()
+
+
+def test_tenant_defects_over_real_http(tmp_path: Path) -> None:
+    """Defects 1, 4 and 5 as a tenant meets them on a real server (their in-process tests go further)."""
+    srv = start_server(tmp_path / "data", *QUIET)
+    try:
+        with srv.client() as admin:
+            old = admin.post("/api/v1/tenants", json={"name": "small", "quota_gpus": 2}).json()["token"]
+            with srv.client(old) as t:
+                r = t.post("/api/v1/jobs", json={"name": "p", "resources": {"nvidia.com/gpu": 10**20}})
+                assert r.status_code == 422, r.text  # defect 1: refused, not 201
+                whole = {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 1, "nvidia.com/gpumem": 81559}
+                r = t.post("/api/v1/jobs", json={"name": "many", "replicas": 32, "resources": whole})
+                assert r.status_code == 422 and r.json()["where"] == "quota", r.text  # defect 4
+                assert t.get("/api/v1/whoami").status_code == 200
+                new = admin.post("/api/v1/tenants", json={"name": "small", "quota_gpus": 2}).json()["token"]
+                assert t.get("/api/v1/whoami").status_code == 401  # defect 5: the old token is dead at once
+            with srv.client(new) as t:
+                assert t.get("/api/v1/whoami").json()["tenant"] == "small"
+            assert admin.get("/healthz").json()["ok"] is True
+    finally:
+        srv.stop()
