@@ -40,7 +40,12 @@ def test_a_second_up_on_the_same_data_dir_exits_2_naming_the_holder(tmp_path: Pa
     first = start_server(data, *QUIET)
     try:
         second = _up(data)
-        out, err = second.communicate(timeout=120)
+        try:
+            out, err = second.communicate(timeout=120)
+        finally:
+            if second.poll() is None:  # it should have exited at once; never leave it running
+                second.kill()
+                second.communicate(timeout=30)
         assert second.returncode == 2, (out, err)
         assert "--data-dir" in err and f"pid {first.proc.pid}" in err and "in use" in err
         assert first.client().get("/healthz").json()["ok"] is True  # the first one is unharmed

@@ -116,7 +116,12 @@ def test_kill_9_during_concurrent_submissions_loses_nothing(tmp_path: Path) -> N
     srv = start_server(data, *args)
     try:
         second = _up(data, "--cluster", str(spec))  # only one server per data dir, ever
-        _, err = second.communicate(timeout=120)
+        try:
+            _, err = second.communicate(timeout=120)
+        finally:
+            if second.poll() is None:
+                second.kill()
+                second.communicate(timeout=30)
         assert second.returncode == 2 and f"pid {srv.proc.pid}" in err
         for _ in range(ROUNDS):
             _round(srv, ledger, rng)
