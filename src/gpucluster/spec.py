@@ -22,6 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry, VendorSettings, device_type_string
 from gpucluster.devices.quantity import cpu_milli, memory_mib
 from gpucluster.model import ClusterState, DeviceSpec, Fabric, FabricType, NodeSpec, Pod
+from gpucluster.model.limits import (
+    MAX_CPU_MILLI,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_LINK_GBPS,
+    MAX_MEMORY_MIB,
+    MAX_NODES,
+    MAX_TASKS_PER_DEVICE,
+)
 from gpucluster.model.resources import KNOWN_VENDORS
 
 DEFAULT_SPEC_NAME = "default-cluster.yaml"
@@ -33,7 +41,7 @@ class SpecError(ValueError):
 
 # ---------------------------------------------------------------------------------------------- schema
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
 
 class GpuSpec(_Model):
@@ -45,11 +53,11 @@ class GpuSpec(_Model):
     """Model name, e.g. ``H100-SXM5-80GB`` (the scheduler matches ``use-gputype`` substrings against it)."""
     count: Annotated[int, Field(ge=1, le=64)]
     """Devices per node."""
-    memory_mib: Annotated[int, Field(alias="memoryMiB", gt=0)]
+    memory_mib: Annotated[int, Field(alias="memoryMiB", gt=0, le=MAX_DEVICE_MEMORY_MIB)]
     """Physical memory per device in MiB."""
-    nvlink_domain_size: Annotated[int, Field(alias="nvlinkDomainSize", ge=0)] = 0
+    nvlink_domain_size: Annotated[int, Field(alias="nvlinkDomainSize", ge=0, le=64)] = 0
     """GPUs per NVLink domain inside a node (8 on HGX/DGX boards); 0 = PCIe only."""
-    max_tasks: Annotated[int | None, Field(alias="maxTasks", ge=1)] = None
+    max_tasks: Annotated[int | None, Field(alias="maxTasks", ge=1, le=MAX_TASKS_PER_DEVICE)] = None
     """Most tasks sharing one device (HAMi ``deviceSplitCount``); default: the device config's (10)."""
     memory_overcommit: Annotated[float | None, Field(alias="memoryOvercommit", ge=1.0, le=16.0)] = None
     """Device memory overcommit factor (HAMi ``deviceMemoryScaling``); default: the device config's (1)."""
@@ -60,12 +68,13 @@ class NodePoolSpec(_Model):
 
     name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     """Pool name; nodes are called ``<name>-0000``, ``<name>-0001`` ..."""
-    count: Annotated[int, Field(ge=1)]
-    cpu_milli: Annotated[int, Field(alias="cpuMilli", gt=0)]
+    count: Annotated[int, Field(ge=1, le=MAX_NODES)]
+    """Servers in the pool (the whole cluster holds at most ``MAX_NODES``)."""
+    cpu_milli: Annotated[int, Field(alias="cpuMilli", gt=0, le=MAX_CPU_MILLI)]
     """Allocatable CPU per node in millicores."""
-    memory_mib: Annotated[int, Field(alias="memoryMiB", gt=0)]
+    memory_mib: Annotated[int, Field(alias="memoryMiB", gt=0, le=MAX_MEMORY_MIB)]
     """Allocatable host memory per node in MiB."""
-    nodes_per_rack: Annotated[int, Field(alias="nodesPerRack", ge=1)] = 4
+    nodes_per_rack: Annotated[int, Field(alias="nodesPerRack", ge=1, le=MAX_NODES)] = 4
     labels: dict[str, str] = Field(default_factory=dict)
     gpu: GpuSpec | None = None
     """Devices on each node; omit for CPU-only nodes."""
@@ -73,12 +82,12 @@ class NodePoolSpec(_Model):
 
 class FabricSpec(_Model):
     type: FabricType = FabricType.INFINIBAND
-    link_gbps: Annotated[float, Field(alias="linkGbps", gt=0)] = 400.0
-    nodes_per_leaf: Annotated[int, Field(alias="nodesPerLeaf", ge=1)] = 32
+    link_gbps: Annotated[float, Field(alias="linkGbps", gt=0, le=MAX_LINK_GBPS)] = 400.0
+    nodes_per_leaf: Annotated[int, Field(alias="nodesPerLeaf", ge=1, le=MAX_NODES)] = 32
     """Nodes under one leaf (a rail group / scalable unit on rail-optimised fabrics)."""
-    leaves_per_spine_group: Annotated[int, Field(alias="leavesPerSpineGroup", ge=0)] = 0
+    leaves_per_spine_group: Annotated[int, Field(alias="leavesPerSpineGroup", ge=0, le=MAX_NODES)] = 0
     """Leaves under one spine group; 0 = all leaves share the spines (a 2-tier fabric)."""
-    oversubscription: Annotated[float, Field(ge=1.0)] = 1.0
+    oversubscription: Annotated[float, Field(ge=1.0, le=1000.0)] = 1.0
 
 
 class ClusterSpecFile(_Model):
@@ -96,6 +105,9 @@ class ClusterSpecFile(_Model):
             if pool.name in seen:
                 raise ValueError(f"node pool name {pool.name!r} is used twice")
             seen.add(pool.name)
+        total = sum(pool.count for pool in self.node_pools)
+        if total > MAX_NODES:
+            raise ValueError(f"the node pools hold {total:,} nodes; a cluster holds at most {MAX_NODES:,}")
         return self
 
 
@@ -280,7 +292,10 @@ def _node_from_manifest(
 
 
 def _documents(path: Path) -> Iterator[tuple[int, Any]]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: byte {exc.start}: not UTF-8 text (a YAML file is UTF-8)") from None
     try:
         for i, doc in enumerate(yaml.safe_load_all(text)):
             if doc is not None:
@@ -326,6 +341,8 @@ def load_cluster(path: str | Path | None = None, registry: VendorRegistry | None
         if not isinstance(doc, Mapping) or doc.get("kind") != "Node":
             kind = doc.get("kind") if isinstance(doc, Mapping) else type(doc).__name__
             raise SpecError(f"{where}: kind: expected ClusterSpec or Node, got {kind!r}")
+        if len(nodes) >= MAX_NODES:
+            raise SpecError(f"{where}: more than {MAX_NODES:,} nodes; a cluster holds at most {MAX_NODES:,}")
         node = _node_from_manifest(doc, where, registry, nvlink_domain_size)
         if node.name in seen:
             raise SpecError(f"{where}: metadata.name: node {node.name!r} appears twice")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import sys
@@ -47,6 +48,17 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+def _shown_host(host: str) -> tuple[str, bool]:
+    """(host for the printed URL, listens beyond loopback?). A wildcard address prints this machine's name."""
+    if host in ("0.0.0.0", "", "::"):
+        return socket.gethostname() or "localhost", True
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    return (f"[{host}]" if ":" in host else host), not loopback
+
+
 def up(
     cluster: Annotated[Path | None, typer.Option(
         "--cluster", help="Cluster spec YAML or Node manifests (default: the built-in reference cluster).")] = None,
@@ -66,6 +78,11 @@ def up(
         "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, ...")] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
     device_config: DeviceConfigOpt = None,
+    submit_rate: Annotated[float, typer.Option(
+        "--submit-rate", min=0.0, max=100000.0,
+        help="Job submissions (and task starts) per second each tenant may make; 0 = unlimited.")] = 20.0,
+    submit_burst: Annotated[int, typer.Option(
+        "--submit-burst", min=1, max=100000, help="Submissions a tenant may make at once.")] = 100,
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
@@ -73,13 +90,17 @@ def up(
     from gpucluster import web
     from gpucluster.scheduler import PROFILES
     from gpucluster.service import (
+        DataDirLock,
+        DataDirLockedError,
         RuntimeOptions,
         RuntimeUnavailableError,
         ServiceConfig,
+        TokenError,
         build_runtime,
         create_app,
         open_service,
     )
+    from gpucluster.service.limits import RateLimits
 
     if policy not in PROFILES:
         fail(f"--policy: unknown policy {policy!r}; known: {', '.join(sorted(PROFILES))}")
@@ -87,13 +108,16 @@ def up(
         fail("--cluster and --kubeconfig: give one of them")
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"--kubeconfig: {kubeconfig}: no such file")
-    if not _port_free(host, port):
-        fail(f"--port: {host}:{port} is already in use (pick another with --port)")
     data = data_dir or _default_data_dir()
     try:
-        data.mkdir(parents=True, exist_ok=True)
+        data.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = DataDirLock(data).acquire()  # held for the life of the process
     except OSError as exc:
         fail(f"--data-dir: {data}: {exc.strerror}")
+    except DataDirLockedError as exc:
+        fail(f"--data-dir: {exc}")
+    if not _port_free(host, port):
+        fail(f"--port: {host}:{port} is already in use (pick another with --port)")
     from gpucluster.devices import VendorRegistry
 
     devices = device_settings_or_fail(device_config)
@@ -104,15 +128,20 @@ def up(
                                                seed=seed, devices=devices))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
-    service, generated = open_service(runtime, ServiceConfig(data_dir=data, speed=speed))
+    config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst))
+    try:
+        service, generated = open_service(runtime, config, lock)
+    except TokenError as exc:
+        fail(str(exc))
     app = create_app(service, web.mount)
-    shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    shown_host, exposed = _shown_host(host)
     url = f"http://{shown_host}:{port}/"
-    if os.environ.get("GPUCLUSTER_ADMIN_TOKEN", "").strip():
+    if service.admin_source == "env":
         how = "paste the admin token from $GPUCLUSTER_ADMIN_TOKEN"
+    elif generated:  # the only time the token itself is printed
+        how = f"paste the admin token {service.admin_token} (generated and saved in {data / 'admin-token'})"
     else:
-        how = (f"paste the admin token {service.admin_token}"
-               + (" (generated" if generated else " (saved") + f" in {data / 'admin-token'})")
+        how = f"paste the admin token saved in {data / 'admin-token'}"
     summary = runtime.overview()
     lines = [
         f"gpucluster control plane ({runtime.backend}: {summary['cluster']}, {summary['nodes']} nodes, "
@@ -124,6 +153,10 @@ def up(
         f"  data:      {data}",
     ]
     print("\n".join(lines), flush=True)
+    if exposed:
+        print(f"warning: --host {host}: the API and dashboard are reachable beyond this machine over plain HTTP, "
+              "tokens included; put a TLS-terminating proxy in front (see docs/security.md)", file=sys.stderr,
+              flush=True)
     import gc
 
     gc.collect()
@@ -163,6 +196,9 @@ def submit(
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
+    idempotency_key: Annotated[str | None, typer.Option(
+        "--idempotency-key", help="Send this Idempotency-Key: running the command again with the same key and file "
+                                  "returns the job the first run created instead of a second one.")] = None,
 ) -> None:
     """Submit a job to a running control plane."""
     try:
@@ -174,7 +210,8 @@ def submit(
     if not isinstance(doc, dict):
         fail(f"{job_file}: must be a mapping with name, resources, ...")
     with _client(server, token) as client:
-        job = _call(client, "POST", "/api/v1/jobs", json=doc)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        job = _call(client, "POST", "/api/v1/jobs", json=doc, headers=headers)
     if as_json:
         print_json(job)
     else:

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpucluster.devices.quantity import parse_quantity
+from gpucluster.devices.quantity import show, whole_number
 from gpucluster.model import DeviceRequest
+from gpucluster.model.limits import MAX_DEVICE_MEMORY_MIB, MAX_DEVICES_PER_REQUEST
 from gpucluster.model.resources import PERCENT_TO_CORE_MILLI
 
 INT32_MAX = 2**31 - 1
@@ -154,29 +155,12 @@ class DeviceVendor(Protocol):
 
 
 def quantity(value: object, where: str, name: str, limit: int = INT32_MAX) -> int:
-    """A Kubernetes quantity that must be a whole number in ``0..limit`` here."""
-    if isinstance(value, bool):
-        raise DeviceInputError(f"{where}: {name}: must be an integer, got {value!r}")
-    if isinstance(value, int):
-        number = value
-    else:
-        text = str(value).strip()
-        try:
-            number = int(text)
-        except ValueError:
-            # the API server canonicalises quantities ("4000" comes back as "4k"): accept whole numbers
-            try:
-                exact = parse_quantity(text)
-            except ValueError:
-                exact = None
-            if exact is None or exact != exact.to_integral_value():
-                raise DeviceInputError(f"{where}: {name}: must be an integer, got {value!r}") from None
-            number = int(exact)
-    if number < 0:
-        raise DeviceInputError(f"{where}: {name}: must not be negative, got {number}")
-    if number > limit:
-        raise DeviceInputError(f"{where}: {name}: must be at most {limit}, got {value!r} ({number})")
-    return number
+    """A Kubernetes quantity that must be a whole number in ``0..limit`` here (the one bounded parser:
+    :func:`gpucluster.devices.quantity.whole_number`; the API server canonicalises ``"4000"`` as ``"4k"``)."""
+    try:
+        return whole_number(value, limit)
+    except ValueError as exc:
+        raise DeviceInputError(f"{where}: {name}: {exc}") from None
 
 
 class HamiVendor:
@@ -228,7 +212,7 @@ class HamiVendor:
                 problems.extend(exc.problems)
                 return None
 
-        count = read(n.resource_count)
+        count = read(n.resource_count, MAX_DEVICES_PER_REQUEST)
         if n.resource_count not in limits:
             count = self._implicit_count()
             if count == 0:
@@ -250,14 +234,15 @@ class HamiVendor:
     def _read_memory(self, read: _Reader, problems: list[str], where: str) -> int:
         """The memory resource in MiB (times the memory factor); 0 when absent or 0."""
         name = self.names.resource_memory
-        raw = read(name, 1 << 62)
+        raw = read(name, 10**40)  # parsed here, bounded below with a hint about the unit
         if raw is None:
             return 0
-        most = INT32_MAX // self.memory_factor
+        most = min(INT32_MAX, MAX_DEVICE_MEMORY_MIB) // self.memory_factor
         if raw > most:
             unit = f"{self.memory_factor} MiB" if self.memory_factor > 1 else "MiB"
-            problems.append(f"{where}: {name}: must be at most {most} (HAMi keeps at most {INT32_MAX} MiB), "
-                            f"got {raw}: the unit is {unit}, not bytes")
+            problems.append(f"{where}: {name}: must be at most {most:,} (at most {MAX_DEVICE_MEMORY_MIB:,} MiB of "
+                            f"device memory; HAMi keeps at most {INT32_MAX} MiB), got {show(raw)}: "
+                            f"the unit is {unit}, not bytes")
             return 0
         return raw * self.memory_factor
 
@@ -302,7 +287,7 @@ class HamiVendor:
                     uuid=str(item["id"]),
                     index=quantity(item.get("index", i), at, "index"),
                     split_count=quantity(item.get("count", self.settings.split_count), at, "count"),
-                    memory_mib=quantity(item.get("devmem", 0), at, "devmem"),
+                    memory_mib=quantity(item.get("devmem", 0), at, "devmem", MAX_DEVICE_MEMORY_MIB),
                     cores_pct=quantity(item.get("devcore", 100), at, "devcore"),
                     model=str(item.get("type", "")),
                     numa=quantity(item.get("numa", 0), at, "numa"),
@@ -326,7 +311,7 @@ class HamiVendor:
                     uuid=fields[0],
                     index=quantity(fields[7], at, "index") if len(fields) > 7 else i,
                     split_count=quantity(fields[1], at, "count"),
-                    memory_mib=quantity(fields[2], at, "devmem"),
+                    memory_mib=quantity(fields[2], at, "devmem", MAX_DEVICE_MEMORY_MIB),
                     cores_pct=quantity(fields[3], at, "devcore"),
                     model=fields[4],
                     numa=quantity(fields[5], at, "numa"),

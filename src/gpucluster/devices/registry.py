@@ -4,6 +4,7 @@ turning Pod manifests into model pods and Node manifests into device lists."""
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from gpucluster.devices.base import (
     quantity,
 )
 from gpucluster.devices.hami import GPU_POLICY_ANNOTATION, NODE_POLICY_ANNOTATION
-from gpucluster.devices.quantity import cpu_milli, memory_mib
+from gpucluster.devices.quantity import cpu_milli, memory_mib, show, whole_number
 from gpucluster.model import (
     ContainerRequest,
     DeviceConstraints,
@@ -42,6 +43,7 @@ FACTORIES: Mapping[str, VendorFactory] = {
 GANG_ANNOTATION = "gpucluster.io/gang"
 GANG_MIN_ANNOTATION = "gpucluster.io/gang-min-member"
 TENANT_ANNOTATION = "gpucluster.io/tenant"
+_INT32 = re.compile(r"^[+-]?[0-9]{1,10}$")
 
 CORE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 """Container resources Kubernetes defines itself (plus ``hugepages-<size>``)."""
@@ -181,12 +183,11 @@ class VendorRegistry:
 
     @staticmethod
     def _priority(raw: object, where: str) -> int:
-        if raw is None or raw == "":
-            return 0
-        try:
-            return int(str(raw))
-        except ValueError:
-            raise DeviceInputError(f"{where}: spec.priority: must be an integer, got {raw!r}") from None
+        """``spec.priority``: an int32, as Kubernetes has it (negative allowed)."""
+        text = str(raw or 0).strip()
+        if not _INT32.match(text) or not -(2**31) <= int(text) < 2**31:
+            raise DeviceInputError(f"{where}: spec.priority: must be a 32-bit integer, got {show(raw)}")
+        return int(text)
 
     def _containers(self, raw: list[object], where: str, problems: list[str]) -> tuple[ContainerRequest, ...]:
         out = []
@@ -312,12 +313,9 @@ class VendorRegistry:
         if not value:
             return 0
         try:
-            number = int(value)
-        except ValueError:
-            raise DeviceInputError(f"{where}: metadata.annotations[{key}]: must be an integer") from None
-        if number < 0:
-            raise DeviceInputError(f"{where}: metadata.annotations[{key}]: must not be negative")
-        return number
+            return whole_number(value)
+        except ValueError as exc:
+            raise DeviceInputError(f"{where}: metadata.annotations[{key}]: {exc}") from None
 
     # ------------------------------------------------------------------ nodes
     def node_devices(

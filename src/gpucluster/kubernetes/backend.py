@@ -56,6 +56,7 @@ from gpucluster.kubernetes.convert import BIND_TIME_ANNOTATION, pod_key, pod_nod
 from gpucluster.kubernetes.runtime import RunOptions, build
 from gpucluster.kubernetes.secondary import SecondaryScheduler
 from gpucluster.model import Allocation, Pod, views
+from gpucluster.model.share import largest_devices, pod_gpus_at_least
 
 log = logging.getLogger(__name__)
 
@@ -318,14 +319,15 @@ class KubeRuntime:
             raise ValueError("resources: asks for nothing (give nvidia.com/gpu, cpu or memory)")
 
     def _gpus(self, job: JobLike) -> float:
-        """GPU-equivalents the job holds: device count x compute share, over its replicas."""
+        """GPU-equivalents the job holds at least (``model.share``: each device counts max(compute share,
+        memory share), on the largest device of its vendor), over its replicas."""
         try:
             pod = self._parse(job)
         except DeviceInputError:  # a restored job from an older version: its pods will be refused instead
             return 0.0
-        per_pod = sum(req.count * (req.core_milli / 1000.0 if req.core_milli else 1.0)
-                      for _, req in pod.device_requests)
-        return per_pod * job.replicas
+        with self.cluster.lock:
+            largest = largest_devices(self.cluster.state)
+        return pod_gpus_at_least(pod, largest) * job.replicas
 
     # ------------------------------------------------------------------ jobs
     def _add(self, job: JobLike, message: str, restored: bool) -> JobLike:

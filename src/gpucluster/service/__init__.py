@@ -4,14 +4,20 @@ Backends implement :class:`Runtime`: :class:`EmbeddedRuntime` (ClusterState + Sc
 simulator's ``Simulation`` and the Kubernetes backend plug in through :func:`build_runtime`.
 """
 
-from gpucluster.service.app import ApiError, Principal, Service, ServiceConfig, create_app, open_service
+from gpucluster.service.app import create_app
+from gpucluster.service.auth import Principal, TokenError
+from gpucluster.service.core import Service, ServiceConfig, open_service
 from gpucluster.service.embedded import EmbeddedRuntime
+from gpucluster.service.errors import ApiError
 from gpucluster.service.factory import RuntimeOptions, RuntimeUnavailableError, build_runtime
+from gpucluster.service.lock import DataDirLock, DataDirLockedError
 from gpucluster.service.runtime import Job, JobEvent, JobStatus, Runtime
 from gpucluster.service.store import Store
 
 __all__ = [
     "ApiError",
+    "DataDirLock",
+    "DataDirLockedError",
     "EmbeddedRuntime",
     "Job",
     "JobEvent",
@@ -23,6 +29,7 @@ __all__ = [
     "Service",
     "ServiceConfig",
     "Store",
+    "TokenError",
     "build_runtime",
     "create_app",
     "open_service",

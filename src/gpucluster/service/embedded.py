@@ -11,6 +11,7 @@ contract.
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import random
 from collections import deque
@@ -21,12 +22,16 @@ import numpy as np
 
 from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry
 from gpucluster.model import Allocation, Pod, views
+from gpucluster.model.share import pods_gpus
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
 from gpucluster.scheduler import DEFAULT_POLICY, Scheduler, profile_for
+from gpucluster.scheduler.feasibility import never_fits
 from gpucluster.service.monitor import ClusterMonitor
 from gpucluster.service.runtime import Job, JobEvent, JobStatus
 from gpucluster.service.workload import SyntheticWorkload
 from gpucluster.spec import Cluster
+
+log = logging.getLogger(__name__)
 
 USER_PRIORITY = 10
 """User jobs are tried before the synthetic background workload."""
@@ -130,17 +135,13 @@ class EmbeddedRuntime:
             raise ValueError(text) from None
         if pods and not pods[0].device_requests and pods[0].cpu_milli == 0 and pods[0].memory_mib == 0:
             raise ValueError("resources: asks for nothing (give nvidia.com/gpu, cpu or memory)")
-
-    def _gpus(self, pods: list[Pod]) -> float:
-        total = 0.0
-        for pod in pods:
-            for _, req in pod.device_requests:
-                total += req.count * (req.core_milli / 1000.0 if req.core_milli else 1.0)
-        return total
+        refused = never_fits(pods, self.state, self._quotas.get(job.tenant), job.tenant)
+        if refused is not None:
+            raise ValueError(f"{refused.where}: can never run on this cluster: {refused.why}")
 
     def _add(self, job: Job) -> Job:
         pods = self._pods_for(job)
-        job.gpus = self._gpus(pods)
+        job.gpus = pods_gpus(self.state, pods)
         job.status = JobStatus.PENDING
         job.placements = []
         job.started_t = None
@@ -264,22 +265,40 @@ class EmbeddedRuntime:
             if shape in failed_shapes:
                 continue
             tries += 1
-            placed: list[str] = []
-            message = ""
-            for pod in self._pods[jid]:
-                decision = self.scheduler.schedule_and_bind(pod)
-                if not decision.ok or decision.allocation is None:
-                    message = decision.message()
-                    break
-                placed.append(pod.key)
+            try:  # one job's failure is its own: its partial placement is released and the pass goes on
+                message = self._try_place(job, quota, usage.get(job.tenant, 0.0), events)
+            except Exception as exc:
+                log.exception("placing job %s failed", jid)
+                self._finish(job, JobStatus.FAILED, self._now, f"placement failed: {type(exc).__name__}: {exc}",
+                             events)
+                continue
             if message:
-                for key in placed:
-                    self.scheduler.delete(key)
                 failed_shapes.add(shape)
                 self._note(job, f"unschedulable: {message}", events)
-                continue
-            self._start(job, events)
-            usage[job.tenant] = usage.get(job.tenant, 0.0) + job.gpus
+            elif job.status == JobStatus.RUNNING:
+                usage[job.tenant] = usage.get(job.tenant, 0.0) + job.gpus
+
+    def _try_place(self, job: Job, quota: float | None, used: float, events: list[JobEvent]) -> str:
+        """Place every pod of ``job`` and start it; "" when it started or waits for quota (noted), else why
+        it does not fit now (nothing of it stays placed either way)."""
+        placed: list[str] = []
+        for pod in self._pods[job.id]:
+            decision = self.scheduler.schedule_and_bind(pod)
+            if not decision.ok or decision.allocation is None:
+                for key in placed:
+                    self.scheduler.delete(key)
+                return decision.message()
+            placed.append(pod.key)
+        held = pods_gpus(self.state, self._pods[job.id])
+        if quota is not None and used + held > quota + 1e-9:  # on the devices it got it holds more than estimated
+            for key in placed:
+                self.scheduler.delete(key)
+            self._note(job, f"waiting for quota: tenant {job.tenant} holds {used:g} of {quota:g} GPUs, the job "
+                            f"would hold {held:g} on the devices it got", events)
+            return ""
+        job.gpus = held
+        self._start(job, events)
+        return ""
 
     def _note(self, job: Job, message: str, events: list[JobEvent]) -> None:
         job.message = message

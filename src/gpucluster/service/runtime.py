@@ -57,7 +57,8 @@ class Job:
     """Per replica: pod key, node and device shares while running."""
     attempts: int = 0
     gpus: float = 0.0
-    """GPU-equivalents the job holds when running (device count x compute share)."""
+    """GPU-equivalents (``gpucluster.model.share``: each device counts max(compute share, memory share)) the job
+    holds while running; before it runs, the least it could hold."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,7 +119,8 @@ class Runtime(Protocol):
         ...
 
     def validate(self, job: Job) -> None:
-        """Raise ``ValueError("where: why")`` if the job can never be turned into pods."""
+        """Raise ``ValueError("where: why")`` if the job can never be turned into pods, or (where the backend
+        knows its cluster) can never run on it (``scheduler.feasibility.never_fits``, quota included)."""
         ...
 
     def restore(self, job: Job) -> None:

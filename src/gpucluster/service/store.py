@@ -4,17 +4,25 @@ Durability: every accepted job is committed before the API answers 201, so a res
 finds it. The journal is WAL with ``synchronous=NORMAL``: a commit is in the WAL file before it returns, which
 survives the process dying at any point; only a crash of the whole machine (power loss) could lose the last
 commits. Pass ``durable=True`` for ``synchronous=FULL`` (an fsync per commit) when that matters more than
-latency. Tokens are stored as SHA-256 hashes, never in clear.
+latency. Tokens are stored as SHA-256 hashes, never in clear; revoking one takes effect on the next request
+(the lookup cache is cleared with it). The database file is created mode 0600 (SQLite gives its ``-wal`` and
+``-shm`` files the same mode) in a directory of mode 0700.
+
+Rows are read defensively: a job row that cannot be turned back into a job (hand-edited, written by a buggy
+version) is reported by :meth:`Store.load_jobs` and skipped, never a reason not to start.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +48,22 @@ CREATE INDEX IF NOT EXISTS events_job ON events (job_id);
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
     target TEXT NOT NULL DEFAULT '', detail TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS idempotency (
+    owner TEXT NOT NULL, key TEXT NOT NULL, job_id TEXT NOT NULL, request_hash TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (owner, key));
 """
+MIGRATIONS = (
+    ("tenants", "max_priority", "ALTER TABLE tenants ADD COLUMN max_priority INTEGER"),
+)
+"""(table, column, statement) applied when an older database lacks the column."""
+
+
+@dataclass(frozen=True, slots=True)
+class BadRow:
+    """A stored job that could not be read back: its id and why."""
+
+    job_id: str
+    why: str
 
 
 def token_hash(token: str) -> str:
@@ -51,16 +74,26 @@ class Store:
     """A small synchronous wrapper over one SQLite connection (callers serialise; a lock guards anyway)."""
 
     def __init__(self, path: Path, durable: bool = False) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
         self._token_cache: dict[str, tuple[str, str | None]] = {}
-        """Token hash -> (role, tenant); tokens are only ever added, so positive answers can be kept."""
+        """Token hash -> (role, tenant); cleared whenever a token is revoked."""
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)  # also an older file created with the umask's mode
+        for suffix in ("-wal", "-shm"):
+            side = path.with_name(path.name + suffix)
+            if side.exists():
+                os.chmod(side, 0o600)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._db.executescript(SCHEMA)
+        for table, column, statement in MIGRATIONS:
+            have = {str(r["name"]) for r in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                self._db.execute(statement)
 
     def close(self) -> None:
         with self._lock:
@@ -83,45 +116,83 @@ class Store:
             self._db.execute("INSERT OR REPLACE INTO tokens(hash, tenant, role, label, created) VALUES(?,?,?,?,?)",
                              (token_hash(token), tenant, role, label, time.time()))
 
+    def replace_tokens(self, token: str, role: str, tenant: str | None, label: str = "") -> int:
+        """Make ``token`` the only token of ``role`` (and ``tenant``): every other one is revoked at once, in
+        the same transaction. Returns how many were revoked."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._db.execute("DELETE FROM tokens WHERE role=? AND tenant IS ? AND hash<>?",
+                                       (role, tenant, token_hash(token)))
+                self._db.execute("INSERT OR REPLACE INTO tokens(hash, tenant, role, label, created) "
+                                 "VALUES(?,?,?,?,?)", (token_hash(token), tenant, role, label, time.time()))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._token_cache.clear()
+        return int(cur.rowcount)
+
+    def revoke_tokens(self, role: str, tenant: str | None) -> int:
+        """Revoke every token of ``role`` for ``tenant``; returns how many."""
+        with self._lock:
+            cur = self._db.execute("DELETE FROM tokens WHERE role=? AND tenant IS ?", (role, tenant))
+            self._token_cache.clear()
+        return int(cur.rowcount)
+
     def lookup_token(self, token: str) -> tuple[str, str | None] | None:
-        """``(role, tenant)`` for a token, or None."""
+        """``(role, tenant)`` for a token, or None. Revoked tokens are gone from the cache as from the table."""
         digest = token_hash(token)
         found = self._token_cache.get(digest)
         if found is not None:
             return found
         with self._lock:
-            row = self._db.execute("SELECT role, tenant FROM tokens WHERE hash=?", (digest,)).fetchone()
-        if row is None:
-            return None
-        found = (str(row["role"]), row["tenant"])
-        self._token_cache[digest] = found
+            row = self._db.execute("SELECT hash, role, tenant FROM tokens WHERE hash=?", (digest,)).fetchone()
+            if row is None or not secrets.compare_digest(str(row["hash"]), digest):
+                return None
+            found = (str(row["role"]), row["tenant"])
+            self._token_cache[digest] = found
         return found
 
-    def upsert_tenant(self, name: str, quota_gpus: float | None, weight: float) -> None:
+    def upsert_tenant(self, name: str, quota_gpus: float | None, weight: float,
+                      max_priority: int | None = None) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT INTO tenants(name, quota_gpus, weight, created) VALUES(?,?,?,?) ON CONFLICT(name) DO "
-                "UPDATE SET quota_gpus=excluded.quota_gpus, weight=excluded.weight",
-                (name, quota_gpus, weight, time.time()))
+                "INSERT INTO tenants(name, quota_gpus, weight, max_priority, created) VALUES(?,?,?,?,?) ON "
+                "CONFLICT(name) DO UPDATE SET quota_gpus=excluded.quota_gpus, weight=excluded.weight, "
+                "max_priority=excluded.max_priority",
+                (name, quota_gpus, weight, max_priority, time.time()))
+
+    def ensure_tenant(self, name: str) -> None:
+        """Create ``name`` with the defaults unless it exists."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO tenants(name, quota_gpus, weight, created) VALUES(?,?,?,?)",
+                             (name, None, 1.0, time.time()))
 
     def tenants(self) -> list[dict[str, Any]]:
         with self._lock:
-            rows = self._db.execute("SELECT name, quota_gpus, weight, created FROM tenants ORDER BY name").fetchall()
+            rows = self._db.execute("SELECT name, quota_gpus, weight, max_priority, created FROM tenants "
+                                    "ORDER BY name").fetchall()
         return [dict(r) for r in rows]
 
     def tenant(self, name: str) -> dict[str, Any] | None:
         with self._lock:
-            row = self._db.execute("SELECT name, quota_gpus, weight, created FROM tenants WHERE name=?",
+            row = self._db.execute("SELECT name, quota_gpus, weight, max_priority, created FROM tenants WHERE name=?",
                                    (name,)).fetchone()
         return None if row is None else dict(row)
 
     # ------------------------------------------------------------------ jobs
-    def insert_job(self, job: Job, actor: str) -> None:
-        """Persist a newly accepted job with its first event and an audit line, in one transaction."""
+    def insert_job(self, job: Job, actor: str, idempotency: tuple[str, str, str] | None = None) -> None:
+        """Persist a newly accepted job with its first event and an audit line, in one transaction; with
+        ``idempotency = (owner, key, request hash)`` the key is recorded in the same transaction."""
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if idempotency is not None:
+                    owner, key, digest = idempotency
+                    self._db.execute("INSERT INTO idempotency(owner, key, job_id, request_hash, created) "
+                                     "VALUES(?,?,?,?,?)", (owner, key, job.id, digest, now))
                 self._db.execute(
                     "INSERT INTO jobs(id, name, tenant, replicas, resources, duration_s, priority, status, "
                     "message, submitted_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
@@ -157,15 +228,38 @@ class Store:
                 raise
         return n
 
-    def load_jobs(self) -> list[Job]:
+    def idempotent_job(self, owner: str, key: str) -> tuple[str, str] | None:
+        """``(job id, request hash)`` recorded for ``owner``'s ``Idempotency-Key``, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT job_id, request_hash FROM idempotency WHERE owner=? AND key=?",
+                                   (owner, key)).fetchone()
+        return None if row is None else (str(row["job_id"]), str(row["request_hash"]))
+
+    def load_jobs(self, bad: list[BadRow] | None = None) -> list[Job]:
+        """Every stored job in submission order; rows that cannot be read are appended to ``bad`` and skipped."""
         with self._lock:
             rows = self._db.execute("SELECT * FROM jobs ORDER BY submitted_at, id").fetchall()
-        return [
-            Job(id=r["id"], name=r["name"], tenant=r["tenant"], replicas=int(r["replicas"]),
-                resources=json.loads(r["resources"]), duration_s=r["duration_s"], submitted_at=r["submitted_at"],
-                status=JobStatus(r["status"]), message=r["message"], priority=int(r["priority"]))
-            for r in rows
-        ]
+        out: list[Job] = []
+        for r in rows:
+            try:
+                resources = json.loads(r["resources"])
+                if not isinstance(resources, dict):
+                    raise ValueError("resources is not a mapping")
+                out.append(Job(id=str(r["id"]), name=str(r["name"]), tenant=str(r["tenant"]),
+                               replicas=int(r["replicas"]), resources=resources,
+                               duration_s=None if r["duration_s"] is None else float(r["duration_s"]),
+                               submitted_at=float(r["submitted_at"]), status=JobStatus(r["status"]),
+                               message=str(r["message"]), priority=int(r["priority"])))
+            except (ValueError, TypeError, OverflowError) as exc:
+                if bad is not None:
+                    bad.append(BadRow(str(r["id"]), f"{type(exc).__name__}: {exc}"[:300]))
+        return out
+
+    def max_event_t(self) -> float | None:
+        """The latest runtime clock time any event was recorded at (the clock never restarts below it)."""
+        with self._lock:
+            row = self._db.execute("SELECT MAX(t) AS t FROM events").fetchone()
+        return None if row is None or row["t"] is None else float(row["t"])
 
     def job_events(self, job_id: str) -> list[dict[str, Any]]:
         with self._lock:

@@ -107,12 +107,12 @@ REQUESTS = [
     case("Test_GenerateResourceRequests/oversized dcu memory request exceeds int32 range",
          differs="memory-out-of-range", resources={"limits": {COUNT: "1", MEM: "16Gi"}}, error="not bytes"),
     case("Test_GenerateResourceRequests_OutOfRangeValues/oversized dcu count exceeds int32 range",
-         differs="memory-out-of-range", resources={"limits": {COUNT: "2200000000"}}, error="must be at most 2147483647"),
+         differs="memory-out-of-range", resources={"limits": {COUNT: "2200000000"}}, error="must be at most 128"),
     case("Test_GenerateResourceRequests_OutOfRangeValues/negative dcu cores", differs="memory-out-of-range",
          resources={"limits": {COUNT: "1", CORE: "-1"}}, error="must not be negative"),
     case("Test_GenerateResourceRequests_MemoryFactorOverflow/3000000 x 1024 overflows int32",
          differs="memory-out-of-range", settings={"memory_factor": 1024},
-         resources={"limits": {COUNT: "1", MEM: "3000000"}}, error="must be at most 2097151"),
+         resources={"limits": {COUNT: "1", MEM: "3000000"}}, error="must be at most 16,384"),
 ]
 
 

@@ -1,0 +1,311 @@
+"""Request and response models of the REST API: what the OpenAPI schema at ``/openapi.json`` documents.
+
+Requests are strict (unknown fields are 422) and bounded (``service.limits``, ``model.limits``); responses list
+the keys every backend answers with, and allow more (a backend may add its own, e.g. the Kubernetes overview's
+``kubernetes`` block).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from gpucluster.model.limits import (
+    MAX_JOB_DURATION_S,
+    MAX_PRIORITY,
+    MAX_REPLICAS,
+)
+from gpucluster.service.limits import (
+    MAX_RESOURCE_KEYS,
+    MAX_RESOURCE_NAME_CHARS,
+    MAX_RESOURCE_VALUE_CHARS,
+)
+
+NAME_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+RESOURCE_NAME_RE = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+MAX_QUOTA_GPUS = 1_000_000.0
+
+Name = Annotated[str, StringConstraints(pattern=NAME_RE, max_length=63)]
+ResourceName = Annotated[str, StringConstraints(pattern=RESOURCE_NAME_RE, max_length=MAX_RESOURCE_NAME_CHARS)]
+MAX_RESOURCE_INT = 2**53
+"""Largest integer resource value taken from JSON (exactly representable everywhere); each resource has its own,
+tighter bound (``model.limits``) checked when the job is turned into pods."""
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ---------------------------------------------------------------------------------------------- requests
+class JobIn(_In):
+    """A job: ``replicas`` identical pods, each with these HAMi-style container limits."""
+
+    name: Name = Field(description="DNS-label job name.")
+    tenant: Name | None = Field(None, description="Tenant; defaults to the caller's tenant.")
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Pods placed all-or-nothing (a gang).")
+    resources: dict[ResourceName, int | str] = Field(
+        max_length=MAX_RESOURCE_KEYS,
+        description='Per-pod limits, e.g. {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, '
+                    '"nvidia.com/gpumem": 20000, "cpu": "4", "memory": "16Gi"}.')
+    duration_s: float | None = Field(None, gt=0, le=MAX_JOB_DURATION_S,
+                                     description="Run time; omit to run until deleted.")
+    priority: int = Field(0, ge=0, le=MAX_PRIORITY,
+                          description="Queue priority; a tenant may use up to its max_priority.")
+
+    @field_validator("resources")
+    @classmethod
+    def _bounded_values(cls, value: dict[str, int | str]) -> dict[str, int | str]:
+        for key, item in value.items():
+            if isinstance(item, int) and not 0 <= item <= MAX_RESOURCE_INT:
+                raise ValueError(f"{key}: must be within 0..{MAX_RESOURCE_INT}")
+            if isinstance(item, str) and len(item) > MAX_RESOURCE_VALUE_CHARS:
+                raise ValueError(f"{key}: at most {MAX_RESOURCE_VALUE_CHARS} characters")
+        return value
+
+
+class TenantIn(_In):
+    name: Name
+    quota_gpus: float | None = Field(None, ge=0, le=MAX_QUOTA_GPUS,
+                                     description="GPU-equivalents the tenant may hold; omit = none.")
+    weight: float = Field(1.0, gt=0, le=1000, description="Fair-share weight.")
+    max_priority: int | None = Field(None, ge=0, le=MAX_PRIORITY,
+                                     description="Highest job priority the tenant may ask for; omit = the "
+                                                 "default (100).")
+
+
+class ExperimentIn(_In):
+    policies: list[Annotated[str, StringConstraints(max_length=64)]] = Field(
+        default_factory=lambda: ["stranding-fgd", "binpack", "spread"], min_length=1, max_length=4)
+    jobs: int = Field(3000, ge=10, le=20000)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+# ---------------------------------------------------------------------------------------------- responses
+class ErrorOut(BaseModel):
+    error: str = Field(description="Why.")
+    where: str = Field(description="The field, header or path part at fault.")
+    status: int
+    problems: list[dict[str, str]] | None = Field(None, description="Every invalid field (422 only).")
+
+
+class Placement(_Out):
+    pod: str
+    node: str
+    devices: list[dict[str, Any]]
+
+
+class JobOut(_Out):
+    id: str
+    name: str
+    tenant: str
+    replicas: int
+    resources: dict[str, Any]
+    duration_s: float | None
+    priority: int
+    status: str
+    message: str
+    synthetic: bool
+    submitted_at: float
+    submitted_t: float
+    started_t: float | None
+    finished_t: float | None
+    gpus: float = Field(description="GPU-equivalents: held while running, the least it could hold before.")
+    placements: list[Placement]
+
+
+class JobEventOut(_Out):
+    at: float
+    t: float
+    kind: str
+    status: str
+    message: str
+
+
+class JobDetail(JobOut):
+    events: list[JobEventOut]
+
+
+class JobList(_Out):
+    total: int
+    t: float
+    jobs: list[JobOut]
+
+
+class Health(_Out):
+    ok: bool
+    backend: str
+    t: float
+    ticks: int
+    loop_error: str | None = Field(description="Why the scheduling loop fails (details for the admin only).")
+    version: str
+
+
+class WhoAmI(_Out):
+    role: str
+    tenant: str | None
+    backend: str
+    speed: float
+    design: bool
+
+
+class Overview(_Out):
+    backend: str
+    t: float
+    nodes: int
+    devices: int
+    gpu_alloc: float
+    queue: int
+    jobs: dict[str, int]
+    user_jobs: dict[str, int]
+    speed: float
+
+
+class NodeRow(_Out):
+    name: str
+    rack: str
+    leaf: str
+    gpus: int
+    pods: int
+    schedulable: bool
+    dev_core_used: list[int]
+    dev_mem_pct: list[float]
+    dev_healthy: list[bool]
+
+
+class NodeList(_Out):
+    total: int
+    t: float
+    nodes: list[NodeRow]
+
+
+class NodeDetail(NodeRow):
+    devices: list[dict[str, Any]]
+
+
+class FaultOut(_Out):
+    ok: bool
+    evicted_user_jobs: int
+
+
+class Topology(_Out):
+    fabric: dict[str, Any]
+    spines: list[dict[str, Any]]
+
+
+class Alerts(_Out):
+    firing: int
+    alerts: list[dict[str, Any]]
+    remediations: list[dict[str, Any]]
+
+
+class TenantRow(_Out):
+    name: str
+    quota_gpus: float | None
+    weight: float
+    max_priority: int = Field(description="Highest job priority the tenant may ask for.")
+    created: float | None
+    fair_share_gpus: float
+    gpus: float = Field(description="GPU-equivalents its running jobs hold (model.share).")
+    pending_gpus: float
+    running: int
+    pending: int
+    share_used: float
+
+
+class TenantList(_Out):
+    total_gpus: float
+    tenants: list[TenantRow]
+
+
+class TenantCreated(_Out):
+    name: str
+    quota_gpus: float | None
+    weight: float
+    max_priority: int
+    token: str = Field(description="The tenant's new token, shown once; its previous tokens are revoked.")
+
+
+class TokenIssued(_Out):
+    name: str
+    token: str = Field(description="The new token, shown once; the previous ones are revoked.")
+    revoked: int = Field(description="Tokens revoked by this call.")
+
+
+class TokensRevoked(_Out):
+    name: str
+    revoked: int
+
+
+class AuditEntry(_Out):
+    at: float
+    actor: str
+    action: str
+    target: str
+    detail: str
+
+
+class AuditLog(_Out):
+    entries: list[AuditEntry]
+
+
+class TaskOut(_Out):
+    id: str
+    kind: str
+    status: str
+    progress: float
+    stage: str
+    created: float
+    result: dict[str, Any] | None
+    error: dict[str, str] | None
+    files: list[str]
+
+
+class TaskList(_Out):
+    experiments: list[TaskOut]
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": why} for code, why in (
+        (400, "The body is not UTF-8 JSON, or a header is malformed."),
+        (401, "Missing or unknown bearer token."),
+        (403, "The token may not do this."),
+        (404, "No such object (a tenant cannot tell others' objects from missing ones)."),
+        (409, "Conflict with the object's state (already finished, key reused, token not rotatable here)."),
+        (413, "Request body too large."),
+        (422, "Invalid request: where and why."),
+        (429, "Too many submissions: retry after Retry-After seconds."),
+    )
+}
+"""Error answers shared by every route (documented in the schema)."""
+
+__all__ = [
+    "ERRORS",
+    "NAME_RE",
+    "Alerts",
+    "AuditLog",
+    "ErrorOut",
+    "ExperimentIn",
+    "FaultOut",
+    "Health",
+    "JobDetail",
+    "JobIn",
+    "JobList",
+    "JobOut",
+    "NodeDetail",
+    "NodeList",
+    "Overview",
+    "TaskList",
+    "TaskOut",
+    "TenantCreated",
+    "TenantIn",
+    "TenantList",
+    "TokenIssued",
+    "TokensRevoked",
+    "Topology",
+    "WhoAmI",
+]
