@@ -158,9 +158,10 @@ def test_agent_process_serves_metrics(files: tuple[Path, Path]) -> None:
         assert 'gpucluster_device_tasks{' in body and "gpucluster_scheduler_pending_pods 0.0" in body
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+        # communicate() drains the pipes while waiting: a child blocked writing to a full pipe cannot exit
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0
-    assert b"serving http://127.0.0.1:" in (proc.stderr.read() if proc.stderr else b"")
+    assert b"serving http://127.0.0.1:" in err
 
 
 def test_agent_nvml_without_gpu_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
