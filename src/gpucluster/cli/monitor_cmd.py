@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from dataclasses import asdict
@@ -171,19 +172,23 @@ def register(app: typer.Typer) -> None:
             fail(f"--listen {listen}: cannot listen: {exc.strerror}")
         gpus = len(src.sample())
         typer.echo(f"serving {server.url} (source {source}, {gpus} GPUs)", err=True)
+        # SIGINT/SIGTERM set an event the loop waits on, so a signal never interrupts the loop half-way (a
+        # KeyboardInterrupt raised at an arbitrary point could leave a lock or the server in a bad state)
+        stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             start = time.monotonic()
             deadline = None if duration is None else start + duration
-            while deadline is None or time.monotonic() < deadline:
+            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 while planned and time.monotonic() - start >= planned[0][3] and isinstance(src, SimSource):
                     f_node, f_gpu, f_xid, _ = planned.pop(0)
                     with lock:
                         src.inject_xid(f_node, f_gpu, f_xid)
                     typer.echo(f"injected XID {f_xid} on {f_node} GPU {f_gpu}", err=True)
-                time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
-        except KeyboardInterrupt:
-            pass
+                stop.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
         finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             server.stop()
             src.close()
 
