@@ -50,3 +50,11 @@ def test_measured_ratios_can_serve_as_a_per_job_override() -> None:
     model = SpeedModel()
     job = model.job(ref_gpu="V100-SXM2-16GB", model="ResNet-50", precision="fp32", measured=ratios)
     assert model.factor(job, "K80") == ratios["K80"]
+
+
+def test_the_model_orders_k80_below_p100_below_v100_for_every_job_type() -> None:
+    rows = gavel_check(SpeedModel(), load_oracle(ORACLE))
+    by_type: dict[str, dict[str, float]] = {}
+    for r in rows:
+        by_type.setdefault(r.job_type, {})[r.gpu] = r.predicted
+    assert all(d["K80"] < d["P100-PCIe-16GB"] < 1.0 for d in by_type.values())
