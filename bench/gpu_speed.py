@@ -17,6 +17,8 @@ import json
 import math
 from pathlib import Path
 
+from gpucluster.design.prices import load_price_catalog
+from gpucluster.design.work_cost import cloud_prices
 from gpucluster.perf import SpeedModel, load_perf_catalog
 from gpucluster.perf.catalog import PerfCatalog
 from gpucluster.perf.gavel import error_summary, gavel_check, load_oracle
@@ -72,6 +74,20 @@ def main() -> None:
     print("|---|" + "---|" * len(CLASSES))
     for g, row in speeds.items():
         print(f"| {g} | " + " | ".join(f"{row[c]:.2f}" for c in CLASSES) + " |")
+    print()
+    print("Cloud cost per H100-hour of work (USD; cheapest region of the price catalog; spot with the default "
+          "SpotRisk)")
+    print("| GPU | option | $/GPU-hour | " + " | ".join(CLASSES) + " |")
+    print("|---|---|---|" + "---|" * len(CLASSES))
+    for g in cat.gpus:
+        for option in ("on-demand", "spot"):
+            offers = [p for p in cloud_prices(load_price_catalog(), g) if p.option == option]
+            if not offers:
+                continue
+            best = offers[0]
+            costs = [best.usd_per_ref_gpu_hour(speeds[g][c]) for c in CLASSES]
+            print(f"| {g} | {option} ({best.provider} {best.region}) | {best.usd_per_gpu_hour:.2f} | "
+                  + " | ".join(f"{c:.2f}" for c in costs) + " |")
     if args.calibrate:
         for gpu in ("P100-PCIe-16GB", "K80"):
             print(f"calibrated sustained for {gpu}: {calibrate(cat, oracle, gpu):.3f} "
