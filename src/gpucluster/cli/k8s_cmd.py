@@ -13,7 +13,12 @@ from gpucluster.cli.common import cluster_option_help, fail, load_cluster_or_fai
 from gpucluster.devices import DeviceSettings, VendorRegistry
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from prometheus_client.registry import Collector
+
     from gpucluster.kubernetes.client import ApiClient
+    from gpucluster.kubernetes.cluster import KubeCluster
 
 KubeconfigOpt = Annotated[
     Path | None,
@@ -22,6 +27,24 @@ KubeconfigOpt = Annotated[
 PolicyOpt = Annotated[str, typer.Option(
     "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ...")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
+LegacyOpt = Annotated[bool, typer.Option(
+    "--legacy-metrics", help="Also export HAMi's legacy metric names (GPUDeviceMemoryAllocated, ...) beside "
+                             "its current ones (hami_gpu_memory_allocated_bytes, ...), as HAMi's flag does.")]
+
+
+def _metrics(legacy: bool) -> Callable[[KubeCluster], Sequence[Collector]]:
+    """/metrics families over the cluster: our allocation families and HAMi's (docs/monitoring.md)."""
+
+    def make(cluster: KubeCluster) -> Sequence[Collector]:
+        from prometheus_client import CollectorRegistry
+
+        from gpucluster.monitoring.exporter import register_allocation
+
+        reg = CollectorRegistry(auto_describe=False)
+        register_allocation(reg, lambda: cluster.state, None, cluster.lock, legacy)
+        return [reg]
+
+    return make
 
 
 def _registry() -> VendorRegistry:
@@ -67,6 +90,7 @@ def register(app: typer.Typer) -> None:
         handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake before a "
                                                            "node gets no new pods.")] = 60.0,
         assume_ttl: Annotated[float, typer.Option(help="Seconds a decision waits for its bind.")] = 30.0,
+        legacy_metrics: LegacyOpt = False,
     ) -> None:
         """Serve the kube-scheduler extender API (/filter, /prioritize, /bind, /healthz, /metrics)."""
         from gpucluster.kubernetes.runtime import RunOptions, run_extender
@@ -74,7 +98,7 @@ def register(app: typer.Typer) -> None:
         host, port = _listen(listen)
         _check_policy(policy)
         opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
-                          assume_ttl=assume_ttl)
+                          assume_ttl=assume_ttl, collectors=_metrics(legacy_metrics))
         try:
             run_extender(_api(kubeconfig), _registry(), host, port, opts)
         except OSError as exc:
@@ -98,6 +122,7 @@ def register(app: typer.Typer) -> None:
         listen: Annotated[str, typer.Option("--listen", help="HOST:PORT for /healthz and /metrics "
                                                              "(empty: none).")] = "",
         handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake.")] = 60.0,
+        legacy_metrics: LegacyOpt = False,
     ) -> None:
         """Run a secondary scheduler for pods with spec.schedulerName = --scheduler-name (gangs, leader
         election)."""
@@ -107,7 +132,8 @@ def register(app: typer.Typer) -> None:
         if lease_duration < 1:
             fail("--lease-duration: must be >= 1 second")
         where = _listen(listen) if listen else None
-        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout)
+        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
+                          collectors=_metrics(legacy_metrics))
         try:
             run_scheduler(_api(kubeconfig), _registry(), opts, namespace=namespace,
                           lease_name=lease_name or scheduler_name, identity=identity or None,

@@ -124,8 +124,12 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--fault", help="sim: NODE:GPU:XID@SECONDS - the GPU reports the XID that long after start."),
         ] = None,
+        legacy_metrics: Annotated[bool, typer.Option(
+            "--legacy-metrics", help="Also export HAMi's legacy metric names (HostGPUMemoryUsage, "
+                                     "GPUDeviceMemoryAllocated, ...) beside its current ones.")] = False,
     ) -> None:
-        """Serve device (dcgm-exporter names) and allocation metrics for Prometheus."""
+        """Serve device metrics (dcgm-exporter's names, HAMi's host names) and allocation metrics (ours and
+        HAMi's scheduler names) for Prometheus."""
         try:
             host, port = parse_listen(listen)
         except ValueError as exc:
@@ -159,7 +163,7 @@ def register(app: typer.Typer) -> None:
                 planned = sorted((parse_fault(f, state) for f in faults or []), key=lambda f: f[3])
             except ValueError as exc:
                 fail(str(exc))
-        registry = build_registry(src, state, nodes, lock)
+        registry = build_registry(src, state, nodes, lock, legacy_metrics=legacy_metrics)
         if control_plane and state is not None:
             started = time.monotonic()
             ControlPlaneMetrics(

@@ -58,6 +58,9 @@ def up(
     policy: Annotated[str, typer.Option(
         "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, ...")] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
+    legacy_metrics: Annotated[bool, typer.Option(
+        "--legacy-metrics", help="/metrics also carries HAMi's legacy names (GPUDeviceMemoryAllocated, ...).")]
+    = False,
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
@@ -93,7 +96,8 @@ def up(
                                                seed=seed))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
-    service, generated = open_service(runtime, ServiceConfig(data_dir=data, speed=speed))
+    service, generated = open_service(runtime, ServiceConfig(data_dir=data, speed=speed,
+                                                             legacy_metrics=legacy_metrics))
     app = create_app(service, web.mount)
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
     url = f"http://{shown_host}:{port}/"

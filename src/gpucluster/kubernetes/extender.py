@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -180,8 +180,11 @@ class _StateCollector(Collector):
 
 
 class ExtenderMetrics:
-    def __init__(self, cluster: KubeCluster) -> None:
-        self.registry = CollectorRegistry()
+    """The extender's own families plus ``collectors`` (the caller's: allocation metrics, ours and HAMi's,
+    come from ``gpucluster.monitoring``, a package this one does not import)."""
+
+    def __init__(self, cluster: KubeCluster, collectors: Sequence[Collector] = ()) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Counter("gpucluster_extender_requests_total", "Extender requests by verb and result",
                                 ["verb", "result"], registry=self.registry)
         self.latency = Histogram(
@@ -189,6 +192,8 @@ class ExtenderMetrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5), registry=self.registry,
         )
         self.registry.register(_StateCollector(cluster))
+        for c in collectors:
+            self.registry.register(c)
 
 
 # ---------------------------------------------------------------------------------------------- http
@@ -210,9 +215,9 @@ class ExtenderServer:
     """Serves :class:`ExtenderLogic` on ``host:port`` (threads; one per connection)."""
 
     def __init__(self, logic: ExtenderLogic, host: str = "127.0.0.1", port: int = 0,
-                 ready: Callable[[], bool] | None = None) -> None:
+                 ready: Callable[[], bool] | None = None, collectors: Sequence[Collector] = ()) -> None:
         self.logic = logic
-        self.metrics = ExtenderMetrics(logic.cluster)
+        self.metrics = ExtenderMetrics(logic.cluster, collectors)
         self.ready = ready or (lambda: True)
         server = self
 

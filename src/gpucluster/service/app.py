@@ -53,6 +53,8 @@ class ServiceConfig:
     """Wall-clock seconds between scheduling-loop ticks."""
     admin_token: str | None = None
     """Admin bearer token; None = ``$GPUCLUSTER_ADMIN_TOKEN``, else the one saved under data_dir, else new."""
+    legacy_metrics: bool = False
+    """``/metrics`` also carries HAMi's legacy metric names (``GPUDeviceMemoryAllocated`` ...)."""
 
 
 class ApiError(Exception):
@@ -257,8 +259,12 @@ Auth = Annotated[Principal, Depends(principal)]
 
 def _metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | None:
     """``/metrics`` for runtimes that hold a ClusterState: monitoring's allocation collector plus queue stats."""
-    state = getattr(service.runtime, "state", None)
-    if not isinstance(state, ClusterState):
+    state: Any = getattr(service.runtime, "state", None)
+    lock = None
+    cluster: Any = getattr(service.runtime, "cluster", None)  # the Kubernetes backend rebuilds its state
+    if not isinstance(state, ClusterState) and isinstance(getattr(cluster, "state", None), ClusterState):
+        state, lock = (lambda: cluster.state), getattr(cluster, "lock", None)
+    elif not isinstance(state, ClusterState):
         return None
     from gpucluster.monitoring.exporter import QueueStats, control_plane_registry
     from gpucluster.monitoring.exposition import CONTENT_TYPE, TextRenderer
@@ -268,7 +274,7 @@ def _metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | Non
         oldest = min((j.submitted_t for j in pending), default=service.runtime.now)
         return QueueStats(pending=sum(j.replicas for j in pending), oldest_wait_s=service.runtime.now - oldest)
 
-    registry, _ = control_plane_registry(state, queue)
+    registry, _ = control_plane_registry(state, queue, lock, legacy_metrics=service.config.legacy_metrics)
     renderer = TextRenderer()
 
     def render() -> tuple[bytes, str]:
