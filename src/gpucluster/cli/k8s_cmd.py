@@ -184,19 +184,59 @@ def register(app: typer.Typer) -> None:
     def manifests_cmd(
         mode: Annotated[str, typer.Option("--mode", help="extender (kube-scheduler + our extender) or "
                                                          "scheduler (our secondary scheduler).")] = "extender",
+        kube_version: Annotated[str, typer.Option(
+            "--kube-version", help="Target Kubernetes version X.Y[.Z]: picks the KubeSchedulerConfiguration "
+                                   "version (v1 from 1.25, v1beta3 1.23-1.24, v1beta1 1.20-1.22) and the "
+                                   "registry.k8s.io/kube-scheduler image.")] = "1.33",
         namespace: Annotated[str, typer.Option("--namespace")] = "kube-system",
-        image: Annotated[str, typer.Option("--image", help="gpucluster container image.")]
+        release: Annotated[str, typer.Option("--release", help="Prefix of the objects' names (as a Helm "
+                                                               "release name).")] = "gpucluster",
+        image: Annotated[str, typer.Option("--image", help="gpucluster container image (see Containerfile).")]
         = "ghcr.io/gpucluster/gpucluster:0.1.0",
+        kube_scheduler_image: Annotated[str, typer.Option(
+            "--kube-scheduler-image", help="kube-scheduler image (default: registry.k8s.io/kube-scheduler at "
+                                           "--kube-version).")] = "",
         scheduler_name: NameOpt = "gpucluster",
         policy: PolicyOpt = "default",
+        replicas: Annotated[int, typer.Option("--replicas", help="Scheduler pods (leader-elected).")] = 2,
+        legacy_metrics: LegacyOpt = False,
+        agent: Annotated[bool, typer.Option("--agent/--no-agent", help="The agent DaemonSet on GPU nodes.")]
+        = True,
+        up: Annotated[bool, typer.Option("--up", help="Also run `gpucluster up` against the cluster.")] = False,
+        twins: Annotated[Path | None, typer.Option(
+            "--twins", help="Cluster spec whose nodes `k8s register-nodes` keeps registered (a twin).")] = None,
+        monitoring: Annotated[bool, typer.Option(
+            "--monitoring", help="ServiceMonitor, PrometheusRule (`monitor rules`) and the Grafana dashboard "
+                                 "ConfigMap (Prometheus Operator, Grafana sidecar).")] = False,
     ) -> None:
-        """Print the YAML to deploy gpucluster (ServiceAccount, RBAC, ConfigMap, Deployment, Service)."""
-        from gpucluster.kubernetes.manifests import Mode, manifests, to_yaml
+        """Print the YAML to deploy gpucluster: ServiceAccounts, least-privilege RBAC, the scheduler
+        (ConfigMap, Deployment, Service), the agent DaemonSet and, on request, `up`, a twin's registration and
+        the monitoring objects. The Helm chart charts/gpucluster renders the same objects."""
+        from gpucluster.kubernetes.manifests import DeployOptions, KubeVersionError, build, to_yaml
 
         if mode not in ("extender", "scheduler"):
             fail(f"--mode {mode!r}: must be extender or scheduler")
         _check_policy(policy)
-        chosen: Mode = "extender" if mode == "extender" else "scheduler"
-        objs = manifests(chosen, _registry(), namespace=namespace, image=image,
-                         scheduler_name=scheduler_name, policy=policy)
+        if replicas < 1:
+            fail("--replicas: must be >= 1")
+        twin_text = ""
+        if twins is not None:
+            load_cluster_or_fail(twins)  # a clear error now, not a crash-looping pod later
+            twin_text = twins.read_text(encoding="utf-8")
+        rules = dashboard = ""
+        if monitoring:
+            from gpucluster.monitoring import rule_file
+            from gpucluster.monitoring.dashboard import dashboard_json
+
+            rules, dashboard = rule_file(), dashboard_json()
+        opts = DeployOptions(
+            mode="extender" if mode == "extender" else "scheduler", kube_version=kube_version, release=release,
+            namespace=namespace, image=image, kube_scheduler_image=kube_scheduler_image,
+            scheduler_name=scheduler_name, policy=policy, replicas=replicas, legacy_metrics=legacy_metrics,
+            agent=agent, up=up, twins=twin_text, service_monitor=monitoring, prometheus_rules=rules,
+            dashboard=dashboard)
+        try:
+            objs = build(opts, _registry())
+        except KubeVersionError as exc:
+            fail(str(exc))
         sys.stdout.write(to_yaml(objs))

@@ -213,6 +213,24 @@ def register(app: typer.Typer) -> None:
             fail(f"--out {out}: {exc.strerror}")
         typer.echo(f"wrote {len(default_rules())} rules to {out}", err=True)
 
+    @monitor.command("dashboard")
+    def dashboard_cmd(
+        out: Annotated[Path | None, typer.Option("--out", help="Write the JSON here (default: stdout).")] = None,
+    ) -> None:
+        """Write the Grafana dashboard (allocation vs utilisation, fragmentation, queue, tenants, per-GPU DCGM
+        panels, HAMi's allocation view, latency); import it in Grafana or let the chart's ConfigMap load it."""
+        from gpucluster.monitoring.dashboard import dashboard_json
+
+        text = dashboard_json()
+        if out is None:
+            typer.echo(text, nl=False)
+            return
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            fail(f"--out {out}: {exc.strerror}")
+        typer.echo(f"wrote the dashboard to {out}", err=True)
+
     @monitor.command("fault")
     def fault(
         pods: Annotated[Path, typer.Option("--pods", help="Pod manifests running on the cluster.")],
