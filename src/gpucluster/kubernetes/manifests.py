@@ -77,7 +77,7 @@ def scheduler_api_version(kube_version: str) -> str:
 def kube_scheduler_image(kube_version: str) -> str:
     """``registry.k8s.io/kube-scheduler:vX.Y.Z`` for the version (a published patch when only X.Y is given)."""
     major, minor, patch = parse_kube_version(kube_version)
-    if patch is None:
+    if not patch:  # X.Y or X.Y.0 (Helm's .Capabilities cannot tell them apart): a patched release
         patch = KUBE_SCHEDULER_PATCH.get(minor, 0)
     return f"{KUBE_SCHEDULER_REPOSITORY}:v{major}.{minor}.{patch}"
 
