@@ -2,7 +2,8 @@
 # Install the real services the integration tests need, on Debian 12 (bookworm), as root.
 #
 #   scripts/test-deps.sh install   apt packages + kube-apiserver/-scheduler/-controller-manager v1.20.2
-#                                  built from Debian's `kubernetes` source package (cached, built once)
+#                                  built from Debian's `kubernetes` source package (cached, built once),
+#                                  and the chart renderer's Go sources (scripts/render-chart.sh)
 #   scripts/test-deps.sh check     exit 0 when everything is installed, 1 otherwise (prints what is missing)
 #   scripts/test-deps.sh bindir    print the directory holding the cached Kubernetes binaries
 #
@@ -15,7 +16,12 @@ K8S_VERSION="v1.20.2"
 CACHE="${GPUCLUSTER_CACHE:-/var/cache/gpucluster}"
 BIN_DIR="$CACHE/k8s-$K8S_VERSION/bin"
 K8S_BINS=(kube-apiserver kube-scheduler kube-controller-manager)
-APT_PKGS=(etcd-server golang-go rsync openssl curl dpkg-dev prometheus chromium chromium-driver)
+APT_PKGS=(etcd-server golang-go rsync openssl curl dpkg-dev prometheus chromium chromium-driver
+          golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev)
+# golang-github-masterminds-sprig-dev, golang-k8s-sigs-yaml-dev: Go sources of the chart renderer that
+# scripts/render-chart.sh builds when helm is missing. kubectl (for `kubectl kustomize`): Debian's
+# kubernetes-client, installed only when no kubectl is on PATH (another package may own /usr/bin/kubectl).
+command -v kubectl >/dev/null 2>&1 || APT_PKGS+=(kubernetes-client)
 LOCK_FILE="${GPUCLUSTER_DEPS_LOCK:-/var/lock/gpucluster-test-deps.lock}"
 
 log() { printf '[test-deps %s] %s\n' "$(date +%H:%M:%S)" "$*"; }

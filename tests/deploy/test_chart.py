@@ -122,7 +122,7 @@ def test_chart_renders_what_k8s_manifests_prints(case: str, sets: dict[str, str]
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_rendered_object_validates_strictly(version: str) -> None:
-    case, sets, kw = CASES[2]
+    sets = CASES[2][1]
     objs = render(*_chart_args(sets, version, "gpu-system", True))
     objs += render(*_chart_args(CASES[1][1], version, "gpu-system", False))
     kinds = set()
