@@ -107,9 +107,13 @@ class ExtenderLogic:
     def _preemption_may_help(self, pod: Pod, failed: Mapping[str, str]) -> bool:
         if pod.priority <= 0 or not failed:
             return False
-        with self.cluster.lock:
-            return any(a.node in failed and a.pod is not None and a.pod.priority < pod.priority
-                       for a in self.cluster.state.allocations.values())
+        cluster = self.cluster
+        with cluster.lock:
+            for key, a in cluster.state.allocations.items():
+                held = a.pod or (cluster.bound.get(key) or (None, ""))[0]  # bound pods: as the informer saw them
+                if a.node in failed and held is not None and held.priority < pod.priority:
+                    return True
+            return False
 
     @staticmethod
     def _filter_result(names: list[str], items: list[Mapping[str, Any]] | None, keep: set[str],
