@@ -217,6 +217,19 @@ def test_preempt_frees_the_fewest_lowest_priority_devices(full_node: tuple[KubeC
     assert int(c.state.dev_mem_used[0].sum()) == 4 * 60000
 
 
+def test_preempt_keeps_a_node_where_the_preemptor_fits_already(
+        full_node: tuple[KubeCluster, ExtenderLogic]) -> None:
+    """A victim's deletion reached the informer between /filter and /preempt: the node stays a candidate with
+    no victims (kube-scheduler nominates it and retries the pod) instead of being dropped."""
+    c, logic = full_node
+    high = _prio(pod_obj("high", mem=70000), 100)
+    assert logic.filter({"Pod": high, "NodeNames": ["n0"]})["failedNodes"] == {"n0": "InsufficientGPUMemory"}
+    c.delete_pod("default/low-1")
+    res = logic.preempt({"Pod": high, "NodeNameToMetaVictims": {"n0": {"Pods": None, "NumPDBViolations": 0}}})
+    assert res == {"NodeNameToMetaVictims": {"n0": {"Pods": [], "NumPDBViolations": 0}}}
+    assert logic.filter({"Pod": high, "NodeNames": ["n0"]})["nodenames"] == ["n0"]
+
+
 def test_preempt_leaves_out_nodes_where_the_preemptor_cannot_evict(
         full_node: tuple[KubeCluster, ExtenderLogic]) -> None:
     _c, logic = full_node

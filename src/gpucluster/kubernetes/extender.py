@@ -169,7 +169,9 @@ class ExtenderLogic:
         freed so the preemptor fits by our accounting: every lower-priority pod is taken off, then each is
         given back, highest priority first, while the preemptor still fits (kube-scheduler's reprieve). A
         node where the preemptor would not fit even then is left out. Nothing changes in the state: the
-        victims' devices are freed when their deletion reaches the informer."""
+        victims' devices are freed when their deletion reaches the informer. A node where the preemptor fits
+        already (a victim's deletion reached us between /filter and /preempt) is kept with no victims, so
+        kube-scheduler nominates it and retries the pod instead of parking it as unschedulable."""
         if not isinstance(args, Mapping):
             raise ExtenderError("body: must be ExtenderPreemptionArgs (a JSON object)")
         pod = self._pod(args)
@@ -192,18 +194,19 @@ class ExtenderLogic:
         result: dict[str, Any] = {}
         for node, (uids, pdb) in proposed.items():
             chosen = self._victims(pod, node, uids)
-            if chosen:
+            if chosen is not None:
                 result[node] = {"Pods": [{"UID": uid} for uid in chosen], "NumPDBViolations": pdb}
         return {"NodeNameToMetaVictims": result}
 
-    def _victims(self, pod: Pod, node: str, proposed_uids: list[str]) -> list[str]:
-        """UIDs to evict on ``node`` so ``pod`` fits by our accounting ([] when it cannot, or fits already)."""
+    def _victims(self, pod: Pod, node: str, proposed_uids: list[str]) -> list[str] | None:
+        """UIDs to evict on ``node`` so ``pod`` fits by our accounting: kube-scheduler's proposal plus the fewest
+        lower-priority pods ([] when it fits already); None when it cannot fit there even so."""
         cluster = self.cluster
         with cluster.lock:
             state = cluster.state
             i = state.node_index.get(node)
             if i is None:
-                return []
+                return None
             holders: dict[str, tuple[str, Pod]] = {}  # uid -> (pod key, pod) of pods holding resources here
             for key in sorted(state.pods_on_node[i]):
                 alloc = state.allocations[key]
@@ -218,7 +221,7 @@ class ExtenderLogic:
                 for u in (*proposed, *lower):
                     released[u] = state.release(holders[u][0])
                 if not self._fits(pod, node):
-                    return []
+                    return None
                 extra = list(lower)
                 for u in sorted(lower, key=lambda u: -holders[u][1].priority):  # reprieve, highest first
                     state.assign(released.pop(u))
@@ -226,7 +229,7 @@ class ExtenderLogic:
                         extra.remove(u)
                     else:
                         released[u] = state.release(holders[u][0])
-                return [*proposed_uids, *extra]  # [] when the preemptor fits with no one evicted
+                return [*proposed_uids, *extra]
             finally:
                 for alloc in released.values():
                     state.assign(alloc)
