@@ -199,5 +199,12 @@ def start_extender(kubeconfig: Path, port: int, log_path: Path, *extra: str) -> 
     return proc
 
 
+def extender_requests(port: int, verb: str, result: str = "ok") -> float:
+    """The extender's ``gpucluster_extender_requests_total`` for ``verb`` and ``result`` (0 when absent)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    prefix = f'gpucluster_extender_requests_total{{result="{result}",verb="{verb}"}} '
+    return next((float(ln[len(prefix):]) for ln in text.splitlines() if ln.startswith(prefix)), 0.0)
+
+
 def core_api(api_client: Any) -> Any:
     return client.CoreV1Api(api_client)

@@ -17,6 +17,7 @@ from k8s_helpers import (
     bound,
     core_api,
     device_usage_violations,
+    extender_requests,
     free_port,
     gpu_pod,
     list_nodes,
@@ -71,13 +72,6 @@ def _spec(run: str) -> str:
     })
 
 
-def _preempt_calls(port: int) -> float:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    line = next((ln for ln in text.splitlines()
-                 if ln.startswith('gpucluster_extender_requests_total{result="ok",verb="preempt"}')), "")
-    return float(line.split()[-1]) if line else 0.0
-
-
 @pytest.mark.usefixtures("kube_scheduler_calls_extender_preempt")
 def test_priority_preemption_frees_the_victims_device(
     kube_control_plane: Any, kube_client: Any, kube_scheduler_factory: Any, namespace: str, tmp_path: Path,
@@ -113,19 +107,19 @@ def test_priority_preemption_frees_the_victims_device(
         huge = gpu_pod("huge", name, mem=90000, cores=50, run=run)
         huge["spec"]["priorityClassName"] = f"high-{run}"
         core.create_namespaced_pod(namespace, huge)
-        wait_until(lambda: _preempt_calls(port) >= 1, 60, "kube-scheduler to call /preempt for the huge pod")
+        wait_until(lambda: extender_requests(port, "preempt") >= 1, 60, "kube-scheduler to call /preempt for the huge pod")
         core.delete_namespaced_pod("huge", namespace, grace_period_seconds=0)
         wait_until(lambda: "huge" not in {p["metadata"]["name"] for p in list_pods(core, namespace)}, 30,
                    "the huge pod to be deleted")
         assert set(bound(list_pods(core, namespace))) == {"low-0", "low-1"}
 
-        calls = _preempt_calls(port)
+        calls = extender_requests(port, "preempt")
         high = gpu_pod("high", name, mem=70000, cores=50, run=run)
         high["spec"]["priorityClassName"] = f"high-{run}"
         core.create_namespaced_pod(namespace, high)
         placed = wait_until(lambda: "high" in bound(list_pods(core, namespace)) and list_pods(core, namespace),
                             90, "the high-priority pod to preempt a victim and be bound")
-        assert _preempt_calls(port) > calls
+        assert extender_requests(port, "preempt") > calls
         names = {p["metadata"]["name"] for p in placed}
         assert len(names & {"low-0", "low-1"}) == 1, names  # exactly one victim: the fewest devices freed
         nodes = list_nodes(core, f"gpucluster.io/run={run}")
