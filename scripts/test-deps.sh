@@ -20,7 +20,9 @@ BIN_DIR="$CACHE/k8s-$K8S_VERSION/bin"
 K8S_BINS=(kube-apiserver kube-scheduler kube-controller-manager)
 PATCH_DIR="$(cd "$(dirname "$0")" && pwd)/k8s-patches"
 APT_PKGS=(etcd-server golang-go rsync openssl curl dpkg-dev prometheus chromium chromium-driver
-          golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev)
+          golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev mmdebstrap podman runc)
+# mmdebstrap, podman, runc: scripts/build-image.sh (the image test) makes a Debian base and builds and runs
+# the image; runc because crun refuses hybrid cgroups.
 # golang-github-masterminds-sprig-dev, golang-k8s-sigs-yaml-dev: Go sources of the chart renderer that
 # scripts/render-chart.sh builds when helm is missing. kubectl (for `kubectl kustomize`): Debian's
 # kubernetes-client, installed only when no kubectl is on PATH (another package may own /usr/bin/kubectl).

@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         assume_ttl: Annotated[float, typer.Option(help="Seconds a decision waits for its bind.")] = 30.0,
         legacy_metrics: LegacyOpt = False,
     ) -> None:
-        """Serve the kube-scheduler extender API (/filter, /prioritize, /bind, /healthz, /metrics)."""
+        """Serve the kube-scheduler extender API (/filter, /prioritize, /preempt, /bind, /healthz, /metrics)."""
         from gpucluster.kubernetes.runtime import RunOptions, run_extender
 
         host, port = _listen(listen)
