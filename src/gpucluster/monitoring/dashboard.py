@@ -106,7 +106,7 @@ def dashboard() -> dict[str, Any]:
              "current": {}, "hide": 0, "refresh": 1},
             {"name": "node", "label": "Node", "type": "query", "datasource": DS,
              "query": {"query": f"label_values({m.NODE_SCHEDULABLE}, node)", "refId": "node"},
-             "definition": f"label_values({m.NODE_SCHEDULABLE}, node)", "includeAll": True, "multi": True,
+             "includeAll": True, "multi": True,
              "allValue": ".*", "current": {"text": "All", "value": "$__all"}, "refresh": 2, "hide": 0,
              "sort": 1},
         ]},

@@ -250,6 +250,10 @@ class ControlPlaneMetrics(Collector):
         self.latency.observe(seconds)
         self.decisions.labels(result=result).inc()
 
+    def observe_decision(self, decision: Any, seconds: float) -> None:
+        """A scheduler's ``on_decision`` hook: the result is the decision's outcome (``scheduled``, ...)."""
+        self.observe(str(decision.outcome), seconds)
+
     def timed(self, fn: Callable[[], Any], result_of: Callable[[Any], str] = str) -> Any:
         """Run ``fn`` (one scheduling decision), record its latency and ``result_of(return value)``."""
         t0 = time.perf_counter()
@@ -281,10 +285,11 @@ def build_registry(
     nodes: Sequence[str] | None = None,
     lock: threading.RLock | None = None,
     legacy_metrics: bool = False,
+    registry: CollectorRegistry | None = None,
 ) -> CollectorRegistry:
     """A registry with device metrics (``source``: dcgm-exporter's and HAMi's host families) and allocation
-    metrics (``state``: ours and HAMi's scheduler families), whichever given."""
-    reg = CollectorRegistry(auto_describe=False)
+    metrics (``state``: ours and HAMi's scheduler families), whichever given; added to ``registry`` when given."""
+    reg = registry if registry is not None else CollectorRegistry(auto_describe=False)
     if source is not None:
         reg.register(DeviceCollector(source, lock))
         reg.register(HamiHostCollector(source, lock, legacy=legacy_metrics))

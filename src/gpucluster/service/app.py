@@ -274,7 +274,10 @@ def _metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | Non
         oldest = min((j.submitted_t for j in pending), default=service.runtime.now)
         return QueueStats(pending=sum(j.replicas for j in pending), oldest_wait_s=service.runtime.now - oldest)
 
-    registry, _ = control_plane_registry(state, queue, lock, legacy_metrics=service.config.legacy_metrics)
+    registry, control = control_plane_registry(state, queue, lock, legacy_metrics=service.config.legacy_metrics)
+    scheduler: Any = getattr(service.runtime, "scheduler", None)
+    if hasattr(scheduler, "on_decision"):  # the embedded runtime's: its decisions feed latency and decisions
+        scheduler.on_decision = control.observe_decision
     renderer = TextRenderer()
 
     def render() -> tuple[bytes, str]:
