@@ -154,6 +154,9 @@ class DeployOptions:
     """Rule file text (``gpucluster monitor rules``): a PrometheusRule when set."""
     dashboard: str = ""
     """Grafana dashboard JSON (``gpucluster monitor dashboard``): a ConfigMap with the sidecar label when set."""
+    # TODO(lead, at the merge of issue 16): a device_config field (HAMi's device-config.yaml, the chart's
+    # `deviceConfig`) rendered as the <release>-device-config ConfigMap and passed as --device-config, as the
+    # chart's scheduler template will do.
 
     @property
     def scheduler_image(self) -> str:
