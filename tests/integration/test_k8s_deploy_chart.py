@@ -14,6 +14,7 @@ import httpx
 import pytest
 import yaml
 from k8s_helpers import (
+    a100_twins,
     bound,
     core_api,
     device_usage_violations,
@@ -29,8 +30,6 @@ from k8s_helpers import (
 from kubernetes import client, utils
 
 from gpucluster.kubernetes.manifests import scheduler_config
-from gpucluster.kubernetes.register import NodeRegistrar
-from gpucluster.spec import load_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -62,16 +61,6 @@ def test_chart_extender_objects_pass_server_side_dry_run(kube_client: Any, names
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1beta1"
 
 
-def _spec(run: str) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "gpucluster.io/v1alpha1", "kind": "ClusterSpec", "name": f"pre-{run}",
-        "nodePools": [{"name": f"pre-{run}", "count": 1, "cpuMilli": 64000, "memoryMiB": 262144,
-                       "labels": {"gpucluster.io/run": run},
-                       "gpu": {"vendor": "nvidia", "model": "A100-SXM4-80GB", "count": 2, "memoryMiB": 81920,
-                               "maxTasks": 4}}],
-    })
-
-
 @pytest.mark.usefixtures("kube_scheduler_calls_extender_preempt")
 def test_priority_preemption_frees_the_victims_device(
     kube_control_plane: Any, kube_client: Any, kube_scheduler_factory: Any, namespace: str, tmp_path: Path,
@@ -82,10 +71,7 @@ def test_priority_preemption_frees_the_victims_device(
     run = uuid.uuid4().hex[:6]
     core = core_api(kube_client)
     sched_api = client.SchedulingV1Api(kube_client)
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text(_spec(run))
-    reg = NodeRegistrar(kube_client, load_cluster(spec).nodes, registry(), interval=10.0)
-    reg.register()
+    reg = a100_twins(kube_client, tmp_path, f"pre-{run}", run, nodes=1)
     classes = {f"low-{run}": 10, f"high-{run}": 1000}
     for name, value in classes.items():
         sched_api.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from k8s_helpers import (
+    a100_twins,
     bound,
     core_api,
     create_pods,
@@ -29,20 +30,8 @@ from k8s_helpers import (
 from kubernetes import client
 
 from gpucluster.kubernetes.manifests import scheduler_config
-from gpucluster.kubernetes.register import NodeRegistrar
-from gpucluster.spec import load_cluster
 
 pytestmark = pytest.mark.integration
-
-
-def _spec(run: str) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "gpucluster.io/v1alpha1", "kind": "ClusterSpec", "name": f"ha-{run}",
-        "nodePools": [{"name": f"ha-{run}", "count": 2, "cpuMilli": 64000, "memoryMiB": 262144,
-                       "labels": {"gpucluster.io/run": run},
-                       "gpu": {"vendor": "nvidia", "model": "A100-SXM4-80GB", "count": 2, "memoryMiB": 81920,
-                               "maxTasks": 4}}],
-    })
 
 
 def _holder(coord: Any, namespace: str, lease: str) -> str:
@@ -58,10 +47,7 @@ def test_only_the_leaders_extender_binds_and_the_follower_takes_over(
     run = uuid.uuid4().hex[:6]
     core = core_api(kube_client)
     coord = client.CoordinationV1Api(kube_client)
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text(_spec(run))
-    reg = NodeRegistrar(kube_client, load_cluster(spec).nodes, registry(), interval=10.0)
-    reg.register()
+    reg = a100_twins(kube_client, tmp_path, f"ha-{run}", run, nodes=2)
     name, lease = f"gpucluster-{run}", f"ha-{run}"
     ports = {"a": free_port(), "b": free_port()}
     extenders = {r: start_extender(kube_control_plane.kubeconfig, port, tmp_path / f"extender-{r}.log",
