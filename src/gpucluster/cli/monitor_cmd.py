@@ -5,12 +5,14 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import numpy as np
 import typer
+from prometheus_client import CollectorRegistry
 from rich.table import Table
 
 from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
@@ -38,7 +40,7 @@ from gpucluster.monitoring import (
     rule_file,
 )
 from gpucluster.monitoring.collectors import nvml_device_count
-from gpucluster.scheduler import PROFILES, Outcome, Scheduler, profile_for
+from gpucluster.scheduler import PROFILES, Decision, Outcome, Scheduler, profile_for
 from gpucluster.spec import SpecError, load_pods
 
 
@@ -81,8 +83,10 @@ def _check_policy(policy: str) -> None:
         fail(f"--policy {policy!r}: unknown; known: {', '.join(sorted(PROFILES))}")
 
 
-def _place(state: ClusterState, pods: list[Pod], policy: str) -> tuple[Scheduler, list[Pod]]:
+def _place(state: ClusterState, pods: list[Pod], policy: str,
+           on_decision: Callable[[Decision, float], None] | None = None) -> tuple[Scheduler, list[Pod]]:
     sched = Scheduler(state, profile_for(policy))
+    sched.on_decision = on_decision
     pending = [p for p in pods if sched.schedule_and_bind(p).outcome != Outcome.SCHEDULED]
     return sched, pending
 
@@ -125,8 +129,12 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--fault", help="sim: NODE:GPU:XID@SECONDS - the GPU reports the XID that long after start."),
         ] = None,
+        legacy_metrics: Annotated[bool, typer.Option(
+            "--legacy-metrics", help="Also export HAMi's legacy metric names (HostGPUMemoryUsage, "
+                                     "GPUDeviceMemoryAllocated, ...) beside its current ones.")] = False,
     ) -> None:
-        """Serve device (dcgm-exporter names) and allocation metrics for Prometheus."""
+        """Serve device metrics (dcgm-exporter's names, HAMi's host names) and allocation metrics (ours and
+        HAMi's scheduler names) for Prometheus."""
         try:
             host, port = parse_listen(listen)
         except ValueError as exc:
@@ -141,6 +149,11 @@ def register(app: typer.Typer) -> None:
         nodes: list[str] | None = None
         waiting: list[Pod] = []
         planned: list[tuple[str, int, int, float]] = []
+        registry = CollectorRegistry(auto_describe=False)
+        started = time.monotonic()
+        control = ControlPlaneMetrics(
+            registry, lambda: QueueStats(len(waiting), time.monotonic() - started if waiting else 0.0)
+        ) if control_plane and source != "nvml" else None
         if source == "nvml":
             if faults:
                 fail("--fault needs --source sim")
@@ -154,18 +167,14 @@ def register(app: typer.Typer) -> None:
             nodes = _sim_nodes(state, list(node or []))
             if pods is not None:
                 _check_policy(policy)
-                _sched, waiting = _place(state, _load_pods_or_fail(pods), policy)
+                _sched, waiting = _place(state, _load_pods_or_fail(pods), policy,
+                                         control.observe_decision if control is not None else None)
             src = SimSource(state, nodes)
             try:
                 planned = sorted((parse_fault(f, state) for f in faults or []), key=lambda f: f[3])
             except ValueError as exc:
                 fail(str(exc))
-        registry = build_registry(src, state, nodes, lock)
-        if control_plane and state is not None:
-            started = time.monotonic()
-            ControlPlaneMetrics(
-                registry, lambda: QueueStats(len(waiting), time.monotonic() - started if waiting else 0.0)
-            )
+        build_registry(src, state, nodes, lock, legacy_metrics=legacy_metrics, registry=registry)
         try:
             server = MetricsServer(registry, host, port)
         except OSError as exc:
@@ -213,6 +222,24 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             fail(f"--out {out}: {exc.strerror}")
         typer.echo(f"wrote {len(default_rules())} rules to {out}", err=True)
+
+    @monitor.command("dashboard")
+    def dashboard_cmd(
+        out: Annotated[Path | None, typer.Option("--out", help="Write the JSON here (default: stdout).")] = None,
+    ) -> None:
+        """Write the Grafana dashboard (allocation vs utilisation, fragmentation, queue, tenants, per-GPU DCGM
+        panels, HAMi's allocation view, latency); import it in Grafana or let the chart's ConfigMap load it."""
+        from gpucluster.monitoring.dashboard import dashboard_json
+
+        text = dashboard_json()
+        if out is None:
+            typer.echo(text, nl=False)
+            return
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            fail(f"--out {out}: {exc.strerror}")
+        typer.echo(f"wrote the dashboard to {out}", err=True)
 
     @monitor.command("fault")
     def fault(

@@ -83,6 +83,9 @@ def up(
         help="Job submissions (and task starts) per second each tenant may make; 0 = unlimited.")] = 20.0,
     submit_burst: Annotated[int, typer.Option(
         "--submit-burst", min=1, max=100000, help="Submissions a tenant may make at once.")] = 100,
+    legacy_metrics: Annotated[bool, typer.Option(
+        "--legacy-metrics", help="/metrics also carries HAMi's legacy names (GPUDeviceMemoryAllocated, ...).")]
+    = False,
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
@@ -108,6 +111,11 @@ def up(
         fail("--cluster and --kubeconfig: give one of them")
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"--kubeconfig: {kubeconfig}: no such file")
+    from gpucluster.devices import VendorRegistry
+
+    # bad input files are refused before anything is locked or created
+    devices = device_settings_or_fail(device_config)
+    spec = None if kubeconfig is not None else load_cluster_or_fail(cluster, VendorRegistry.from_settings(devices))
     data = data_dir or _default_data_dir()
     try:
         data.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -118,17 +126,14 @@ def up(
         fail(f"--data-dir: {exc}")
     if not _port_free(host, port):
         fail(f"--port: {host}:{port} is already in use (pick another with --port)")
-    from gpucluster.devices import VendorRegistry
-
-    devices = device_settings_or_fail(device_config)
-    spec = None if kubeconfig is not None else load_cluster_or_fail(cluster, VendorRegistry.from_settings(devices))
     try:
         runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, policy=policy,
                                                background=background, fault_rate_per_hour=faults_per_hour,
                                                seed=seed, devices=devices))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
-    config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst))
+    config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst),
+                           legacy_metrics=legacy_metrics)
     try:
         service, generated = open_service(runtime, config, lock)
     except TokenError as exc:

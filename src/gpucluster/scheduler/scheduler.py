@@ -31,8 +31,12 @@ class Scheduler:
         self.state = state
         self.framework = Framework(profile, registry or builtin_registry(), handle)
         self.cache = SchedulerCache(state, clock, assume_ttl)
+        self.on_decision: Callable[[Decision, float], None] | None = None
+        """Called after every decision of :meth:`schedule` with the decision and the seconds it took (metrics:
+        ``ControlPlaneMetrics.observe``)."""
 
     def schedule(self, pod: Pod) -> Decision:
+        t0 = time.perf_counter()
         with self.cache.lock:
             decision = schedule_one(self.framework, pod, self.state.snapshot())
             if decision.allocation is not None:
@@ -40,7 +44,9 @@ class Scheduler:
                     self.cache.assume(decision.allocation)
                 except AllocationError as exc:  # pragma: no cover - an internal invariant
                     raise AssertionError(f"scheduler chose an allocation that does not fit: {exc}") from exc
-            return decision
+        if self.on_decision is not None:
+            self.on_decision(decision, time.perf_counter() - t0)
+        return decision
 
     def bind(self, decision: Decision) -> Status:
         assert decision.allocation is not None and decision.outcome == Outcome.SCHEDULED

@@ -43,6 +43,8 @@ class ServiceConfig:
     """Admin bearer token; None = ``$GPUCLUSTER_ADMIN_TOKEN``, else the one saved under data_dir, else new."""
     rates: RateLimits = field(default_factory=RateLimits)
     """Per-tenant submission rate limit."""
+    legacy_metrics: bool = False
+    """``/metrics`` also carries HAMi's legacy metric names (``GPUDeviceMemoryAllocated`` ...)."""
 
 
 @dataclass

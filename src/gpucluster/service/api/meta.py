@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -53,8 +54,12 @@ class TenantCollector(Collector):
 def metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | None:
     """``/metrics`` for runtimes that hold a ClusterState: monitoring's allocation collector, queue stats and
     the per-tenant GPU figures."""
-    state = getattr(service.runtime, "state", None)
-    if not isinstance(state, ClusterState):
+    state: Any = getattr(service.runtime, "state", None)
+    lock = None
+    cluster: Any = getattr(service.runtime, "cluster", None)  # the Kubernetes backend rebuilds its state
+    if not isinstance(state, ClusterState) and isinstance(getattr(cluster, "state", None), ClusterState):
+        state, lock = (lambda: cluster.state), getattr(cluster, "lock", None)
+    elif not isinstance(state, ClusterState):
         return None
     from gpucluster.monitoring.exporter import QueueStats, control_plane_registry
     from gpucluster.monitoring.exposition import CONTENT_TYPE, TextRenderer
@@ -64,7 +69,10 @@ def metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | None
         oldest = min((j.submitted_t for j in pending), default=service.runtime.now)
         return QueueStats(pending=sum(j.replicas for j in pending), oldest_wait_s=service.runtime.now - oldest)
 
-    registry, _ = control_plane_registry(state, queue)
+    registry, control = control_plane_registry(state, queue, lock, legacy_metrics=service.config.legacy_metrics)
+    scheduler: Any = getattr(service.runtime, "scheduler", None)
+    if hasattr(scheduler, "on_decision"):  # the embedded runtime's: its decisions feed latency and decisions
+        scheduler.on_decision = control.observe_decision
     registry.register(TenantCollector(service))
     renderer = TextRenderer()
 
