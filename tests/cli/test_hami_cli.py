@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from gpucluster.cli.main import app
@@ -110,3 +111,12 @@ def test_manifests_manage_the_configured_resource_names(tmp_path: Path) -> None:
     r = runner.invoke(app, ["k8s", "manifests", "--device-config", str(config)])
     assert r.exit_code == 0, r.output
     assert "name: hami.io/gpu" in r.stdout and "name: nvidia.com/gpu\n" not in r.stdout
+    objs = [o for o in yaml.safe_load_all(r.stdout) if o]
+    # the file itself reaches the scheduler pods: its ConfigMap, mounted, and the flag naming it
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-device-config"))
+    assert yaml.safe_load(cm["data"]["device-config.yaml"]) == yaml.safe_load(config.read_text())
+    ext = next(c for o in objs if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]
+               if c["name"] == "extender")
+    flag = ext["command"].index("--device-config")
+    mount = next(m for m in ext["volumeMounts"] if m["name"] == "device-config")
+    assert ext["command"][flag + 1] == f"{mount['mountPath']}/device-config.yaml"

@@ -85,6 +85,8 @@ CASES = [
     ("extender-defaults", {}, {}),
     ("scheduler-no-agent", {"mode": "scheduler", "agent.enabled": "false", "replicas": "3"},
      {"mode": "scheduler", "agent": False, "replicas": 3}),
+    ("device-config", {"deviceConfig.nvidia.deviceSplitCount": "4", "deviceConfig.nvidia.defaultCores": "20"},
+     {"device_config": {"nvidia": {"deviceSplitCount": 4, "defaultCores": 20}}}),
     ("everything", {"legacyMetrics": "true", "up.enabled": "true", "monitoring.serviceMonitor.enabled": "true",
                     "monitoring.prometheusRule.enabled": "true", "monitoring.dashboard.enabled": "true",
                     "schedulerName": "gpu", "policy": "binpack"},
@@ -122,7 +124,7 @@ def test_chart_renders_what_k8s_manifests_prints(case: str, sets: dict[str, str]
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_rendered_object_validates_strictly(version: str) -> None:
-    sets = CASES[2][1]
+    sets = CASES[3][1]
     objs = render(*_chart_args(sets, version, "gpu-system", True))
     objs += render(*_chart_args(CASES[1][1], version, "gpu-system", False))
     kinds = set()
@@ -153,13 +155,18 @@ def test_chart_refuses_a_kube_version_below_its_constraint() -> None:
 
 def test_device_config_and_extra_args_reach_the_scheduler() -> None:
     objs = render("--kube-version", "1.33", "--set", "deviceConfig.nvidia.deviceSplitCount=4",
-                  "--set", "extraArgs={--device-config,/etc/gpucluster/devices/device-config.yaml}")
+                  "--set", "extraArgs={--v=4}")
     cm = next(o for o in objs if o["metadata"]["name"] == "gpucluster-device-config")
     assert yaml.safe_load(cm["data"]["device-config.yaml"]) == {"nvidia": {"deviceSplitCount": 4}}
     ext = next(c for o in objs if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]
                if c["name"] == "extender")
-    assert ext["command"][-2:] == ["--device-config", "/etc/gpucluster/devices/device-config.yaml"]
+    assert ext["command"][-3:] == ["--device-config", "/etc/gpucluster/devices/device-config.yaml", "--v=4"]
     assert {"name": "device-config", "mountPath": "/etc/gpucluster/devices", "readOnly": True} in ext["volumeMounts"]
+    # without a device config the scheduler gets no such flag
+    plain = render("--kube-version", "1.33")
+    ext = next(c for o in plain if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]
+               if c["name"] == "extender")
+    assert "--device-config" not in ext["command"]
 
 
 def test_chart_copies_and_defaults_are_current() -> None:

@@ -10,7 +10,13 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from gpucluster.devices import DeviceConfigError, DeviceSettings, VendorRegistry, load_device_config
+from gpucluster.devices import (
+    DeviceConfig,
+    DeviceConfigError,
+    DeviceSettings,
+    VendorRegistry,
+    load_device_config,
+)
 from gpucluster.spec import Cluster, SpecError, load_cluster
 
 console = Console()
@@ -39,17 +45,20 @@ DeviceConfigOpt = Annotated[Path | None, typer.Option(
                             "deviceMemoryScaling per vendor. Default: HAMi's defaults.")]
 
 
-def device_settings_or_fail(path: Path | None) -> DeviceSettings:
-    """The device settings of ``--device-config`` (HAMi's defaults without one); unused settings are warned."""
-    if path is None:
-        return DeviceSettings()
+def device_config_or_fail(path: Path) -> DeviceConfig:
+    """``--device-config``, loaded (unused settings are warned)."""
     try:
         config = load_device_config(path)
     except DeviceConfigError as exc:
         fail(f"--device-config: {exc}")
     for note in config.notes:
         err_console.print(f"[yellow]warning:[/] --device-config: {note}", highlight=False, soft_wrap=True)
-    return config.settings
+    return config
+
+
+def device_settings_or_fail(path: Path | None) -> DeviceSettings:
+    """The device settings of ``--device-config`` (HAMi's defaults without one); unused settings are warned."""
+    return DeviceSettings() if path is None else device_config_or_fail(path).settings
 
 
 def registry_or_fail(path: Path | None) -> VendorRegistry:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -9,7 +10,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpucluster.cli.common import DeviceConfigOpt, cluster_option_help, fail, load_cluster_or_fail, registry_or_fail
+from gpucluster.cli.common import (
+    DeviceConfigOpt,
+    cluster_option_help,
+    device_config_or_fail,
+    fail,
+    load_cluster_or_fail,
+    registry_or_fail,
+)
+from gpucluster.devices import VendorRegistry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -235,8 +244,13 @@ def register(app: typer.Typer) -> None:
             scheduler_name=scheduler_name, policy=policy, replicas=replicas, legacy_metrics=legacy_metrics,
             agent=agent, up=up, twins=twin_text, service_monitor=monitoring, prometheus_rules=rules,
             dashboard=dashboard)
+        registry = VendorRegistry.from_settings()
+        if device_config is not None:  # shipped to the scheduler pods as its ConfigMap, and read here too
+            loaded = device_config_or_fail(device_config)
+            registry = VendorRegistry.from_settings(loaded.settings)
+            opts = dataclasses.replace(opts, device_config=loaded.document)
         try:
-            objs = build(opts, registry_or_fail(device_config))
+            objs = build(opts, registry)
         except KubeVersionError as exc:
             fail(str(exc))
         sys.stdout.write(to_yaml(objs))

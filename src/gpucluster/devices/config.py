@@ -10,6 +10,7 @@ defaults (which are gpucluster's built-in defaults).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,6 +80,8 @@ class DeviceConfig:
     source: str = ""
     values: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """The settings acted on, per vendor section, with HAMi's key names (for ``--json`` reports)."""
+    document: Mapping[str, Any] = field(default_factory=dict)
+    """The ``device-config.yaml`` document as read (what ``k8s manifests`` ships in its ConfigMap)."""
 
 
 def _suggest(key: str, choices: list[str]) -> str:
@@ -174,4 +177,5 @@ def load_device_config(path: str | Path) -> DeviceConfig:
             doc = yaml.safe_load(inner)
         except yaml.YAMLError as exc:
             raise DeviceConfigError(f"{source}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse_device_config(doc, source)
+    config = parse_device_config(doc, source)
+    return dataclasses.replace(config, document=dict(doc) if isinstance(doc, Mapping) else {})

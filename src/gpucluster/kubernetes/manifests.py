@@ -154,13 +154,17 @@ class DeployOptions:
     """Rule file text (``gpucluster monitor rules``): a PrometheusRule when set."""
     dashboard: str = ""
     """Grafana dashboard JSON (``gpucluster monitor dashboard``): a ConfigMap with the sidecar label when set."""
-    # TODO(lead, at the merge of issue 16): a device_config field (HAMi's device-config.yaml, the chart's
-    # `deviceConfig`) rendered as the <release>-device-config ConfigMap and passed as --device-config, as the
-    # chart's scheduler template will do.
+    device_config: Mapping[str, Any] = field(default_factory=dict)
+    """HAMi's device config (``device-config.yaml`` as a mapping; the chart's ``deviceConfig``): when set, the
+    ``<release>-device-config`` ConfigMap, mounted in the scheduler pods and passed as ``--device-config``."""
 
     @property
     def scheduler_image(self) -> str:
         return self.kube_scheduler_image or kube_scheduler_image(self.kube_version)
+
+
+DEVICE_CONFIG_DIR = "/etc/gpucluster/devices"
+"""Where the scheduler pods see HAMi's device config (``device-config.yaml``)."""
 
 
 # ------------------------------------------------------------------------------------------ building blocks
@@ -277,6 +281,14 @@ def _scheduler(o: DeployOptions, registry: VendorRegistry) -> list[dict[str, Any
     ours = ["--policy", o.policy, "--scheduler-name", o.scheduler_name, *metrics_args]
     tmp_vol, tmp_mount = _tmp_volume()
     volumes: list[dict[str, Any]] = [tmp_vol]
+    our_mounts = [tmp_mount]
+    device_cm: dict[str, Any] | None = None
+    if o.device_config:
+        ours += ["--device-config", f"{DEVICE_CONFIG_DIR}/device-config.yaml"]
+        cm_name = f"{o.release}-device-config"
+        device_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(o, cm_name, comp),
+                     "data": {"device-config.yaml": yaml.safe_dump(dict(o.device_config), sort_keys=False)}}
+        our_mounts.append({"name": "device-config", "mountPath": DEVICE_CONFIG_DIR, "readOnly": True})
     if o.mode == "extender":
         for role in ("system:kube-scheduler", "system:volume-scheduler"):
             out.append(_binding("ClusterRoleBinding", f"{name}-{role.split(':')[1]}", "ClusterRole", role, name,
@@ -301,7 +313,7 @@ def _scheduler(o: DeployOptions, registry: VendorRegistry) -> list[dict[str, Any
                        ["gpucluster", "k8s", "extender", "--listen", f"0.0.0.0:{SCHEDULER_PORT}", *ours],
                        ports=[{"name": "http", "containerPort": SCHEDULER_PORT}],
                        readinessProbe=_http_probe("http"), livenessProbe=_http_probe("http", initial=30),
-                       resources=_resources("100m", "256Mi", "1Gi"), volumeMounts=[tmp_mount]),
+                       resources=_resources("100m", "256Mi", "1Gi"), volumeMounts=our_mounts),
         ]
     else:
         containers = [
@@ -311,8 +323,11 @@ def _scheduler(o: DeployOptions, registry: VendorRegistry) -> list[dict[str, Any
                        env=[{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                        ports=[{"name": "http", "containerPort": SCHEDULER_PORT}],
                        readinessProbe=_http_probe("http"), livenessProbe=_http_probe("http", initial=30),
-                       resources=_resources("100m", "256Mi", "1Gi"), volumeMounts=[tmp_mount]),
+                       resources=_resources("100m", "256Mi", "1Gi"), volumeMounts=our_mounts),
         ]
+    if device_cm is not None:
+        out.append(device_cm)
+        volumes.append({"name": "device-config", "configMap": {"name": device_cm["metadata"]["name"]}})
     labels = _labels(o, comp)
     out.append({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(o, name, comp),
