@@ -10,9 +10,9 @@ from typing import Annotated
 
 import numpy as np
 import typer
-from rich.table import Table
 
 from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.output import print_table
 from gpucluster.model import ClusterState, Pod
 from gpucluster.monitoring import (
     AuditLog,
@@ -362,11 +362,7 @@ def _print_analysis(r: JobAnalysis) -> None:
     console.print(f"job [bold]{r.job}[/]: [bold]{r.verdict}[/] ({r.gpus} GPUs on {len(r.nodes)} node(s), "
                   f"{r.samples} samples)")
     console.print(f"why: {r.why}")
-    table = Table(title="evidence (means)")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in r.evidence.items():
-        table.add_row(k, f"{v:g}")
-    console.print(table)
+    print_table(["metric", "value"], [(k, f"{v:g}") for k, v in r.evidence.items()], title="evidence (means)",
+                right=(1,))
     for a in r.advice:
         console.print(f" - {a}")

@@ -160,7 +160,7 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: i
     ``right`` lists the columns aligned to the right (numbers). ``wrap_last``: the last column's text is
     wrapped onto continuation lines under it instead of being cut (for a "why" that must be read whole)."""
     body = [[_cell(v) for v in row] for row in rows]
-    head = [h.upper() for h in headers]
+    head = [str(h) for h in headers]
     for row in body:
         if len(row) != len(head):
             raise ValueError(f"row has {len(row)} cells, the table {len(head)} columns")
@@ -197,7 +197,7 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: st
                 wrap_last: bool = False) -> None:
     """Write a table to stdout, fitted to :func:`terminal_width` (``wide``: never truncated)."""
     width = None if wide else terminal_width()
-    if title and not no_headers:
+    if title:
         write(truncate(title, width) if width else title)
     text = render_table(headers, list(rows), width, no_headers, right, wrap_last)
     if text:

@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
             table = [(r["pod"], r["node"] or "-", "; ".join(", ".join(device_text(g) for g in per)
                                                              for per in r["devices"]), r.get("why", ""))
                      for r in rows]
-            print_table(["pod", "node", "devices", "why not"], table,
+            print_table(["POD", "NODE", "DEVICES", "WHY NOT"], table,
                         title=f"{len(decisions)} pods on {c.name} ({label})", wrap_last=True)
             write(f"{placed}/{len(decisions)} placed")
         if placed < len(decisions):
