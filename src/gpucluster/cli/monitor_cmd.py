@@ -12,7 +12,7 @@ import numpy as np
 import typer
 
 from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
-from gpucluster.cli.output import print_table
+from gpucluster.cli.output import print_table, write
 from gpucluster.model import ClusterState, Pod
 from gpucluster.monitoring import (
     AuditLog,
@@ -32,6 +32,7 @@ from gpucluster.monitoring import (
     analyze,
     build_registry,
     default_rules,
+    describe_record,
     load_metrics,
     lost_pods,
     rule_file,
@@ -263,12 +264,14 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(result)
         else:
-            console.print(f"{len(placed)} pods placed; GPU {gpu} on {node} reports XID {xid}")
-            for a in res.firing:
-                console.print(f"[red]FIRING[/] {a.name}: {a.annotations['summary']}")
-            for rec in res.actions:
-                console.print(f"[bold]{rec.action}[/] {rec.target}: {rec.outcome} {rec.detail or ''}")
-            console.print(f"pending after: {len(target.pending)}; lost: {len(lost)}")
+            write(f"{len(placed)} pods placed; GPU {gpu} on {node} reports XID {xid}")
+            print_table(["STATE", "ALERT", "TARGET", "SUMMARY"],
+                        [("firing", a.name, a.node + (f"/gpu{a.labels['gpu']}" if a.labels.get("gpu") else ""),
+                          a.annotations.get("summary", "")) for a in res.firing], title="alerts")
+            print_table(["ACTION", "TARGET", "OUTCOME", "WHAT"],
+                        [(rec.action, rec.target, rec.outcome, describe_record(rec)) for rec in res.actions],
+                        title="remediation", wrap_last=True)
+            write(f"pending after: {len(target.pending)}; lost: {len(lost)}")
         if lost:
             raise typer.Exit(1)
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucluster.monitoring import describe_record
 from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.limits import RateLimits, TokenBucket
 from gpucluster.service.lock import DataDirLock
-from gpucluster.service.monitor import describe
 from gpucluster.service.runtime import Job, JobEvent, JobStatus, RemediationAudit, Runtime
 from gpucluster.service.store import BadRow, Store
 from gpucluster.service.tasks import TaskManager
@@ -109,7 +109,7 @@ class Service:
             return
         records = self.runtime.take_audit_records()
         if records:
-            self.store.audit_many((REMEDIATION_ACTOR, f"remediation.{r.action}", r.target, describe(r))
+            self.store.audit_many((REMEDIATION_ACTOR, f"remediation.{r.action}", r.target, describe_record(r))
                                   for r in records)
 
     def find_job(self, job_id: str) -> Job | None:

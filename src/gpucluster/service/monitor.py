@@ -47,6 +47,7 @@ from gpucluster.monitoring import (
     default_rules,
 )
 from gpucluster.monitoring.promql import SeriesDB
+from gpucluster.monitoring.remediation import describe_record
 from gpucluster.monitoring.rules import rule_metrics
 
 EVAL_INTERVAL_S = 30.0
@@ -83,43 +84,9 @@ class RuntimeAuditLog(AuditLog):
         return out
 
 
-def _count(value: object) -> int:
-    return len(value) if isinstance(value, list | dict | tuple) else 0
-
-
-def _num(value: object) -> float:
-    return float(value) if isinstance(value, int | float) else 0.0
-
-
-def describe(rec: AuditRecord) -> str:
-    """One line for people: what was done (or why not), and the alert that asked for it."""
-    d = rec.detail
-    if "note" in d:
-        text = str(d["note"])
-    elif rec.outcome == "skipped":
-        text = f"skipped: {d.get('why', '')}"
-    elif rec.outcome == "failed":
-        text = f"failed: {d.get('error', '')}"
-    elif rec.outcome == "dry-run":
-        text = f"dry run: would {rec.action}"
-    elif rec.action == "drain":
-        text = (f"cordoned the node and evicted {_count(d.get('evicted'))} pod(s); "
-                f"{_count(d.get('pending'))} re-queued, {_count(d.get('rescheduled'))} moved at once")
-    elif rec.action == "cordon":
-        text = "cordoned the node: no new pods"
-    elif rec.action == "release":
-        text = f"released {_count(d.get('released'))} idle pod(s)"
-    elif rec.action == "defragment":
-        text = (f"moved {_count(d.get('moved'))} pod(s), freed GPU(s) {d.get('freed_gpus', [])}; fragmentation "
-                f"{_num(d.get('fragmentation_before')):.2f} -> {_num(d.get('fragmentation_after')):.2f}")
-    else:
-        text = rec.outcome
-    return f"{text} ({rec.alert}: {rec.reason})" if rec.alert else text
-
-
 def remediation_row(rec: AuditRecord) -> dict[str, Any]:
     """An audit record as ``GET /api/v1/alerts`` lists it under ``remediations``."""
-    return {"t": rec.time, "action": rec.action, "target": rec.target, "detail": describe(rec),
+    return {"t": rec.time, "action": rec.action, "target": rec.target, "detail": describe_record(rec),
             "alert": rec.alert, "outcome": rec.outcome}
 
 
