@@ -28,6 +28,8 @@ ELLIPSIS = "…"
 SEPARATOR = "   "
 MIN_COLUMN = 5
 """A truncated column keeps at least this many characters (or its full width when narrower)."""
+LAST_COLUMN = 12
+"""The last column (free text) is cut down to this many characters before any other column is cut."""
 
 
 class OutputFormat(enum.StrEnum):
@@ -117,15 +119,22 @@ def truncate(text: str, width: int) -> str:
     return text[:width - 1] + ELLIPSIS
 
 
-def fit_widths(natural: Sequence[int], limit: int | None, gap: int = len(SEPARATOR)) -> list[int]:
-    """Column widths that fit ``limit`` characters when they can: the widest columns are narrowed first,
-    none below ``min(natural, MIN_COLUMN)``; with no limit (or room enough) the natural widths."""
+def fit_widths(natural: Sequence[int], limit: int | None, gap: int = len(SEPARATOR),
+               elastic_last: bool = True) -> list[int]:
+    """Column widths that fit ``limit`` characters when they can. The last column (free text: a message, a
+    summary) gives way first, down to :data:`LAST_COLUMN` characters; then the widest columns are narrowed,
+    none below ``min(natural, MIN_COLUMN)``. With no limit (or room enough) the natural widths."""
     widths = list(natural)
     if limit is None or not widths:
         return widths
     budget = limit - gap * (len(widths) - 1)
     if sum(widths) <= budget:
         return widths
+    if elastic_last and len(widths) > 1:
+        others = sum(widths[:-1])
+        widths[-1] = max(min(widths[-1], LAST_COLUMN), budget - others)
+        if sum(widths) <= budget:
+            return widths
     floors = [min(w, MIN_COLUMN) for w in widths]
     if sum(floors) >= budget:
         return floors

@@ -16,8 +16,7 @@ from gpucluster.cli.common import (
     registry_or_fail,
 )
 from gpucluster.cli.output import print_table, write
-from gpucluster.model import ClusterState, Policy
-from gpucluster.model.share import device_share
+from gpucluster.model import ClusterState, Policy, views
 from gpucluster.scheduler import DEFAULT_POLICY, PROFILES, Decision, Scheduler, binpack_spread_profile, profile_for
 from gpucluster.spec import SpecError, load_pods
 
@@ -35,9 +34,7 @@ def _with_shares(state: ClusterState, d: Decision, init: bool = False) -> list[l
     grants = d.allocation.init_devices if init else d.allocation.devices
     for per_json, per in zip(out, grants, strict=True):
         for dj, g in zip(per_json, per, strict=True):
-            share = device_share(g.core_milli, g.memory_mib, float(state.dev_core_cap[i, g.device_index]),
-                                 float(state.dev_mem_cap[i, g.device_index]))
-            dj.update(index=g.device_index, share=round(share, 4), whole=share >= 1.0 - 1e-9)
+            dj.update(index=g.device_index, **views.grant_share(state, i, g))
     return out
 
 
