@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gpucluster.cli.main import app
 from tests.cli.tty import run_tty
-from tests.service.server import ADMIN, Server, start_server, wait_for
+from tests.service.server import ADMIN, Server, start_server, submit_job, wait_for, wait_running
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
@@ -50,19 +50,7 @@ def submit(server: Server, name: str, gpus: int = 1, replicas: int = 1, duration
     body: dict[str, Any] = {"name": name, "replicas": replicas, "resources": {"nvidia.com/gpu": gpus}}
     if duration is not None:
         body["duration_s"] = duration
-    with server.client(token) as c:
-        r = c.post("/api/v1/jobs", json=body)
-        assert r.status_code == 201, r.text
-        return r.json()  # type: ignore[no-any-return]
-
-
-def running(server: Server, job_id: str) -> dict[str, Any]:
-    def get() -> dict[str, Any] | None:
-        with server.client() as c:
-            j = c.get(f"/api/v1/jobs/{job_id}").json()
-        return j if j["status"] == "running" else None
-
-    return wait_for(get, f"job {job_id} running")  # type: ignore[no-any-return]
+    return submit_job(server, body, token)
 
 
 def test_get_every_resource_in_every_format(server: Server) -> None:
@@ -98,7 +86,7 @@ def test_old_list_commands_and_submit_keep_their_json(server: Server, tmp_path: 
 
 
 def test_describe_a_job_by_name_and_its_node(server: Server) -> None:
-    job = running(server, submit(server, "verbs-describe", gpus=2)["id"])
+    job = wait_running(server, submit(server, "verbs-describe", gpus=2)["id"])
     code, out, err = cli(server, "describe", "job", "verbs-describe")
     assert code == 0, err
     for text in ("Name:", job["id"], "Placements:", "whole", "Events:", "running"):
@@ -182,7 +170,7 @@ def test_contexts_replace_flags(server: Server, tmp_path: Path, monkeypatch: pyt
 
 
 def test_a_fault_plans_the_drain_but_moves_nothing(server: Server) -> None:
-    job = running(server, submit(server, "verbs-fault", gpus=1, duration=None)["id"])
+    job = wait_running(server, submit(server, "verbs-fault", gpus=1, duration=None)["id"])
     place = job["placements"][0]
     node, gpu = place["node"], place["devices"][0]["index"]
     with server.client() as c:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.service.server import Server, start_server, wait_for
+from tests.service.server import Server, start_server, submit_job, wait_running
 from tests.web.conftest import login, shot
 
 pytestmark = pytest.mark.integration
@@ -26,22 +26,6 @@ def _expect() -> Any:
     from playwright.sync_api import expect
 
     return expect
-
-
-def _submit(server: Server, body: dict[str, Any]) -> dict[str, Any]:
-    with server.client() as c:
-        r = c.post("/api/v1/jobs", json=body)
-        assert r.status_code == 201, r.text
-        return r.json()  # type: ignore[no-any-return]
-
-
-def _running(server: Server, job_id: str) -> dict[str, Any]:
-    def get() -> dict[str, Any] | None:
-        with server.client() as c:
-            j = c.get(f"/api/v1/jobs/{job_id}").json()
-        return j if j["status"] == "running" else None
-
-    return wait_for(get, "the job running")  # type: ignore[no-any-return]
 
 
 def test_alert_tabs_state_column_and_silencing(page: Any, server: Server) -> None:
@@ -85,7 +69,7 @@ def test_alert_tabs_state_column_and_silencing(page: Any, server: Server) -> Non
 
 def test_planned_remediation_is_shown_and_nothing_moves(page: Any, server: Server) -> None:
     expect = _expect()
-    job = _running(server, _submit(server, {"name": "ux-victim", "resources": {"nvidia.com/gpu": 1}})["id"])
+    job = wait_running(server, submit_job(server, {"name": "ux-victim", "resources": {"nvidia.com/gpu": 1}})["id"])
     node, gpu = job["placements"][0]["node"], job["placements"][0]["devices"][0]["index"]
     login(page, server)
     page.get_by_role("link", name="Alerts").click()
@@ -112,7 +96,7 @@ def test_drawers_close_on_navigation(page: Any, server: Server) -> None:
     expect(drawer).to_be_visible()
     page.get_by_role("link", name="Jobs").click()
     expect(drawer).to_be_hidden()
-    job = _submit(server, {"name": "ux-drawer", "resources": {"nvidia.com/gpu": 1}, "duration_s": 600})
+    job = submit_job(server, {"name": "ux-drawer", "resources": {"nvidia.com/gpu": 1}, "duration_s": 600})
     page.locator(f"[data-job='{job['id']}']").click()
     expect(drawer).to_be_visible()
     shot(page, "23-job-drawer-open")
@@ -123,7 +107,7 @@ def test_drawers_close_on_navigation(page: Any, server: Server) -> None:
 
 def test_whole_gpu_shares_and_a_neutral_full(page: Any, server: Server) -> None:
     expect = _expect()
-    job = _running(server, _submit(server, {"name": "ux-whole", "resources": {"nvidia.com/gpu": 2},
+    job = wait_running(server, submit_job(server, {"name": "ux-whole", "resources": {"nvidia.com/gpu": 2},
                                             "duration_s": 900})["id"])
     login(page, server)
     page.get_by_role("link", name="Jobs").click()
@@ -161,7 +145,7 @@ def test_rack_rows_do_not_wrap_and_node_names_show(page: Any, server: Server) ->
 
 def test_per_gpu_usage_with_sparklines(page: Any, server: Server) -> None:
     expect = _expect()
-    job = _running(server, _submit(server, {"name": "ux-usage", "resources": {"nvidia.com/gpu": 1},
+    job = wait_running(server, submit_job(server, {"name": "ux-usage", "resources": {"nvidia.com/gpu": 1},
                                             "duration_s": 3000})["id"])
     node, gpu = job["placements"][0]["node"], job["placements"][0]["devices"][0]["index"]
     login(page, server)
@@ -185,7 +169,7 @@ def test_per_gpu_usage_with_sparklines(page: Any, server: Server) -> None:
 
 def test_queue_view(page: Any, server: Server) -> None:
     expect = _expect()
-    big = _submit(server, {"name": "ux-queued", "replicas": 230, "resources": {"nvidia.com/gpu": 8}})
+    big = submit_job(server, {"name": "ux-queued", "replicas": 230, "resources": {"nvidia.com/gpu": 8}})
     try:
         login(page, server)
         page.get_by_role("link", name="Queue").click()
