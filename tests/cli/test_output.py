@@ -105,3 +105,20 @@ def test_remediate_flag() -> None:
     assert Action.DRAIN not in parse_remediate("drain").dry_run
     with pytest.raises(ValueError, match="unknown action 'evict'"):
         parse_remediate("drain,evict")
+
+
+def test_shell_completion_is_on() -> None:
+    import os
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-c", "from gpucluster.cli.main import app; app(prog_name='gpucluster')"]
+    shown = subprocess.run([*base, "--show-completion", "bash"], capture_output=True, text=True, check=False,
+                           env={**os.environ, "SHELL": "/bin/bash"})
+    assert shown.returncode == 0 and "_gpucluster_completion" in shown.stdout
+    env = {**os.environ, "_GPUCLUSTER_COMPLETE": "complete_bash", "COMP_WORDS": "gpucluster get no", "COMP_CWORD": "2"}
+    got = subprocess.run(base, capture_output=True, text=True, check=False, env=env)
+    assert got.stdout.split() == ["nodes"]
+    env["COMP_WORDS"], env["COMP_CWORD"] = "gpucluster describe ", "2"
+    got = subprocess.run(base, capture_output=True, text=True, check=False, env=env)
+    assert got.stdout.split() == ["job", "node"]

@@ -267,7 +267,8 @@ def _queue_key(job: Job) -> tuple[int, float, str]:
 
 def _parse_cursor(text: str) -> tuple[int, int]:
     left, sep, right = text.partition(".")
-    if not sep or not left.isdigit() or not right.isdigit():
+    if not sep or not left.isascii() or not right.isascii() or not left.isdigit() or not right.isdigit() \
+            or max(len(left), len(right)) > 18:
         raise ValueError("expected <event id>.<audit id> from a previous answer's cursor, e.g. 120.37")
     return int(left), int(right)
 
