@@ -122,3 +122,26 @@ def test_shell_completion_is_on() -> None:
     env["COMP_WORDS"], env["COMP_CWORD"] = "gpucluster describe ", "2"
     got = subprocess.run(base, capture_output=True, text=True, check=False, env=env)
     assert got.stdout.split() == ["job", "node"]
+
+
+def test_port_from_the_environment_and_make_demo_port(tmp_path: object) -> None:
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:  # a busy port: `up` must say it is the one it was given
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        env = {**os.environ, "GPUCLUSTER_PORT": str(port)}
+        r = subprocess.run([sys.executable, "-m", "gpucluster.cli.main", "up", "--data-dir", str(tmp_path)],
+                           capture_output=True, text=True, check=False, env=env, timeout=120)
+    assert r.returncode == 2 and f"127.0.0.1:{port} is already in use" in r.stderr
+    if shutil.which("make"):
+        root = Path(__file__).resolve().parents[2]
+        dry = subprocess.run(["make", "-n", "demo", "PORT=8091"], cwd=root, capture_output=True, text=True,
+                             check=False)
+        assert dry.stdout.strip().splitlines()[-1].endswith("up --speed 10 --port 8091")
