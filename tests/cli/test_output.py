@@ -142,6 +142,7 @@ def test_port_from_the_environment_and_make_demo_port(tmp_path: object) -> None:
     assert r.returncode == 2 and f"127.0.0.1:{port} is already in use" in r.stderr
     if shutil.which("make"):
         root = Path(__file__).resolve().parents[2]
-        dry = subprocess.run(["make", "-n", "demo", "PORT=8091"], cwd=root, capture_output=True, text=True,
-                             check=False)
-        assert dry.stdout.strip().splitlines()[-1].endswith("up --speed 10 --port 8091")
+        clean = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+        dry = subprocess.run(["make", "-n", "--no-print-directory", "demo", "PORT=8091"], cwd=root,
+                             capture_output=True, text=True, check=False, env=clean)
+        assert any(line.endswith("gpucluster up --speed 10 --port 8091") for line in dry.stdout.splitlines())
