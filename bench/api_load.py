@@ -41,8 +41,9 @@ def free_port() -> int:
 def start_server(data: Path, token: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "GPUCLUSTER_ADMIN_TOKEN": token}
+    log = (data.parent / "up.log").open("wb")  # its structured log (a line per request) stays on the measured path
     proc = subprocess.Popen([sys.executable, "-m", "gpucluster.cli.main", "up", "--port", str(port), "--data-dir",
-                             str(data), "--speed", "10"], env=env, stdout=subprocess.DEVNULL)
+                             str(data), "--speed", "10"], env=env, stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -67,10 +67,12 @@ def test_schedule_reads_the_device_config(tmp_path: Path) -> None:
     nodes, pods, config = files(tmp_path)
     r = runner.invoke(app, ["schedule", "--cluster", str(nodes), "--pods", str(pods), "--policy", "binpack",
                             "--device-config", str(config), "--json"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 3, r.output  # default/typo is not placed
     got = {p["pod"]: p for p in json.loads(r.stdout)["placements"]}
     # hami.io/gpu is the GPU count here; 1000 MiB and no cores: HAMi's defaultCores (0), spread: the later GPU
-    assert got["default/renamed"]["devices"] == [[{"id": "GPU-b", "memory_mib": 1000, "cores": 0}]]
+    dev = got["default/renamed"]["devices"][0][0]
+    assert {k: dev[k] for k in ("id", "memory_mib", "cores", "whole")} == {"id": "GPU-b", "memory_mib": 1000,
+                                                                           "cores": 0, "whole": False}
     # a resource no node offers is never ignored: kube-scheduler's words, counted per node
     assert got["default/typo"]["node"] is None
     assert got["default/typo"]["reasons"] == {"Insufficient nvidia.com/gpus": 1}
@@ -84,7 +86,7 @@ def test_schedule_reads_the_device_config(tmp_path: Path) -> None:
 def test_without_the_config_the_renamed_resources_are_unknown(tmp_path: Path) -> None:
     nodes, pods, _ = files(tmp_path)
     r = runner.invoke(app, ["schedule", "--cluster", str(nodes), "--pods", str(pods), "--json"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 3, r.output
     got = {p["pod"]: p for p in json.loads(r.stdout)["placements"]}
     assert got["default/renamed"]["reasons"] == {"Insufficient hami.io/gpu": 1, "Insufficient hami.io/gpumem": 1}
 

@@ -86,6 +86,17 @@ def test_fault_drill_drains_without_loss(files: tuple[Path, Path], tmp_path: Pat
     assert r.exit_code == 2 and "has 4 devices" in r.output
 
 
+def test_fault_drill_table_says_what_was_done_in_words(files: tuple[Path, Path]) -> None:
+    c, p = files
+    r = runner.invoke(app, ["monitor", "fault", "--cluster", str(c), "--pods", str(p), "--xid", "79"],
+                      env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "{'" not in r.stdout and "evicted': [" not in r.stdout  # no Python dict repr
+    words = " ".join(r.stdout.split())
+    assert "GpuXidCritical" in words and "cordoned the node and evicted" in words
+    assert all(len(line) <= 80 for line in r.stdout.splitlines())
+
+
 def test_analyze_job_from_file_and_sim(files: tuple[Path, Path], tmp_path: Path) -> None:
     c, p = files
     m = tmp_path / "m.csv"

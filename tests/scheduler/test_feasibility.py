@@ -88,3 +88,18 @@ def test_never_fits_is_sound(containers: list, replicas: int) -> None:  # type: 
     sched = Scheduler(state, profile_for("binpack"))
     placed = [sched.schedule_and_bind(p).ok for p in pods]
     assert not all(placed), found
+
+
+def test_containers_of_a_pod_may_share_devices() -> None:
+    """Found by the property above: two containers asking for 2 and 3 GPUs fit a 4-GPU node (each container is
+    fitted on its own and may reuse a device), so a node needs max(2, 3) devices, not 5."""
+    from gpucluster.model import ContainerRequest
+
+    pod = Pod(name="p", containers=(
+        ContainerRequest("a", 8000, 0, (DeviceRequest("nvidia", 2),)),
+        ContainerRequest("b", 8001, 0, (DeviceRequest("nvidia", 3),))))
+    pods = _copies(pod, 2)
+    state = cluster()
+    assert never_fits(pods, state) is None
+    sched = Scheduler(state, profile_for("binpack"))
+    assert all(sched.schedule_and_bind(p).ok for p in pods)

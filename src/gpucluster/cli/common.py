@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
+from gpucluster.cli.output import write_json
 from gpucluster.devices import (
     DeviceConfig,
     DeviceConfigError,
@@ -32,7 +31,8 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """``--json``: written as is, whatever the terminal (``cli.output``)."""
+    write_json(data)
 
 
 def cluster_option_help() -> str:

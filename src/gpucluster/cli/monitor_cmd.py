@@ -13,9 +13,9 @@ from typing import Annotated
 import numpy as np
 import typer
 from prometheus_client import CollectorRegistry
-from rich.table import Table
 
 from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.output import print_table, write
 from gpucluster.model import ClusterState, Pod
 from gpucluster.monitoring import (
     AuditLog,
@@ -35,6 +35,7 @@ from gpucluster.monitoring import (
     analyze,
     build_registry,
     default_rules,
+    describe_record,
     load_metrics,
     lost_pods,
     rule_file,
@@ -295,12 +296,14 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(result)
         else:
-            console.print(f"{len(placed)} pods placed; GPU {gpu} on {node} reports XID {xid}")
-            for a in res.firing:
-                console.print(f"[red]FIRING[/] {a.name}: {a.annotations['summary']}")
-            for rec in res.actions:
-                console.print(f"[bold]{rec.action}[/] {rec.target}: {rec.outcome} {rec.detail or ''}")
-            console.print(f"pending after: {len(target.pending)}; lost: {len(lost)}")
+            write(f"{len(placed)} pods placed; GPU {gpu} on {node} reports XID {xid}")
+            print_table(["STATE", "ALERT", "TARGET", "SUMMARY"],
+                        [("firing", a.name, a.node + (f"/gpu{a.labels['gpu']}" if a.labels.get("gpu") else ""),
+                          a.annotations.get("summary", "")) for a in res.firing], title="alerts")
+            print_table(["ACTION", "TARGET", "OUTCOME", "WHAT"],
+                        [(rec.action, rec.target, rec.outcome, describe_record(rec)) for rec in res.actions],
+                        title="remediation", wrap_last=True)
+            write(f"pending after: {len(target.pending)}; lost: {len(lost)}")
         if lost:
             raise typer.Exit(1)
 
@@ -394,11 +397,7 @@ def _print_analysis(r: JobAnalysis) -> None:
     console.print(f"job [bold]{r.job}[/]: [bold]{r.verdict}[/] ({r.gpus} GPUs on {len(r.nodes)} node(s), "
                   f"{r.samples} samples)")
     console.print(f"why: {r.why}")
-    table = Table(title="evidence (means)")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in r.evidence.items():
-        table.add_row(k, f"{v:g}")
-    console.print(table)
+    print_table(["metric", "value"], [(k, f"{v:g}") for k, v in r.evidence.items()], title="evidence (means)",
+                right=(1,))
     for a in r.advice:
         console.print(f" - {a}")

@@ -10,7 +10,6 @@ import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from gpucluster.cli.common import (
     DeviceConfigOpt,
@@ -21,6 +20,7 @@ from gpucluster.cli.common import (
     print_json,
     registry_or_fail,
 )
+from gpucluster.cli.output import print_table
 from gpucluster.scheduler.framework import PluginConfig
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
 from gpucluster.simulator.jobs import JobSpec, TraceError
@@ -179,18 +179,16 @@ def simulate(
     if as_json:
         print_json(results[names[0]] if len(names) == 1 else {"cluster": cluster.name, "policies": results})
         return
-    table = Table(title=f"{len(jobs)} jobs on {cluster.name}")
-    table.add_column("metric")
-    for name in names:
-        table.add_column(name, justify="right")
+    rows = []
     for key in (*_KEYS, "wall_s"):
-        row = []
+        row = [key]
         for name in names:
             v = results[name][key]
             row.append(f"{v:.3f}" if isinstance(v, float) and v < 10 else
                        f"{v:,.0f}" if isinstance(v, float) else str(v))
-        table.add_row(key, *row)
-    console.print(table)
+        rows.append(row)
+    print_table(["metric", *names], rows, title=f"{len(jobs)} jobs on {cluster.name}",
+                right=range(1, len(names) + 1))
     if out is not None:
         console.print(f"wrote {out}/")
 

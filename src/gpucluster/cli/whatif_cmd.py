@@ -28,9 +28,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 import yaml
 from rich.console import Console
-from rich.table import Table
 
 from gpucluster.cli.common import print_json
+from gpucluster.cli.output import print_table
 from gpucluster.cli.simulate_cmd import load_trace
 from gpucluster.design import (
     Design,
@@ -206,14 +206,10 @@ def _cell(key: str, v: Any) -> str:
 
 def _print_table(rows: list[dict[str, Any]], v: dict[str, Any], title: str, years: float) -> None:
     console = Console()
-    table = Table(title=title)
-    table.add_column("metric")
-    for r in rows:
-        table.add_column(r["name"] + (" *" if r["name"] == v["design"] else ""), justify="right")
-    table.add_row("GPU", *(str(r["gpu"]) for r in rows))
-    for key, label in _ROWS:
-        table.add_row(label, *(_cell(key, r[key]) for r in rows))
-    console.print(table)
+    table = [["GPU", *(str(r["gpu"]) for r in rows)]]
+    table += [[label, *(_cell(key, r[key]) for r in rows)] for key, label in _ROWS]
+    print_table(["metric", *(r["name"] + (" *" if r["name"] == v["design"] else "") for r in rows)], table,
+                title=title, right=range(1, len(rows) + 1))
     console.print(f"owned / year = capex / {years:g} years + power per year; $ / GPU-h delivered = owned / "
                   "(GPUs x 8,760 h x GPU utilisation); prices are catalog estimates", soft_wrap=True)
     for r in rows:

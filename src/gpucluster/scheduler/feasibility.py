@@ -80,7 +80,7 @@ def _one_shape(pod: Pod, replicas: int, state: ClusterState) -> Infeasible | Non
         if mine is None or not mine.any():
             have = sorted(v for v, i in state.vendors.ids.items() if (state.dev_valid & (state.dev_vendor == i)).any())
             return Infeasible("resources", f"the cluster has no {vendor} devices (it has {', '.join(have) or 'none'})")
-        need = sum(r.count for r in reqs)
+        need = max(r.count for r in reqs)  # containers are fitted one by one and may share a device
         eligible_any = np.zeros_like(state.dev_valid)
         slots_total = np.zeros(state.n_nodes, np.int64)
         for req in reqs:

@@ -19,13 +19,15 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpucluster import __version__
-from gpucluster.service.api import cluster, jobs, meta, tasks, tenants
-from gpucluster.service.api.deps import known_query_only
+from gpucluster.service.api import cluster, jobs, meta, ops, tasks, tenants
+from gpucluster.service.api.deps import PRINCIPAL_KEY, known_query_only
 from gpucluster.service.api.guard import Guard
 from gpucluster.service.api.models import NAME_RE, ExperimentIn, JobIn, TenantIn
 from gpucluster.service.auth import ADMIN_ENV, Principal
 from gpucluster.service.core import REMEDIATION_ACTOR, SYNTHETIC_TENANT, Service, ServiceConfig, open_service
 from gpucluster.service.errors import ApiError, error_body
+from gpucluster.service.logs import AccessLog
+from gpucluster.service.ops import Operations
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +102,15 @@ def create_app(service: Service, mount_web: Callable[[FastAPI], None] | None = N
         dependencies=[Depends(known_query_only)],
     )
     app.state.service = service
+    app.state.ops = Operations(service)
     app.state.metrics = meta.metrics_renderer(service)
     _install_error_handlers(app)
-    for module in (meta, jobs, cluster, tenants, tasks):
+    for module in (meta, jobs, cluster, tenants, tasks, ops):
         app.include_router(module.router)
     if mount_web is not None:
         mount_web(app)
-    app.add_middleware(Guard, service=service)  # outermost of ours: runs before any body is read
+    app.add_middleware(Guard, service=service)  # runs before any body is read
+    app.add_middleware(AccessLog, principal_key=PRINCIPAL_KEY)  # outermost: logs refused requests too
     return app
 
 

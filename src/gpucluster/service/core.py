@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucluster.monitoring import describe_record
 from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.limits import RateLimits, TokenBucket
 from gpucluster.service.lock import DataDirLock
-from gpucluster.service.monitor import describe
+from gpucluster.service.logs import EVENTS_LOGGER, log_event
 from gpucluster.service.runtime import Job, JobEvent, JobStatus, RemediationAudit, Runtime
 from gpucluster.service.store import BadRow, Store
 from gpucluster.service.tasks import TaskManager
 
 log = logging.getLogger(__name__)
+events_log = logging.getLogger(EVENTS_LOGGER)
 
 SYNTHETIC_TENANT = "synthetic"
 REMEDIATION_ACTOR = "remediation"
@@ -72,6 +74,8 @@ class Service:
     limiter: TokenBucket = field(default_factory=lambda: TokenBucket(0.0, 0))
     persisted_clock: float = -1.0
     """The clock value last written to the store; the runtime never runs ahead of it."""
+    tick_hooks: list[Callable[[list[JobEvent]], None]] = field(default_factory=list)
+    """Called after every tick with its events (``service.ops``: logs, alert transitions, history)."""
     _cache: dict[str, Any] = field(default_factory=dict)
     _cache_version: int = -1
 
@@ -103,6 +107,8 @@ class Service:
         if events:
             self.store.record_events(events)
         self.persist_remediation()
+        for hook in self.tick_hooks:
+            hook(events)
         return events
 
     def persist_remediation(self) -> None:
@@ -110,8 +116,12 @@ class Service:
         if not isinstance(self.runtime, RemediationAudit):
             return
         records = self.runtime.take_audit_records()
+        for r in records:
+            log_event(events_log, f"remediation {r.action} {r.target}: {r.outcome}", event="remediation",
+                      action=r.action, target=r.target, outcome=r.outcome, alert=r.alert,
+                      detail=describe_record(r))
         if records:
-            self.store.audit_many((REMEDIATION_ACTOR, f"remediation.{r.action}", r.target, describe(r))
+            self.store.audit_many((REMEDIATION_ACTOR, f"remediation.{r.action}", r.target, describe_record(r))
                                   for r in records)
 
     def find_job(self, job_id: str) -> Job | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucluster.devices import DeviceSettings
+from gpucluster.monitoring import RemediationPolicy
 from gpucluster.scheduler import DEFAULT_POLICY
 from gpucluster.service.embedded import EmbeddedRuntime
 from gpucluster.service.runtime import JobEvent, JobStatus, Runtime
@@ -41,6 +42,8 @@ class RuntimeOptions:
     seed: int = 0
     devices: DeviceSettings | None = None
     """Device settings (``--device-config``); None = HAMi's defaults."""
+    remediation: RemediationPolicy | None = None
+    """What automatic remediation may do (``up --remediate``); None = the monitoring package's default."""
 
 
 def build_runtime(opts: RuntimeOptions) -> Runtime:
@@ -65,4 +68,4 @@ def build_runtime(opts: RuntimeOptions) -> Runtime:
     if opts.cluster is None:
         raise RuntimeUnavailableError("--cluster: no cluster to run")
     return EmbeddedRuntime(opts.cluster, opts.policy, opts.background, opts.fault_rate_per_hour, opts.seed,
-                           devices=opts.devices)
+                           devices=opts.devices, remediation=opts.remediation)

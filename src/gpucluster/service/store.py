@@ -267,6 +267,45 @@ class Store:
                                     (job_id,)).fetchall()
         return [dict(r) for r in rows]
 
+    def events_page(self, after: int | None, limit: int, tenant: str | None = None,
+                    job_id: str | None = None) -> list[dict[str, Any]]:
+        """Job events with their job's name and tenant, oldest first: those after event id ``after``, or (with
+        None) the newest ``limit``. ``tenant``/``job_id`` filter."""
+        where: list[str] = []
+        args: list[int | str] = []
+        if after is not None:
+            where.append("e.id > ?")
+            args.append(after)
+        if tenant is not None:
+            where.append("j.tenant = ?")
+            args.append(tenant)
+        if job_id is not None:
+            where.append("e.job_id = ?")
+            args.append(job_id)
+        sql = ("SELECT e.id, e.job_id, e.at, e.t, e.kind, e.status, e.message, j.name, j.tenant FROM events e "
+               "JOIN jobs j ON j.id = e.job_id" + (" WHERE " + " AND ".join(where) if where else "")
+               + (" ORDER BY e.id LIMIT ?" if after is not None else " ORDER BY e.id DESC LIMIT ?"))
+        with self._lock:
+            rows = [dict(r) for r in self._db.execute(sql, (*args, limit)).fetchall()]
+        return rows if after is not None else rows[::-1]
+
+    def audit_page(self, after: int | None, limit: int, actors: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Audit lines of ``actors`` with their id, oldest first: after id ``after``, or the newest ``limit``."""
+        marks = ",".join("?" * len(actors))
+        sql = (f"SELECT id, at, actor, action, target, detail FROM audit WHERE actor IN ({marks})"
+               + (" AND id > ? ORDER BY id LIMIT ?" if after is not None else " ORDER BY id DESC LIMIT ?"))
+        args = (*actors, after, limit) if after is not None else (*actors, limit)
+        with self._lock:
+            rows = [dict(r) for r in self._db.execute(sql, args).fetchall()]
+        return rows if after is not None else rows[::-1]
+
+    def last_ids(self) -> tuple[int, int]:
+        """The newest job event id and audit id (0 when none): a cursor at "now"."""
+        with self._lock:
+            e = self._db.execute("SELECT COALESCE(MAX(id), 0) AS n FROM events").fetchone()["n"]
+            a = self._db.execute("SELECT COALESCE(MAX(id), 0) AS n FROM audit").fetchone()["n"]
+        return int(e), int(a)
+
     # ------------------------------------------------------------------ audit
     def audit(self, actor: str, action: str, target: str = "", detail: str = "") -> None:
         with self._lock:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from gpucluster.service.api.deps import Auth, Svc, admin_only, cached_json
 from gpucluster.service.api.models import ERRORS, Alerts, FaultOut, NodeDetail, NodeList, Overview, Topology
+from gpucluster.service.api.ops import get_ops
 from gpucluster.service.errors import ApiError
 from gpucluster.service.runtime import FaultDrill, JobEvent, JobStatus
 
@@ -17,10 +18,12 @@ NodeName = Annotated[str, Path(max_length=253)]
 
 
 @router.get("/api/v1/overview", response_model=Overview, responses=ERRORS)
-async def overview(who: Auth, service: Svc) -> Any:
+async def overview(request: Request, who: Auth, service: Svc) -> Any:
     def compute() -> dict[str, Any]:
-        out = dict(service.runtime.overview())
+        out = dict(service.cached("overview-raw", service.runtime.overview))
         out["speed"] = service.config.speed
+        if "alerts_firing" in out:  # silenced alerts do not count
+            out["alerts_firing"] = get_ops(request).alerts(service.runtime.now)[1]
         return out
 
     if who.is_admin:
@@ -89,11 +92,14 @@ async def topology(who: Auth, service: Svc) -> Response:
 
 
 @router.get("/api/v1/alerts", response_model=Alerts, responses=ERRORS)
-async def alerts(who: Auth, service: Svc) -> Response:
+async def alerts(request: Request, who: Auth, service: Svc) -> Response:
+    """Active alerts (firing, then pending), then recently resolved ones, each with ``state`` and ``silenced``;
+    ``firing`` counts the firing alerts nobody silenced; ``counts`` per state."""
     def compute() -> dict[str, Any]:
-        items = service.runtime.alerts()
-        return {"firing": sum(1 for a in items if a["state"] == "firing"), "alerts": items,
-                "remediations": service.runtime.remediations()}
+        items, firing = get_ops(request).alerts(service.runtime.now)
+        counts = {s: sum(1 for a in items if a["state"] == s) for s in ("firing", "pending", "resolved")}
+        counts["silenced"] = sum(1 for a in items if a["silenced"])
+        return {"firing": firing, "counts": counts, "alerts": items, "remediations": service.runtime.remediations()}
 
     return cached_json(service, "alerts", compute)
 

@@ -269,6 +269,103 @@ class TaskList(_Out):
     experiments: list[TaskOut]
 
 
+class EventOut(_Out):
+    id: str = Field(description="``e<n>`` (a job event) or ``a<n>`` (a cluster event from the audit log).")
+    at: float = Field(description="Wall-clock (Unix) time it was recorded.")
+    t: float | None = Field(description="Runtime clock time (job events).")
+    type: str = Field(description="``job``, ``remediation`` or ``alert``.")
+    kind: str = Field(description="Job: submitted, running, unschedulable, evicted, migrated, succeeded ...; "
+                                  "remediation: the action; alert: firing or resolved.")
+    object: str = Field(description="``job/<id>``, ``node/<name>`` or ``cluster``.")
+    name: str
+    tenant: str
+    status: str
+    message: str
+
+
+class EventList(_Out):
+    events: list[EventOut]
+    cursor: str = Field(description="Pass back as ``?cursor=`` for the events after these.")
+
+
+class QueueRow(_Out):
+    position: int = Field(description="1 = tried next.")
+    id: str
+    name: str
+    tenant: str
+    synthetic: bool
+    priority: int
+    replicas: int
+    gpus: float
+    waiting_s: float
+    why: str = Field(description="Why it waits (the scheduler's counted reasons, quota ...).")
+    est_start_t: float | None = Field(description="Rough start estimate (runtime clock); null = unknown.")
+    est_wait_s: float | None
+
+
+class QueueView(_Out):
+    t: float
+    total: int = Field(description="Pending jobs in the whole queue (rows may be fewer: a tenant sees its own).")
+    free_gpus: float
+    jobs: list[QueueRow]
+
+
+class RemediationPlan(_Out):
+    available: bool = Field(description="False where the backend does not remediate on its own.")
+    modes: dict[str, str] = Field(description="Per action: on, dry-run (planned only) or off.")
+    planned: list[dict[str, Any]] = Field(description="Planned (dry-run) actions whose alert still fires.")
+    log: list[dict[str, Any]] = Field(description="Every decision, newest first.")
+
+
+class HistoryOut(_Out):
+    t: float
+    range_s: float
+    points: list[dict[str, float]]
+
+
+class DeviceUsage(_Out):
+    index: int
+    reporting: bool
+    util_pct: float | None
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+    temp_c: float | None
+    power_w: float | None
+    xid: int | None
+    history: dict[str, Any]
+
+
+class NodeUsage(_Out):
+    name: str
+    t: float
+    available: bool = Field(description="False where the backend has no device collector.")
+    devices: list[DeviceUsage]
+
+
+class SilenceIn(_In):
+    alert: Annotated[str, StringConstraints(max_length=128)] = Field(
+        "", description="Alert name (e.g. GpuXidCritical); empty = any alert.")
+    target: Annotated[str, StringConstraints(max_length=300)] = Field(
+        "", description="node, node/gpuN or cluster; empty = any target. A node also covers its GPUs.")
+    duration_s: float = Field(3600.0, gt=0, le=30 * 86400, description="How long, in runtime clock seconds.")
+    comment: Annotated[str, StringConstraints(max_length=500)] = ""
+
+
+class SilenceOut(_Out):
+    id: str
+    alert: str
+    target: str
+    starts_t: float
+    ends_t: float
+    comment: str
+    created_by: str
+
+
+class SilenceList(_Out):
+    t: float
+    silences: list[SilenceOut]
+
+
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": why} for code, why in (
         (400, "The body is not UTF-8 JSON, or a header is malformed."),
@@ -288,17 +385,28 @@ __all__ = [
     "NAME_RE",
     "Alerts",
     "AuditLog",
+    "DeviceUsage",
     "ErrorOut",
+    "EventList",
+    "EventOut",
     "ExperimentIn",
     "FaultOut",
     "Health",
+    "HistoryOut",
     "JobDetail",
     "JobIn",
     "JobList",
     "JobOut",
     "NodeDetail",
     "NodeList",
+    "NodeUsage",
     "Overview",
+    "QueueRow",
+    "QueueView",
+    "RemediationPlan",
+    "SilenceIn",
+    "SilenceList",
+    "SilenceOut",
     "TaskList",
     "TaskOut",
     "TenantCreated",
