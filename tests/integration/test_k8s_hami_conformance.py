@@ -135,7 +135,8 @@ def test_extender_writes_hamis_annotations(kube_control_plane: Any, kube_client:
     ext = start_extender(kube_control_plane.kubeconfig, port, tmp_path / "extender.log", "--scheduler-name",
                          scheduler, "--policy", "binpack", "--device-config", str(config_path))
     try:
-        cfg = scheduler_config(f"http://127.0.0.1:{port}", registry, scheduler)
+        cfg = scheduler_config(f"http://127.0.0.1:{port}", registry, scheduler,
+                               kube_version="1.20")  # the API server and kube-scheduler here are v1.20.2
         cfg["podInitialBackoffSeconds"] = 1
         cfg["podMaxBackoffSeconds"] = 2
         kube_scheduler_factory(yaml.safe_dump(cfg, sort_keys=False), name=f"hami-{run}")
