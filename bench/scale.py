@@ -12,10 +12,11 @@ Reserve with device choice, assume, bind) with the public API (``ClusterState``,
 failed placements count as decisions, nothing leaves.
 
 Every (nodes, policy) runs in a fresh child process, one after the other, so that peak RSS is that config's
-own and no run inherits another's caches. Per config: decisions/s (wall), decisions per CPU second
-(``time.process_time``: less disturbed when other jobs share the machine), p50/p99 decision latency, peak RSS
-(``ru_maxrss`` of the child, the cluster and pods included) and the ratio of decisions/s to binpack's at the
-same size in the same run (the load-independent figure: both see the same machine).
+own and no run inherits another's caches; children run numpy's BLAS on one thread (one core). Per config:
+decisions/s (wall), decisions per CPU second (``time.process_time``: less disturbed when other jobs share the
+machine), p50/p99 decision latency, peak RSS (``ru_maxrss`` of the child, the cluster and pods included) and the
+ratio of decisions/s to binpack's at the same size in the same run (the load-independent figure: both see the
+same machine).
 
 ``--profile N`` instead runs each config in this process under cProfile and prints its N top entries by own
 time. ``--json`` prints the rows as JSON; ``--markdown`` prints the table as docs/benchmarks.md records it.
@@ -46,6 +47,8 @@ TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "ali
 BASE_NODES = 1213
 DEFAULT_NODES = (1 * BASE_NODES, 4 * BASE_NODES, 8 * BASE_NODES, 16 * BASE_NODES)
 DEFAULT_POLICIES = ("binpack", "spread", "fgd", "default")
+ONE_CORE = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""Children run numpy's BLAS on one thread: the figures are per core."""
 
 
 def cluster(n_nodes: int, traces: Path = TRACES) -> list[NodeSpec]:
@@ -97,7 +100,8 @@ def measure(n_nodes: int, policy: str, n_pods: int, seed: int = 42) -> dict[str,
 def run_child(n_nodes: int, policy: str, n_pods: int, seed: int) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", "--nodes", str(n_nodes), "--policies", policy,
            "--pods", str(n_pods), "--seed", str(seed)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    env = {**os.environ, **ONE_CORE}
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{n_nodes} nodes / {policy}: child failed ({done.returncode}):\n{done.stderr}")
     row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
