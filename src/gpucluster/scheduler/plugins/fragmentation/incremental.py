@@ -81,8 +81,6 @@ class _Table:
     """Target version ``x`` was computed under."""
     known: npt.NDArray[np.int16]
     """Universe columns of ``d`` that are measured (0: none; recompute on any change of the target)."""
-    x: FloatArray
-    """Drop (before stranding) of the chosen placement."""
     alt_before: FloatArray
     """Largest drop of the node's other GPUs that come before the chosen one (``-inf``: none)."""
     alt_after: FloatArray
@@ -101,7 +99,7 @@ class _Table:
     def empty(cls, n: int, width: int, bounds: bool) -> _Table:
         m = n if bounds else 0
         return cls(np.zeros(n, np.float64), np.zeros(n, np.int64), np.full(n, -1, np.int64),
-                   np.full(n, -1, np.int32), np.full(m, -1, np.int32), np.zeros(m, np.int16), np.zeros(m, np.float64),
+                   np.full(n, -1, np.int32), np.full(m, -1, np.int32), np.zeros(m, np.int16),
                    np.full(m, -np.inf), np.full(m, -np.inf), np.zeros(m, np.float32), np.zeros(m, np.int16),
                    np.zeros(m, np.bool_), np.zeros((m, width if bounds else 0), np.int16))
 
@@ -142,6 +140,8 @@ class IncrementalScores:
         self._weights: list[FloatArray] = [np.zeros(0, np.float64)]
         self._universe: Universe | None = None
         self._tables: dict[Hashable, _Table] = {}
+        self._moved_table = np.zeros((1, 1), np.float64)
+        self._moved_at = -1
         self.rescored = 0
         """Rows re-scored from their kept drop (no recomputation); for benchmarks."""
         self.recomputed = 0
@@ -215,7 +215,6 @@ class IncrementalScores:
         db = d.diff[k]
         width = db.shape[1]
         t.widen(width)
-        t.x[rows] = d.x[r_all, best]
         t.x_version[rows] = self.version
         fits = np.abs(db).max(axis=1, initial=0) <= _D_MAX
         t.d[rows, :width] = np.where(fits[:, None], db, 0).astype(np.int16)
@@ -261,6 +260,18 @@ class IncrementalScores:
             t.known[sel] = np.where(fits, g_now, 0)
             t.zero[sel] &= fits & (diff == 0).all(axis=1)
 
+    def _moved(self) -> FloatArray:
+        """``[version, k]``: sum over the first k universe columns of ``|w' - w_version|`` (w' = now)."""
+        if self._moved_at != self.version:
+            now = self._weights[self.version]
+            table = np.zeros((len(self._weights), now.size + 1), np.float64)
+            for v, then in enumerate(self._weights):
+                dw = now.copy()
+                dw[: then.size] -= then
+                table[v, 1:] = np.cumsum(np.abs(dw))
+            self._moved_table, self._moved_at = table, self.version
+        return self._moved_table
+
     def _rescore(self, t: _Table, rows: IntArray, scorer: Scorer, gain: FloatArray | None,
                  idle: FloatArray) -> IntArray:
         """Re-score ``rows`` from their kept drop; returns the rows that need an exact computation."""
@@ -268,19 +279,12 @@ class IncrementalScores:
         now = self._weights[self.version]
         g_now = now.size
         tail = np.concatenate([np.cumsum(now[::-1])[::-1], [0.0]])  # tail[k] = sum of w' over columns >= k
-        xv = t.x_version[rows]
         known = t.known[rows].astype(np.int64)
         alt_known = np.minimum(t.alt_known[rows].astype(np.int64), g_now)
-        est = t.x[rows]
-        moved = np.zeros(rows.size, np.float64)  # sum |w' - w| over the columns alt_d covers
-        for v in _distinct(xv):
-            sel = np.flatnonzero(xv == v)
-            then = self._weights[v] if v >= 0 else np.zeros(0, np.float64)
-            dw = now.copy()
-            dw[: then.size] -= then
-            w = min(g_now, t.d.shape[1])
-            est[sel] += t.d[rows[sel], :w].astype(np.float64) @ dw[:w]
-            moved[sel] = np.concatenate([[0.0], np.cumsum(np.abs(dw))])[alt_known[sel]]
+        # the drop under the new weights: d . w' (the kept drop is d . w of its own version, up to rounding)
+        w = min(g_now, t.d.shape[1])
+        est = t.d[rows, :w].astype(np.float64) @ now[:w]
+        moved = self._moved()[t.x_version[rows], alt_known]  # sum |w' - w| over the columns alt_d covers
         exact0 = t.zero[rows] & (known == g_now)
         eps = tail[np.minimum(known, g_now)] * idle + MARGIN
         y = est if gain is None else est + gain

@@ -170,8 +170,9 @@ def _amounts(total: IntArray, count: IntArray, below: IntArray, cpu_left: IntArr
     gs = target.gpu_shapes
     if gs.size and b:
         inv = target.threshold_of
-        ok = (count[:, inv] >= target.num[gs][None, :]) & (cpu_left[:, None] >= target.cpu[gs][None, :])
-        ok &= access[gs][:, model].T
+        ok = count[:, inv] >= target.num[gs]
+        ok &= cpu_left[:, None] >= target.cpu[gs]
+        ok &= access[gs].T[model]
         if mem_left is not None and target.mem is not None:
             ok &= mem_left[:, None] >= target.mem[gs][None, :]
         amount[:, gs] = np.where(ok, below[:, inv], total[:, None])
