@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import multiprocessing as mp
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gpucluster.cli.common import console, err_console, fail, print_json
 from gpucluster.cli.output import print_table
 from gpucluster.simulator.experiments import fgd
+from gpucluster.simulator.experiments.executor import ExecutorError, executor_for
 from gpucluster.simulator.experiments.fgd_engine import PolicyName
 from gpucluster.simulator.traces.openb import TraceError, load_nodes, load_pods
 
@@ -106,9 +105,15 @@ def fgd_sweep_cmd(
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 42-51.")] = "42-51",
     inflation: Annotated[float, typer.Option("--inflation")] = 1.3,
     jobs: Annotated[int, typer.Option("--jobs", help="Worker processes (default: all cores).")] = 0,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", envvar="RAY_ADDRESS",
+        help="Run on this Ray cluster instead of local processes (HOST:PORT of the head, ray://HOST:10001, or "
+             "auto); needs pip install 'gpucluster[ray]' and gpucluster on the workers. Results are identical "
+             "to a local sweep.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Every (workload, policy, seed) in parallel, resumable; then comparison figures and a summary table."""
+    """Every (workload, policy, seed) in parallel (local processes or a Ray cluster), resumable; then comparison
+    figures and a summary table."""
     pols = [_policy(p.strip()).value for p in policies.split(",") if p.strip()]
     wls = [w.strip() for w in workloads.split(",") if w.strip()] or list(fgd.PUBLISHED_WORKLOADS)
     seed_list = _seeds(seeds)
@@ -125,17 +130,21 @@ def fgd_sweep_cmd(
         fail(str(exc))
     tasks = fgd.sweep_tasks(trace_dir, out, wls, pols, seed_list, inflation)
     todo = [t for t in tasks if not Path(t.out_file).is_file()]
-    n_jobs = jobs or os.cpu_count() or 1
-    with _progress() as prog:
-        bar = prog.add_task(f"sweep ({len(tasks) - len(todo)} already done)", total=len(todo))
-        if n_jobs == 1 or len(todo) <= 1:
-            for t in todo:
-                fgd.run_sweep_task(t)
+    payload = fgd.sweep_payload(trace_dir, sorted({t.workload for t in todo}))
+    try:
+        executor = executor_for(jobs, ray_address, len(todo))
+    except ExecutorError as exc:
+        fail(f"--ray-address: {exc}")
+    err_console.print(f"sweep: {len(todo)} runs to do ({len(tasks) - len(todo)} already done) on "
+                      f"{executor.description}", highlight=False)
+    try:
+        with _progress() as prog:
+            bar = prog.add_task(f"sweep ({len(tasks) - len(todo)} already done)", total=len(todo))
+            for task, text, _ in executor.map_unordered(fgd.compute_sweep_task, todo, (payload,)):
+                fgd.write_sweep_result(task, text)
                 prog.advance(bar)
-        else:
-            with mp.get_context("fork").Pool(n_jobs) as pool:
-                for _ in pool.imap_unordered(fgd.run_sweep_task, todo):
-                    prog.advance(bar)
+    finally:
+        executor.close()
     results = fgd.collect_sweep(out, wls, pols, seed_list, inflation, total_gpus)
     published_csv = trace_dir / "fgd-expected-results" / "analysis_allo_discrete.csv"
     published = fgd.load_published(published_csv) if published_csv.is_file() else None

@@ -41,6 +41,7 @@ from gpucluster.design import (
     parse_requirements,
 )
 from gpucluster.design.spec_export import cluster_spec
+from gpucluster.simulator.experiments.executor import ExecutorError, executor_for
 from gpucluster.simulator.jobs import JobSpec, TraceError
 from gpucluster.simulator.policies import DEFAULT_POLICY, POLICIES
 from gpucluster.simulator.runner import Simulation
@@ -141,6 +142,32 @@ def evaluate(cand: Candidate, jobs: list[JobSpec], policy: str, seed: int, years
         "makespan_s": round(float(s["makespan_s"]), 3),
         "warnings": list(d.warnings),
     }
+
+
+def _evaluate_indexed(item: tuple[int, Candidate], jobs: list[JobSpec], policy: str, seed: int,
+                      years: float) -> tuple[int, dict[str, Any]]:
+    return item[0], evaluate(item[1], jobs, policy, seed, years)
+
+
+def _evaluate_all(cands: list[Candidate], jobs: list[JobSpec], policy: str, seed: int, years: float,
+                  ray_address: str | None) -> list[dict[str, Any]]:
+    """Every design's row, in ``cands`` order: here one after the other, or as parallel tasks on Ray."""
+    if not ray_address:
+        return [evaluate(c, jobs, policy, seed, years) for c in cands]
+    try:
+        executor = executor_for(ray_address=ray_address)
+    except ExecutorError as exc:
+        _fail([f"--ray-address: {exc}"])
+    info = Console(stderr=True)
+    info.print(f"what if: {len(cands)} designs on {executor.description}", highlight=False)
+    rows: dict[int, dict[str, Any]] = {}
+    try:
+        for k, row in executor.map_unordered(_evaluate_indexed, list(enumerate(cands)), (jobs, policy, seed, years)):
+            rows[k] = row
+            info.print(f"  done: {row['name']} ({len(rows)}/{len(cands)})", highlight=False)
+    finally:
+        executor.close()
+    return [rows[k] for k in range(len(cands))]
 
 
 def verdict(rows: list[dict[str, Any]], tolerance_pct: float) -> dict[str, Any]:
@@ -290,6 +317,11 @@ def whatif(
     limit: Annotated[int | None, typer.Option(help="Only the first N jobs (by arrival)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {designs, verdict} as JSON")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for whatif.csv and whatif.png")] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", envvar="RAY_ADDRESS",
+        help="Simulate the designs in parallel on this Ray cluster (HOST:PORT of the head, ray://HOST:10001, or "
+             "auto); needs pip install 'gpucluster[ray]' and gpucluster on the workers. Same results as "
+             "without it.")] = None,
 ) -> None:
     """Simulate each design on the same workload; print cost against utilisation and JCT, and which to buy."""
     if policy not in POLICIES:
@@ -310,7 +342,7 @@ def whatif(
     jobs = sorted(jobs, key=lambda j: j.submit_s)[:limit] if limit else jobs
     if not jobs:
         _fail([f"--trace {trace}: no jobs in it"])
-    rows = [evaluate(c, jobs, policy, seed, years) for c in cands]
+    rows = _evaluate_all(cands, jobs, policy, seed, years, ray_address)
     v = verdict(rows, tolerance)
     title = f"what if: {len(jobs):,} jobs ({trace.split(':', 1)[0]}), policy {policy}"
     if as_json:

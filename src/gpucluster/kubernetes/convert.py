@@ -282,7 +282,7 @@ def node_names(args: Mapping[str, Any]) -> tuple[list[str], list[Mapping[str, An
     if names is not None:
         if not isinstance(names, Sequence) or isinstance(names, str):
             raise KubeInputError("nodenames: must be a list of node names")
-        return [str(n) for n in names], None
+        return list(map(str, names)), None
     nodes = args.get("nodes") or args.get("Nodes")
     if nodes is None:
         return [], None

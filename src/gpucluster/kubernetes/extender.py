@@ -69,7 +69,7 @@ class ExtenderLogic:
         except KubeInputError as exc:
             raise ExtenderError(str(exc)) from None
         if not pod.device_requests and not pod.init_device_requests:
-            return self._filter_result(names, items, set(names), {}, {})
+            return self._filter_result(names, items, None, {}, {})
         decision = self.cluster.decide(pod, names)
         if decision.ok and decision.node is not None:
             keep = {decision.node}
@@ -116,11 +116,17 @@ class ExtenderLogic:
             return False
 
     @staticmethod
-    def _filter_result(names: list[str], items: list[Mapping[str, Any]] | None, keep: set[str],
+    def _filter_result(names: list[str], items: list[Mapping[str, Any]] | None, keep: set[str] | None,
                        failed: dict[str, str], unresolvable: dict[str, str]) -> dict[str, Any]:
+        """``keep``: the offered nodes that pass (None: all of them)."""
         out: dict[str, Any] = {"failedNodes": failed, "failedAndUnresolvableNodes": unresolvable, "error": ""}
-        if items is None:
-            out["nodenames"] = [n for n in names if n in keep]
+        if keep is None and items is None:
+            out["nodenames"] = names
+        elif keep is None:
+            out["nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": items}
+        elif items is None:
+            # one chosen node (or none) out of thousands offered: no pass over the offered names
+            out["nodenames"] = [n for n in names if n in keep] if len(keep) > 1 else sorted(keep)
         else:
             out["nodes"] = {"apiVersion": "v1", "kind": "NodeList",
                             "items": [it for it, n in zip(items, names, strict=True) if n in keep]}

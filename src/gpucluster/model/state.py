@@ -178,15 +178,23 @@ class ClusterState:
         self.dev_numa: IntArray = np.zeros((n, d), np.int64)
         self.dev_nvlink: IntArray = np.full((n, d), -1, np.int64)
         self.dev_uuid: list[list[str]] = []
+        # kept per node by _touch, so that a snapshot does not recompute them over every node
+        self.cpu_free: IntArray = np.zeros(n, np.int64)
+        self.mem_free: IntArray = np.zeros(n, np.int64)
+        self.dev_core_free: IntArray = np.zeros((n, d), np.int64)
+        self.dev_mem_free: IntArray = np.zeros((n, d), np.int64)
+        self.dev_usable: BoolArray = np.zeros((n, d), np.bool_)
+        """Devices that exist, are healthy and sit on a schedulable node."""
 
     _NODE_ARRAYS = (
         "cpu_cap", "cpu_used", "mem_cap", "mem_used", "schedulable", "present", "pod_count", "rack_id",
         "leaf_id", "spine_id", "node_generation", "dev_count", "node_core_cap", "node_core_used",
-        "node_dmem_cap", "node_dmem_used", "node_task_cap", "node_tasks",
+        "node_dmem_cap", "node_dmem_used", "node_task_cap", "node_tasks", "cpu_free", "mem_free",
     )
     _DEV_ARRAYS = (
         "dev_valid", "dev_vendor", "dev_model", "dev_type", "dev_mem_cap", "dev_mem_used", "dev_core_cap",
         "dev_core_used", "dev_tasks", "dev_max_tasks", "dev_healthy", "dev_numa", "dev_nvlink", "dev_cordoned",
+        "dev_core_free", "dev_mem_free", "dev_usable",
     )
 
     def _grow(self, need_devices: int) -> None:
@@ -284,6 +292,11 @@ class ClusterState:
     def _touch(self, i: int) -> None:
         self.generation += 1
         self.node_generation[i] = self.generation
+        self.cpu_free[i] = self.cpu_cap[i] - self.cpu_used[i]
+        self.mem_free[i] = self.mem_cap[i] - self.mem_used[i]
+        self.dev_core_free[i] = self.dev_core_cap[i] - self.dev_core_used[i]
+        self.dev_mem_free[i] = self.dev_mem_cap[i] - self.dev_mem_used[i]
+        self.dev_usable[i] = self.dev_valid[i] & self.dev_healthy[i] & self.schedulable[i]
 
     # ------------------------------------------------------------------ allocations
     def check_fits(self, alloc: Allocation) -> None:
@@ -404,7 +417,7 @@ class Snapshot:
     """A read-only view of a :class:`ClusterState` for one scheduling cycle.
 
     The arrays are views (no copy) with the write flag off; a snapshot is valid until its state's next
-    mutation (``stale`` tells). Derived arrays (free resources) are computed once per snapshot on first use.
+    mutation (``stale`` tells). The free-resource arrays are the state's own, kept per node as it changes.
     """
 
     def __init__(self, state: ClusterState) -> None:
@@ -476,26 +489,24 @@ class Snapshot:
 
     @property
     def cpu_free(self) -> IntArray:
-        return self._derived("cpu_free", lambda: self.cpu_cap - self.cpu_used)  # type: ignore[return-value]
+        return self._derived("cpu_free", lambda: _readonly(self._state.cpu_free))  # type: ignore[return-value]
 
     @property
     def mem_free(self) -> IntArray:
-        return self._derived("mem_free", lambda: self.mem_cap - self.mem_used)  # type: ignore[return-value]
+        return self._derived("mem_free", lambda: _readonly(self._state.mem_free))  # type: ignore[return-value]
 
     @property
     def dev_core_free(self) -> IntArray:
-        return self._derived("dev_core_free", lambda: self.dev_core_cap - self.dev_core_used)  # type: ignore[return-value]
+        return self._derived("dev_core_free", lambda: _readonly(self._state.dev_core_free))  # type: ignore[return-value]
 
     @property
     def dev_mem_free(self) -> IntArray:
-        return self._derived("dev_mem_free", lambda: self.dev_mem_cap - self.dev_mem_used)  # type: ignore[return-value]
+        return self._derived("dev_mem_free", lambda: _readonly(self._state.dev_mem_free))  # type: ignore[return-value]
 
     @property
     def dev_usable(self) -> BoolArray:
         """Devices that exist, are healthy and sit on a schedulable node."""
-        return self._derived(  # type: ignore[return-value]
-            "dev_usable", lambda: self.dev_valid & self.dev_healthy & self.schedulable[:, None]
-        )
+        return self._derived("dev_usable", lambda: _readonly(self._state.dev_usable))  # type: ignore[return-value]
 
     @property
     def allocations(self) -> dict[str, Allocation]:
