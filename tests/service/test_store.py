@@ -79,6 +79,25 @@ def test_events_update_status_and_message_and_are_kept_in_order(path: Path) -> N
     assert again.max_event_t() == 9.5
 
 
+def test_a_job_saved_with_its_events_comes_back_with_its_run(path: Path) -> None:
+    """Events recorded with the job they are about save the job whole: how its run went reads back after a
+    reopen (a job that ended before a restart is shown as it was)."""
+    store = Store(path)
+    job = _jobs()[0]
+    job.submitted_t = 3.25
+    store.insert_job(job, actor="tester")
+    job.status, job.message, job.priority = JobStatus.RUNNING, "running on n0, n1", 50
+    job.started_t, job.gpus = 4.5, 6.0
+    job.placements = [{"pod": "team-a/j-a-0", "node": "n0", "devices": [{"uuid": "G0", "cores": 100}]},
+                      {"pod": "team-a/j-a-1", "node": "n1", "devices": []}]
+    store.record_events([JobEvent("j-a", 4.5, "running", JobStatus.RUNNING, "started")], {"j-a": job})
+    job.status, job.message, job.finished_t = JobStatus.SUCCEEDED, "completed after 12.5 s", 17.0
+    store.record_events([JobEvent("j-a", 17.0, "succeeded", JobStatus.SUCCEEDED, "done")], {"j-a": job})
+    store.close()
+    (loaded,) = Store(path).load_jobs()
+    assert dataclasses.asdict(loaded) == dataclasses.asdict(job)
+
+
 def test_max_event_t_of_an_empty_store_is_none(path: Path) -> None:
     assert Store(path).max_event_t() is None
 
@@ -191,6 +210,12 @@ def test_files_are_private_and_an_older_database_is_migrated(path: Path) -> None
                                    "created": 5.0}
     store.upsert_tenant("old", 2.0, 1.0, max_priority=7)
     assert store.tenant("old")["max_priority"] == 7  # type: ignore[index]
+    with sqlite3.connect(path) as db:  # and a job row written before the run fields were stored
+        db.execute("INSERT INTO jobs(id, name, tenant, replicas, resources, status, submitted_at, updated_at) "
+                   "VALUES('j-old', 'old', 'old', 2, '{}', 'succeeded', 1, 1)")
+    (old,) = store.load_jobs()
+    assert (old.id, old.replicas, old.status, old.started_t, old.finished_t, old.gpus, old.placements) == (
+        "j-old", 2, JobStatus.SUCCEEDED, None, None, 0.0, [])
     fresh = path.parent.parent / "fresh" / "gpucluster.db"
     Store(fresh)
     assert stat.S_IMODE(fresh.parent.stat().st_mode) == 0o700
