@@ -267,3 +267,42 @@ def test_restarted_control_plane_adopts_running_pods(kube_control_plane: Any, ku
                 cp.stop()
         core.delete_collection_namespaced_pod(NAMESPACE, label_selector=f"{TENANT_LABEL}={tenant}",
                                               grace_period_seconds=0)
+
+
+def test_tenant_quota_on_kubernetes(kube_client: Any, fleet: list[NodeSpec], control_plane: ControlPlane) -> None:
+    """A tenant's GPU quota holds on the Kubernetes backend: a job that brings it exactly to its quota gets its
+    pods, the next one waits (no pods created) with the reason, and gets them once the first is cancelled."""
+    core = core_api(kube_client)
+    tenant = f"q-{fleet[0].name.split('-')[1]}"
+    whole = {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100}
+    try:
+        with control_plane.client() as api:
+            r = api.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2})
+            assert r.status_code == 201, r.text
+            headers = {"Authorization": f"Bearer {r.json()['token']}"}
+            pair = api.post("/api/v1/jobs", json={"name": "pair", "replicas": 2, "resources": whole},
+                            headers=headers).json()
+            extra = api.post("/api/v1/jobs", json={"name": "extra", "resources": whole}, headers=headers).json()
+            assert (pair["tenant"], pair["gpus"], extra["gpus"]) == (tenant, 2.0, 1.0)
+            wait_until(lambda: _status_is(api, pair["id"], "running"), 30, "the job at exactly its quota to run")
+
+            def waiting() -> dict[str, Any] | None:
+                job = _job(api, extra["id"])
+                return job if job["status"] == "pending" and "waiting for quota" in job["message"] else None
+
+            held = wait_until(waiting, 30, "the job over the quota to wait for it")
+            assert f"tenant {tenant} holds 2 of 2 GPUs, the job needs 1" in held["message"]
+            assert _pods(core, f"{JOB_LABEL}={extra['id']}") == []
+            row = next(t for t in api.get("/api/v1/tenants").json()["tenants"] if t["name"] == tenant)
+            assert (row["quota_gpus"], row["gpus"], row["running"], row["pending_gpus"], row["pending"]) == (
+                2.0, 2.0, 1, 1.0, 1)
+            assert api.delete(f"/api/v1/jobs/{pair['id']}").status_code == 200
+            wait_until(lambda: _status_is(api, extra["id"], "running"), 30, "the waiting job to run after the cancel")
+            assert len(_pods(core, f"{JOB_LABEL}={extra['id']}")) == 1
+            assert api.delete(f"/api/v1/jobs/{extra['id']}").status_code == 200
+    except BaseException:
+        print(control_plane.output()[-5000:])
+        raise
+    finally:
+        core.delete_collection_namespaced_pod(NAMESPACE, label_selector=f"{TENANT_LABEL}={tenant}",
+                                              grace_period_seconds=0)

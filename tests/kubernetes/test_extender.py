@@ -40,6 +40,10 @@ def test_filter_chooses_one_node_and_bind_binds_it(cluster: KubeCluster, binder:
         "error": ""}
     assert binder.bound == [("default/p", chosen)]
     assert not cluster.scheduler.cache.is_assumed("default/p")
+    # kube-scheduler retries a bind it did not hear back from: answered, not bound twice
+    assert logic.bind({"PodName": "p", "PodNamespace": "default", "PodUID": "uid-p", "Node": chosen}) == {
+        "error": ""}
+    assert binder.bound == [("default/p", chosen)]
 
 
 def test_filter_without_node_cache_returns_node_objects(cluster: KubeCluster) -> None:
