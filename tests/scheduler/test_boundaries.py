@@ -5,10 +5,13 @@ safety net (``ClusterState.check_fits``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpucluster.model import Allocation, AllocationError, ClusterState, DeviceGrant, Pod
 from gpucluster.scheduler import Outcome, Scheduler, profile_for
+from gpucluster.scheduler.feasibility import never_fits
 from tests.helpers import gpu_node, gpu_pod, state_of
 
 
@@ -140,3 +143,39 @@ def test_check_fits_task_limit_device_and_duplicates(state: ClusterState) -> Non
     state.release("a")
     state.assign(_alloc("c", core=10))
     assert sorted(state.allocations) == ["b", "c"] and int(state.dev_tasks[0, 0]) == 2
+
+
+# ------------------------------------------------------------------------------- admission (never_fits)
+def test_never_fits_lets_every_exact_fit_through() -> None:
+    """Refusing a job at submission is only right when it can never run: each quantity exactly at the largest
+    the cluster has is let through, one unit more is refused."""
+    state = state_of(gpu_node("a", gpus=2, memory_mib=16000, cpu_milli=4000, host_mib=8192, max_tasks=3),
+                     gpu_node("b", gpus=1, memory_mib=8000, cpu_milli=2000, host_mib=4096, max_tasks=3))
+
+    def copies(pod: Pod, n: int) -> list[Pod]:
+        return [dataclasses.replace(pod, name=f"{pod.name}-{i}") for i in range(n)]
+
+    ok = [
+        copies(gpu_pod("mem", memory_mib=16000, cores_pct=10), 1),
+        copies(gpu_pod("count", count=2, cores_pct=10), 1),
+        copies(gpu_pod("cpu", cores_pct=10, cpu_milli=4000, host_mib=8192), 1),
+        copies(gpu_pod("whole", cores_pct=100), 3),  # three devices, one whole device each
+        copies(gpu_pod("tasks", cores_pct=10, cpu_milli=0, host_mib=0), 9),  # 3 devices x 3 tasks
+        copies(gpu_pod("cores", cores_pct=100, memory_mib=100), 3),
+    ]
+    for pods in ok:
+        assert never_fits(pods, state) is None, pods[0].name
+    refused = [
+        (copies(gpu_pod("mem", memory_mib=16001, cores_pct=10), 1), "resources"),
+        (copies(gpu_pod("count", count=3, cores_pct=10), 1), "resources"),
+        (copies(gpu_pod("cpu", cores_pct=10, cpu_milli=4001), 1), "resources"),
+        (copies(gpu_pod("whole", cores_pct=100), 4), "replicas"),
+        (copies(gpu_pod("tasks", cores_pct=10, cpu_milli=0, host_mib=0), 10), "replicas"),
+    ]
+    for pods, where in refused:
+        found = never_fits(pods, state)
+        assert found is not None and found.where == where, (pods[0].name, found)
+    two = copies(gpu_pod("q", cores_pct=100), 2)
+    assert never_fits(two, state, quota_gpus=2.0, tenant="t") is None
+    found = never_fits(two, state, quota_gpus=1.5, tenant="t")
+    assert found is not None and found.where == "quota"
