@@ -33,31 +33,20 @@ def _refused(s: Scheduler, pod: Pod) -> str:
     return d.message()
 
 
-def test_device_memory_exact_fit() -> None:
+@pytest.mark.parametrize(("first", "exact", "over", "why", "used"), [
+    ({"memory_mib": 6000}, {"memory_mib": 10000}, {"memory_mib": 10001}, "InsufficientGPUMemory", "dev_mem_used"),
+    ({"memory_pct": 60}, {"memory_pct": 40}, {"memory_pct": 41}, "InsufficientGPUMemory", "dev_mem_used"),
+    ({"cores_pct": 60}, {"cores_pct": 40}, {"cores_pct": 41}, "InsufficientGPUCores", "dev_core_used"),
+], ids=["memory-mib", "memory-pct", "cores"])
+def test_device_exact_fit(first: dict[str, int], exact: dict[str, int], over: dict[str, int], why: str,
+                          used: str) -> None:
+    """After ``first``, ``exact`` takes exactly what is left of the one device (16,000 MiB, 100 %)."""
     s = _sched()
-    _place(s, gpu_pod("a", memory_mib=6000, cores_pct=10, cpu_milli=0, host_mib=0))
-    assert "InsufficientGPUMemory" in _refused(s, gpu_pod("over", memory_mib=10001, cores_pct=10, cpu_milli=0,
-                                                          host_mib=0))
-    _place(s, gpu_pod("exact", memory_mib=10000, cores_pct=10, cpu_milli=0, host_mib=0))
-    assert int(s.state.dev_mem_used[0, 0]) == 16000
-
-
-def test_device_memory_percentage_exact_fit() -> None:
-    s = _sched()
-    _place(s, gpu_pod("a", memory_pct=60, cores_pct=10, cpu_milli=0, host_mib=0))
-    assert "InsufficientGPUMemory" in _refused(s, gpu_pod("over", memory_pct=41, cores_pct=10, cpu_milli=0,
-                                                          host_mib=0))
-    _place(s, gpu_pod("exact", memory_pct=40, cores_pct=10, cpu_milli=0, host_mib=0))
-    assert int(s.state.dev_mem_used[0, 0]) == 16000
-
-
-def test_compute_exact_fit() -> None:
-    s = _sched()
-    _place(s, gpu_pod("a", memory_mib=100, cores_pct=60, cpu_milli=0, host_mib=0))
-    assert "InsufficientGPUCores" in _refused(s, gpu_pod("over", memory_mib=100, cores_pct=41, cpu_milli=0,
-                                                         host_mib=0))
-    _place(s, gpu_pod("exact", memory_mib=100, cores_pct=40, cpu_milli=0, host_mib=0))
-    assert int(s.state.dev_core_used[0, 0]) == 1000
+    base = {"memory_mib": 100, "cores_pct": 10, "cpu_milli": 0, "host_mib": 0}
+    _place(s, gpu_pod("first", **{**base, **first}))
+    assert why in _refused(s, gpu_pod("over", **{**base, **over}))
+    _place(s, gpu_pod("exact", **{**base, **exact}))
+    assert int(getattr(s.state, used)[0, 0]) == (16000 if used == "dev_mem_used" else 1000)
 
 
 def test_a_request_without_compute_needs_some_left() -> None:
