@@ -104,12 +104,17 @@ class Service:
         events = self.runtime.advance(t)
         self.ticks += 1
         self.version += 1
-        if events:
-            self.store.record_events(events)
+        self.record(events)
         self.persist_remediation()
         for hook in self.tick_hooks:
             hook(events)
         return events
+
+    def record(self, events: list[JobEvent]) -> None:
+        """Persist events and, whole, the persisted jobs they are about (status, message, run fields)."""
+        if events:
+            jobs = {e.job_id: job for e in events if (job := self.find_job(e.job_id)) is not None}
+            self.store.record_events(events, jobs)
 
     def persist_remediation(self) -> None:
         """Write the runtime's new remediation audit records to the audit log (actor ``remediation``)."""
@@ -191,7 +196,7 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
         if job.status.terminal:
             svc.archive[job.id] = job
             continue
-        job.submitted_t = runtime.now
+        job.submitted_t = min(job.submitted_t, runtime.now)  # as stored (0 for a row from before it was)
         try:
             runtime.validate(job)
             runtime.restore(job)
