@@ -203,9 +203,9 @@ def _prio(obj: dict[str, Any], priority: int) -> dict[str, Any]:
 @pytest.fixture
 def full_node() -> tuple[KubeCluster, ExtenderLogic]:
     """One node, four 80 GB GPUs, each held by one 60 GB pod of priority 0..3."""
-    c = KubeCluster(registry(), "binpack")
+    c = KubeCluster(registry(), "binpack", binder=RecordingBinder())
     c.set_nodes([node_obj("n0")])
-    logic = ExtenderLogic(c, bind=RecordingBinder(c))
+    logic = ExtenderLogic(c)
     for i in range(4):
         out = logic.filter({"Pod": _prio(pod_obj(f"low-{i}", mem=60000), i), "NodeNames": ["n0"]})
         assert out["nodenames"] == ["n0"]
