@@ -28,9 +28,20 @@ def test_members_wait_until_the_whole_gang_is_reserved() -> None:
     s = Scheduler(_state(2), _profile())
     d1 = s.schedule(_pod("a-0", "a", 2))
     assert d1.outcome == Outcome.WAITING
+    assert not s.framework.waiting_pods["default/a-0"].allowed  # held in the waiting-pods map
     d2 = s.schedule(_pod("a-1", "a", 2))
     assert d2.outcome == Outcome.SCHEDULED
+    assert s.framework.waiting_pods["default/a-0"].allowed  # the last member's Permit allowed the first
     assert {d1.node, d2.node} == {"n0", "n1"}
+
+
+def test_schedule_group_places_and_binds_the_whole_gang() -> None:
+    state = _state(2)
+    s = Scheduler(state, _profile())
+    group = s.schedule_group([_pod("a-0", "a", 2), _pod("a-1", "a", 2)])
+    assert group.ok and [d.outcome for d in group.decisions] == [Outcome.SCHEDULED] * 2
+    assert sorted(a.node for a in state.allocations.values()) == ["n0", "n1"]
+    assert s.framework.waiting_pods == {}
 
 
 def test_gang_larger_than_free_capacity_is_rejected_up_front() -> None:
@@ -43,10 +54,20 @@ def test_gang_larger_than_free_capacity_is_rejected_up_front() -> None:
     assert len(state.allocations) == 1  # nothing of the gang reserved
 
 
-def test_reject_forgets_partial_reservations() -> None:
-    s = Scheduler(_state(3), _profile())
-    gang = s.framework.plugin("Gang")
-    assert s.schedule(_pod("c-0", "c", 3)).outcome == Outcome.WAITING
-    assert gang.reserved("c") == 1  # type: ignore[attr-defined]
-    gang.reject("c")  # type: ignore[attr-defined]
-    assert gang.reserved("c") == 0  # type: ignore[attr-defined]
+def test_a_group_that_does_not_fit_leaves_nothing_reserved() -> None:
+    """Two members fit, the third does not: the group is given up, the waiting members are rejected
+    (Unreserve), their assumed devices are free again and the next group of the same gang starts afresh."""
+    state = _state(2)
+    s = Scheduler(state, _profile())
+    group = s.schedule_group([_pod(f"c-{i}", "c", 3) for i in range(3)])
+    assert not group.ok and group.failed is not None and "GangNotReady" in group.failed.reasons
+    assert state.allocations == {} and s.framework.waiting_pods == {}
+    assert s.schedule_group([_pod(f"c2-{i}", "c", 2) for i in range(2)]).ok
+
+
+def test_a_group_short_of_its_min_members_is_given_up() -> None:
+    state = _state(3)
+    s = Scheduler(state, _profile())
+    group = s.schedule_group([_pod("d-0", "d", 3), _pod("d-1", "d", 3)])
+    assert not group.ok and "gang d needs 3 members" in group.message()
+    assert state.allocations == {} and s.framework.waiting_pods == {}

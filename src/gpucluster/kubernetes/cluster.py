@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from gpucluster.kubernetes.convert import (
     pod_node,
 )
 from gpucluster.model import AllocationError, ClusterState, NodeSpec, Pod, Snapshot
-from gpucluster.scheduler import Decision, Outcome, Scheduler, profile_for
+from gpucluster.scheduler import Decision, GroupDecision, Outcome, Scheduler, profile_for
 from gpucluster.scheduler.framework import (
     BindPlugin,
     CycleState,
@@ -358,6 +358,18 @@ class KubeCluster:
                 return self.scheduler.schedule(pod)
             finally:
                 self.gate.candidates = None
+
+    def decide_group(self, pods: Sequence[Pod]) -> GroupDecision:
+        """Decide and assume a group of pods all or none (under the lock), without binding: the caller binds
+        each decision (``scheduler.bind``). Assumed-but-unbound earlier decisions of these pods are forgotten
+        first."""
+        with self.lock:
+            cache = self.scheduler.cache
+            cache.expire()
+            for pod in pods:
+                if pod.key in self.state.allocations and cache.is_assumed(pod.key):
+                    cache.forget(pod.key)
+            return self.scheduler.schedule_group(pods, bind=False)
 
     def node_reasons(self, pod: Pod, candidates: Iterable[str] | None = None) -> ReasonArray:
         """Per node, why ``pod`` does not fit it (0 = it fits), as Filter sees it now."""

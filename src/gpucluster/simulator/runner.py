@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from gpucluster.model import ClusterState, NodeSpec, TopologyLevel
-from gpucluster.scheduler import Decision, Outcome, Scheduler
+from gpucluster.scheduler import Scheduler
 from gpucluster.scheduler.framework import Handle, PluginConfig, Profile
 from gpucluster.scheduler.plugins.noderesources import NODE_NAME
 from gpucluster.scheduler.plugins.quota import QuotaTree
@@ -177,9 +177,6 @@ class Simulation:
         handle = Handle(rng=np.random.default_rng(seed), services=dict(services or {}))
         self.scheduler = Scheduler(self.state, prof, clock=lambda: self.kernel.now, handle=handle,
                                    assume_ttl=math.inf)
-        fw = self.scheduler.framework
-        self._gang = fw.plugin("Gang") if "Gang" in fw.weights else None
-        self._topology = fw.plugin("Topology") if "Topology" in fw.weights else None
         quota = handle.services.get("quota")
         self._quota = quota
         self._tree = quota if isinstance(quota, QuotaTree) else None
@@ -771,35 +768,16 @@ class Simulation:
             if stamp not in self._delay_wake:
                 self._delay_wake.add(stamp)
                 self.at(job.queued_since_s + self.locality_delay_s, self._wake)
-        decisions: list[Decision] = []
-        sched = self.scheduler
-        for pod in pods:
-            self.totals.schedule_calls += 1
-            d = sched.schedule(pod)
-            if not d.ok:
-                for prev in decisions:
-                    sched.cache.forget(prev.pod.key)
-                    if self._refund is not None:
-                        self._refund(prev.pod.key)
-                if pod.gang:
-                    if self._gang is not None:
-                        self._gang.reject(pod.gang)  # type: ignore[attr-defined]
-                    if self._topology is not None:
-                        self._topology.forget(pod.gang)  # type: ignore[attr-defined]
-                return False
-            decisions.append(d)
+        group = self.scheduler.schedule_group(pods)
+        self.totals.schedule_calls += group.cycles
+        if not group.ok:
+            return False
         nodes: list[int] = []
         devices: list[tuple[int, int]] = []
-        for d in decisions:
-            if d.outcome == Outcome.WAITING:
-                d.outcome = Outcome.SCHEDULED
-            st = sched.bind(d)
-            assert st.ok, st
+        for d in group.decisions:
             assert d.allocation is not None
             nodes.append(d.node_index)
             devices.extend((d.node_index, g.device_index) for g in d.allocation.grants)
-        if pods[0].gang and self._topology is not None:
-            self._topology.forget(pods[0].gang)  # type: ignore[attr-defined]
         self._dequeue(job)
         job.attempt = attempt
         job.state = JobState.RUNNING

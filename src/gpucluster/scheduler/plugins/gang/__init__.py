@@ -2,9 +2,11 @@
 
 * PreFilter rejects a gang member at once when the cluster's free whole devices cannot hold the members
   still unplaced (so a gang larger than free capacity waits whole, without reserving anything).
-* Reserve records the member; Permit answers WAIT until ``gang_min_member`` members hold reservations,
-  then SUCCESS (the caller binds them all). Whoever drives the gang calls :meth:`Gang.reject` when a later
-  member cannot be placed, after forgetting the members' reservations, so nothing is half-bound.
+* Reserve records the member; Permit answers WAIT (the member waits in the framework's waiting-pods map,
+  holding its reservation) until ``gang_min_member`` members hold reservations; the last member's Permit
+  allows every waiting member and answers SUCCESS, so the caller binds them all. When a member cannot be
+  placed, the group is given up (``Scheduler.schedule_group``): the waiting members are rejected and their
+  Unreserve removes them here, so nothing is half-bound and nobody outside the framework touches the gang.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class Gang:
 
     name = NAME
 
-    def __init__(self) -> None:
+    def __init__(self, handle: Handle | None = None) -> None:
+        self._handle = handle
         self._reserved: dict[str, set[str]] = {}
 
     def reserved(self, gang: str) -> int:
@@ -65,12 +68,13 @@ class Gang:
             return Status.success()
         if self.reserved(pod.gang) >= pod.gang_min_member:
             del self._reserved[pod.gang]
+            fw = self._handle.framework if self._handle is not None else None
+            if fw is not None:
+                for wp in fw.waiting():
+                    if wp.pod.gang == pod.gang:
+                        wp.allow(NAME)
             return Status.success()
         return Status(Code.WAIT, (Reason.GangNotReady.name,), NAME)
-
-    def reject(self, gang: str) -> None:
-        """Forget a gang's reservations (its driver gave up on this attempt)."""
-        self._reserved.pop(gang, None)
 
 
 class _NoArgs(PluginArgs):
@@ -79,7 +83,7 @@ class _NoArgs(PluginArgs):
 
 def new_gang(args: Mapping[str, Any], handle: Handle) -> Gang:
     parse_args(_NoArgs, NAME, args)
-    return Gang()
+    return Gang(handle)
 
 
 def register(reg: PluginRegistry) -> None:
