@@ -4,11 +4,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpucluster.jobs import JobEvent
+from gpucluster.jobs.model import JobSpec, JobState
 from gpucluster.model import ContainerRequest, DeviceRequest, DeviceSpec, Fabric, NodeSpec, Pod
 from gpucluster.scheduler.framework import PluginConfig
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree, pod_charge
-from gpucluster.simulator.jobs import JobSpec, JobState
-from gpucluster.simulator.runner import SimEvent, Simulation, jobs_profile
+from gpucluster.simulator.runner import Simulation, jobs_profile
 from gpucluster.spec import Cluster
 
 
@@ -70,7 +71,7 @@ def test_quotas_are_never_exceeded(jobs: list[tuple[str, int, int, int]], policy
     sim = _sim(tree, policy)
     limits = {q.name: q.limit for q in tree.queues.values()}
 
-    def check(ev: SimEvent) -> None:
+    def check(ev: JobEvent) -> None:
         for q, lim in limits.items():
             for r, cap in lim.items():
                 assert tree.used[q][r] <= cap + 1e-9, (q, r, tree.used[q][r])

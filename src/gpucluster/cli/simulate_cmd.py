@@ -13,11 +13,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.jobs.model import JobSpec
+from gpucluster.jobs.policies import DEFAULT_POLICY, POLICIES, make_policy
 from gpucluster.scheduler.framework import PluginConfig
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
-from gpucluster.simulator.jobs import JobSpec, TraceError
-from gpucluster.simulator.policies import DEFAULT_POLICY, POLICIES, make_policy
 from gpucluster.simulator.runner import Simulation, jobs_profile
+from gpucluster.simulator.traces import TraceError
 from gpucluster.spec import Cluster
 
 FORMATS = ("philly-gavel", "alibaba-openb", "tiresias", "jobs", "synthetic")
@@ -196,7 +197,7 @@ def _write_out(out: Path, sims: dict[str, Simulation]) -> None:
     for name, sim in sims.items():
         write_jobs_csv(sim, out / f"jobs-{name}.csv")
         plot_series(sim, out / f"series-{name}.png")
-    plot_jct_cdf({name: [j.jct_s for j in sim.jobs.values() if j.finish_s >= 0 and not j.extra.get("rejected")]
+    plot_jct_cdf({name: [j.jct_s for j in sim.jobs.values() if j.finish_s >= 0 and not j.rejected]
                   for name, sim in sims.items()}, out / "jct-cdf.png")
 
 

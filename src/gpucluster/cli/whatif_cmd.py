@@ -41,9 +41,10 @@ from gpucluster.design import (
     parse_requirements,
 )
 from gpucluster.design.spec_export import cluster_spec
-from gpucluster.simulator.jobs import JobSpec, TraceError
-from gpucluster.simulator.policies import DEFAULT_POLICY, POLICIES
+from gpucluster.jobs.model import JobSpec
+from gpucluster.jobs.policies import DEFAULT_POLICY, POLICIES
 from gpucluster.simulator.runner import Simulation
+from gpucluster.simulator.traces import TraceError
 from gpucluster.spec import Cluster, ClusterSpecFile, SpecError, cluster_from_spec
 
 HOURS_PER_YEAR = 8760.0

@@ -80,6 +80,8 @@ class Pod:
     """Gang (pod group) name; empty when the pod is not part of a gang."""
     gang_min_member: int = 0
     scheduler_name: str = ""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Labels the node must carry (Kubernetes ``spec.nodeSelector``; the ``NodeSelector`` plugin checks it)."""
 
     @property
     def key(self) -> str:

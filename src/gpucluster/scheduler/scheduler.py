@@ -104,7 +104,8 @@ class Scheduler:
                     self.forget_group(done)
                     return GroupDecision(failed=d, cycles=len(done) + 1)
                 done.append(d)
-            stuck = [d for d in done if d.pod.key in fw.waiting_pods and not fw.waiting_pods[d.pod.key].allowed]
+            waiting = fw.waiting_pods
+            stuck = [d for d in done if d.pod.key in waiting and not waiting[d.pod.key].allowed] if waiting else []
             if stuck:
                 self.forget_group(done)
                 pod = stuck[0].pod
@@ -114,7 +115,8 @@ class Scheduler:
                 return GroupDecision(failed=Decision(pod, Outcome.UNSCHEDULABLE, status=why,
                                                      total_nodes=int(self.state.present.sum())), cycles=len(done))
             for d in done:
-                fw.waiting_pods.pop(d.pod.key, None)
+                if waiting:
+                    waiting.pop(d.pod.key, None)
                 d.outcome = Outcome.SCHEDULED
         if bind:
             for i, d in enumerate(done):

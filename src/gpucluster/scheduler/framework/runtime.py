@@ -189,15 +189,15 @@ class Framework:
         """SUCCESS, a rejection, or WAIT: then the pod is in :attr:`waiting_pods` until the plugins that made it
         wait allow it (``WaitingPod.allow``) or it is rejected (:meth:`reject_waiting`)."""
         waiting: Status | None = None
-        held: set[str] = set()
+        held: set[str] | None = None
         for p in self.permits:
             st = p.permit(state, pod, snap, node)
             if st.code == Code.WAIT:
                 waiting = Status(Code.WAIT, st.reasons, st.plugin or p.name)
-                held.add(p.name)
+                held = {p.name} if held is None else held | {p.name}
             elif not st.ok:
                 return Status(st.code, st.reasons, st.plugin or p.name)
-        if waiting is not None:
+        if waiting is not None and held is not None:
             self.waiting_pods[pod.key] = WaitingPod(pod, node, state, held)
             return waiting
         return Status.success()

@@ -47,6 +47,11 @@ class Reason(enum.IntEnum):
     """Placeholder a vectorised Filter may return; the plugin's ``explain`` replaces it when reasons are reported."""
     NodeNameMismatch = 21
     """The pod is bound for another node (``gpucluster.io/node-name``, Kubernetes' ``spec.nodeName``)."""
+    NodeSelectorMismatch = 22
+    """The node lacks a label the pod's node selector asks for."""
+    GangModelMismatch = 23
+    """A gang member would land on another GPU model than the members already placed (or on a model that
+    cannot hold the whole gang)."""
 
     @property
     def unresolvable(self) -> bool:
@@ -58,6 +63,7 @@ _UNRESOLVABLE = frozenset(
     {
         Reason.NodeUnschedulable, Reason.NodeNotReady, Reason.NoDevicesOfVendor, Reason.InsufficientGPUCount,
         Reason.GPUTypeMismatch, Reason.GPUUUIDMismatch, Reason.NodeHandshakeTimeout, Reason.NodeNameMismatch,
+        Reason.NodeSelectorMismatch,
     }
 )
 

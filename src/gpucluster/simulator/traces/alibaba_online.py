@@ -13,7 +13,8 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucluster.simulator.jobs import JobKind, JobSpec, TraceError
+from gpucluster.jobs.model import JobKind, JobSpec
+from gpucluster.simulator.traces import TraceError
 
 _NEED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time")
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from gpucluster.simulator.jobs import JobKind, JobSpec, TraceError
+from gpucluster.jobs.model import JobKind, JobSpec
+from gpucluster.simulator.traces import TraceError
 
 _REQUIRED = ("id", "submit_s", "gpus", "duration_s")
 _FLOATS = ("submit_s", "duration_s", "checkpoint_interval_s")

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpucluster.model import ContainerRequest, DeviceConstraints, DeviceRequest, DeviceSpec, NodeSpec, Pod
+from gpucluster.simulator.traces import TraceError
 
 MILLI = 1000
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -35,10 +36,6 @@ DEFAULT_CPU_REQUEST_MILLI = 100
 """kube-scheduler's non-zero CPU request (``GetNonzeroRequests``) used for scoring pods that ask for no CPU."""
 OPENB_GPU_MEMORY_MIB = 16384
 """Nominal device memory for openb GPUs when turned into :class:`DeviceSpec` (the trace has no memory figure)."""
-
-
-class TraceError(ValueError):
-    """A malformed trace file; ``str(err)`` is ``FILE:LINE: why``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpucluster.simulator.jobs import JobSpec, TraceError
+from gpucluster.jobs.model import JobSpec
+from gpucluster.simulator.traces import TraceError
 
 THROUGHPUTS = "oracle_throughputs.json"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from gpucluster.simulator.jobs import JobSpec, TraceError
+from gpucluster.jobs.model import JobSpec
+from gpucluster.simulator.traces import TraceError
 
 _NEED = ("job_id", "num_gpu", "submit_time", "duration")
 

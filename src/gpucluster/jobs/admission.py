@@ -1,0 +1,147 @@
+"""Admission: one way to turn a request into a job, and one check of whether it can ever run.
+
+* :func:`job_spec` builds a control-plane job (the REST API's body, ``gpucluster submit``) from HAMi-style
+  container limits; a bad field is a ``ValueError("where: why")``.
+* :func:`never_fits` says why a job could not run even on the empty cluster (too few matching nodes, devices,
+  CPU or memory, or beyond its tenant's quota limits); the engine refuses such a job on arrival and the control
+  plane refuses it at submission.
+* :func:`held_gpus` is what a bound pod holds in GPU-equivalents: per device the larger of its compute share
+  and its memory share (a pod holding a whole device's memory holds the device, whatever its cores say).
+
+Queue order is the queue policy's (:mod:`gpucluster.jobs.policies`); quota is the ``QuotaTree`` behind the
+``Quota`` plugin, checked when the engine places the job.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from gpucluster.devices import DeviceInputError, VendorRegistry
+from gpucluster.jobs.model import JobKind, JobSpec, split_types, task_pods
+from gpucluster.model import Allocation, ClusterState, DeviceConstraints, Pod
+from gpucluster.scheduler.plugins.devicefit import allowed_devices
+from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
+
+
+@functools.cache
+def default_registry() -> VendorRegistry:
+    """The vendors as configured (``VendorRegistry.from_settings``), built once."""
+    return VendorRegistry.from_settings()
+
+
+def template_pod(resources: Mapping[str, Any], *, tenant: str = "default", priority: int = 0, gpu_type: str = "",
+                 node_selector: Mapping[str, str] | None = None, registry: VendorRegistry | None = None) -> Pod:
+    """One task's pod from container limits (``{"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, "cpu": "4"}``);
+    ``ValueError("resources: why")`` when they do not parse or ask for nothing."""
+    manifest = {"kind": "Pod", "metadata": {"name": "task", "namespace": tenant},
+                "spec": {"priority": priority,
+                         "containers": [{"name": "main", "resources": {"limits": dict(resources)}}]}}
+    try:
+        pod = (registry or default_registry()).parse_pod(manifest, "resources")
+    except DeviceInputError as exc:
+        raise ValueError(str(exc).replace("resources: spec.containers[0].resources.limits: ", "resources: ")) \
+            from None
+    if not pod.device_requests and pod.cpu_milli == 0 and pod.memory_mib == 0:
+        raise ValueError("resources: asks for nothing (give nvidia.com/gpu, cpu or memory)")
+    types = split_types(gpu_type)
+    if types:
+        pod = replace(pod, constraints=DeviceConstraints(types, *_rest(pod.constraints)))
+    return replace(pod, node_selector=dict(node_selector or {}))
+
+
+def _rest(c: DeviceConstraints) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    return c.nouse_types, c.use_uuids, c.nouse_uuids
+
+
+def job_spec(job_id: str, *, name: str, tenant: str, replicas: int, resources: Mapping[str, Any],
+             duration_s: float | None, submit_s: float, priority: int = 0, gpu_type: str = "",
+             node_selector: Mapping[str, str] | None = None, kind: str = "train", preemptible: bool = True,
+             submitted_at: float = 0.0, synthetic: bool = False,
+             registry: VendorRegistry | None = None) -> JobSpec:
+    """A control-plane job: ``replicas`` copies of the pod ``resources`` describe, run ``duration_s`` seconds
+    (None = until cancelled) from when all of them are placed. ``ValueError("where: why")`` on bad input."""
+    if replicas <= 0:
+        raise ValueError("replicas: must be > 0")
+    try:
+        job_kind = JobKind(kind)
+    except ValueError:
+        raise ValueError(f"kind: must be train or infer, got {kind!r}") from None
+    template = template_pod(resources, tenant=tenant, priority=priority, gpu_type=gpu_type,
+                            node_selector=node_selector, registry=registry)
+    return JobSpec(
+        job_id, submit_s, template.device_count * replicas, duration_s if duration_s is not None else math.inf,
+        tenant=tenant, priority=priority, kind=job_kind, gpu_type=gpu_type, checkpoint_interval_s=0.0,
+        name=name, preemptible=preemptible, node_selector=dict(node_selector or {}), template=template,
+        replicas=replicas, resources=dict(resources), submitted_at=submitted_at, synthetic=synthetic)
+
+
+def _tasks_per_node(pod: Pod, state: ClusterState) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """How many tasks like ``pod`` each present node could hold if it were empty."""
+    n = state.n_nodes
+    big = np.iinfo(np.int64).max // 2
+    fit = np.where(state.present, big, 0).astype(np.int64)
+    if pod.cpu_milli:
+        fit = np.minimum(fit, state.cpu_cap // pod.cpu_milli)
+    if pod.memory_mib:
+        fit = np.minimum(fit, state.mem_cap // pod.memory_mib)
+    if pod.node_selector:
+        items = pod.node_selector.items()
+        fit[[not all(node.labels.get(k) == v for k, v in items) for node in state.nodes]] = 0
+    snap = state.snapshot()
+    allowed, _ = allowed_devices(pod, snap)
+    for _, req in pod.device_requests:
+        vid = state.vendors.ids.get(req.vendor)
+        if vid is None:
+            return np.zeros(n, np.int64)
+        ok = state.dev_valid & (state.dev_vendor == vid) & (state.dev_core_cap >= req.core_milli)
+        if req.memory_pct is None and req.memory_mib:
+            ok &= state.dev_mem_cap >= req.memory_mib
+        if allowed is not None:
+            ok &= allowed
+        fit = np.minimum(fit, ok.sum(axis=1) // req.count)
+    return fit
+
+
+def never_fits(spec: JobSpec, state: ClusterState, quota: QuotaTree | None = None) -> str:
+    """Why the job could never run here, even on the empty cluster; ``""`` when it could."""
+    pods = task_pods(spec, 0)
+    pod = pods[0]
+    room = int(_tasks_per_node(pod, state).sum())
+    if room < spec.num_tasks:
+        what = f"{spec.num_tasks} task(s) of {pod.device_count} GPU(s)" if pod.device_count else \
+            f"{spec.num_tasks} task(s)"
+        where = []
+        if spec.gpu_type:
+            where.append(f"GPU model {spec.gpu_type}")
+        if spec.node_selector:
+            where.append("node selector " + ",".join(f"{k}={v}" for k, v in sorted(spec.node_selector.items())))
+        return (f"can never fit the cluster: it needs {what}"
+                + (f" ({'; '.join(where)})" if where else "")
+                + f" and the nodes could hold {room} even if nothing else ran")
+    if quota is not None and quota.chain(spec.tenant):
+        snap = state.snapshot()
+        total: dict[str, float] = {}
+        for p in pods:
+            for r, v in pod_charge(p, snap).items():
+                total[r] = total.get(r, 0.0) + v
+        if not quota.could_ever_fit(spec.tenant, total):
+            return (f"can never fit the quota of tenant {spec.tenant}: it needs {total.get('gpu', 0.0):g} GPUs, "
+                    f"more than a limit on its queue allows")
+    return ""
+
+
+def held_gpus(alloc: Allocation, state: ClusterState) -> float:
+    """GPU-equivalents a bound pod holds: per device the larger of its compute and its memory share."""
+    i = state.node_index[alloc.node]
+    total = 0.0
+    for g in alloc.grants:
+        core = state.dev_core_cap[i, g.device_index]
+        mem = state.dev_mem_cap[i, g.device_index]
+        total += max(g.core_milli / core if core else 0.0, g.memory_mib / mem if mem else 0.0)
+    return total
