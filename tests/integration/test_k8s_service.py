@@ -195,19 +195,26 @@ def test_up_with_kubeconfig_schedules_the_real_cluster(kube_client: Any, fleet: 
             wait_until(lambda: _status_is(api, serve, "running"), 30, "the long job to run")
             assert len(_pods(core, f"{JOB_LABEL}={serve}")) == 1
 
-            # ---- a job that cannot fit: pending with the scheduler's counted reasons, then cancelled
-            resp = api.post("/api/v1/jobs", json={"name": "huge", "tenant": tenant, "replicas": 1,
+            # ---- a job that can never fit is refused at submission, naming why
+            resp = api.post("/api/v1/jobs", json={"name": "never", "tenant": tenant, "replicas": 1,
                                                   "resources": {"nvidia.com/gpu": GPUS + 1}})
+            assert resp.status_code == 422 and "can never fit" in resp.json()["error"], resp.text
+
+            # ---- a job that fits the fleet but not now (serve holds a GPU): pending, no pods, says why
+            run = fleet[0].labels["gpucluster.io/run"]
+            resp = api.post("/api/v1/jobs", json={"name": "huge", "tenant": tenant, "replicas": NODES,
+                                                  "resources": {"nvidia.com/gpu": GPUS},
+                                                  "node_selector": {"gpucluster.io/run": run}})
             assert resp.status_code == 201, resp.text
             huge = resp.json()["id"]
 
-            def unschedulable() -> dict[str, Any] | None:
+            def waiting() -> dict[str, Any] | None:
                 job = _job(api, huge)
-                return job if job["status"] == "pending" and "nodes are available" in job["message"] else None
+                return job if job["status"] == "pending" and job["message"].startswith(
+                    ("unschedulable: ", "waiting for GPUs: ")) else None
 
-            stuck = wait_until(unschedulable, 30, "the oversized job to report why it does not fit")
-            assert stuck["message"].startswith("unschedulable: ")
-            assert len(_pods(core, f"{JOB_LABEL}={huge}")) == 1
+            wait_until(waiting, 30, "the job that does not fit now to report why it waits")
+            assert _pods(core, f"{JOB_LABEL}={huge}") == []  # the engine places whole jobs: no pod yet
 
             for job_id_ in (serve, huge):
                 resp = api.delete(f"/api/v1/jobs/{job_id_}")

@@ -81,8 +81,10 @@ def test_up_refuses_bad_flags(tmp_path: Path) -> None:
     assert r.returncode == 2 and "none.yaml" in r.stderr
     r = _up("--kubeconfig", str(tmp_path / "kc"), "--data-dir", str(tmp_path / "d"))
     assert r.returncode == 2 and "--kubeconfig" in r.stderr
-    r = _up("--policy", "roundrobin", "--data-dir", str(tmp_path / "d"))
-    assert r.returncode == 2 and "--policy" in r.stderr
+    r = _up("--policy", "roundrobin", "--data-dir", str(tmp_path / "d"))  # --policy: the placement policy
+    assert r.returncode == 2 and "--placement-policy: unknown placement policy 'roundrobin'" in r.stderr
+    r = _up("--queue-policy", "lifo", "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2 and "--queue-policy: unknown queue policy 'lifo'" in r.stderr
 
 
 def test_up_prints_the_url_and_a_generated_admin_token(tmp_path: Path) -> None:

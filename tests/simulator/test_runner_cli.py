@@ -47,7 +47,9 @@ def test_bad_input_exits_2_naming_where(tmp_path: Path) -> None:
     res = runner.invoke(app, ["simulate", "--trace", "nope:x"])
     assert res.exit_code == 2 and "unknown format" in res.output
     res = runner.invoke(app, ["simulate", "--trace", "synthetic:5", "--policy", "lifo"])
-    assert res.exit_code == 2 and "unknown policy" in res.output
+    assert res.exit_code == 2 and "--queue-policy: unknown queue policy 'lifo'" in res.output
+    res = runner.invoke(app, ["simulate", "--trace", "synthetic:5", "--placement-policy", "roundrobin"])
+    assert res.exit_code == 2 and "--placement-policy: unknown placement policy 'roundrobin'" in res.output
 
 
 def test_policy_all_runs_every_policy_offers_included() -> None:

@@ -20,7 +20,8 @@ KubeconfigOpt = Annotated[
     typer.Option("--kubeconfig", help="kubeconfig file (default: the pod's service account, in-cluster)."),
 ]
 PolicyOpt = Annotated[str, typer.Option(
-    "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ...")]
+    "--placement-policy", "--policy",
+    help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ... (--policy: the same)")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
 
 
@@ -41,7 +42,7 @@ def _check_policy(policy: str) -> None:
     from gpucluster.scheduler import PROFILES
 
     if policy not in PROFILES:
-        fail(f"--policy {policy!r}: unknown; known: {', '.join(sorted(PROFILES))}")
+        fail(f"--placement-policy: unknown placement policy {policy!r}; known: {', '.join(sorted(PROFILES))}")
 
 
 def _listen(value: str) -> tuple[str, int]:

@@ -13,7 +13,16 @@ import typer
 import yaml
 from rich.table import Table
 
-from gpucluster.cli.common import console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.common import (
+    PLACEMENT_HELP,
+    QUEUE_HELP,
+    check_placement_policy,
+    check_queue_policies,
+    console,
+    fail,
+    load_cluster_or_fail,
+    print_json,
+)
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 SERVER_ENV = "GPUCLUSTER_SERVER"
@@ -55,15 +64,15 @@ def up(
                                               help="Target load of the synthetic background workload.")] = 0.6,
     faults_per_hour: Annotated[float, typer.Option("--faults-per-hour", min=0.0,
                                                    help="Injected GPU faults per clock hour.")] = 1.0,
-    policy: Annotated[str, typer.Option(
-        "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, ...")] = "default",
+    policy: Annotated[str, typer.Option("--placement-policy", "--policy",
+                                        help=PLACEMENT_HELP + " (--policy: the same)")] = "default",
+    queue_policy: Annotated[str, typer.Option("--queue-policy", help=QUEUE_HELP)] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
 
     from gpucluster import web
-    from gpucluster.scheduler import PROFILES
     from gpucluster.service import (
         RuntimeOptions,
         RuntimeUnavailableError,
@@ -73,8 +82,8 @@ def up(
         open_service,
     )
 
-    if policy not in PROFILES:
-        fail(f"--policy: unknown policy {policy!r}; known: {', '.join(sorted(PROFILES))}")
+    check_placement_policy(policy)
+    [queue_policy] = check_queue_policies(queue_policy)
     if kubeconfig is not None and cluster is not None:
         fail("--cluster and --kubeconfig: give one of them")
     if kubeconfig is not None and not kubeconfig.is_file():
@@ -89,8 +98,8 @@ def up(
     spec = None if kubeconfig is not None else load_cluster_or_fail(cluster)
     try:
         runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, policy=policy,
-                                               background=background, fault_rate_per_hour=faults_per_hour,
-                                               seed=seed))
+                                               queue_policy=queue_policy, background=background,
+                                               fault_rate_per_hour=faults_per_hour, seed=seed))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
     service, generated = open_service(runtime, ServiceConfig(data_dir=data, speed=speed))
@@ -105,7 +114,7 @@ def up(
     summary = runtime.overview()
     lines = [
         f"gpucluster control plane ({runtime.backend}: {summary['cluster']}, {summary['nodes']} nodes, "
-        f"{summary['devices']} GPUs, speed x{speed:g})",
+        f"{summary['devices']} GPUs, speed x{speed:g}; placement {policy}, queue policy {queue_policy})",
         f"  dashboard: {url}",
         f"  log in:    {how}",
         f"  API docs:  {url}docs",

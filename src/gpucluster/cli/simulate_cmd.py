@@ -12,12 +12,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.common import (
+    PLACEMENT_HELP,
+    QUEUE_HELP,
+    check_placement_policy,
+    check_queue_policies,
+    cluster_option_help,
+    console,
+    fail,
+    load_cluster_or_fail,
+    print_json,
+)
+from gpucluster.jobs import JOB_PLACEMENT
 from gpucluster.jobs.model import JobSpec
-from gpucluster.jobs.policies import DEFAULT_POLICY, POLICIES, make_policy
-from gpucluster.scheduler.framework import PluginConfig
+from gpucluster.jobs.policies import DEFAULT_POLICY
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
-from gpucluster.simulator.runner import Simulation, jobs_profile
+from gpucluster.simulator.runner import Simulation
 from gpucluster.simulator.traces import TraceError
 from gpucluster.spec import Cluster
 
@@ -103,13 +113,10 @@ def load_quota(path: Path) -> list[QueueSpec]:
 
 
 def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, progress: Progress | None,
-             quota: list[QueueSpec] | None = None) -> tuple[Simulation, dict[str, Any]]:
-    if quota is None:
-        sim = Simulation(cluster, policy, seed=seed)
-    else:
-        # a fresh tree per run (it tracks usage); the Quota plugin enforces limits, the policy reads guarantees
-        profile = jobs_profile(make_policy(policy).topology_aware, seed, extra=[PluginConfig(name="Quota")])
-        sim = Simulation(cluster, policy, seed=seed, profile=profile, services={"quota": QuotaTree(quota)})
+             quota: list[QueueSpec] | None = None, placement: str | None = None) -> tuple[Simulation, dict[str, Any]]:
+    # a fresh tree per run (it tracks usage); the Quota plugin enforces limits, the policy reads guarantees
+    services = None if quota is None else {"quota": QuotaTree(quota)}
+    sim = Simulation(cluster, policy, seed=seed, placement=placement, services=services)
     sim.submit_many(jobs)
     end = max((j.submit_s for j in jobs), default=0.0)
     task = progress.add_task(policy, total=len(jobs)) if progress is not None else None
@@ -122,6 +129,7 @@ def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, prog
         if progress is not None and task is not None:
             progress.update(task, completed=sum(1 for j in sim.jobs.values() if j.done))
     summary = sim.summary()
+    summary["placement_policy"] = placement or JOB_PLACEMENT
     summary["wall_s"] = round(time.perf_counter() - started, 3)
     return sim, summary
 
@@ -130,7 +138,11 @@ def simulate(
     trace: Annotated[str, typer.Option("--trace", help="FORMAT:PATH; formats philly-gavel, alibaba-openb, "
                                                         "tiresias, jobs, or synthetic:N[:PROFILE[:LOAD]]")],
     cluster_path: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
-    policy: Annotated[str, typer.Option("--policy", help="Queue policy, a comma list, or 'all'")] = DEFAULT_POLICY,
+    policy: Annotated[str, typer.Option("--queue-policy", "--policy",
+                                        help=QUEUE_HELP + "; a comma list, or 'all' (--policy: the same)")]
+    = DEFAULT_POLICY,
+    placement: Annotated[str | None, typer.Option(
+        "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for per-job CSV and PNG plots")] = None,
     seed: Annotated[int, typer.Option(help="Random seed (synthetic traces, tie-breaks)")] = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N jobs (by arrival)")] = None,
@@ -140,10 +152,8 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON")] = False,
 ) -> None:
     """Replay a job trace: queueing, gang + topology placement, preemption; print JCT, utilisation, fairness."""
-    names = sorted(POLICIES) if policy == "all" else [p.strip() for p in policy.split(",") if p.strip()]
-    for name in names:
-        if name not in POLICIES:
-            fail(f"--policy: unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}, all")
+    names = check_queue_policies(policy, allow_all=True)
+    check_placement_policy(placement)
     if limit is not None and limit <= 0:
         fail("--limit: must be > 0")
     cluster = load_cluster_or_fail(cluster_path)
@@ -165,13 +175,13 @@ def simulate(
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
                   TimeElapsedColumn(), console=console, transient=True, disable=as_json) as progress:
         for name in names:
-            sims[name], results[name] = _run_one(cluster, jobs, name, seed, progress, queues)
+            sims[name], results[name] = _run_one(cluster, jobs, name, seed, progress, queues, placement)
     if out is not None:
         _write_out(out, sims)
     if as_json:
         print_json(results[names[0]] if len(names) == 1 else {"cluster": cluster.name, "policies": results})
         return
-    table = Table(title=f"{len(jobs)} jobs on {cluster.name}")
+    table = Table(title=f"{len(jobs)} jobs on {cluster.name}, placement {placement or JOB_PLACEMENT}")
     table.add_column("metric")
     for name in names:
         table.add_column(name, justify="right")

@@ -30,7 +30,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpucluster.cli.common import print_json
+from gpucluster.cli.common import PLACEMENT_HELP, QUEUE_HELP, check_placement_policy, check_queue_policies, print_json
 from gpucluster.cli.simulate_cmd import load_trace
 from gpucluster.design import (
     Design,
@@ -41,8 +41,9 @@ from gpucluster.design import (
     parse_requirements,
 )
 from gpucluster.design.spec_export import cluster_spec
+from gpucluster.jobs import JOB_PLACEMENT
 from gpucluster.jobs.model import JobSpec
-from gpucluster.jobs.policies import DEFAULT_POLICY, POLICIES
+from gpucluster.jobs.policies import DEFAULT_POLICY
 from gpucluster.simulator.runner import Simulation
 from gpucluster.simulator.traces import TraceError
 from gpucluster.spec import Cluster, ClusterSpecFile, SpecError, cluster_from_spec
@@ -111,9 +112,10 @@ def _unique_names(cands: list[Candidate]) -> list[Candidate]:
     return out
 
 
-def evaluate(cand: Candidate, jobs: list[JobSpec], policy: str, seed: int, years: float) -> dict[str, Any]:
+def evaluate(cand: Candidate, jobs: list[JobSpec], policy: str, seed: int, years: float,
+             placement: str | None = None) -> dict[str, Any]:
     """Simulate ``jobs`` on one design and put its cost next to what the simulation measured."""
-    sim = Simulation(cand.cluster, policy, seed=seed, record_series=False)
+    sim = Simulation(cand.cluster, policy, seed=seed, record_series=False, placement=placement)
     sim.submit_many(jobs)
     sim.run()
     s = sim.summary()
@@ -287,7 +289,10 @@ def whatif(
     trace: Annotated[str, typer.Option("--trace", help="FORMAT:PATH; formats philly-gavel, alibaba-openb, tiresias, "
                                                        "jobs, or synthetic:N[:PROFILE[:LOAD]] (load sized on the "
                                                        "first --design)")],
-    policy: Annotated[str, typer.Option("--policy", help="Queue policy")] = DEFAULT_POLICY,
+    policy: Annotated[str, typer.Option("--queue-policy", "--policy", help=QUEUE_HELP + " (--policy: the same)")]
+    = DEFAULT_POLICY,
+    placement: Annotated[str | None, typer.Option(
+        "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
     years: Annotated[float, typer.Option("--years", help="Years to amortise capex over")] = DEFAULT_YEARS,
     tolerance: Annotated[float, typer.Option("--jct-tolerance", help="Verdict: percent above the best avg JCT "
                                                                      "a design may be")] = DEFAULT_TOLERANCE_PCT,
@@ -297,8 +302,8 @@ def whatif(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for whatif.csv and whatif.png")] = None,
 ) -> None:
     """Simulate each design on the same workload; print cost against utilisation and JCT, and which to buy."""
-    if policy not in POLICIES:
-        _fail([f"--policy: unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}"])
+    [policy] = check_queue_policies(policy)
+    check_placement_policy(placement)
     if years <= 0:
         _fail(["--years: must be > 0"])
     if tolerance < 0:
@@ -315,14 +320,15 @@ def whatif(
     jobs = sorted(jobs, key=lambda j: j.submit_s)[:limit] if limit else jobs
     if not jobs:
         _fail([f"--trace {trace}: no jobs in it"])
-    rows = [evaluate(c, jobs, policy, seed, years) for c in cands]
+    rows = [evaluate(c, jobs, policy, seed, years, placement) for c in cands]
     v = verdict(rows, tolerance)
     title = f"what if: {len(jobs):,} jobs ({trace.split(':', 1)[0]}), policy {policy}"
     if as_json:
         print_json({
             "designs": rows,
             "verdict": v,
-            "workload": {"trace": trace, "jobs": len(jobs), "policy": policy, "seed": seed},
+            "workload": {"trace": trace, "jobs": len(jobs), "policy": policy,
+                         "placement_policy": placement or JOB_PLACEMENT, "seed": seed},
             "assumptions": {"years": years, "hours_per_year": HOURS_PER_YEAR},
         })
     else:

@@ -81,6 +81,15 @@ def job_spec(job_id: str, *, name: str, tenant: str, replicas: int, resources: M
         replicas=replicas, resources=dict(resources), submitted_at=submitted_at, synthetic=synthetic)
 
 
+USER_PRIORITY = 10
+"""Control-plane users' jobs keep at least this priority, so they go before the background workload."""
+
+
+def user_submission(spec: JobSpec, now: float) -> JobSpec:
+    """A user's job as a control plane queues it: arriving ``now``, with at least :data:`USER_PRIORITY`."""
+    return replace(spec, submit_s=now, priority=max(spec.priority, USER_PRIORITY))
+
+
 def _tasks_per_node(pod: Pod, state: ClusterState) -> np.ndarray[Any, np.dtype[np.int64]]:
     """How many tasks like ``pod`` each present node could hold if it were empty."""
     n = state.n_nodes

@@ -32,7 +32,7 @@ import numpy as np
 
 from gpucluster.jobs.admission import held_gpus, never_fits
 from gpucluster.jobs.kernel import Kernel
-from gpucluster.jobs.model import Job, JobEvent, JobSpec, JobState, task_pods
+from gpucluster.jobs.model import STATUSES, Job, JobEvent, JobSpec, JobState, task_pods
 from gpucluster.jobs.offers import offer_round
 from gpucluster.jobs.placement import Placer
 from gpucluster.jobs.policies import Key, QueuePolicy
@@ -413,6 +413,39 @@ class JobEngine:
         for job in self.jobs.values():
             out[job.state.value] += 1
         return out
+
+    def status_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Jobs per control-plane status (``pending``, ``running`` ...): all jobs, and the user (non-synthetic)
+        ones."""
+        every = dict.fromkeys(STATUSES, 0)
+        user = dict.fromkeys(STATUSES, 0)
+        for job in self.jobs.values():
+            every[job.status] += 1
+            if not job.synthetic:
+                user[job.status] += 1
+        return every, user
+
+    def usage_by_tenant(self) -> dict[str, dict[str, float]]:
+        """Tenant -> {"gpus": held, "pending_gpus": asked by waiting jobs, "running": n, "pending": n}."""
+        out: dict[str, dict[str, float]] = {}
+        for job in self.jobs.values():
+            if job.state.terminal:
+                continue
+            u = out.setdefault(job.tenant, {"gpus": 0.0, "pending_gpus": 0.0, "running": 0.0, "pending": 0.0})
+            if job.state == JobState.RUNNING:
+                u["gpus"] += job.gpus
+                u["running"] += 1
+            else:
+                u["pending_gpus"] += job.gpus
+                u["pending"] += 1
+        return out
+
+    def queue_stats(self) -> tuple[int, float]:
+        """(pods of the jobs waiting to run, seconds the oldest of them has waited)."""
+        waiting = [j for j in self.jobs.values() if j.state in (JobState.NEW, JobState.QUEUED)]
+        oldest = min((j.queued_since_s if j.state == JobState.QUEUED else j.spec.submit_s for j in waiting),
+                     default=self.now)
+        return sum(j.replicas for j in waiting), max(0.0, self.now - oldest)
 
     # ================================================================================ internals
     def _apply(self, job: Job, stimulus: Stimulus) -> None:

@@ -300,6 +300,10 @@ class Job:
         return self.state.status
 
     @property
+    def submitted_at(self) -> float:
+        return self.spec.submitted_at
+
+    @property
     def submitted_t(self) -> float:
         return self.spec.submit_s
 

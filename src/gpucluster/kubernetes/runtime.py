@@ -22,6 +22,7 @@ from gpucluster.kubernetes.extender import ExtenderLogic, ExtenderServer
 from gpucluster.kubernetes.informer import Informer
 from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.kubernetes.secondary import SecondaryScheduler
+from gpucluster.scheduler.framework import Profile
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +53,13 @@ def _wait_for_signal() -> None:
     done.wait()
 
 
-def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions,
-          identity: str = "") -> tuple[KubeCluster, KubeBinder, Informer]:
+def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions, identity: str = "",
+          profile: Profile | None = None, services: Mapping[str, Any] | None = None,
+          ) -> tuple[KubeCluster, KubeBinder, Informer]:
     binder = KubeBinder(api, registry, identity=identity)
     cluster = KubeCluster(registry, opts.policy, binder=binder, handshake_timeout=opts.handshake_timeout,
-                          assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name)
+                          assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name, profile=profile,
+                          services=services)
     informer = Informer(api, cluster)
     return cluster, binder, informer
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpucluster.model.state import Allocation, ClusterState, Snapshot
+from gpucluster.model.state import Allocation, ClusterState, DeviceGrant, Snapshot
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -76,6 +76,14 @@ def present_rows(s: ClusterState) -> list[dict[str, Any]]:
     return node_rows(s, [i for i, p in enumerate(s.present.tolist()) if p])
 
 
+def grant_cores(s: ClusterState, node: int, g: DeviceGrant) -> int:
+    """Percent of the device's compute a grant holds: what it asked, or 100 when it holds the whole device
+    (all of its memory, no cores given: HAMi's ``nvidia.com/gpu: 1``)."""
+    if g.core_milli == 0 and g.memory_mib >= int(s.dev_mem_cap[node, g.device_index]) > 0:
+        return 100
+    return g.core_milli // 10
+
+
 def node_detail(s: ClusterState, name: str, describe: PodDescriber) -> dict[str, Any] | None:
     """One node's row plus its devices, each with the pods holding a share of it."""
     i = s.node_index.get(name)
@@ -87,7 +95,7 @@ def node_detail(s: ClusterState, name: str, describe: PodDescriber) -> dict[str,
         who = describe(alloc)
         for g in alloc.grants:
             by_dev.setdefault(g.device_index, []).append({
-                "pod": alloc.pod_key, **who, "cores": g.core_milli // 10, "memory_mib": g.memory_mib})
+                "pod": alloc.pod_key, **who, "cores": grant_cores(s, i, g), "memory_mib": g.memory_mib})
     row["devices"] = [
         {"index": dev.index, "uuid": dev.uuid, "model": dev.model, "numa": dev.numa,
          "nvlink_domain": dev.nvlink_domain, "healthy": bool(s.dev_healthy[i, dev.index]),
@@ -103,8 +111,9 @@ def node_detail(s: ClusterState, name: str, describe: PodDescriber) -> dict[str,
 def placement(s: ClusterState, pod_key: str, node: str) -> dict[str, Any]:
     """Where a bound pod is and which device shares it holds (empty when its usage is not accounted)."""
     alloc = s.allocations.get(pod_key)
-    devices = [] if alloc is None else [
-        {"uuid": g.uuid, "index": g.device_index, "memory_mib": g.memory_mib, "cores": g.core_milli // 10}
+    i = s.node_index.get(node, -1)
+    devices = [] if alloc is None or i < 0 else [
+        {"uuid": g.uuid, "index": g.device_index, "memory_mib": g.memory_mib, "cores": grant_cores(s, i, g)}
         for g in alloc.grants]
     return {"pod": pod_key, "node": node, "devices": devices}
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,10 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpucluster import __version__
+from gpucluster.jobs import STATUSES, job_spec
 from gpucluster.model import ClusterState
 from gpucluster.service import background
 from gpucluster.service.monitor import describe
-from gpucluster.service.runtime import FaultDrill, Job, JobEvent, JobStatus, RemediationAudit, Runtime
+from gpucluster.service.runtime import FaultDrill, Job, JobEvent, JobState, RemediationAudit, Runtime
 from gpucluster.service.store import Store
 from gpucluster.service.tasks import TaskError, TaskManager
 
@@ -94,6 +95,17 @@ class JobIn(BaseModel):
                     '"nvidia.com/gpumem": 20000, "cpu": "4", "memory": "16Gi"}.')
     duration_s: float | None = Field(None, gt=0, le=30 * 86400, description="Run time; omit to run until deleted.")
     priority: int = Field(0, ge=0, le=1000)
+    gpu_type: str | list[str] | None = Field(
+        None, description="GPU models the job may use (HAMi nvidia.com/use-gputype: model-name substrings, a "
+                          "comma list or a list); omit for any. A gang stays on one model either way.")
+    node_selector: dict[str, str] = Field(default_factory=dict,
+                                          description="Node labels every pod's node must carry (nodeSelector).")
+    kind: Literal["train", "infer"] = Field("train", description="Training or inference job.")
+    preemptible: bool = Field(True, description="False: never stopped to make room for another job.")
+
+    def gpu_types(self) -> str:
+        raw = self.gpu_type if isinstance(self.gpu_type, list) else [self.gpu_type or ""]
+        return ",".join(t.strip() for t in raw if t and t.strip())
 
 
 class TenantIn(BaseModel):
@@ -224,12 +236,11 @@ def open_service(runtime: Runtime, config: ServiceConfig) -> tuple[Service, bool
     recovered: list[JobEvent] = []
     for job in store.load_jobs():
         svc.order.append(job.id)
-        if job.status.terminal:
+        if job.state.terminal:
             svc.archive[job.id] = job
             continue
-        job.submitted_t = runtime.now
         runtime.restore(job)
-        recovered.append(JobEvent(job.id, runtime.now, "requeued", JobStatus.PENDING,
+        recovered.append(JobEvent(job.id, runtime.now, "requeued", JobState.QUEUED,
                                   "re-queued after a control-plane restart"))
     if recovered:
         store.record_events(recovered)
@@ -264,7 +275,7 @@ def _metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | Non
     from gpucluster.monitoring.exposition import CONTENT_TYPE, TextRenderer
 
     def queue() -> QueueStats:
-        pending = [j for j in service.runtime.jobs() if j.status == JobStatus.PENDING]
+        pending = [j for j in service.runtime.jobs() if j.status == "pending"]
         oldest = min((j.submitted_t for j in pending), default=service.runtime.now)
         return QueueStats(pending=sum(j.replicas for j in pending), oldest_wait_s=service.runtime.now - oldest)
 
@@ -390,10 +401,12 @@ def create_app(service: Service, mount_web: Callable[[FastAPI], None] | None = N
         elif tenant != who.tenant:
             raise ApiError(403, "tenant", f"your token is for tenant {who.tenant!r}, not {tenant!r}")
         assert tenant is not None
-        job = Job(id=f"j-{uuid.uuid4().hex[:12]}", name=body.name, tenant=tenant, replicas=body.replicas,
-                  resources=dict(body.resources), duration_s=body.duration_s, submitted_at=time.time(),
-                  priority=body.priority, submitted_t=service.runtime.now)
         try:
+            job = Job(job_spec(f"j-{uuid.uuid4().hex[:12]}", name=body.name, tenant=tenant, replicas=body.replicas,
+                               resources=dict(body.resources), duration_s=body.duration_s,
+                               submit_s=service.runtime.now, priority=body.priority, gpu_type=body.gpu_types(),
+                               node_selector=body.node_selector, kind=body.kind, preemptible=body.preemptible,
+                               submitted_at=time.time()))
             service.runtime.validate(job)
         except ValueError as exc:
             where, _, why = str(exc).partition(": ")
@@ -410,7 +423,8 @@ def create_app(service: Service, mount_web: Callable[[FastAPI], None] | None = N
     async def list_jobs(
         who: Auth,
         tenant: str | None = None,
-        status: Annotated[JobStatus | None, Query(description="Filter by status.")] = None,
+        status: Annotated[Literal["pending", "running", "succeeded", "failed", "cancelled"] | None,
+                          Query(description="Filter by status.")] = None,
         q: Annotated[str | None, Query(max_length=100, description="Substring of name or id.")] = None,
         include_synthetic: bool = False,
         limit: Annotated[int, Query(ge=1, le=5000)] = 200,
@@ -449,13 +463,13 @@ def create_app(service: Service, mount_web: Callable[[FastAPI], None] | None = N
     async def cancel_job(job_id: str, who: Auth) -> dict[str, Any]:
         """Cancel a pending or running job (a finished job is returned unchanged)."""
         job = job_or_404(who, job_id)
-        if job.status.terminal:
-            raise ApiError(409, "path.id", f"job {job_id} already {job.status.value}")
+        if job.state.terminal:
+            raise ApiError(409, "path.id", f"job {job_id} already {job.status}")
         cancelled = service.runtime.cancel(job_id)
         assert cancelled is not None
         service.changed()
         if not cancelled.synthetic:
-            service.store.record_events([JobEvent(job_id, service.runtime.now, "cancelled", JobStatus.CANCELLED,
+            service.store.record_events([JobEvent(job_id, service.runtime.now, "cancelled", JobState.CANCELLED,
                                                   f"cancelled by {who.actor}")])
             service.store.audit(who.actor, "job.cancel", job_id, cancelled.name)
         return cancelled.to_dict()
@@ -466,10 +480,10 @@ def create_app(service: Service, mount_web: Callable[[FastAPI], None] | None = N
         out = dict(service.cached("overview", service.runtime.overview))
         out["speed"] = service.config.speed
         if not who.is_admin:  # "your jobs" are the tenant's own
-            counts = {st.value: 0 for st in JobStatus}
+            counts = dict.fromkeys(STATUSES, 0)
             for job in service.user_jobs_newest_first():
                 if job.tenant == who.tenant:
-                    counts[job.status.value] += 1
+                    counts[job.status] += 1
             out["user_jobs"] = counts
         return out
 

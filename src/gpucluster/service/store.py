@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -18,7 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gpucluster.service.runtime import Job, JobEvent, JobStatus
+from gpucluster.jobs import JobSpec, JobState, job_spec
+from gpucluster.service.runtime import Job, JobEvent
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -31,7 +33,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, tenant TEXT NOT NULL, replicas INTEGER NOT NULL,
     resources TEXT NOT NULL, duration_s REAL, priority INTEGER NOT NULL DEFAULT 0,
     status TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', submitted_at REAL NOT NULL,
-    updated_at REAL NOT NULL);
+    updated_at REAL NOT NULL, options TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, at REAL NOT NULL, t REAL NOT NULL,
@@ -61,6 +63,9 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._db.executescript(SCHEMA)
+        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(jobs)").fetchall()}
+        if "options" not in columns:  # a store written before jobs had gpu_type, node_selector, kind, preemptible
+            self._db.execute("ALTER TABLE jobs ADD COLUMN options TEXT NOT NULL DEFAULT '{}'")
 
     def close(self) -> None:
         with self._lock:
@@ -124,11 +129,12 @@ class Store:
             try:
                 self._db.execute(
                     "INSERT INTO jobs(id, name, tenant, replicas, resources, duration_s, priority, status, "
-                    "message, submitted_at, updated_at) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                    (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.resources)), job.duration_s,
-                     job.priority, job.status.value, job.message, job.submitted_at, now))
+                    "message, submitted_at, updated_at, options) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.spec.resources)),
+                     _duration(job.spec), job.priority, job.status, job.message, job.spec.submitted_at, now,
+                     json.dumps(_options(job.spec))))
                 self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
-                                 (job.id, now, job.submitted_t, "submitted", job.status.value, "accepted"))
+                                 (job.id, now, job.submitted_t, "submitted", job.status, "accepted"))
                 self._db.execute("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
                                  (now, actor, "job.submit", job.id, job.name))
                 self._db.execute("COMMIT")
@@ -145,11 +151,11 @@ class Store:
             try:
                 for ev in events:
                     cur = self._db.execute("UPDATE jobs SET status=?, message=?, updated_at=? WHERE id=?",
-                                           (ev.status.value, ev.message, now, ev.job_id))
+                                           (ev.status, ev.message, now, ev.job_id))
                     if cur.rowcount:
                         self._db.execute(
                             "INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
-                            (ev.job_id, now, ev.t, ev.kind, ev.status.value, ev.message))
+                            (ev.job_id, now, ev.t, ev.kind, ev.status, ev.message))
                         n += 1
                 self._db.execute("COMMIT")
             except BaseException:
@@ -160,12 +166,7 @@ class Store:
     def load_jobs(self) -> list[Job]:
         with self._lock:
             rows = self._db.execute("SELECT * FROM jobs ORDER BY submitted_at, id").fetchall()
-        return [
-            Job(id=r["id"], name=r["name"], tenant=r["tenant"], replicas=int(r["replicas"]),
-                resources=json.loads(r["resources"]), duration_s=r["duration_s"], submitted_at=r["submitted_at"],
-                status=JobStatus(r["status"]), message=r["message"], priority=int(r["priority"]))
-            for r in rows
-        ]
+        return [_job(r) for r in rows]
 
     def job_events(self, job_id: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -197,3 +198,33 @@ class Store:
             rows = self._db.execute("SELECT at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ?",
                                     (limit,)).fetchall()
         return [dict(r) for r in rows]
+
+
+def _duration(spec: JobSpec) -> float | None:
+    return spec.duration_s if math.isfinite(spec.duration_s) else None
+
+
+def _options(spec: JobSpec) -> dict[str, Any]:
+    return {"gpu_type": spec.gpu_type, "node_selector": dict(spec.node_selector), "kind": spec.kind.value,
+            "preemptible": spec.preemptible}
+
+
+def _job(r: sqlite3.Row) -> Job:
+    """A stored job as a new record: live jobs start over (the runtime re-queues them), ended ones keep their
+    status and message. A job whose request no longer parses is restored as failed, saying why."""
+    opts = json.loads(r["options"] or "{}")
+    resources = json.loads(r["resources"])
+    status = str(r["status"])
+    try:
+        spec = job_spec(r["id"], name=r["name"], tenant=r["tenant"], replicas=int(r["replicas"]),
+                        resources=resources, duration_s=r["duration_s"], submit_s=0.0,
+                        priority=int(r["priority"]), gpu_type=str(opts.get("gpu_type", "")),
+                        node_selector=opts.get("node_selector") or {}, kind=str(opts.get("kind", "train")),
+                        preemptible=bool(opts.get("preemptible", True)), submitted_at=float(r["submitted_at"]))
+    except ValueError as exc:
+        spec = JobSpec(r["id"], 0.0, 1, math.inf, tenant=r["tenant"], name=r["name"], resources=resources,
+                       submitted_at=float(r["submitted_at"]))
+        return Job(spec, JobState.FAILED, message=f"cannot be restored: {exc}")
+    if status in ("pending", "running"):
+        return Job(spec)
+    return Job(spec, JobState(status), message=r["message"])

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from gpucluster.model import ContainerRequest, DeviceConstraints, DeviceRequest, DeviceSpec, NodeSpec, Pod
+from gpucluster.model import ContainerRequest, DeviceConstraints, DeviceRequest, DeviceSpec, Fabric, NodeSpec, Pod
 from gpucluster.simulator.traces import TraceError
+from gpucluster.spec import Cluster
 
 MILLI = 1000
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -217,3 +218,15 @@ def pod_arrays(pods: Sequence[OpenbPod]) -> PodArrays:
         milli=np.array([p.gpu_milli for p in pods], np.int64),
         spec=tuple(p.gpu_spec for p in pods),
     )
+
+
+def openb_cluster(path: str | Path, nodes_per_leaf: int = 32) -> Cluster:
+    """An openb node list as a :class:`Cluster` (``--cluster openb_node_list_gpu_node.csv``): one leaf per
+    ``nodes_per_leaf`` nodes and four nodes per rack, as for Node manifests without topology labels."""
+    p = Path(path)
+    specs = [replace(n, rack=f"rack-{i // 4:04d}", leaf=f"leaf-{i // nodes_per_leaf:03d}", spine="spine-group-00",
+                     labels={**n.labels, "gpucluster.io/model": n.devices[0].model} if n.devices else n.labels)
+             for i, n in enumerate(to_node_specs(load_nodes(p)))]
+    if not specs:
+        raise TraceError(f"{p}: no nodes in it")
+    return Cluster(name=p.stem, nodes=tuple(specs), fabric=Fabric(), source=str(p))
