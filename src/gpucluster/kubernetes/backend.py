@@ -33,6 +33,7 @@ contract); what the informer reports is kept under ``_lock`` and read by :meth:`
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import logging
 import math
@@ -60,12 +61,13 @@ from gpucluster.jobs import (
     make_policy,
 )
 from gpucluster.jobs.admission import user_submission
+from gpucluster.jobs.front import EngineFront
 from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client
 from gpucluster.kubernetes.convert import BIND_TIME_ANNOTATION, pod_key, pod_node, pod_phase
 from gpucluster.kubernetes.runtime import RunOptions, build
 from gpucluster.model import Allocation, ClusterState, Pod, views
 from gpucluster.scheduler import Decision, GroupDecision
-from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
+from gpucluster.scheduler.plugins.quota import QuotaTree
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +199,7 @@ class KubePlacer:
             rt.delete(job.id, list(pod_keys))
 
 
-class KubeRuntime:
+class KubeRuntime(EngineFront):
     """A ``service.runtime.Runtime`` whose cluster is a real Kubernetes API server (see the module docstring)."""
 
     def __init__(
@@ -296,6 +298,9 @@ class KubeRuntime:
         self.informer.stop()
         self.writer.shutdown(wait=True, cancel_futures=False)
 
+    def engine_lock(self) -> contextlib.AbstractContextManager[object]:
+        return self.cluster.lock
+
     # ------------------------------------------------------------------ protocol: properties
     @property
     def now(self) -> float:
@@ -356,17 +361,6 @@ class KubeRuntime:
                 self.delete(job_id, keys)
 
     # ------------------------------------------------------------------ jobs
-    def validate(self, job: Job) -> None:
-        with self.cluster.lock:
-            why = self.engine.never_fits(job.spec)
-        if why:
-            raise ValueError(f"resources: {why}")
-
-    def submit(self, job: Job) -> Job:
-        job.spec = user_submission(job.spec, self.now)
-        with self.cluster.lock:
-            return self.engine.submit(job)
-
     def restore(self, job: Job) -> None:
         """Adopt the job's pods when all of them are still bound; else delete what is left and queue it."""
         job.spec = user_submission(job.spec, self.now)
@@ -385,27 +379,6 @@ class KubeRuntime:
         if mine:
             self.delete(job.id, sorted(mine))
 
-    def cancel(self, job_id: str) -> Job | None:
-        job = self.engine.jobs.get(job_id)
-        if job is None:
-            return None
-        mark = len(self._events)
-        with self.cluster.lock:
-            self.engine.cancel(job_id)
-        del self._events[mark:]  # the service records the cancellation itself
-        return job
-
-    def job(self, job_id: str) -> Job | None:
-        return self.engine.jobs.get(job_id)
-
-    def jobs(self) -> list[Job]:
-        return list(self.engine.jobs.values())
-
-    def set_quotas(self, quotas: Mapping[str, float]) -> None:
-        with self.cluster.lock:
-            self.quota.replace_queues([QueueSpec(n, limit={"gpu": float(q)}) for n, q in sorted(quotas.items())])
-            self.engine.changed()
-
     # ------------------------------------------------------------------ time
     def advance(self, t: float) -> list[JobEvent]:
         """Observe our pods (failed, succeeded, deleted, not created), then run the engine to ``t``."""
@@ -421,9 +394,7 @@ class KubeRuntime:
             self.engine.run_until(t)
         if t - self._last_sample >= HISTORY_EVERY_S:
             self._sample()
-        events = list(self._events)
-        self._events.clear()
-        return events
+        return self._take_events()
 
     def _observe_job(self, job: Job, seen: Mapping[str, _PodSeen]) -> None:
         fut = self.creating.get(job.id)
@@ -467,9 +438,6 @@ class KubeRuntime:
     def node(self, name: str) -> dict[str, Any] | None:
         with self.cluster.lock:
             return views.node_detail(self.cluster.state, name, self._describe)
-
-    def usage_by_tenant(self) -> dict[str, dict[str, float]]:
-        return self.engine.usage_by_tenant()
 
     def overview(self) -> dict[str, Any]:
         counts, user = self.engine.status_counts()

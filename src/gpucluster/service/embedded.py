@@ -13,11 +13,9 @@ slowdown). Single-threaded by contract.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 from collections import deque
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,10 +23,11 @@ import numpy as np
 from gpucluster.jobs import DEFAULT_POLICY as DEFAULT_QUEUE_POLICY
 from gpucluster.jobs import Job, JobEvent, JobState, job_spec
 from gpucluster.jobs.admission import user_submission
+from gpucluster.jobs.front import EngineFront
 from gpucluster.model import Allocation, views
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
 from gpucluster.scheduler import DEFAULT_POLICY
-from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
+from gpucluster.scheduler.plugins.quota import QuotaTree
 from gpucluster.service.monitor import ClusterMonitor
 from gpucluster.service.workload import Arrival, SyntheticWorkload
 from gpucluster.simulator import Simulation
@@ -52,7 +51,7 @@ def embedded_simulation(cluster: Cluster, queue_policy: str = DEFAULT_QUEUE_POLI
                       record_series=False, services={"quota": QuotaTree([])}, start_t=start_t)
 
 
-class EmbeddedRuntime:
+class EmbeddedRuntime(EngineFront):
     """A :class:`~gpucluster.service.runtime.Runtime` over a simulated cluster (see the module docstring)."""
 
     def __init__(
@@ -114,29 +113,7 @@ class EmbeddedRuntime:
         elif ev.state is not None and ev.state.terminal:
             self._synthetic_done.append(ev.job_id)
 
-    @contextlib.contextmanager
-    def _collect(self, into: list[JobEvent] | None) -> Iterator[None]:
-        """Events raised inside the block go to ``into`` (dropped when None) instead of the next advance."""
-        mark = len(self._events)
-        try:
-            yield
-        finally:
-            if into is not None:
-                into.extend(self._events[mark:])
-            del self._events[mark:]
-
     # ------------------------------------------------------------------ jobs
-    def validate(self, job: Job) -> None:
-        why = self.engine.never_fits(job.spec)
-        if why:
-            raise ValueError(f"resources: {why}")
-
-    def submit(self, job: Job) -> Job:
-        """Queue a job now (user jobs keep at least :data:`USER_PRIORITY`); it arrives at the next advance."""
-        if not job.synthetic:
-            job.spec = user_submission(job.spec, self.now)
-        return self.engine.submit(job)
-
     def restore(self, job: Job) -> None:
         """Queue a live job recovered from the store (a new record, as :func:`gpucluster.service.store` builds)."""
         job.spec = user_submission(job.spec, self.now)
@@ -150,24 +127,6 @@ class EmbeddedRuntime:
                         replicas=shape.replicas, resources=shape.resources, duration_s=arrival.duration_s,
                         submit_s=max(t, self.now), synthetic=True)
         self.engine.submit(spec)
-
-    def cancel(self, job_id: str) -> Job | None:
-        job = self.engine.jobs.get(job_id)
-        if job is None:
-            return None
-        with self._collect(None):  # the service records the cancellation itself
-            self.engine.cancel(job_id)
-        return job
-
-    def job(self, job_id: str) -> Job | None:
-        return self.engine.jobs.get(job_id)
-
-    def jobs(self) -> list[Job]:
-        return list(self.engine.jobs.values())
-
-    def set_quotas(self, quotas: Mapping[str, float]) -> None:
-        self.quota.replace_queues([QueueSpec(name, limit={"gpu": float(q)}) for name, q in sorted(quotas.items())])
-        self.engine.changed()
 
     # ------------------------------------------------------------------ time
     def advance(self, t: float) -> list[JobEvent]:
@@ -186,8 +145,7 @@ class EmbeddedRuntime:
             self.engine.forget(self._synthetic_done.popleft())
         if t - self._last_sample >= HISTORY_EVERY_S:
             self._sample()
-        events, self._events = self._events, []
-        return events
+        return self._take_events()
 
     def queue_stats(self) -> QueueStats:
         """Pending pods and the wait of the oldest (read by the monitor's control-plane target)."""
@@ -256,9 +214,6 @@ class EmbeddedRuntime:
 
     def remediations(self) -> list[dict[str, Any]]:
         return self.monitor.remediations()
-
-    def usage_by_tenant(self) -> dict[str, dict[str, float]]:
-        return self.engine.usage_by_tenant()
 
     def nodes(self) -> list[dict[str, Any]]:
         return views.present_rows(self.state)
