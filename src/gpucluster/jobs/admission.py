@@ -86,8 +86,9 @@ USER_PRIORITY = 10
 
 
 def user_submission(spec: JobSpec, now: float) -> JobSpec:
-    """A user's job as a control plane queues it: arriving ``now``, with at least :data:`USER_PRIORITY`."""
-    return replace(spec, submit_s=now, priority=max(spec.priority, USER_PRIORITY))
+    """A user's job as a control plane queues it: arriving ``now`` (or at its own later ``submit_s``: a replayed
+    trace), with at least :data:`USER_PRIORITY`."""
+    return replace(spec, submit_s=max(spec.submit_s, now), priority=max(spec.priority, USER_PRIORITY))
 
 
 def _tasks_per_node(pod: Pod, state: ClusterState) -> np.ndarray[Any, np.dtype[np.int64]]:
