@@ -54,3 +54,28 @@ def test_simulation_and_embedded_runtime_start_and_end_every_job_at_the_same_tim
     want = {j.job_id: (j.first_start_s, j.finish_s) for j in sim.jobs.values()}
     assert ran == want
     assert all(j.status == "succeeded" for j in rt.jobs())
+
+
+def test_a_job_whose_placement_raises_fails_alone_and_the_pass_goes_on() -> None:
+    """H14's isolation, on the one engine: a plugin that raises for one job's pods (a fault mocked here: no real
+    plugin raises on purpose) fails that job with the reason, leaves nothing of it reserved, and the jobs queued
+    behind it still start in the same pass."""
+    rt = EmbeddedRuntime(make_cluster(nodes=2, gpus=8), background=0.0, fault_rate_per_hour=0.0)
+    fit = next(p for p in rt.scheduler.framework.plugins if p.name == "DeviceFit")
+    reserve = fit.reserve  # type: ignore[attr-defined]
+
+    def broken(state, pod, snap, node):  # type: ignore[no-untyped-def]
+        if pod.labels["gpucluster.io/job"] == "bad" and pod.name.endswith("-1"):
+            raise RuntimeError("device plugin state corrupt")
+        return reserve(state, pod, snap, node)
+
+    fit.reserve = broken  # type: ignore[attr-defined]
+    jobs = [rt.submit(Job(JobSpec(jid, 0.0, gpus, 100.0, gpus_per_task=4))) for jid, gpus in
+            (("bad", 8), ("after", 4), ("last", 8))]
+    events = rt.advance(1.0)
+    bad, after, last = jobs
+    assert bad.status == "failed" and bad.message == "placement failed: RuntimeError: device plugin state corrupt"
+    assert after.status == last.status == "running"
+    assert not any(k.startswith("default/bad") for k in rt.state.allocations)  # its first pod was given back
+    assert rt.scheduler.framework.waiting_pods == {}
+    assert ("bad", "failed") in [(e.job_id, e.kind) for e in events]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -149,6 +150,9 @@ def simulate(
     quota: Annotated[Path | None, typer.Option(
         "--quota", help="Hierarchical tenant queues (YAML: queues with name, parent, guarantee, limit, weight); "
                         "limits are enforced for every policy, drf reclaims guarantees")] = None,
+    speedup: Annotated[float, typer.Option(
+        "--arrival-speedup", help="Divide every arrival time by this (a load this many times higher, same jobs)")]
+    = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON")] = False,
 ) -> None:
     """Replay a job trace: queueing, gang + topology placement, preemption; print JCT, utilisation, fairness."""
@@ -156,6 +160,8 @@ def simulate(
     check_placement_policy(placement)
     if limit is not None and limit <= 0:
         fail("--limit: must be > 0")
+    if not speedup > 0:
+        fail("--arrival-speedup: must be > 0")
     cluster = load_cluster_or_fail(cluster_path)
     try:
         jobs = load_trace(trace, cluster, seed)
@@ -168,6 +174,8 @@ def simulate(
         except TraceError as exc:
             fail(str(exc))
     jobs = sorted(jobs, key=lambda j: j.submit_s)[:limit] if limit else jobs
+    if speedup != 1.0:
+        jobs = [replace(j, submit_s=j.submit_s / speedup) for j in jobs]
     if not jobs:
         fail(f"--trace {trace}: no jobs in it")
     results: dict[str, dict[str, Any]] = {}

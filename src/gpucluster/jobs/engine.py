@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -57,6 +58,8 @@ from gpucluster.scheduler import GroupDecision
 from gpucluster.scheduler.plugins.datalocality import DataCatalog
 from gpucluster.scheduler.plugins.noderesources import NODE_NAME
 from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
+
+log = logging.getLogger(__name__)
 
 _NO_CACHE: dict[str, float] = {}
 """Sentinel: tenant shares are not cached (outside a dynamic re-sort)."""
@@ -538,7 +541,7 @@ class JobEngine:
 
     # ---------------------------------------------------------------------------- the pass
     def _note(self, job: Job, message: str) -> None:
-        if job.message != message:
+        if job.message != message and job.state == JobState.QUEUED:
             self._apply(job, Note(message))
 
     def _pass(self) -> None:
@@ -583,6 +586,8 @@ class JobEngine:
                     if self._try_start(job, key):
                         free -= need
                         stale_worst = True
+                        continue
+                    if job.state != queued:  # its placement failed outright
                         continue
                     failed[shape] = need
                     if describe:
@@ -690,7 +695,7 @@ class JobEngine:
                 self._apply(victim, Preempted(why))
             return True
         for victim in victims:
-            if not self._try_start(victim, self._entry[victim.job_id][0]):
+            if not self._try_start(victim, self._entry[victim.job_id][0]) and victim.state == JobState.QUEUED:
                 self.totals.preemptions += 1
                 self._apply(victim, Preempted(why))
         return False
@@ -772,7 +777,14 @@ class JobEngine:
             if stamp not in self._delay_wake:
                 self._delay_wake.add(stamp)
                 self.at(job.queued_since_s + self.locality_delay_s, self._wake)
-        group = self.placer.place(job, pods)
+        try:
+            group = self.placer.place(job, pods)
+        except Exception as exc:  # a plugin (or the API server) failed on this job: it fails, the pass goes on
+            log.exception("placing job %s failed", job.job_id)
+            self._dequeue(job)
+            self._apply(job, Fail(f"placement failed: {type(exc).__name__}: {exc}"))
+            self._failure = None
+            return False
         self.totals.schedule_calls += group.cycles
         if not group.ok:
             self._failure = group

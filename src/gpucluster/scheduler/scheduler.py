@@ -99,7 +99,11 @@ class Scheduler:
         done: list[Decision] = []
         with self.cache.lock:
             for pod in pods:
-                d = self.schedule(pod)
+                try:
+                    d = self.schedule(pod)
+                except BaseException:  # a plugin failed: give up what the group holds, let the caller decide
+                    self.forget_group(done)
+                    raise
                 if not d.ok:
                     self.forget_group(done)
                     return GroupDecision(failed=d, cycles=len(done) + 1)
