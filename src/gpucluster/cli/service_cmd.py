@@ -157,7 +157,10 @@ def _call(client: httpx.Client, method: str, path: str, **kw: Any) -> Any:
 
 
 def submit(
-    job_file: Annotated[Path, typer.Argument(help="Job YAML: name, tenant, replicas, resources, duration_s.")],
+    job_file: Annotated[Path, typer.Argument(
+        help="Job YAML (the POST /api/v1/jobs body): name, tenant, replicas, resources, duration_s, priority, "
+             "gpu_type (model substrings, a comma list or a list), node_selector, kind (train|infer), "
+             "preemptible.")],
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
