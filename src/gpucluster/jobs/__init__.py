@@ -13,7 +13,8 @@ Kubernetes run.
 * :mod:`~gpucluster.jobs.preemption`: preemption and reclaim as pure planners;
 * :mod:`~gpucluster.jobs.offers`: Mesos-style offers with DRF arbitration;
 * :mod:`~gpucluster.jobs.engine`: :class:`JobEngine`, the queue, the scheduling pass and the clock;
-* :mod:`~gpucluster.jobs.kernel`: the event heap the engine's clock runs on.
+* :mod:`~gpucluster.jobs.kernel`: the event heap the engine's clock runs on;
+* :mod:`~gpucluster.jobs.front`: :class:`EngineFront`, the job-facing half every control-plane runtime shares.
 
 Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
 
@@ -24,6 +25,7 @@ Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
 
 from gpucluster.jobs.admission import default_registry, held_gpus, job_spec, never_fits, template_pod
 from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Totals
+from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import (
     JOB_LABEL,
@@ -45,6 +47,7 @@ __all__ = [
     "JOB_PLACEMENT",
     "POLICIES",
     "STATUSES",
+    "EngineFront",
     "EngineOptions",
     "InvalidTransitionError",
     "Job",
