@@ -20,7 +20,9 @@ from typing import Any
 import yaml
 
 from gpucluster.jobs.model import JobKind, JobSpec
+from gpucluster.model.limits import MAX_TRACE_GPUS, MAX_WHOLE_NUMBER
 from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator.traces.fields import decoded, seconds, whole
 
 _REQUIRED = ("id", "submit_s", "gpus", "duration_s")
 _FLOATS = ("submit_s", "duration_s", "checkpoint_interval_s")
@@ -32,13 +34,14 @@ _KNOWN = set(_FLOATS) | set(_INTS) | set(_STRS)
 def load_jobs(path: Path) -> list[JobSpec]:
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
-    if path.suffix.lower() in (".yaml", ".yml"):
-        return _from_yaml(path)
-    return _from_csv(path)
+    with decoded(path):
+        if path.suffix.lower() in (".yaml", ".yml"):
+            return _from_yaml(path)
+        return _from_csv(path)
 
 
 def _from_csv(path: Path) -> list[JobSpec]:
-    with path.open(newline="") as fh:
+    with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None:
             raise TraceError(f"{path}:1: empty file (expected a header line)")
@@ -49,7 +52,7 @@ def _from_csv(path: Path) -> list[JobSpec]:
 
 
 def _from_yaml(path: Path) -> list[JobSpec]:
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -91,18 +94,12 @@ def job_from_record(rec: Mapping[str, Any], where: str) -> JobSpec:
     for key, raw in rec.items():
         if raw in (None, ""):
             continue
-        try:
-            if key in _FLOATS:
-                vals[key] = float(raw)
-            elif key in _INTS:
-                f = float(raw)
-                if f != int(f):
-                    raise ValueError(f"not a whole number: {raw!r}")
-                vals[key] = int(f)
-            else:
-                vals[key] = str(raw)
-        except ValueError:
-            raise TraceError(f"{where}: {key}: not a number: {raw!r}") from None
+        if key in _FLOATS:
+            vals[key] = seconds(raw, where, key)
+        elif key in _INTS:
+            vals[key] = whole(raw, where, key, MAX_TRACE_GPUS if key in ("gpus", "gpus_per_task") else MAX_WHOLE_NUMBER)
+        else:
+            vals[key] = str(raw)
     kind = vals.get("kind", "train")
     if kind not in ("train", "infer"):
         raise TraceError(f"{where}: kind: must be train or infer, not {kind!r}")
