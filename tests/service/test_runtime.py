@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -243,3 +244,32 @@ def test_background_workload_fills_the_default_cluster_to_its_target() -> None:
     assert o["history"][-1]["t"] == pytest.approx(600)
     topo = rt.topology()
     assert sum(len(r["nodes"]) for sp in topo["spines"] for lf in sp["leaves"] for r in lf["racks"]) == 240
+
+
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "drf", "default"])
+def test_queue_order_is_the_order_the_queue_policy_tries(policy: str) -> None:
+    """``queue_order()`` (service.ops.QueueOrder) lists pending jobs as the next pass will try them: when the
+    blocker ends, they start in that order (one at a time: each needs the whole cluster)."""
+    rt = EmbeddedRuntime(_cluster(nodes=1, gpus=4), background=0.0, fault_rate_per_hour=0.0, queue_policy=policy)
+    rt.submit(_job("blocker", gpus=4, duration=100.0))
+    rt.advance(1.0)
+    sizes = {"a": 10.0, "b": 30.0, "c": 20.0}
+    for jid, duration in sizes.items():
+        job = _job(jid, gpus=4, duration=duration)
+        job.spec = dataclasses.replace(job.spec, tenant=f"t-{jid}")
+        rt.submit(job)
+        rt.advance(rt.now + 1.0)
+    late = _job("late", gpus=4, duration=5.0)  # submitted, not yet arrived: keyed as it will be
+    rt.submit(late)
+    order = rt.queue_order()
+    assert sorted(order) == ["a", "b", "c", "late"]
+    if policy == "fifo":
+        assert order == ["a", "b", "c", "late"]
+    if policy == "sjf":
+        assert order == ["late", "a", "c", "b"]
+    started: list[str] = []
+    t = rt.now
+    while len(started) < 4:
+        t += 1.0
+        started += [e.job_id for e in rt.advance(t) if e.kind == "running"]
+    assert started == order
