@@ -202,6 +202,9 @@ def test_submit_form_gpu_type_priority_replicas_duration(page: Any, server: Serv
     page.locator("#jf-replicas").fill("2")
     page.locator("#jf-priority").fill("50")
     page.locator("#jf-duration").fill("30")
+    if takes_type:  # the engine's job body: kind and preemptible too
+        page.locator("#jf-kind").select_option("infer")
+        page.locator("#jf-preemptible").uncheck()
     page.get_by_role("button", name="Submit").click()
     expect(page.locator("[data-testid=job-row-ux-form]")).to_be_visible()
     body = sent[-1]
@@ -210,6 +213,9 @@ def test_submit_form_gpu_type_priority_replicas_duration(page: Any, server: Serv
     with server.client() as c:
         job = c.get("/api/v1/jobs", params={"q": "ux-form"}).json()["jobs"][0]
     assert job["priority"] == 50 and job["replicas"] == 2
+    if takes_type:
+        assert body["kind"] == "infer" and body["preemptible"] is False
+        assert job["gpu_type"] == "L40S-48GB" and job["kind"] == "infer" and job["preemptible"] is False
     shot(page, "29-submit-form")
 
 
