@@ -394,7 +394,7 @@ def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
         spec = JobSpec(str(r["id"]), submit_s, 1, math.inf, tenant=str(r["tenant"]), name=str(r["name"]),
                        resources=resources, submitted_at=submitted_at, priority=int(r["priority"]))
     if not status.terminal:
-        return Job(spec)
+        return Job(spec, message=str(r["message"]))
     started, finished = _opt_float(r["started_t"]), _opt_float(r["finished_t"])
     job = Job(spec, JobState(status.value), message=str(r["message"]), placements=placements)
     if started is not None:
