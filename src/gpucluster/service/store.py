@@ -10,8 +10,8 @@ latency. Tokens are stored as SHA-256 hashes, never in clear; revoking one takes
 
 A job row keeps what the user asked for (name, tenant, replicas, resources, duration, priority, submission time)
 and what its last run looked like (runtime clock times of submission, start and end, GPU-equivalents held,
-placements): a job that ended before a restart reads back exactly as it was; a live one is queued again and its
-run fields are re-created when it is placed.
+placements, attempts, preemptions): a job that ended before a restart reads back exactly as it was; a live one
+is queued again and its run fields are re-created when it is placed.
 
 Rows are read defensively: a job row that cannot be turned back into a job (hand-edited, written by a buggy
 version) is reported by :meth:`Store.load_jobs` and skipped, never a reason not to start.
@@ -34,6 +34,7 @@ from typing import Any
 
 from gpucluster.devices import VendorRegistry
 from gpucluster.jobs import JobSpec, JobState, JobStatus, job_spec
+from gpucluster.model import Pod
 from gpucluster.service.runtime import Job, JobEvent
 
 SCHEMA = """
@@ -68,6 +69,8 @@ MIGRATIONS = (
     ("jobs", "finished_t", "ALTER TABLE jobs ADD COLUMN finished_t REAL"),
     ("jobs", "gpus", "ALTER TABLE jobs ADD COLUMN gpus REAL"),
     ("jobs", "placements", "ALTER TABLE jobs ADD COLUMN placements TEXT"),
+    ("jobs", "attempts", "ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "preemptions", "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0"),
 )
 """(table, column, statement) applied when an older database lacks the column."""
 
@@ -248,9 +251,9 @@ class Store:
                         n += 1
                 self._db.executemany(
                     "UPDATE jobs SET status=?, message=?, priority=?, submitted_t=?, started_t=?, finished_t=?, "
-                    "gpus=?, placements=? WHERE id=?",
+                    "gpus=?, placements=?, attempts=?, preemptions=? WHERE id=?",
                     [(j.status.value, j.message, j.priority, j.submitted_t, j.started_t, j.finished_t, j.gpus,
-                      json.dumps(j.placements), j.id) for j in jobs.values()])
+                      json.dumps(j.placements), j.attempts, j.preemptions, j.id) for j in jobs.values()])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -391,12 +394,15 @@ def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
     except ValueError:
         if not status.terminal:
             raise
-        spec = JobSpec(str(r["id"]), submit_s, 1, math.inf, tenant=str(r["tenant"]), name=str(r["name"]),
+        # a placeholder that keeps what the row says (replicas) and asks for no device
+        spec = JobSpec(str(r["id"]), submit_s, 0, math.inf, tenant=str(r["tenant"]), name=str(r["name"]),
+                       template=Pod(str(r["id"]), namespace=str(r["tenant"])), replicas=int(r["replicas"]),
                        resources=resources, submitted_at=submitted_at, priority=int(r["priority"]))
     if not status.terminal:
         return Job(spec, message=str(r["message"]))
     started, finished = _opt_float(r["started_t"]), _opt_float(r["finished_t"])
-    job = Job(spec, JobState(status.value), message=str(r["message"]), placements=placements)
+    job = Job(spec, JobState(status.value), message=str(r["message"]), placements=placements,
+              attempt=int(r["attempts"] or 0), preemptions=int(r["preemptions"] or 0))
     if started is not None:
         job.first_start_s = job.run_start_s = started
     if finished is not None:
