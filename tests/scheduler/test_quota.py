@@ -165,7 +165,7 @@ def test_a_job_waits_for_its_parent_queue_alone() -> None:
     sim.run_until(101)  # b is done
     assert a.state == JobState.RUNNING and tree.used["org"]["gpu"] == 8
     sim.run()
-    assert a.state == JobState.COMPLETED
+    assert a.state == JobState.SUCCEEDED
 
 
 def test_a_job_waits_for_its_own_queue_alone_and_an_exact_fit_runs() -> None:
@@ -182,4 +182,4 @@ def test_a_job_waits_for_its_own_queue_alone_and_an_exact_fit_runs() -> None:
                                                                JobState.QUEUED, JobState.RUNNING]
     assert tree.used["team-a"]["gpu"] == 8 and tree.used["org"]["gpu"] == 12
     sim.run()
-    assert extra.state == JobState.COMPLETED and extra.first_start_s == 100  # when "first" ended
+    assert extra.state == JobState.SUCCEEDED and extra.first_start_s == 100  # when "first" ended

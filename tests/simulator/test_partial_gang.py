@@ -3,10 +3,10 @@ stays placed or charged, so the room its first task had taken goes to the next j
 
 from __future__ import annotations
 
+from gpucluster.jobs import JobSpec, JobState
 from gpucluster.model import DeviceSpec, Fabric, NodeSpec
 from gpucluster.scheduler.framework import PluginConfig
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
-from gpucluster.simulator.jobs import JobSpec, JobState
 from gpucluster.simulator.runner import Simulation, jobs_profile
 from gpucluster.spec import Cluster
 
@@ -39,5 +39,5 @@ def test_a_gang_that_fits_only_in_part_holds_nothing() -> None:
     sim.run_until(31)  # the hog is done: the gang runs on big
     assert gang.state == JobState.RUNNING and gang.nodes == ("big", "big")
     sim.run()
-    assert [j.state for j in (hog, gang, single)] == [JobState.COMPLETED] * 3
+    assert [j.state for j in (hog, gang, single)] == [JobState.SUCCEEDED] * 3
     assert sim.state.allocations == {} and tree.used["team"] == {"gpu": 0.0, "gpumem": 0.0, "gpucores": 0.0}
