@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucluster.jobs import transition
+from gpucluster.jobs import JobStatus, transition
 from gpucluster.jobs.transitions import Fail
 from gpucluster.monitoring import describe_record
 from gpucluster.service.auth import AdminToken, resolve_admin_token
@@ -193,8 +193,11 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
     svc.sync_quotas()
     recovered: list[JobEvent] = []
     bad: list[BadRow] = []
-    for job in store.load_jobs(bad, runtime.registry):
-        svc.order.append(job.id)
+    loaded = store.load_jobs(bad, runtime.registry)
+    svc.order.extend(job.id for job in loaded)
+    ran = store.job_ids(JobStatus.RUNNING)
+    # the jobs that ran before the restart are restored first (in submission order), then the waiting ones
+    for job in sorted(loaded, key=lambda j: j.id not in ran):
         if job.status.terminal:
             svc.archive[job.id] = job
             continue

@@ -119,10 +119,13 @@ class EmbeddedRuntime(EngineFront):
 
     # ------------------------------------------------------------------ jobs
     def restore(self, job: Job) -> None:
-        """Queue a live job recovered from the store (a new record, as :func:`gpucluster.service.store` builds)."""
+        """Queue a live job recovered from the store (a new record, as :func:`gpucluster.service.store` builds)
+        and try it at once: jobs are placed in the order the service restores them (those that ran before the
+        restart first, so they get their room back whatever the queue policy would prefer among them)."""
         job.spec = restored_submission(job.spec, self.now)
         self.engine.submit(job)
         job.message = "re-queued after a control-plane restart"
+        self.sim.run_until(self.now)
 
     def _submit_synthetic(self, arrival: Arrival, t: float) -> None:
         self._synthetic_seq += 1

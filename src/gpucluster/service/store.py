@@ -281,6 +281,12 @@ class Store:
                     bad.append(BadRow(str(r["id"]), f"{type(exc).__name__}: {exc}"[:300]))
         return out
 
+    def job_ids(self, status: JobStatus) -> set[str]:
+        """Ids of the stored jobs whose status is ``status``."""
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM jobs WHERE status=?", (status.value,)).fetchall()
+        return {str(r["id"]) for r in rows}
+
     def max_event_t(self) -> float | None:
         """The latest runtime clock time any event was recorded at (the clock never restarts below it)."""
         with self._lock:
