@@ -170,13 +170,13 @@ def test_per_gpu_usage_with_sparklines(page: Any, server: Server) -> None:
 
 def test_queue_view(page: Any, server: Server) -> None:
     expect = _expect()
-    big = submit_job(server, {"name": "ux-queued", "replicas": 230, "resources": {"nvidia.com/gpu": 8}})
+    big = submit_job(server, {"name": "ux-queued", "replicas": 208, "resources": {"nvidia.com/gpu": 8}})  # all H100 nodes
     try:
         login(page, server)
         page.get_by_role("link", name="Queue").click()
         row = page.locator("[data-testid=queue-row-ux-queued]")
         expect(row.locator("[data-testid=queue-why]")).to_contain_text(  # tried and refused, or not tried
-            re.compile("nodes are available|waiting for GPUs: needs 1840"), timeout=20_000)
+            re.compile("nodes are available|waiting for GPUs: needs 1664"), timeout=20_000)
         assert int(row.locator("[data-testid=queue-pos]").inner_text()) >= 1
         expect(row.locator("[data-testid=queue-est]")).not_to_be_empty()
         shot(page, "28-queue")
