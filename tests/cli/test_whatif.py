@@ -145,4 +145,4 @@ def test_bad_policy_exits_2(app: typer.Typer, designs: tuple[Path, Path]) -> Non
     code, _, err = _run(app, "--design", str(small), "--design", str(large), "--trace", "synthetic:20",
                         "--policy", "nope")
     assert code == 2
-    assert "--policy: unknown policy 'nope'" in err
+    assert "--queue-policy: unknown queue policy 'nope'" in err

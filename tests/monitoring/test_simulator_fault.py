@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpucluster.jobs import model as jobs_mod
 from gpucluster.model import ClusterState
 from gpucluster.monitoring import (
     EmbeddedMonitor,
@@ -14,7 +15,6 @@ from gpucluster.monitoring import (
     SimSource,
     build_registry,
 )
-from gpucluster.simulator import jobs as jobs_mod
 from gpucluster.simulator import runner as simulator
 from tests.helpers import gpu_node
 
@@ -59,7 +59,7 @@ def test_xid79_in_the_simulator_drains_and_every_job_finishes() -> None:
     assert len(drains) == 1 and drains[0].outcome == "done" and drains[0].target == f"{node}/gpu0"
     assert sorted(drains[0].detail["pending"]) == victims  # type: ignore[arg-type]
     # nothing lost: every job completed; the victims restarted once, elsewhere, from a checkpoint
-    assert all(j.state == jobs_mod.JobState.COMPLETED for j in sim.jobs.values())
+    assert all(j.state == jobs_mod.JobState.SUCCEEDED for j in sim.jobs.values())
     for jid in victims:  # type: ignore[union-attr]
         job = sim.job(jid)
         assert job.failures == 1 and node not in job.nodes

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
+from gpucluster.jobs.model import JobSpec
 from gpucluster.model import DeviceSpec, Fabric, NodeSpec
 from gpucluster.scheduler.framework import PluginConfig
 from gpucluster.scheduler.plugins.datalocality import DataCatalog, Dataset
-from gpucluster.simulator.jobs import JobSpec
 from gpucluster.simulator.runner import Simulation, jobs_profile
 from gpucluster.spec import Cluster
 

@@ -4,11 +4,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpucluster.jobs import JobEvent
+from gpucluster.jobs.model import JobSpec, JobState
 from gpucluster.model import ContainerRequest, DeviceRequest, DeviceSpec, Fabric, NodeSpec, Pod
 from gpucluster.scheduler.framework import PluginConfig
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree, pod_charge
-from gpucluster.simulator.jobs import JobSpec, JobState
-from gpucluster.simulator.runner import SimEvent, Simulation, jobs_profile
+from gpucluster.simulator.runner import Simulation, jobs_profile
 from gpucluster.spec import Cluster
 
 
@@ -70,7 +71,7 @@ def test_quotas_are_never_exceeded(jobs: list[tuple[str, int, int, int]], policy
     sim = _sim(tree, policy)
     limits = {q.name: q.limit for q in tree.queues.values()}
 
-    def check(ev: SimEvent) -> None:
+    def check(ev: JobEvent) -> None:
         for q, lim in limits.items():
             for r, cap in lim.items():
                 assert tree.used[q][r] <= cap + 1e-9, (q, r, tree.used[q][r])
@@ -164,7 +165,7 @@ def test_a_job_waits_for_its_parent_queue_alone() -> None:
     sim.run_until(101)  # b is done
     assert a.state == JobState.RUNNING and tree.used["org"]["gpu"] == 8
     sim.run()
-    assert a.state == JobState.COMPLETED
+    assert a.state == JobState.SUCCEEDED
 
 
 def test_a_job_waits_for_its_own_queue_alone_and_an_exact_fit_runs() -> None:
@@ -181,4 +182,4 @@ def test_a_job_waits_for_its_own_queue_alone_and_an_exact_fit_runs() -> None:
                                                                JobState.QUEUED, JobState.RUNNING]
     assert tree.used["team-a"]["gpu"] == 8 and tree.used["org"]["gpu"] == 12
     sim.run()
-    assert extra.state == JobState.COMPLETED and extra.first_start_s == 100  # when "first" ended
+    assert extra.state == JobState.SUCCEEDED and extra.first_start_s == 100  # when "first" ended

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
+from gpucluster.jobs.model import JobSpec, JobState
 from gpucluster.model import DeviceSpec, Fabric, NodeSpec
-from gpucluster.simulator.jobs import JobSpec, JobState
 from gpucluster.simulator.runner import Simulation, jobs_profile
 from gpucluster.spec import Cluster
 

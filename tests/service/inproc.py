@@ -63,8 +63,9 @@ class InProc:
 
 @contextmanager
 def in_process(data_dir: Path, admin: str = ADMIN, rates: RateLimits | None = None,
-               cluster: Cluster | None = None) -> Iterator[InProc]:
-    runtime = EmbeddedRuntime(cluster or small_cluster(), background=0.0, fault_rate_per_hour=0.0)
+               cluster: Cluster | None = None, queue_policy: str = "default") -> Iterator[InProc]:
+    runtime = EmbeddedRuntime(cluster or small_cluster(), background=0.0, fault_rate_per_hour=0.0,
+                              queue_policy=queue_policy)
     config = ServiceConfig(data_dir=data_dir, speed=0.0, admin_token=admin, rates=rates or RateLimits())
     service, _ = open_service(runtime, config)
     app = create_app(service)

@@ -26,11 +26,14 @@ def _cli(server: Server, *args: str) -> tuple[int, str, str]:
 def test_submit_then_list_jobs_and_nodes(server: Server, tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("name: cli-job\ntenant: cli\nreplicas: 1\nresources:\n  nvidia.com/gpu: 1\n"
-                   "  nvidia.com/gpucores: 50\n  nvidia.com/gpumem: 20000\nduration_s: 30\n")
+                   "  nvidia.com/gpucores: 50\n  nvidia.com/gpumem: 20000\nduration_s: 30\n"
+                   "gpu_type: [L40S]\nkind: infer\nnode_selector: {gpucluster.io/pool: infer}\n")
     code, out, err = _cli(server, "submit", str(job), "--json")
     assert code == 0, err
     submitted = json.loads(out)
     assert submitted["name"] == "cli-job" and submitted["gpus"] == 0.5
+    assert (submitted["gpu_type"], submitted["kind"], submitted["node_selector"]) == (
+        "L40S", "infer", {"gpucluster.io/pool": "infer"})
 
     def listed() -> dict[str, object] | None:
         code, out, _ = _cli(server, "jobs", "--json", "--tenant", "cli")
@@ -81,8 +84,10 @@ def test_up_refuses_bad_flags(tmp_path: Path) -> None:
     assert r.returncode == 2 and "none.yaml" in r.stderr
     r = _up("--kubeconfig", str(tmp_path / "kc"), "--data-dir", str(tmp_path / "d"))
     assert r.returncode == 2 and "--kubeconfig" in r.stderr
-    r = _up("--policy", "roundrobin", "--data-dir", str(tmp_path / "d"))
-    assert r.returncode == 2 and "--policy" in r.stderr
+    r = _up("--policy", "roundrobin", "--data-dir", str(tmp_path / "d"))  # --policy: the placement policy
+    assert r.returncode == 2 and "--placement-policy: unknown placement policy 'roundrobin'" in r.stderr
+    r = _up("--queue-policy", "lifo", "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2 and "--queue-policy: unknown queue policy 'lifo'" in r.stderr
 
 
 def test_up_prints_the_url_and_a_generated_admin_token(tmp_path: Path) -> None:

@@ -122,6 +122,7 @@ def test_quota_counts_what_a_job_holds(tmp_path: Path) -> None:
         assert "at least 32 GPUs" in r.json()["error"] and "quota is 2" in r.json()["error"]
         first = t.post("/api/v1/jobs", json=_job("two", whole_memory, replicas=2)).json()
         assert first["gpus"] == pytest.approx(2.0)
+        ip.tick()  # the default queue policy tries small jobs first: "two" starts before "one-more" arrives
         third = t.post("/api/v1/jobs", json=_job("one-more", whole_memory)).json()
         ip.tick()
         assert t.get(f"/api/v1/jobs/{first['id']}").json()["status"] == "running"

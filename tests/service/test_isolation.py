@@ -1,8 +1,9 @@
 """Scheduling passes are isolated per job (issue 14, defect 1): a job whose placement raises fails alone.
 
 No request can make placement raise any more (quantities are bounded at the door), so the failure is injected:
-:class:`InjectedPlacementFaultError` is raised by a wrapper around the runtime's scheduler for chosen pods, before or
-after the pod was bound (a partial reservation). A fault injection, named so; everything else is real.
+:class:`InjectedPlacementFaultError` is raised by a wrapper around the runtime's scheduler for chosen pods of a
+job's group, before the pod is reserved (its earlier replicas are) or after it was bound (a partial reservation).
+A fault injection, named so; everything else is real.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpucluster.jobs import job_spec
 from gpucluster.model import DeviceSpec, NodeSpec, Pod
 from gpucluster.scheduler import Decision
+from gpucluster.scheduler.framework import Status
 from gpucluster.service import EmbeddedRuntime, Job, JobStatus
 from gpucluster.spec import Cluster, load_cluster
 from tests.scheduler.test_properties import check_invariants
@@ -47,23 +50,32 @@ job_st = st.tuples(st.integers(0, len(SHAPES) - 1), st.integers(1, 2),  # shape,
 @given(st.lists(job_st, min_size=1, max_size=8))
 def test_a_job_whose_placement_raises_fails_alone(jobs: list[tuple[int, int, Any]]) -> None:
     rt = EmbeddedRuntime(_cluster(), background=0.0, fault_rate_per_hour=0.0)
-    real = rt.scheduler.schedule_and_bind
+    real_schedule, real_bind = rt.scheduler.schedule, rt.scheduler.bind
     faults: dict[str, tuple[int, bool]] = {}
 
-    def injected(pod: Pod) -> Decision:
-        jid, _, replica = pod.name.rpartition("-")
+    def fault_of(pod: Pod, after_bind: bool) -> bool:
+        jid, _attempt, replica = pod.name.rsplit("-", 2)
         fault = faults.get(jid)
-        if fault is not None and int(replica) == min(fault[0], rt.job(jid).replicas - 1):  # type: ignore[union-attr]
-            if fault[1]:
-                real(pod)  # reserve the devices, then fail
-            raise InjectedPlacementFaultError(f"injected into {pod.key}")
-        return real(pod)
+        return fault is not None and fault[1] == after_bind and \
+            int(replica) == min(fault[0], rt.job(jid).replicas - 1)  # type: ignore[union-attr]
 
-    rt.scheduler.schedule_and_bind = injected  # type: ignore[method-assign]
+    def schedule(pod: Pod) -> Decision:
+        if fault_of(pod, False):
+            raise InjectedPlacementFaultError(f"injected into {pod.key}")
+        return real_schedule(pod)
+
+    def bind(decision: Decision) -> Status:
+        st = real_bind(decision)  # bind the devices, then fail
+        if fault_of(decision.pod, True):
+            raise InjectedPlacementFaultError(f"injected into {decision.pod.key}")
+        return st
+
+    rt.scheduler.schedule = schedule  # type: ignore[method-assign]
+    rt.scheduler.bind = bind  # type: ignore[method-assign]
     submitted: list[Job] = []
     for k, (shape, replicas, fault) in enumerate(jobs):
-        job = Job(id=f"j{k}", name=f"j{k}", tenant=f"t{k % 3}", replicas=replicas, resources=SHAPES[shape],
-                  duration_s=None, submitted_at=time.time())
+        job = Job(job_spec(f"j{k}", name=f"j{k}", tenant=f"t{k % 3}", replicas=replicas, resources=SHAPES[shape],
+                           duration_s=None, submit_s=0.0, submitted_at=time.time()))
         rt.validate(job)
         submitted.append(rt.submit(job))
         if fault is not None:
@@ -76,9 +88,10 @@ def test_a_job_whose_placement_raises_fails_alone(jobs: list[tuple[int, int, Any
         else:
             assert job.status == JobStatus.RUNNING, job  # at most 16 of 32 GPUs are asked for: all fit
     check_invariants(rt.state)
-    running = {p.key for job in submitted if job.status == JobStatus.RUNNING for p in rt._pods[job.id]}
+    running = {k for job in submitted if job.status == JobStatus.RUNNING for k in job.pod_keys}
     assert set(rt.state.allocations) == running  # nothing of a failed job stays reserved
-    assert not any(rt.scheduler.cache.is_assumed(k) for j in faults for p in rt._pods[j] for k in [p.key])
+    failed = [f"{j.tenant}/{j.id}-1-{i}" for j in submitted if j.id in faults for i in range(j.replicas)]
+    assert not any(rt.scheduler.cache.is_assumed(k) for k in failed)
     assert rt.state.totals()["pods"] == len(running)
     held = sum(j.gpus for j in submitted if j.status == JobStatus.RUNNING)
     assert held == sum(v["gpus"] for v in rt.usage_by_tenant().values())

@@ -23,7 +23,8 @@ def _job(name: str, replicas: int, gpus: int, duration: float | None = None, pri
 
 
 def test_queue_order_reasons_and_start_estimates(tmp_path: Path) -> None:
-    with in_process(tmp_path / "d") as p:
+    # fifo: priority, then arrival, no preemption (the default policy would preempt for "urgent")
+    with in_process(tmp_path / "d", queue_policy="fifo") as p:
         c = p.client
         a = c.post("/api/v1/jobs", json=_job("a", 4, 8, duration=100.0)).json()  # every H100
         b = c.post("/api/v1/jobs", json=_job("b", 2, 8)).json()  # every L40S, until cancelled
@@ -40,7 +41,7 @@ def test_queue_order_reasons_and_start_estimates(tmp_path: Path) -> None:
         first, second = q["jobs"]
         assert first["est_start_t"] == pytest.approx(started + 100.0)  # when a's 32 GPUs come back
         assert second["est_start_t"] is None  # 40 GPUs wanted, only a's 32 will ever free up
-        assert "nodes are available" in first["why"]
+        assert "waiting for GPUs: needs 8 GPU(s)" in first["why"] and "0 of 48 free" in first["why"]
         tenant = p.tenant("other")
         mine = p.as_(tenant).get("/api/v1/queue").json()
         assert mine["jobs"] == [] and mine["total"] == 2  # a tenant sees its own rows only

@@ -64,9 +64,16 @@ def _submit(server: Server, tokens: dict[str, str]) -> dict[str, str]:
             r = c.post("/api/v1/jobs", json=body)
             assert r.status_code == 201, r.text
             ids[body["name"]] = r.json()["id"]
+        if body["name"] == "a-two":  # the default queue policy tries small jobs first: the next one comes later
+            wait_for(lambda: _status(server, ids["a-two"]) == "running", "a-two to run")
     with server.client() as admin:
         assert admin.delete(f"/api/v1/jobs/{ids['b-cancelled']}").status_code == 200
     return ids
+
+
+def _status(server: Server, job_id: str) -> str:
+    with server.client() as admin:
+        return str(admin.get(f"/api/v1/jobs/{job_id}").json()["status"])
 
 
 def _settled(server: Server, ids: dict[str, str]) -> dict[str, Any] | None:

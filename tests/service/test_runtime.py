@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 import pytest
 
+from gpucluster.jobs import job_spec
 from gpucluster.model import DeviceSpec, NodeSpec
-from gpucluster.service import EmbeddedRuntime, Job, JobStatus, Runtime
+from gpucluster.service import EmbeddedRuntime, Job, Runtime
 from gpucluster.spec import Cluster, load_cluster
 
 
@@ -26,8 +28,8 @@ def _rt(**kw: Any) -> EmbeddedRuntime:
 
 
 def _job(jid: str, gpus: int = 1, replicas: int = 1, duration: float | None = 10.0, **res: Any) -> Job:
-    return Job(id=jid, name=jid, tenant="t", replicas=replicas, duration_s=duration, submitted_at=time.time(),
-               resources={"nvidia.com/gpu": gpus, **res})
+    return Job(job_spec(jid, name=jid, tenant="t", replicas=replicas, duration_s=duration, submit_s=0.0,
+                        submitted_at=time.time(), resources={"nvidia.com/gpu": gpus, **res}))
 
 
 def test_embedded_runtime_implements_the_protocol() -> None:
@@ -38,19 +40,19 @@ def test_gang_is_all_or_nothing_and_waits_for_room() -> None:
     rt = _rt(nodes=2, gpus=4)
     big = rt.submit(_job("big", gpus=4, replicas=2, duration=100))
     rt.advance(1)
-    assert big.status == JobStatus.RUNNING
+    assert big.status == "running"
     assert sorted(p["node"] for p in big.placements) == ["n0", "n1"]
     gang = rt.submit(_job("gang", gpus=2, replicas=2, duration=10))
     rt.advance(2)
-    assert gang.status == JobStatus.PENDING
-    assert "unschedulable: 0/2 nodes are available" in gang.message
+    assert gang.status == "pending"
+    assert gang.message == "waiting for GPUs: needs 4 GPU(s) as 2 task(s), 0 of 8 free"
     assert rt.state.totals()["pods"] == 2  # nothing of the gang is held while it waits
     events = rt.advance(101)
-    assert big.status == JobStatus.SUCCEEDED and big.finished_t == pytest.approx(101.0)
-    assert gang.status == JobStatus.RUNNING and gang.started_t == 101
+    assert big.status == "succeeded" and big.finished_t == pytest.approx(100.0)  # it arrived and started at 0
+    assert gang.status == "running" and gang.started_t == 100
     assert [e.kind for e in events] == ["succeeded", "running"]
     rt.advance(111)
-    assert gang.status == JobStatus.SUCCEEDED
+    assert gang.status == "succeeded" and gang.finished_t == 110
 
 
 def test_fractional_jobs_share_a_device() -> None:
@@ -59,7 +61,7 @@ def test_fractional_jobs_share_a_device() -> None:
     b = rt.submit(_job("b", **{"nvidia.com/gpucores": 50, "nvidia.com/gpumem": 30000}))
     c = rt.submit(_job("c", **{"nvidia.com/gpucores": 50, "nvidia.com/gpumem": 30000}))
     rt.advance(1)
-    assert (a.status, b.status, c.status) == (JobStatus.RUNNING, JobStatus.RUNNING, JobStatus.PENDING)
+    assert (a.status, b.status, c.status) == ("running", "running", "pending")
     assert a.gpus == 0.5
     node = rt.node("n0")
     assert node is not None
@@ -70,7 +72,7 @@ def test_cancel_frees_the_devices() -> None:
     rt = _rt(nodes=1, gpus=4)
     j = rt.submit(_job("j", gpus=4, duration=None))
     rt.advance(1)
-    assert rt.cancel("j") is j and j.status == JobStatus.CANCELLED
+    assert rt.cancel("j") is j and j.status == "cancelled"
     assert rt.state.totals()["core_used_milli"] == 0
     assert rt.cancel("nope") is None
 
@@ -84,7 +86,7 @@ def test_xid_fault_alerts_drains_requeues_and_repairs() -> None:
     node = j.placements[0]["node"]
     events: list[Any] = []
     rt.inject_fault(node, 2, events)
-    assert [e.kind for e in events] == ["evicted"] and j.status == JobStatus.PENDING
+    assert [e.kind for e in events] == ["evicted"] and j.status == "pending"
     firing = [a for a in rt.alerts() if a["state"] == "firing"]
     assert [(a["name"], a["severity"], a["target"]) for a in firing] == [
         ("GpuXidCritical", "critical", f"{node}/gpu2"), ("GpuXidError", "warning", f"{node}/gpu2")]
@@ -97,7 +99,7 @@ def test_xid_fault_alerts_drains_requeues_and_repairs() -> None:
     assert not rt.state.schedulable[i] and not rt.state.dev_healthy[i, 2]
     assert [r.action for r in rt.take_audit_records()] == ["drain"] and rt.take_audit_records() == []
     rt.advance(2)
-    assert j.status == JobStatus.RUNNING and j.placements[0]["node"] != node
+    assert j.status == "running" and j.placements[0]["node"] != node
     rt.advance(30)  # evaluated again: still firing, not drained twice (one action per alert episode)
     assert [r["action"] for r in rt.remediations()] == ["drain"]
     rt.advance(1 + 600)
@@ -129,7 +131,7 @@ def test_overheating_gpu_cordons_its_node_after_two_minutes() -> None:
     assert [(a["name"], a["state"]) for a in rt.alerts()] == [("GpuTemperatureHigh", "firing")]
     assert [(r["action"], r["target"]) for r in rt.remediations()] == [("cordon", f"{node}/gpu0")]
     assert not rt.state.schedulable[rt.state.node_index[node]]
-    assert j.status == JobStatus.RUNNING  # a cordon keeps what runs
+    assert j.status == "running"  # a cordon keeps what runs
 
 
 def test_fragmented_node_is_defragmented() -> None:
@@ -154,8 +156,8 @@ def test_fragmented_node_is_defragmented() -> None:
     assert "fragmentation 1.00 -> 0.00" in rec["detail"]
     assert {b.placements[0]["node"], c.placements[0]["node"]} == {"n0", "n1"} - {node} or \
         b.placements[0]["node"] == c.placements[0]["node"] != node
-    assert [e.kind for e in events if e.kind == "migrated"] and a.status == JobStatus.CANCELLED
-    assert b.status == c.status == JobStatus.RUNNING
+    assert [e.kind for e in events if e.kind == "migrated"] and a.status == "cancelled"
+    assert b.status == c.status == "running"
 
 
 def test_idle_allocation_is_released_when_the_policy_allows() -> None:
@@ -167,17 +169,18 @@ def test_idle_allocation_is_released_when_the_policy_allows() -> None:
     rt.advance(1)
     rt.monitor.source("n0").activity = {j.placements[0]["pod"]: PROFILES["idle"]}
     events = rt.advance(31) + rt.advance(31 + 1800)
-    assert j.status == JobStatus.CANCELLED and "idle" in j.message
+    assert j.status == "cancelled" and "idle" in j.message
     assert [e.kind for e in events] == ["cancelled"]
     assert [(r["action"], r["outcome"]) for r in rt.remediations()] == [("release", "done")]
 
 
 def test_pending_too_long_warns() -> None:
     rt = _rt(nodes=1, gpus=4)
-    rt.submit(_job("huge", gpus=8, duration=None))  # never fits one node
+    rt.submit(_job("hog", gpus=4, duration=None))
+    rt.submit(_job("waits", gpus=4, duration=None))  # fits the node, never while the hog runs
     for t in range(1, 800, 30):
         rt.advance(t)
-    assert [(a["name"], a["target"], a["state"]) for a in rt.alerts()] == [
+    assert [(a["name"], a["target"], a["state"]) for a in rt.alerts() if a["state"] == "firing"] == [
         ("PodsPendingTooLong", "cluster", "firing")]
     assert rt.queue_stats().pending == 1
 
@@ -198,9 +201,12 @@ def test_quota_holds_a_tenant_back() -> None:
     a = rt.submit(_job("a", gpus=2))
     b = rt.submit(_job("b", gpus=1))
     rt.advance(1)
-    assert a.status == JobStatus.RUNNING and b.status == JobStatus.PENDING
-    assert b.message.startswith("waiting for quota")
-    assert rt.usage_by_tenant()["t"] == {"gpus": 2.0, "pending_gpus": 1.0, "running": 1.0, "pending": 1.0}
+    assert b.status == "running" and a.status == "pending"  # the default queue policy: small jobs first
+    assert a.message == "waiting for quota: tenant t holds 1 of 2 GPUs, the job needs 2"
+    assert rt.usage_by_tenant()["t"] == {"gpus": 1.0, "pending_gpus": 2.0, "running": 1.0, "pending": 1.0}
+    rt.set_quotas({"t": 3})
+    rt.advance(2)
+    assert a.status == "running"
 
 
 @pytest.mark.parametrize(("resources", "message"), [
@@ -208,12 +214,25 @@ def test_quota_holds_a_tenant_back() -> None:
     ({"hygon.com/dcucores": 30}, "needs hygon.com/dcunum"),
     ({}, "asks for nothing"),
 ])
-def test_validate_names_the_field(resources: dict[str, Any], message: str) -> None:
-    rt = _rt()
-    job = Job(id="x", name="x", tenant="t", replicas=1, resources=resources, duration_s=None, submitted_at=0)
+def test_a_bad_request_names_the_field(resources: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message) as info:
-        rt.validate(job)
+        job_spec("x", name="x", tenant="t", replicas=1, resources=resources, duration_s=None, submit_s=0.0)
     assert str(info.value).startswith("resources: ")
+
+
+def test_a_job_that_can_never_fit_is_refused() -> None:
+    rt = _rt(nodes=2, gpus=4)
+    with pytest.raises(ValueError, match=r"resources: can never fit the cluster: .*no node has more than 4"):
+        rt.validate(_job("huge", gpus=8))
+    with pytest.raises(ValueError, match=r"gpu_type: can never fit the cluster: .*L40S model"):
+        rt.validate(Job(job_spec("l40s", name="l40s", tenant="t", replicas=1, duration_s=None, submit_s=0.0,
+                                 resources={"nvidia.com/gpu": 1}, gpu_type="L40S")))
+    rt.validate(_job("fits", gpus=4, replicas=2))
+    with pytest.raises(ValueError, match=r"replicas: can never fit the cluster: .*holds at most 2"):
+        rt.validate(_job("wide", gpus=4, replicas=3))
+    with pytest.raises(ValueError, match="node_selector: can never fit the cluster: no node carries the labels"):
+        rt.validate(Job(job_spec("sel", name="sel", tenant="t", replicas=1, duration_s=None, submit_s=0.0,
+                                 resources={"nvidia.com/gpu": 1}, node_selector={"zone": "nowhere"})))
 
 
 def test_background_workload_fills_the_default_cluster_to_its_target() -> None:
@@ -225,3 +244,32 @@ def test_background_workload_fills_the_default_cluster_to_its_target() -> None:
     assert o["history"][-1]["t"] == pytest.approx(600)
     topo = rt.topology()
     assert sum(len(r["nodes"]) for sp in topo["spines"] for lf in sp["leaves"] for r in lf["racks"]) == 240
+
+
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "drf", "default"])
+def test_queue_order_is_the_order_the_queue_policy_tries(policy: str) -> None:
+    """``queue_order()`` (service.ops.QueueOrder) lists pending jobs as the next pass will try them: when the
+    blocker ends, they start in that order (one at a time: each needs the whole cluster)."""
+    rt = EmbeddedRuntime(_cluster(nodes=1, gpus=4), background=0.0, fault_rate_per_hour=0.0, queue_policy=policy)
+    rt.submit(_job("blocker", gpus=4, duration=100.0))
+    rt.advance(1.0)
+    sizes = {"a": 10.0, "b": 30.0, "c": 20.0}
+    for jid, duration in sizes.items():
+        job = _job(jid, gpus=4, duration=duration)
+        job.spec = dataclasses.replace(job.spec, tenant=f"t-{jid}")
+        rt.submit(job)
+        rt.advance(rt.now + 1.0)
+    late = _job("late", gpus=4, duration=5.0)  # submitted, not yet arrived: keyed as it will be
+    rt.submit(late)
+    order = rt.queue_order()
+    assert sorted(order) == ["a", "b", "c", "late"]
+    if policy == "fifo":
+        assert order == ["a", "b", "c", "late"]
+    if policy == "sjf":
+        assert order == ["late", "a", "c", "b"]
+    started: list[str] = []
+    t = rt.now
+    while len(started) < 4:
+        t += 1.0
+        started += [e.job_id for e in rt.advance(t) if e.kind == "running"]
+    assert started == order

@@ -3,7 +3,6 @@ across a close and reopen; transactions are all or nothing; tokens are hashed an
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import stat
 from pathlib import Path
@@ -11,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpucluster.service.runtime import Job, JobEvent, JobStatus
+from gpucluster.jobs import job_spec
+from gpucluster.jobs.transitions import Arrive, Finish, Preempt, Preempted, Start, transition
+from gpucluster.service.runtime import Job, JobEvent, JobState, JobStatus
 from gpucluster.service.store import BadRow, Store, token_hash
 
 PERSISTED = ("id", "name", "tenant", "replicas", "resources", "duration_s", "priority", "status", "message",
@@ -19,22 +20,31 @@ PERSISTED = ("id", "name", "tenant", "replicas", "resources", "duration_s", "pri
 """The job fields the store keeps (the rest describe a run and are rebuilt by the runtime)."""
 
 
+def _mk(*, id: str, name: str, tenant: str, replicas: int, resources: dict[str, Any], duration_s: float | None,
+        submitted_at: float, priority: int = 0, message: str = "", status: JobStatus | None = None,
+        submit_s: float = 0.0) -> Job:
+    """A control-plane job (the engine's record) as the API builds it."""
+    job = Job(job_spec(id, name=name, tenant=tenant, replicas=replicas, resources=resources, duration_s=duration_s,
+                       submit_s=submit_s, priority=priority, submitted_at=submitted_at))
+    job.message = message
+    return job
+
+
 def _jobs() -> list[Job]:
     """Jobs whose persisted fields all differ from each other and from the defaults."""
     return [
-        Job(id="j-a", name="train-a", tenant="team-a", replicas=3,
+        _mk(id="j-a", name="train-a", tenant="team-a", replicas=3,
             resources={"nvidia.com/gpu": 2, "nvidia.com/gpumem": 30000, "cpu": "4"}, duration_s=12.5,
             submitted_at=1000.25, priority=42, message="first"),
-        Job(id="j-b", name="serve-b", tenant="team-b", replicas=1, resources={"nvidia.com/gpucores": 30},
+        _mk(id="j-b", name="serve-b", tenant="team-b", replicas=1, resources={"nvidia.com/gpucores": 30},
             duration_s=None, submitted_at=1001.5, priority=0, status=JobStatus.PENDING),
-        Job(id="j-c", name="eval-c", tenant="team-a", replicas=7, resources={"memory": "2Gi"}, duration_s=0.5,
+        _mk(id="j-c", name="eval-c", tenant="team-a", replicas=7, resources={"memory": "2Gi"}, duration_s=0.5,
             submitted_at=999.0, priority=17),
     ]
 
 
 def _fields(job: Job) -> dict[str, Any]:
-    d = dataclasses.asdict(job)
-    return {k: d[k] for k in PERSISTED}
+    return {k: (dict(v) if k == "resources" else v) for k in PERSISTED for v in [getattr(job, k)]}
 
 
 @pytest.fixture
@@ -61,10 +71,10 @@ def test_events_update_status_and_message_and_are_kept_in_order(path: Path) -> N
     for job in _jobs():
         store.insert_job(job, actor="tester")
     n = store.record_events([
-        JobEvent("j-a", 5.0, "running", JobStatus.RUNNING, "running on n0"),
-        JobEvent("s-000001", 5.0, "running", JobStatus.RUNNING, "synthetic: not stored"),
-        JobEvent("j-a", 9.5, "succeeded", JobStatus.SUCCEEDED, "completed after 4.5 s"),
-        JobEvent("j-b", 7.0, "cancelled", JobStatus.CANCELLED, "cancelled by request"),
+        JobEvent("j-a", 5.0, "running", JobState.RUNNING, "running on n0"),
+        JobEvent("s-000001", 5.0, "running", JobState.RUNNING, "synthetic: not stored"),
+        JobEvent("j-a", 9.5, "succeeded", JobState.SUCCEEDED, "completed after 4.5 s"),
+        JobEvent("j-b", 7.0, "cancelled", JobState.CANCELLED, "cancelled by request"),
     ])
     assert n == 3  # the unknown (synthetic) id is skipped
     store.close()
@@ -83,19 +93,29 @@ def test_a_job_saved_with_its_events_comes_back_with_its_run(path: Path) -> None
     """Events recorded with the job they are about save the job whole: how its run went reads back after a
     reopen (a job that ended before a restart is shown as it was)."""
     store = Store(path)
-    job = _jobs()[0]
-    job.submitted_t = 3.25
+    job = _mk(id="j-a", name="train-a", tenant="team-a", replicas=2, resources={"nvidia.com/gpu": 3},
+              duration_s=12.5, submitted_at=1000.25, submit_s=3.25, priority=42)
     store.insert_job(job, actor="tester")
-    job.status, job.message, job.priority = JobStatus.RUNNING, "running on n0, n1", 50
-    job.started_t, job.gpus = 4.5, 6.0
-    job.placements = [{"pod": "team-a/j-a-0", "node": "n0", "devices": [{"uuid": "G0", "cores": 100}]},
-                      {"pod": "team-a/j-a-1", "node": "n1", "devices": []}]
-    store.record_events([JobEvent("j-a", 4.5, "running", JobStatus.RUNNING, "started")], {"j-a": job})
-    job.status, job.message, job.finished_t = JobStatus.SUCCEEDED, "completed after 12.5 s", 17.0
-    store.record_events([JobEvent("j-a", 17.0, "succeeded", JobStatus.SUCCEEDED, "done")], {"j-a": job})
+    events = transition(job, Arrive(), 3.25)
+    events += transition(job, Start(attempt=1, nodes=("n2",), pod_keys=("team-a/j-a-0",), run_start_s=3.5), 3.5)
+    events += transition(job, Preempt("for j-z"), 4.0)
+    events += transition(job, Preempted("for j-z"), 4.0)
+    events += transition(job, Start(attempt=2, nodes=("n0", "n1"), pod_keys=("team-a/j-a-0", "team-a/j-a-1"),
+                                    run_start_s=4.5, held_gpus=6.0,
+                                    placements=[{"pod": "team-a/j-a-0", "node": "n0",
+                                                 "devices": [{"uuid": "G0", "cores": 100}]},
+                                                {"pod": "team-a/j-a-1", "node": "n1", "devices": []}]), 4.5)
+    store.record_events(events, {"j-a": job})
+    live = Store(path).load_jobs()[0].to_dict()  # a live job is queued again, keeping its submission
+    assert (live["status"], live["submitted_t"], live["started_t"], live["placements"]) == (
+        "pending", 3.25, None, [])
+    store.record_events(transition(job, Finish(), 17.0), {"j-a": job})
     store.close()
     (loaded,) = Store(path).load_jobs()
-    assert dataclasses.asdict(loaded) == dataclasses.asdict(job)
+    view = job.to_dict()
+    assert (view["status"], view["started_t"], view["finished_t"], view["gpus"], view["attempts"],
+            view["preemptions"]) == ("succeeded", 4.5, 17.0, 6.0, 2, 1)  # the run the test made
+    assert loaded.to_dict() == view  # and every field the API shows comes back
 
 
 def test_max_event_t_of_an_empty_store_is_none(path: Path) -> None:

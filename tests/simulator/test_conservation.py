@@ -14,11 +14,11 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpucluster.jobs import JobSpec, JobState
 from gpucluster.model import DeviceSpec, Fabric, NodeSpec
 from gpucluster.scheduler.framework import PluginConfig
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
-from gpucluster.simulator.jobs import JobSpec, JobState
-from gpucluster.simulator.runner import SimEvent, Simulation, jobs_profile
+from gpucluster.simulator.runner import JobEvent, Simulation, jobs_profile
 from gpucluster.spec import Cluster
 
 QUEUES = ("team-a", "team-b", "team-c")
@@ -51,7 +51,7 @@ def test_nothing_is_left_held_or_charged(shape: list[tuple[int, int]],
                      services={"quota": tree})
     subtree = {q: {q, *(c for c in QUEUES if q in tree.chain(c))} for q in tree.queues}
 
-    def check(ev: SimEvent) -> None:
+    def check(ev: JobEvent) -> None:
         running = [j for j in sim.jobs.values() if j.state == JobState.RUNNING]
         held = {k for j in running for k in j.pod_keys}
         assert set(sim.state.allocations) == held, (ev, sorted(set(sim.state.allocations) ^ held))

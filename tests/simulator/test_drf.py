@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucluster.scheduler.offers import dominant_share, drf_allocate
+from gpucluster.jobs.offers import dominant_share, drf_allocate
 
 
 def test_paper_example_three_and_two_tasks() -> None:

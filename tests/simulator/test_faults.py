@@ -3,8 +3,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpucluster.jobs.model import JobSpec, JobState
 from gpucluster.simulator.faults import Fault, FaultKind, apply, random_node_failures
-from gpucluster.simulator.jobs import JobSpec, JobState
 from gpucluster.simulator.runner import Simulation
 from gpucluster.simulator.traces.synthetic import generate
 
@@ -23,7 +23,7 @@ def test_failed_nodes_jobs_restart_from_checkpoint_and_finish() -> None:
     sim.run_until(2500)
     assert job.state == JobState.RUNNING and job.nodes[0] != node  # restarted on the other node
     sim.run()
-    assert job.state == JobState.COMPLETED
+    assert job.state == JobState.SUCCEEDED
     assert job.finish_s == 2500 + 8000
     s = sim.summary()
     assert s["jobs_lost"] == 0 and s["evictions"] == 1 and s["lost_work_s"] == 500
@@ -51,7 +51,7 @@ def test_node_down_without_repair_waits_and_repair_by_hand() -> None:
     assert sim.job("a").state == JobState.QUEUED
     sim.repair_node("n00")
     sim.run()
-    assert sim.job("a").state == JobState.COMPLETED
+    assert sim.job("a").state == JobState.SUCCEEDED
     assert sim.job("a").finish_s == 1000 + 100
 
 

@@ -171,15 +171,21 @@ def test_summary_compares_our_policy_with_published_fgd() -> None:
     assert "published_130" not in ours
 
 
-def test_research_knobs_reproduce_stranding_fgd_and_fgd() -> None:
+@pytest.mark.parametrize("source", ["generated", "shared"])
+def test_research_knobs_reproduce_stranding_fgd_and_fgd(source: str, tmp_path: Path) -> None:
     """The ablation's NewOptions with both weights 1 is stranding-fgd, with both 0 it is FGD (bench/placement_ablation
-    relies on it)."""
-    if not (TRACES / "openb_pod_list_gpuspec25.csv").is_file():
-        pytest.skip("openb trace not available")
+    relies on it). On generated openb lists always, on the real trace when it is there."""
     from gpucluster.simulator.experiments.fgd_engine import NewOptions, run
+    from tests.simulator import openb_synth
 
-    nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
-    pods = load_pods(TRACES / "openb_pod_list_gpuspec25.csv")
+    if source == "generated":
+        nodes = load_nodes(openb_synth.write_nodes(tmp_path / "nodes.csv", 200, seed=5))
+        pods = load_pods(openb_synth.write_pods(tmp_path / "pods.csv", 1200, seed=5, gpuspec=0.25))
+    elif not (TRACES / "openb_pod_list_gpuspec25.csv").is_file():
+        pytest.skip("openb trace not available (the generated lists still ran)")
+    else:
+        nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
+        pods = load_pods(TRACES / "openb_pod_list_gpuspec25.csv")
     order = fgd.arrival_order(pods, sum(n.gpus for n in nodes) * 1000, 7, 1.3)[:2500]
     tgt = fgd.target_workload(pods)
     rank = fgd.node_rank(7, len(nodes))

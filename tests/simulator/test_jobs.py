@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.simulator.jobs import JobSpec, TraceError, task_pods
+from gpucluster.jobs.model import JobSpec, task_pods
+from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.jobs import load_jobs
 from gpucluster.simulator.traces.synthetic import PROFILES, generate
 

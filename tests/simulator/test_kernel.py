@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpucluster.simulator.kernel import Kernel
+from gpucluster.jobs.kernel import Kernel
 
 
 def test_events_run_in_time_priority_then_fifo_order() -> None:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpucluster.jobs.model import JobSpec
 from gpucluster.model import Fabric, TopologyLevel
-from gpucluster.simulator.jobs import JobSpec
 from gpucluster.simulator.network import NetworkModel
 from gpucluster.simulator.runner import Simulation
 

@@ -5,12 +5,12 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpucluster.jobs import JobEvent
+from gpucluster.jobs.model import Job, JobSpec, JobState
+from gpucluster.jobs.offers import Framework, Offer, OfferAllocator, offer_round
 from gpucluster.model import DeviceSpec, Fabric, NodeSpec
-from gpucluster.scheduler.offers import Framework, Offer, OfferAllocator
 from gpucluster.scheduler.plugins.datalocality import DataCatalog, Dataset
-from gpucluster.simulator.jobs import Job, JobSpec, JobState
-from gpucluster.simulator.offers import offer_round
-from gpucluster.simulator.runner import SimEvent, Simulation
+from gpucluster.simulator.runner import Simulation
 from gpucluster.simulator.traces.synthetic import generate
 from gpucluster.spec import Cluster
 
@@ -63,7 +63,7 @@ def _catalog() -> DataCatalog:
 def test_offers_policy_completes_a_trace_and_never_overcommits(seed: int) -> None:
     sim = Simulation(make_cluster(nodes=4), "offers", seed=seed)
 
-    def watch(ev: SimEvent) -> None:
+    def watch(ev: JobEvent) -> None:
         assert sim.busy_gpus <= sim.usable_gpus
         assert int(sim.state.dev_tasks.max()) <= 1  # whole GPUs: never two tasks on one device
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.simulator.traces.openb import TraceError, load_nodes, load_pods, pod_arrays, to_node_specs, to_pod
+from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator.traces.openb import load_nodes, load_pods, pod_arrays, to_node_specs, to_pod
 
 FULL_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.simulator.jobs import TraceError
+from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.philly import load_philly
 
 

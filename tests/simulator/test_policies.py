@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from gpucluster.simulator.jobs import Job, JobSpec, JobState
-from gpucluster.simulator.policies import POLICIES, TwoDimensionalLAS, make_policy
+from gpucluster.jobs.model import Job, JobSpec, JobState
+from gpucluster.jobs.policies import POLICIES, TwoDimensionalLAS, make_policy
 from gpucluster.simulator.runner import Simulation
 
 from .conftest import make_cluster

@@ -6,11 +6,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpucluster.jobs import JobEvent
+from gpucluster.jobs.model import JobSpec, JobState
+from gpucluster.jobs.policies import DominantResourceFairness
 from gpucluster.scheduler.framework import PluginConfig
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
-from gpucluster.simulator.jobs import JobSpec, JobState
-from gpucluster.simulator.policies import DominantResourceFairness
-from gpucluster.simulator.runner import SimEvent, Simulation, jobs_profile
+from gpucluster.simulator.runner import Simulation, jobs_profile
 
 from .conftest import make_cluster
 
@@ -33,7 +34,7 @@ def _fill_with_b(sim: Simulation) -> None:
 def test_a_guaranteed_tenant_reclaims_from_a_borrowing_tenant_down_to_its_guarantee() -> None:
     tree = _flat()
     sim = _sim(tree)
-    seen: list[SimEvent] = []
+    seen: list[JobEvent] = []
     sim.listeners.append(seen.append)
     _fill_with_b(sim)
     sim.submit(JobSpec("a0", 100, 8, 1000, tenant="a"))
@@ -43,8 +44,8 @@ def test_a_guaranteed_tenant_reclaims_from_a_borrowing_tenant_down_to_its_guaran
     assert sim.job("a0").first_start_s == 100 and sim.job("a1").first_start_s == 200
     assert sim.job("a2").state == JobState.QUEUED
     # the latest started of b's jobs go first; b keeps exactly its guarantee
-    assert [e.job_id for e in seen if e.kind == "preempt"] == ["b3", "b2"]
-    assert all(e.detail.startswith("reclaim for a") for e in seen if e.kind == "preempt")
+    assert [e.job_id for e in seen if e.kind == "preempted"] == ["b3", "b2"]
+    assert all(e.message.startswith("preempted reclaim for a") for e in seen if e.kind == "preempted")
     assert tree.used["b"]["gpu"] == 16 and tree.used["a"]["gpu"] == 16
     assert sim.totals.reclaims == 2
     sim.run()
@@ -98,12 +99,12 @@ def test_with_reclaim_no_limit_is_exceeded_no_guarantee_is_broken_and_no_job_is_
     tree = _limits_tree()
     sim = _sim(tree)
 
-    def check(ev: SimEvent) -> None:
+    def check(ev: JobEvent) -> None:
         for q, spec in tree.queues.items():
             for r, cap in spec.limit.items():
                 assert tree.used[q][r] <= cap + 1e-9, (q, r, tree.used[q][r])
-        if ev.kind == "preempt":
-            claimant = sim.job(ev.detail.removeprefix("reclaim for "))
+        if ev.kind == "preempted":
+            claimant = sim.job(ev.message.removeprefix("preempted reclaim for "))
             victim = sim.job(ev.job_id)
             shared = set(tree.chain(claimant.spec.tenant))
             for q in tree.chain(victim.spec.tenant):

@@ -5,8 +5,9 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucluster.simulator.jobs import JobSpec, JobState
-from gpucluster.simulator.runner import SimEvent, Simulation
+from gpucluster.jobs import JobEvent
+from gpucluster.jobs.model import JobSpec, JobState
+from gpucluster.simulator.runner import Simulation
 from gpucluster.simulator.traces.synthetic import generate
 from gpucluster.spec import Cluster
 
@@ -15,7 +16,7 @@ from .conftest import make_cluster
 
 def test_run_until_steps_the_clock_and_jobs_finish(small_cluster: Cluster) -> None:
     sim = Simulation(small_cluster, "fifo")
-    seen: list[SimEvent] = []
+    seen: list[JobEvent] = []
     sim.listeners.append(seen.append)
     sim.submit(JobSpec("a", 0, 8, 100))
     sim.submit(JobSpec("b", 10, 4, 50))
@@ -25,7 +26,7 @@ def test_run_until_steps_the_clock_and_jobs_finish(small_cluster: Cluster) -> No
     assert sim.busy_gpus == 12
     sim.run()
     assert sim.job("a").finish_s == 100 and sim.job("b").finish_s == 60
-    assert [e.kind for e in seen if e.job_id == "a"] == ["arrive", "start", "finish"]
+    assert [e.kind for e in seen if e.job_id == "a"] == ["queued", "running", "succeeded"]
     s = sim.summary()
     assert s["jobs_completed"] == 2 and s["jobs_lost"] == 0
     assert s["avg_jct_s"] == 75 and 0 < s["gpu_utilization"] <= 1
@@ -91,7 +92,7 @@ def test_no_job_is_lost_and_capacity_is_never_exceeded(policy: str, seed: int) -
     sim = Simulation(cluster, policy, seed=seed)
     peak = 0
 
-    def watch(ev: SimEvent) -> None:
+    def watch(ev: JobEvent) -> None:
         nonlocal peak
         peak = max(peak, sim.busy_gpus)
         assert sim.busy_gpus <= sim.usable_gpus

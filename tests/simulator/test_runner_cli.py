@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gpucluster.cli.main import app
@@ -47,7 +48,9 @@ def test_bad_input_exits_2_naming_where(tmp_path: Path) -> None:
     res = runner.invoke(app, ["simulate", "--trace", "nope:x"])
     assert res.exit_code == 2 and "unknown format" in res.output
     res = runner.invoke(app, ["simulate", "--trace", "synthetic:5", "--policy", "lifo"])
-    assert res.exit_code == 2 and "unknown policy" in res.output
+    assert res.exit_code == 2 and "--queue-policy: unknown queue policy 'lifo'" in res.output
+    res = runner.invoke(app, ["simulate", "--trace", "synthetic:5", "--placement-policy", "roundrobin"])
+    assert res.exit_code == 2 and "--placement-policy: unknown placement policy 'roundrobin'" in res.output
 
 
 def test_policy_all_runs_every_policy_offers_included() -> None:
@@ -103,3 +106,20 @@ def test_bad_quota_file_exits_2_saying_where(tmp_path: Path) -> None:
         res = runner.invoke(app, ["simulate", "--trace", "synthetic:5:philly:0.001", "--quota", str(quota)])
         assert res.exit_code == 2, res.output
         assert why in res.output, res.output
+
+
+@pytest.mark.parametrize("placement", ["binpack", "fgd", "default"])
+def test_online_placement_replay_of_openb_lists(tmp_path: Path, placement: str) -> None:
+    """``simulate --placement-policy`` on an openb node list (``--cluster x.csv``) and pods with creation and
+    deletion times: every pod is placed or refused, none lost, and the run says which placement it used."""
+    from tests.simulator import openb_synth
+
+    nodes = openb_synth.write_nodes(tmp_path / "nodes.csv", 40, seed=2)
+    pods = openb_synth.write_pods(tmp_path / "pods.csv", 300, seed=2, gpuspec=0.1, horizon_s=20_000.0)
+    res = runner.invoke(app, ["simulate", "--cluster", str(nodes), "--trace", f"alibaba-openb:{pods}",
+                              "--placement-policy", placement, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["placement_policy"] == placement and out["jobs_lost"] == 0
+    assert out["jobs_completed"] + out["jobs_rejected"] == out["jobs"] > 200  # CPU-only pods are not jobs
+    assert 0 < out["gpu_utilization"] <= 1

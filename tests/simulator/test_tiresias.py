@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.simulator.jobs import TraceError
 from gpucluster.simulator.runner import Simulation
+from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.tiresias import load_shape, load_tiresias
 
 from .conftest import TRACES, make_cluster

@@ -3,6 +3,7 @@ remediation: disruptive actions planned only), with a screenshot per change in t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -169,12 +170,13 @@ def test_per_gpu_usage_with_sparklines(page: Any, server: Server) -> None:
 
 def test_queue_view(page: Any, server: Server) -> None:
     expect = _expect()
-    big = submit_job(server, {"name": "ux-queued", "replicas": 230, "resources": {"nvidia.com/gpu": 8}})
+    big = submit_job(server, {"name": "ux-queued", "replicas": 208, "resources": {"nvidia.com/gpu": 8}})  # all H100 nodes
     try:
         login(page, server)
         page.get_by_role("link", name="Queue").click()
         row = page.locator("[data-testid=queue-row-ux-queued]")
-        expect(row.locator("[data-testid=queue-why]")).to_contain_text("nodes are available", timeout=20_000)
+        expect(row.locator("[data-testid=queue-why]")).to_contain_text(  # tried and refused, or not tried
+            re.compile("nodes are available|waiting for GPUs: needs 1664"), timeout=20_000)
         assert int(row.locator("[data-testid=queue-pos]").inner_text()) >= 1
         expect(row.locator("[data-testid=queue-est]")).not_to_be_empty()
         shot(page, "28-queue")
@@ -202,6 +204,9 @@ def test_submit_form_gpu_type_priority_replicas_duration(page: Any, server: Serv
     page.locator("#jf-replicas").fill("2")
     page.locator("#jf-priority").fill("50")
     page.locator("#jf-duration").fill("30")
+    if takes_type:  # the engine's job body: kind and preemptible too
+        page.locator("#jf-kind").select_option("infer")
+        page.locator("#jf-preemptible").uncheck()
     page.get_by_role("button", name="Submit").click()
     expect(page.locator("[data-testid=job-row-ux-form]")).to_be_visible()
     body = sent[-1]
@@ -210,6 +215,9 @@ def test_submit_form_gpu_type_priority_replicas_duration(page: Any, server: Serv
     with server.client() as c:
         job = c.get("/api/v1/jobs", params={"q": "ux-form"}).json()["jobs"][0]
     assert job["priority"] == 50 and job["replicas"] == 2
+    if takes_type:
+        assert body["kind"] == "infer" and body["preemptible"] is False
+        assert job["gpu_type"] == "L40S-48GB" and job["kind"] == "infer" and job["preemptible"] is False
     shot(page, "29-submit-form")
 
 

@@ -36,7 +36,8 @@ def print_json(data: Any) -> None:
 
 
 def cluster_option_help() -> str:
-    return "Cluster spec YAML or Kubernetes Node manifests (default: the built-in seed reference cluster)."
+    return ("Cluster spec YAML, Kubernetes Node manifests, or an Alibaba openb node list (.csv) (default: the "
+            "built-in seed reference cluster).")
 
 
 DeviceConfigOpt = Annotated[Path | None, typer.Option(
@@ -66,9 +67,54 @@ def registry_or_fail(path: Path | None) -> VendorRegistry:
 
 
 def load_cluster_or_fail(path: Path | None, registry: VendorRegistry | None = None) -> Cluster:
+    if path is not None and path.suffix == ".csv":
+        from gpucluster.simulator.traces import TraceError
+        from gpucluster.simulator.traces.openb import openb_cluster
+
+        try:
+            return openb_cluster(path)
+        except TraceError as exc:
+            fail(str(exc))
+        except OSError as exc:
+            fail(f"{path}: {exc.strerror}")
     try:
         return load_cluster(path, registry)
     except SpecError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"{path}: {exc.strerror}")
+
+
+# ------------------------------------------------------------------------------------ policy options
+# One name for each kind of policy in every command (``simulate``, ``whatif``, ``up``, ``k8s``):
+# ``--placement-policy`` chooses where pods go (``gpucluster.scheduler.PROFILES``), ``--queue-policy`` in which
+# order jobs are tried and who may be preempted (``gpucluster.jobs.POLICIES``). ``--policy`` stays the alias it
+# always was: the queue policy for ``simulate`` and ``whatif``, the placement policy for ``up`` and ``k8s``.
+QUEUE_HELP = "Queue policy: fifo, sjf, tiresias, drf, offers or default (3-queue 2D-LAS, preemptive)"
+PLACEMENT_HELP = ("Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ... "
+                  "(jobs: the queue policy's own binpack with gang + topology)")
+
+
+def check_queue_policies(value: str, flag: str = "--queue-policy", allow_all: bool = False) -> list[str]:
+    """``fifo`` or a comma list (``all`` when allowed) -> policy names; unknown ones exit 2 naming them."""
+    from gpucluster.jobs import POLICIES
+
+    if allow_all and value == "all":
+        return sorted(POLICIES)
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    if not names:
+        fail(f"{flag}: give a queue policy ({', '.join(sorted(POLICIES))})")
+    for name in names:
+        if name not in POLICIES:
+            fail(f"{flag}: unknown queue policy {name!r}; known: {', '.join(sorted(POLICIES))}"
+                 + (", all" if allow_all else ""))
+    return names
+
+
+def check_placement_policy(value: str | None, flag: str = "--placement-policy") -> str | None:
+    """A placement policy name (None stays None: the queue policy's own); unknown ones exit 2."""
+    from gpucluster.jobs import placement_names
+
+    if value is not None and value not in placement_names():
+        fail(f"{flag}: unknown placement policy {value!r}; known: {', '.join(placement_names())}")
+    return value

@@ -15,7 +15,8 @@ from gpucluster.cli.output import print_table
 from gpucluster.simulator.experiments import fgd
 from gpucluster.simulator.experiments.executor import ExecutorError, executor_for
 from gpucluster.simulator.experiments.fgd_engine import PolicyName
-from gpucluster.simulator.traces.openb import TraceError, load_nodes, load_pods
+from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator.traces.openb import load_nodes, load_pods
 
 app = typer.Typer(help="Placement experiments (FGD reproduction and policy comparisons).", no_args_is_help=True)
 

@@ -33,7 +33,8 @@ KubeconfigOpt = Annotated[
     typer.Option("--kubeconfig", help="kubeconfig file (default: the pod's service account, in-cluster)."),
 ]
 PolicyOpt = Annotated[str, typer.Option(
-    "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ...")]
+    "--placement-policy", "--policy",
+    help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ... (--policy: the same)")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
 LegacyOpt = Annotated[bool, typer.Option(
     "--legacy-metrics", help="Also export HAMi's legacy metric names (GPUDeviceMemoryAllocated, ...) beside "
@@ -68,7 +69,7 @@ def _check_policy(policy: str) -> None:
     from gpucluster.scheduler import PROFILES
 
     if policy not in PROFILES:
-        fail(f"--policy {policy!r}: unknown; known: {', '.join(sorted(PROFILES))}")
+        fail(f"--placement-policy: unknown placement policy {policy!r}; known: {', '.join(sorted(PROFILES))}")
 
 
 def _listen(value: str) -> tuple[str, int]:

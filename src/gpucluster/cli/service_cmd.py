@@ -16,7 +16,11 @@ import yaml
 
 from gpucluster.cli.client import ContextOpt, ServerOpt, TokenOpt, call, client, resolve
 from gpucluster.cli.common import (
+    PLACEMENT_HELP,
+    QUEUE_HELP,
     DeviceConfigOpt,
+    check_placement_policy,
+    check_queue_policies,
     console,
     device_settings_or_fail,
     fail,
@@ -108,8 +112,9 @@ def up(
                                               help="Target load of the synthetic background workload.")] = 0.6,
     faults_per_hour: Annotated[float, typer.Option("--faults-per-hour", min=0.0,
                                                    help="Injected GPU faults per clock hour.")] = 1.0,
-    policy: Annotated[str, typer.Option(
-        "--policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, ...")] = "default",
+    policy: Annotated[str, typer.Option("--placement-policy", "--policy",
+                                        help=PLACEMENT_HELP + " (--policy: the same)")] = "default",
+    queue_policy: Annotated[str, typer.Option("--queue-policy", help=QUEUE_HELP)] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
     device_config: DeviceConfigOpt = None,
     submit_rate: Annotated[float, typer.Option(
@@ -134,7 +139,6 @@ def up(
     import uvicorn
 
     from gpucluster import web
-    from gpucluster.scheduler import PROFILES
     from gpucluster.service import (
         DataDirLock,
         DataDirLockedError,
@@ -148,8 +152,8 @@ def up(
     )
     from gpucluster.service.limits import RateLimits
 
-    if policy not in PROFILES:
-        fail(f"--policy: unknown policy {policy!r}; known: {', '.join(sorted(PROFILES))}")
+    check_placement_policy(policy)
+    [queue_policy] = check_queue_policies(queue_policy)
     try:
         remediation = parse_remediate(remediate)
     except ValueError as exc:
@@ -177,8 +181,9 @@ def up(
         fail(f"--port: {host}:{port} is already in use (pick another with --port)")
     try:
         runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, policy=policy,
-                                               background=background, fault_rate_per_hour=faults_per_hour,
-                                               seed=seed, devices=devices, remediation=remediation))
+                                               queue_policy=queue_policy, background=background,
+                                               fault_rate_per_hour=faults_per_hour, seed=seed, devices=devices,
+                                               remediation=remediation))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
     config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst),
@@ -199,7 +204,7 @@ def up(
     summary = runtime.overview()
     lines = [
         f"gpucluster control plane ({runtime.backend}: {summary['cluster']}, {summary['nodes']} nodes, "
-        f"{summary['devices']} GPUs, speed x{speed:g})",
+        f"{summary['devices']} GPUs, speed x{speed:g}; placement {policy}, queue policy {queue_policy})",
         f"  dashboard: {url}",
         f"  log in:    {how}",
         f"  API docs:  {url}docs",
@@ -228,8 +233,10 @@ def up(
 
 # ---------------------------------------------------------------------------------------------- client
 def submit(
-    job_file: Annotated[Path, typer.Argument(help="Job YAML: name, tenant, replicas, resources, duration_s, "
-                                                  "priority (the POST /api/v1/jobs body).")],
+    job_file: Annotated[Path, typer.Argument(
+        help="Job YAML (the POST /api/v1/jobs body): name, tenant, replicas, resources, duration_s, priority, "
+             "gpu_type (model substrings, a comma list or a list), node_selector, kind (train|infer), "
+             "preemptible.")],
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,

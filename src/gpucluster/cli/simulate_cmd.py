@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -12,7 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpucluster.cli.common import (
+    PLACEMENT_HELP,
+    QUEUE_HELP,
     DeviceConfigOpt,
+    check_placement_policy,
+    check_queue_policies,
     cluster_option_help,
     console,
     fail,
@@ -21,11 +26,12 @@ from gpucluster.cli.common import (
     registry_or_fail,
 )
 from gpucluster.cli.output import print_table
-from gpucluster.scheduler.framework import PluginConfig
+from gpucluster.jobs import JOB_PLACEMENT
+from gpucluster.jobs.model import JobSpec
+from gpucluster.jobs.policies import DEFAULT_POLICY
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
-from gpucluster.simulator.jobs import JobSpec, TraceError
-from gpucluster.simulator.policies import DEFAULT_POLICY, POLICIES, make_policy
-from gpucluster.simulator.runner import Simulation, jobs_profile
+from gpucluster.simulator.runner import Simulation
+from gpucluster.simulator.traces import TraceError
 from gpucluster.spec import Cluster
 
 FORMATS = ("philly-gavel", "alibaba-openb", "tiresias", "jobs", "synthetic")
@@ -110,13 +116,10 @@ def load_quota(path: Path) -> list[QueueSpec]:
 
 
 def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, progress: Progress | None,
-             quota: list[QueueSpec] | None = None) -> tuple[Simulation, dict[str, Any]]:
-    if quota is None:
-        sim = Simulation(cluster, policy, seed=seed)
-    else:
-        # a fresh tree per run (it tracks usage); the Quota plugin enforces limits, the policy reads guarantees
-        profile = jobs_profile(make_policy(policy).topology_aware, seed, extra=[PluginConfig(name="Quota")])
-        sim = Simulation(cluster, policy, seed=seed, profile=profile, services={"quota": QuotaTree(quota)})
+             quota: list[QueueSpec] | None = None, placement: str | None = None) -> tuple[Simulation, dict[str, Any]]:
+    # a fresh tree per run (it tracks usage); the Quota plugin enforces limits, the policy reads guarantees
+    services = None if quota is None else {"quota": QuotaTree(quota)}
+    sim = Simulation(cluster, policy, seed=seed, placement=placement, services=services)
     sim.submit_many(jobs)
     end = max((j.submit_s for j in jobs), default=0.0)
     task = progress.add_task(policy, total=len(jobs)) if progress is not None else None
@@ -129,6 +132,7 @@ def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, prog
         if progress is not None and task is not None:
             progress.update(task, completed=sum(1 for j in sim.jobs.values() if j.done))
     summary = sim.summary()
+    summary["placement_policy"] = placement or JOB_PLACEMENT
     summary["wall_s"] = round(time.perf_counter() - started, 3)
     return sim, summary
 
@@ -137,23 +141,30 @@ def simulate(
     trace: Annotated[str, typer.Option("--trace", help="FORMAT:PATH; formats philly-gavel, alibaba-openb, "
                                                         "tiresias, jobs, or synthetic:N[:PROFILE[:LOAD]]")],
     cluster_path: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
-    policy: Annotated[str, typer.Option("--policy", help="Queue policy, a comma list, or 'all'")] = DEFAULT_POLICY,
+    policy: Annotated[str, typer.Option("--queue-policy", "--policy",
+                                        help=QUEUE_HELP + "; a comma list, or 'all' (--policy: the same)")]
+    = DEFAULT_POLICY,
+    placement: Annotated[str | None, typer.Option(
+        "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for per-job CSV and PNG plots")] = None,
     seed: Annotated[int, typer.Option(help="Random seed (synthetic traces, tie-breaks)")] = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N jobs (by arrival)")] = None,
     quota: Annotated[Path | None, typer.Option(
         "--quota", help="Hierarchical tenant queues (YAML: queues with name, parent, guarantee, limit, weight); "
                         "limits are enforced for every policy, drf reclaims guarantees")] = None,
+    speedup: Annotated[float, typer.Option(
+        "--arrival-speedup", help="Divide every arrival time by this (a load this many times higher, same jobs)")]
+    = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON")] = False,
     device_config: DeviceConfigOpt = None,
 ) -> None:
     """Replay a job trace: queueing, gang + topology placement, preemption; print JCT, utilisation, fairness."""
-    names = sorted(POLICIES) if policy == "all" else [p.strip() for p in policy.split(",") if p.strip()]
-    for name in names:
-        if name not in POLICIES:
-            fail(f"--policy: unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}, all")
+    names = check_queue_policies(policy, allow_all=True)
+    check_placement_policy(placement)
     if limit is not None and limit <= 0:
         fail("--limit: must be > 0")
+    if not speedup > 0:
+        fail("--arrival-speedup: must be > 0")
     cluster = load_cluster_or_fail(cluster_path, registry_or_fail(device_config))
     try:
         jobs = load_trace(trace, cluster, seed)
@@ -166,6 +177,8 @@ def simulate(
         except TraceError as exc:
             fail(str(exc))
     jobs = sorted(jobs, key=lambda j: j.submit_s)[:limit] if limit else jobs
+    if speedup != 1.0:
+        jobs = [replace(j, submit_s=j.submit_s / speedup) for j in jobs]
     if not jobs:
         fail(f"--trace {trace}: no jobs in it")
     results: dict[str, dict[str, Any]] = {}
@@ -173,7 +186,7 @@ def simulate(
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
                   TimeElapsedColumn(), console=console, transient=True, disable=as_json) as progress:
         for name in names:
-            sims[name], results[name] = _run_one(cluster, jobs, name, seed, progress, queues)
+            sims[name], results[name] = _run_one(cluster, jobs, name, seed, progress, queues, placement)
     if out is not None:
         _write_out(out, sims)
     if as_json:
@@ -187,7 +200,8 @@ def simulate(
             row.append(f"{v:.3f}" if isinstance(v, float) and v < 10 else
                        f"{v:,.0f}" if isinstance(v, float) else str(v))
         rows.append(row)
-    print_table(["metric", *names], rows, title=f"{len(jobs)} jobs on {cluster.name}",
+    print_table(["metric", *names], rows,
+                title=f"{len(jobs)} jobs on {cluster.name}, placement {placement or JOB_PLACEMENT}",
                 right=range(1, len(names) + 1))
     if out is not None:
         console.print(f"wrote {out}/")
@@ -203,7 +217,7 @@ def _write_out(out: Path, sims: dict[str, Simulation]) -> None:
     for name, sim in sims.items():
         write_jobs_csv(sim, out / f"jobs-{name}.csv")
         plot_series(sim, out / f"series-{name}.png")
-    plot_jct_cdf({name: [j.jct_s for j in sim.jobs.values() if j.finish_s >= 0 and not j.extra.get("rejected")]
+    plot_jct_cdf({name: [j.jct_s for j in sim.jobs.values() if j.finish_s >= 0 and not j.rejected]
                   for name, sim in sims.items()}, out / "jct-cdf.png")
 
 

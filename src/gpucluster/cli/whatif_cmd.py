@@ -29,7 +29,7 @@ import typer
 import yaml
 from rich.console import Console
 
-from gpucluster.cli.common import print_json
+from gpucluster.cli.common import PLACEMENT_HELP, QUEUE_HELP, check_placement_policy, check_queue_policies, print_json
 from gpucluster.cli.output import print_table
 from gpucluster.cli.simulate_cmd import load_trace
 from gpucluster.design import (
@@ -41,10 +41,12 @@ from gpucluster.design import (
     parse_requirements,
 )
 from gpucluster.design.spec_export import cluster_spec
+from gpucluster.jobs import JOB_PLACEMENT
+from gpucluster.jobs.model import JobSpec
+from gpucluster.jobs.policies import DEFAULT_POLICY
 from gpucluster.simulator.experiments.executor import ExecutorError, executor_for
-from gpucluster.simulator.jobs import JobSpec, TraceError
-from gpucluster.simulator.policies import DEFAULT_POLICY, POLICIES
 from gpucluster.simulator.runner import Simulation
+from gpucluster.simulator.traces import TraceError
 from gpucluster.spec import Cluster, ClusterSpecFile, SpecError, cluster_from_spec
 
 HOURS_PER_YEAR = 8760.0
@@ -111,9 +113,10 @@ def _unique_names(cands: list[Candidate]) -> list[Candidate]:
     return out
 
 
-def evaluate(cand: Candidate, jobs: list[JobSpec], policy: str, seed: int, years: float) -> dict[str, Any]:
+def evaluate(cand: Candidate, jobs: list[JobSpec], policy: str, seed: int, years: float,
+             placement: str | None = None) -> dict[str, Any]:
     """Simulate ``jobs`` on one design and put its cost next to what the simulation measured."""
-    sim = Simulation(cand.cluster, policy, seed=seed, record_series=False)
+    sim = Simulation(cand.cluster, policy, seed=seed, record_series=False, placement=placement)
     sim.submit_many(jobs)
     sim.run()
     s = sim.summary()
@@ -145,15 +148,15 @@ def evaluate(cand: Candidate, jobs: list[JobSpec], policy: str, seed: int, years
 
 
 def _evaluate_indexed(item: tuple[int, Candidate], jobs: list[JobSpec], policy: str, seed: int,
-                      years: float) -> tuple[int, dict[str, Any]]:
-    return item[0], evaluate(item[1], jobs, policy, seed, years)
+                      years: float, placement: str | None = None) -> tuple[int, dict[str, Any]]:
+    return item[0], evaluate(item[1], jobs, policy, seed, years, placement)
 
 
 def _evaluate_all(cands: list[Candidate], jobs: list[JobSpec], policy: str, seed: int, years: float,
-                  ray_address: str | None) -> list[dict[str, Any]]:
+                  ray_address: str | None, placement: str | None = None) -> list[dict[str, Any]]:
     """Every design's row, in ``cands`` order: here one after the other, or as parallel tasks on Ray."""
     if not ray_address:
-        return [evaluate(c, jobs, policy, seed, years) for c in cands]
+        return [evaluate(c, jobs, policy, seed, years, placement) for c in cands]
     try:
         executor = executor_for(ray_address=ray_address)
     except ExecutorError as exc:
@@ -162,7 +165,8 @@ def _evaluate_all(cands: list[Candidate], jobs: list[JobSpec], policy: str, seed
     info.print(f"what if: {len(cands)} designs on {executor.description}", highlight=False)
     rows: dict[int, dict[str, Any]] = {}
     try:
-        for k, row in executor.map_unordered(_evaluate_indexed, list(enumerate(cands)), (jobs, policy, seed, years)):
+        for k, row in executor.map_unordered(_evaluate_indexed, list(enumerate(cands)),
+                                             (jobs, policy, seed, years, placement)):
             rows[k] = row
             info.print(f"  done: {row['name']} ({len(rows)}/{len(cands)})", highlight=False)
     finally:
@@ -309,7 +313,10 @@ def whatif(
     trace: Annotated[str, typer.Option("--trace", help="FORMAT:PATH; formats philly-gavel, alibaba-openb, tiresias, "
                                                        "jobs, or synthetic:N[:PROFILE[:LOAD]] (load sized on the "
                                                        "first --design)")],
-    policy: Annotated[str, typer.Option("--policy", help="Queue policy")] = DEFAULT_POLICY,
+    policy: Annotated[str, typer.Option("--queue-policy", "--policy", help=QUEUE_HELP + " (--policy: the same)")]
+    = DEFAULT_POLICY,
+    placement: Annotated[str | None, typer.Option(
+        "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
     years: Annotated[float, typer.Option("--years", help="Years to amortise capex over")] = DEFAULT_YEARS,
     tolerance: Annotated[float, typer.Option("--jct-tolerance", help="Verdict: percent above the best avg JCT "
                                                                      "a design may be")] = DEFAULT_TOLERANCE_PCT,
@@ -324,8 +331,8 @@ def whatif(
              "without it.")] = None,
 ) -> None:
     """Simulate each design on the same workload; print cost against utilisation and JCT, and which to buy."""
-    if policy not in POLICIES:
-        _fail([f"--policy: unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}"])
+    [policy] = check_queue_policies(policy)
+    check_placement_policy(placement)
     if years <= 0:
         _fail(["--years: must be > 0"])
     if tolerance < 0:
@@ -342,14 +349,15 @@ def whatif(
     jobs = sorted(jobs, key=lambda j: j.submit_s)[:limit] if limit else jobs
     if not jobs:
         _fail([f"--trace {trace}: no jobs in it"])
-    rows = _evaluate_all(cands, jobs, policy, seed, years, ray_address)
+    rows = _evaluate_all(cands, jobs, policy, seed, years, ray_address, placement)
     v = verdict(rows, tolerance)
     title = f"what if: {len(jobs):,} jobs ({trace.split(':', 1)[0]}), policy {policy}"
     if as_json:
         print_json({
             "designs": rows,
             "verdict": v,
-            "workload": {"trace": trace, "jobs": len(jobs), "policy": policy, "seed": seed},
+            "workload": {"trace": trace, "jobs": len(jobs), "policy": policy,
+                         "placement_policy": placement or JOB_PLACEMENT, "seed": seed},
             "assumptions": {"years": years, "hours_per_year": HOURS_PER_YEAR},
         })
     else:

@@ -1,45 +1,49 @@
 """``KubeRuntime``: the control plane's Runtime (``gpucluster up --kubeconfig FILE``) over a real API server.
 
+It feeds the one job engine (:class:`gpucluster.jobs.JobEngine`) and carries out its decisions with real pods;
+queue order, quota, gang placement (all of a job's pods or none, one GPU model) and preemption are the engine's,
+as in the simulator and the embedded control plane.
+
 * **Cluster view.** The :class:`Informer` lists and watches Nodes and Pods into a :class:`KubeCluster`: devices
   from HAMi's register annotations, usage from every bound pod's HAMi decision annotations (ours or anyone's).
   ``nodes``/``node``/``overview``/``topology`` read that state (``views``).
-* **Jobs become Pods.** A job of ``replicas`` pods is admitted in priority, then arrival order (a tenant over its
-  GPU quota waits), then its pods are created in ``namespace``: ``<job id>-<replica>``, the job's resources as
-  container limits, ``schedulerName: <scheduler_name>``, labels ``gpucluster.io/job``, ``gpucluster.io/tenant``,
-  ``app.kubernetes.io/managed-by: gpucluster``, annotations ``gpucluster.io/tenant`` (quota accounting) and, for
-  more than one replica, ``gpucluster.io/gang`` / ``gang-min-member`` so they bind all or none.
-* **Placement.** This process runs a :class:`SecondaryScheduler` for ``scheduler_name`` (no leader election:
-  do not also deploy ``gpucluster k8s scheduler`` under the same name); it binds with the :class:`KubeBinder`.
-* **Status from pods.** All replicas bound -> running (bound counts as running: without a kubelet, pods on
-  registered nodes stay Pending-but-bound). ``duration_s`` after that the control plane ends the job: it deletes
-  the pods and reports succeeded (on a cluster with kubelets the placeholder container sleeps just as long, so
-  both agree; a pod that ends first decides). Any pod Failed -> failed (the rest deleted); every pod Succeeded
-  -> succeeded; a pod of a started job deleted by someone else -> failed. Cancel deletes the pods.
-* **Restart.** Pods outlive the control plane. A job restored from the store is admitted again; its pods that
-  still exist are adopted (409 on create), and its run time counts from their ``hami.io/bind-time``.
+* **Placement.** The engine's scheduling pass decides each job's pods through the cluster's scheduler (the
+  engine's profile plus the node gate and the Kubernetes binder) under the cluster lock; the
+  :class:`KubePlacer` then creates the pods (``<job id>-<attempt>-<replica>`` in ``namespace``, the job's
+  resources as container limits, ``nodeSelector``, ``nvidia.com/use-gputype``, ``schedulerName:
+  <scheduler_name>``, labels ``gpucluster.io/job``, ``gpucluster.io/tenant``, ``app.kubernetes.io/managed-by:
+  gpucluster``, annotations ``gpucluster.io/tenant`` and, for more than one replica, ``gpucluster.io/gang`` /
+  ``gang-min-member``) and binds each with the :class:`KubeBinder` (HAMi annotations, then a Binding), on one
+  writer thread so the service's event loop never waits on the API server. A job that does not fit has no pods;
+  its message says why.
+* **Status from pods.** Bound counts as running (without a kubelet, pods on registered nodes stay
+  Pending-but-bound). ``duration_s`` after the start the engine ends the job: its pods are deleted and it
+  succeeded (on a cluster with kubelets the placeholder container sleeps just as long, so both agree; a pod that
+  ends first decides). Any pod Failed -> failed (the rest deleted); every pod Succeeded -> succeeded; a pod of a
+  running job deleted by someone else, or pods that could not be created or bound -> failed. Cancel, preemption
+  and the end of a job delete its pods.
+* **Restart.** Pods outlive the control plane. A job restored from the store whose pods are all still bound is
+  adopted as running (its run time counts from their ``hami.io/bind-time``); otherwise what is left of its pods
+  is deleted and it is queued again.
 
-Threads: the informer's, the scheduler's, and one worker for API writes (creates and deletes, in order), so
-the service's event loop never waits on the API server. Job objects are touched only by the service's calls
-(the Runtime contract); what the informer reports is kept under ``_lock`` and read by :meth:`advance`.
-
-``kubernetes`` sits below ``service`` in the layers, so the service hands its job vocabulary in:
-``status_type`` (its ``JobStatus``: ``status_type("running")``) and ``event_type`` (its ``JobEvent``:
-``event_type(job_id, t, kind, status, message)``).
+Threads: the informer's and the writer; job records are touched only by the service's calls (the Runtime
+contract); what the informer reports is kept under ``_lock`` and read by :meth:`advance`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import logging
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes import client, config
 
@@ -47,16 +51,29 @@ from gpucluster.devices import (
     GANG_ANNOTATION,
     GANG_MIN_ANNOTATION,
     TENANT_ANNOTATION,
-    DeviceInputError,
     DeviceSettings,
     VendorRegistry,
 )
+from gpucluster.jobs import (
+    DEFAULT_POLICY,
+    EngineOptions,
+    Job,
+    JobEngine,
+    JobEvent,
+    JobSpec,
+    JobState,
+    Kernel,
+    job_profile,
+    make_policy,
+)
+from gpucluster.jobs.admission import restored_submission
+from gpucluster.jobs.front import EngineFront
 from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client
 from gpucluster.kubernetes.convert import BIND_TIME_ANNOTATION, pod_key, pod_node, pod_phase
 from gpucluster.kubernetes.runtime import RunOptions, build
-from gpucluster.kubernetes.secondary import SecondaryScheduler
-from gpucluster.model import Allocation, Pod, views
-from gpucluster.model.share import largest_devices, pod_gpus_at_least
+from gpucluster.model import Allocation, ClusterState, Pod, views
+from gpucluster.scheduler import Decision, GroupDecision
+from gpucluster.scheduler.plugins.quota import QuotaTree
 
 log = logging.getLogger(__name__)
 
@@ -66,32 +83,9 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpucluster"
 JOB_NAME_ANNOTATION = "gpucluster.io/job-name"
 DEFAULT_IMAGE = "busybox:1.36"
-USER_PRIORITY = 10
-"""As the embedded backend: user jobs keep at least this priority."""
 HISTORY_POINTS = 240
 HISTORY_EVERY_S = 5.0
 DELETE_RETRY_S = 5.0
-
-
-class JobLike(Protocol):
-    """The fields of the service's ``Job`` this runtime reads and writes."""
-
-    id: str
-    name: str
-    tenant: str
-    replicas: int
-    resources: Mapping[str, Any]
-    duration_s: float | None
-    status: Any
-    message: str
-    priority: int
-    synthetic: bool
-    submitted_t: float
-    started_t: float | None
-    finished_t: float | None
-    placements: list[dict[str, Any]]
-    attempts: int
-    gpus: float
 
 
 @dataclass(slots=True)
@@ -103,29 +97,7 @@ class _PodSeen:
     phase: str
     bind_time: float | None
     """``hami.io/bind-time`` (epoch seconds) once bound."""
-    unschedulable: str
-    """``PodScheduled=False`` message (our scheduler's counted reasons)."""
     failure: str
-
-
-@dataclass(slots=True)
-class _Tracked:
-    """Bookkeeping of one live (non-terminal) job; service thread only."""
-
-    job: JobLike
-    pods: list[str]
-    """Pod keys ``namespace/name``, one per replica."""
-    arrival: int
-    admitted: bool = False
-    create: cf.Future[None] | None = None
-    seen: set[str] = field(default_factory=set)
-    """Pod keys the informer has reported at least once."""
-    restored: bool = False
-    last_message: str = ""
-
-
-def _pod_name(job_id: str, replica: int) -> str:
-    return f"{job_id}-{replica}"
 
 
 def _observe(obj: Mapping[str, Any], job_id: str) -> _PodSeen:
@@ -136,10 +108,6 @@ def _observe(obj: Mapping[str, Any], job_id: str) -> _PodSeen:
         bind_time = float(raw_bind) if raw_bind is not None else None
     except ValueError:
         bind_time = None
-    unschedulable = ""
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            unschedulable = str(cond.get("message") or cond.get("reason") or "")
     failure = ""
     if pod_phase(obj) == "Failed":
         failure = str(status.get("message") or status.get("reason") or "")
@@ -147,11 +115,13 @@ def _observe(obj: Mapping[str, Any], job_id: str) -> _PodSeen:
             term = (cs.get("state") or {}).get("terminated") or {}
             if term and not failure:
                 failure = f"container {cs.get('name')}: {term.get('reason', '')} (exit {term.get('exitCode')})"
-    return _PodSeen(job_id, pod_node(obj), pod_phase(obj), bind_time, unschedulable, failure)
+    return _PodSeen(job_id, pod_node(obj), pod_phase(obj), bind_time, failure)
 
 
-def _api_error(exc: ApiException) -> str:
+def _api_error(exc: BaseException) -> str:
     """``422 Unprocessable Entity: Pod "x" is invalid: ...`` (the Status message when the body has one)."""
+    if not isinstance(exc, ApiException):
+        return str(exc)
     try:
         message = json.loads(exc.body or "{}").get("message", "")
     except (ValueError, AttributeError):
@@ -168,7 +138,74 @@ def _cluster_name(kubeconfig: Path) -> str:
     return str(ctx.get("cluster") or (active or {}).get("name") or kubeconfig.name)
 
 
-class KubeRuntime:
+def pod_manifest(spec: JobSpec, pod: Pod, scheduler_name: str, image: str = DEFAULT_IMAGE,
+                 registry: VendorRegistry | None = None) -> dict[str, Any]:
+    """The Pod object for one task of a job (see the module docstring)."""
+    annotations = {TENANT_ANNOTATION: spec.tenant, JOB_NAME_ANNOTATION: spec.display_name}
+    if spec.num_tasks > 1:
+        annotations[GANG_ANNOTATION] = spec.job_id
+        annotations[GANG_MIN_ANNOTATION] = str(spec.num_tasks)
+    if spec.gpu_type and registry is not None:
+        for vendor in dict.fromkeys(r.vendor for _, r in pod.device_requests):
+            annotations[registry[vendor].names.use_type_annotation] = spec.gpu_type
+    if math.isfinite(spec.duration_s):
+        command = ["sleep", str(math.ceil(spec.duration_s))]
+    else:
+        command = ["sh", "-c", "while true; do sleep 3600; done"]
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "labels": {JOB_LABEL: spec.job_id, TENANT_LABEL: spec.tenant, MANAGED_BY_LABEL: MANAGED_BY},
+            "annotations": annotations,
+        },
+        "spec": {
+            "schedulerName": scheduler_name,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "main", "image": image, "command": command,
+                "resources": {"limits": {k: str(v) for k, v in spec.resources.items()}},
+            }],
+        },
+    }
+    if spec.node_selector:
+        body["spec"]["nodeSelector"] = dict(spec.node_selector)
+    return body
+
+
+class KubePlacer:
+    """The engine's :class:`~gpucluster.jobs.placement.Placer` on Kubernetes: decide under the cluster lock,
+    then create and bind the pods on the writer thread; ``release`` frees the resources at once and deletes the
+    pods (retried until the API server agrees)."""
+
+    def __init__(self, runtime: KubeRuntime) -> None:
+        self.rt = runtime
+
+    @property
+    def state(self) -> ClusterState:
+        return self.rt.cluster.state
+
+    def place(self, job: Job, pods: Sequence[Pod]) -> GroupDecision:
+        rt = self.rt
+        group = rt.cluster.decide_group(pods)
+        if group.ok:
+            manifests = [pod_manifest(job.spec, p, rt.scheduler_name, rt.image, rt.registry) for p in pods]
+            rt.creating[job.id] = rt.writer.submit(rt.create_and_bind, manifests, group.decisions)
+        return group
+
+    def release(self, job: Job, pod_keys: Sequence[str]) -> None:
+        rt = self.rt
+        for key in pod_keys:
+            rt.cluster.delete_pod(key)
+        rt.creating.pop(job.id, None)
+        if pod_keys:
+            rt.delete(job.id, list(pod_keys))
+
+
+class KubeRuntime(EngineFront):
     """A ``service.runtime.Runtime`` whose cluster is a real Kubernetes API server (see the module docstring)."""
 
     def __init__(
@@ -176,8 +213,7 @@ class KubeRuntime:
         kubeconfig: Path,
         policy: str = "default",
         *,
-        status_type: Callable[[str], Any],
-        event_type: Callable[[str, float, str, Any, str], Any],
+        queue_policy: str = DEFAULT_POLICY,
         namespace: str = "default",
         scheduler_name: str = "gpucluster",
         image: str = DEFAULT_IMAGE,
@@ -187,42 +223,46 @@ class KubeRuntime:
     ) -> None:
         self.kubeconfig = Path(kubeconfig)
         self.policy = policy
+        self.queue_policy = queue_policy
         self.namespace = namespace
         self.scheduler_name = scheduler_name
         self.image = image
-        self._status = status_type
-        self._event = event_type
         self.registry = VendorRegistry.from_settings(devices)
         self.api = api_client(self.kubeconfig)
         self.core: Any = client.CoreV1Api(self.api)
         self.cluster_name = _cluster_name(self.kubeconfig)
         self.server_version = self._probe()
+        queue = make_policy(queue_policy)
+        self.quota = QuotaTree([])
         opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
                           sync_timeout=sync_timeout)
-        self.cluster, self.binder, self.informer = build(self.api, self.registry, opts,
-                                                         identity=f"control-plane@{self.cluster_name}")
-        self.scheduler = SecondaryScheduler(self.cluster, self.binder, scheduler_name)
+        self.cluster, self.binder, self.informer = build(
+            self.api, self.registry, opts, identity=f"control-plane@{self.cluster_name}",
+            profile=job_profile(policy, queue, quota=True), services={"quota": self.quota})
         self._lock = threading.Lock()
         self._seen: dict[str, _PodSeen] = {}
         """Our pods (label ``gpucluster.io/job``) as the informer last reported them."""
-        self.informer.pod_listeners.extend([self.scheduler.on_pod, self._on_pod])
+        self.informer.pod_listeners.append(self._on_pod)
         self.informer.pod_resync_listeners.append(self._on_resync)
-        self.informer.node_listeners.append(self.scheduler.on_nodes)
         self.informer.start()
         if not self.informer.wait_synced(sync_timeout):
             self.informer.stop()
             raise ConnectionError(f"{self.kubeconfig}: the API server at {self.api.configuration.host} did not "
                                   f"answer a list of nodes and pods within {sync_timeout:g} s")
-        self.scheduler.start()
-        self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kube-writes")
-        self._now = time.time()
-        self._jobs: dict[str, JobLike] = {}
-        self._live: dict[str, _Tracked] = {}
-        self._arrival = 0
-        self._quotas: dict[str, float] = {}
+        self.writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kube-writes")
+        self.creating: dict[str, cf.Future[None]] = {}
+        """Job id -> the pending creation and binding of its pods."""
+        self.bound_count = 0
+        self._events: list[JobEvent] = []
+        with self.cluster.lock:
+            self.engine = JobEngine(KubePlacer(self), queue, quota=self.quota, kernel=Kernel(time.time()),
+                                    options=EngineOptions(describe=True, namespace=namespace, record_series=False))
+        self.engine.listeners.append(self._report)
         self._deletes: dict[str, tuple[list[str], cf.Future[list[str]]]] = {}
         """Job id -> (pod keys, the pending delete); failed deletes are retried."""
         self._delete_retry: dict[str, tuple[float, list[str]]] = {}
+        self._watched: dict[str, set[str]] = {}
+        """Running job id -> its pods the informer has reported at least once."""
         self._history: deque[dict[str, float]] = deque(maxlen=HISTORY_POINTS)
         self._last_sample = -math.inf
         self._sample()
@@ -261,124 +301,39 @@ class KubeRuntime:
                 del self._seen[key]
 
     def close(self) -> None:
-        """Stop the scheduler, the informer and the writer (pods stay: they are the cluster's state)."""
-        self.scheduler.stop()
+        """Stop the informer and the writer (pods stay: they are the cluster's state)."""
         self.informer.stop()
-        self._writer.shutdown(wait=True, cancel_futures=False)
+        self.writer.shutdown(wait=True, cancel_futures=False)
+
+    def engine_lock(self) -> contextlib.AbstractContextManager[object]:
+        return self.cluster.lock
 
     # ------------------------------------------------------------------ protocol: properties
     @property
     def now(self) -> float:
-        return self._now
+        return self.engine.now
 
     @property
     def backend(self) -> str:
         return "kubernetes"
 
-    # ------------------------------------------------------------------ pods of a job
-    def pod_manifest(self, job: JobLike, replica: int) -> dict[str, Any]:
-        """The Pod for one replica of ``job``."""
-        annotations = {TENANT_ANNOTATION: job.tenant, JOB_NAME_ANNOTATION: job.name}
-        if job.replicas > 1:
-            annotations[GANG_ANNOTATION] = job.id
-            annotations[GANG_MIN_ANNOTATION] = str(job.replicas)
-        if job.duration_s is None:
-            command = ["sh", "-c", "while true; do sleep 3600; done"]
-        else:
-            command = ["sleep", str(math.ceil(job.duration_s))]
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": _pod_name(job.id, replica),
-                "namespace": self.namespace,
-                "labels": {JOB_LABEL: job.id, TENANT_LABEL: job.tenant, MANAGED_BY_LABEL: MANAGED_BY},
-                "annotations": annotations,
-            },
-            "spec": {
-                "schedulerName": self.scheduler_name,
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{
-                    "name": "main", "image": self.image, "command": command,
-                    "resources": {"limits": {k: str(v) for k, v in job.resources.items()}},
-                }],
-            },
-        }
-
-    def _parse(self, job: JobLike) -> Pod:
-        return self.registry.parse_pod(self.pod_manifest(job, 0), "resources")
-
-    def validate(self, job: JobLike) -> None:
-        try:
-            pod = self._parse(job)
-        except DeviceInputError as exc:
-            text = str(exc).replace("resources: spec.containers[0].resources.limits: ", "resources: ")
-            raise ValueError(text) from None
-        if not pod.device_requests and pod.cpu_milli == 0 and pod.memory_mib == 0:
-            raise ValueError("resources: asks for nothing (give nvidia.com/gpu, cpu or memory)")
-
-    def _gpus(self, job: JobLike) -> float:
-        """GPU-equivalents the job holds at least (``model.share``: each device counts max(compute share,
-        memory share), on the largest device of its vendor), over its replicas."""
-        try:
-            pod = self._parse(job)
-        except DeviceInputError:  # a restored job from an older version: its pods will be refused instead
-            return 0.0
-        with self.cluster.lock:
-            largest = largest_devices(self.cluster.state)
-        return pod_gpus_at_least(pod, largest) * job.replicas
-
-    # ------------------------------------------------------------------ jobs
-    def _add(self, job: JobLike, message: str, restored: bool) -> JobLike:
-        job.gpus = self._gpus(job)
-        job.status = self._status("pending")
-        job.message = message
-        job.placements = []
-        job.started_t = None
-        job.finished_t = None
-        self._arrival += 1
-        keys = [f"{self.namespace}/{_pod_name(job.id, r)}" for r in range(job.replicas)]
-        self._jobs[job.id] = job
-        self._live[job.id] = _Tracked(job, keys, self._arrival, restored=restored)
-        return job
-
-    def submit(self, job: JobLike) -> JobLike:
-        job.submitted_t = self._now
-        job.priority = max(job.priority, USER_PRIORITY)
-        return self._add(job, "waiting to be scheduled", restored=False)
-
-    def restore(self, job: JobLike) -> None:
-        job.priority = max(job.priority, USER_PRIORITY)
-        self._add(job, "re-queued after a control-plane restart (its pods are adopted if they still exist)",
-                  restored=True)
-
-    def cancel(self, job_id: str) -> JobLike | None:
-        job = self._jobs.get(job_id)
-        if job is None:
-            return None
-        tracked = self._live.get(job_id)
-        if tracked is not None:
-            self._end(tracked, "cancelled", self._now, "cancelled by request")
-        return job
-
-    def job(self, job_id: str) -> JobLike | None:
-        return self._jobs.get(job_id)
-
-    def jobs(self) -> list[JobLike]:
-        return list(self._jobs.values())
-
-    def set_quotas(self, quotas: Mapping[str, float]) -> None:
-        self._quotas = dict(quotas)
-
-    # ------------------------------------------------------------------ API writes (worker thread)
-    def _create_pods(self, manifests: list[dict[str, Any]]) -> None:
+    # ------------------------------------------------------------------ API writes (writer thread)
+    def create_and_bind(self, manifests: list[dict[str, Any]], decisions: list[Decision]) -> None:
+        """Create the pods, then bind each where the engine placed it (raises what went wrong)."""
         for body in manifests:
             try:
                 self.core.create_namespaced_pod(self.namespace, body)
             except ApiException as exc:
-                if exc.status != 409:  # 409: it exists already (a restored job): adopt it
+                if exc.status != 409:  # 409: it exists already
                     raise
+        scheduler = self.cluster.scheduler
+        for d in decisions:
+            st = scheduler.bind(d)
+            if not st.ok:
+                raise RuntimeError(f"pod {d.pod.key} could not be bound to {d.node}: {'; '.join(st.reasons)}")
+            assert d.node is not None
+            self.bound_count += 1
+            self.binder.report_scheduled(d.pod, d.node, self.scheduler_name)
 
     def _delete_pods(self, keys: list[str]) -> list[str]:
         """Delete the pods; returns the keys that could not be deleted."""
@@ -396,8 +351,8 @@ class KubeRuntime:
                 failed.append(key)
         return failed
 
-    def _delete(self, job_id: str, keys: list[str]) -> None:
-        self._deletes[job_id] = (keys, self._writer.submit(self._delete_pods, keys))
+    def delete(self, job_id: str, keys: list[str]) -> None:
+        self._deletes[job_id] = (keys, self.writer.submit(self._delete_pods, keys))
 
     def _check_deletes(self) -> None:
         for job_id, (keys, fut) in list(self._deletes.items()):
@@ -406,141 +361,80 @@ class KubeRuntime:
             del self._deletes[job_id]
             left = keys if fut.exception() is not None else fut.result()
             if left:
-                self._delete_retry[job_id] = (self._now + DELETE_RETRY_S, left)
+                self._delete_retry[job_id] = (self.now + DELETE_RETRY_S, left)
         for job_id, (when, keys) in list(self._delete_retry.items()):
-            if when <= self._now:
+            if when <= self.now:
                 del self._delete_retry[job_id]
-                self._delete(job_id, keys)
+                self.delete(job_id, keys)
+
+    # ------------------------------------------------------------------ jobs
+    def restore(self, job: Job) -> None:
+        """Adopt the job's pods when all of them are still bound; else delete what is left and queue it."""
+        job.spec = restored_submission(job.spec, self.now)
+        with self._lock:
+            mine = {k: p for k, p in self._seen.items() if p.job_id == job.id}
+        with self.cluster.lock:
+            bound = [self.cluster.bound[k][0] for k, p in sorted(mine.items())
+                     if p.node and p.phase not in ("Succeeded", "Failed") and k in self.cluster.bound]
+            if mine and len(bound) == job.spec.num_tasks and len(bound) == len(mine):
+                binds = [p.bind_time for p in mine.values() if p.bind_time is not None]
+                started = self.now - max(0.0, time.time() - max(binds)) if binds else self.now
+                self.engine.adopt(job, bound, started)
+                self._watched[job.id] = set(mine)
+                return
+            self.engine.submit(job)
+        if mine:
+            self.delete(job.id, sorted(mine))
 
     # ------------------------------------------------------------------ time
-    def _end(self, tracked: _Tracked, status: str, t: float, message: str,
-             events: list[Any] | None = None) -> None:
-        """Make the job terminal and delete whatever pods it has (or may be creating)."""
-        job = tracked.job
-        self._live.pop(job.id, None)
-        job.status = self._status(status)
-        job.finished_t = t
-        job.message = message
-        if tracked.admitted:
-            self._delete(job.id, tracked.pods)
-        if events is not None:
-            events.append(self._event(job.id, t, status, job.status, message))
-
-    def advance(self, t: float) -> list[Any]:
-        events: list[Any] = []
-        if t < self._now:
-            return events
-        self._now = t
+    def advance(self, t: float) -> list[JobEvent]:
+        """Observe our pods (failed, succeeded, deleted, not created), then run the engine to ``t``."""
+        if t < self.now:
+            return []
         self._check_deletes()
         with self._lock:
-            seen = {key: self._seen.get(key) for tr in self._live.values() for key in tr.pods}
-        for tracked in sorted(self._live.values(), key=lambda tr: tr.arrival):
-            self._update(tracked, seen, events)
-        self._admit(events)
+            seen = dict(self._seen)
+        with self.cluster.lock:
+            for job in self.engine.running():
+                self._observe_job(job, seen)
+            self.engine.changed()
+            self.engine.run_until(t)
         if t - self._last_sample >= HISTORY_EVERY_S:
             self._sample()
-        return events
+        return self._take_events()
 
-    def _update(self, tracked: _Tracked, seen: Mapping[str, _PodSeen | None], events: list[Any]) -> None:
-        job = tracked.job
-        if not tracked.admitted:
-            return
-        if tracked.create is not None and tracked.create.done():
-            exc = tracked.create.exception()
-            tracked.create = None
+    def _observe_job(self, job: Job, seen: Mapping[str, _PodSeen]) -> None:
+        fut = self.creating.get(job.id)
+        if fut is not None and fut.done():
+            del self.creating[job.id]
+            exc = fut.exception()
             if exc is not None:
-                why = _api_error(exc) if isinstance(exc, ApiException) else str(exc)
-                self._end(tracked, "failed", self._now, f"its pods could not be created: {why}", events)
+                self.engine.fail(job.id, f"its pods could not be created or bound: {_api_error(exc)}")
                 return
-        pods = {key: seen.get(key) for key in tracked.pods}
-        present = {key: p for key, p in pods.items() if p is not None}
-        tracked.seen.update(present)
-        failed = [(key, p) for key, p in present.items() if p.phase == "Failed"]
+        present = {k: seen[k] for k in job.pod_keys if k in seen}
+        watched = self._watched.setdefault(job.id, set())
+        watched.update(present)
+        failed = [(k, p) for k, p in present.items() if p.phase == "Failed"]
         if failed:
             key, p = failed[0]
-            self._end(tracked, "failed", self._now, f"pod {key} failed: {p.failure or 'no reason given'}", events)
-            return
-        if len(present) == len(pods) and all(p.phase == "Succeeded" for p in present.values()):
-            self._end(tracked, "succeeded", self._now, "every pod completed", events)
-            return
-        gone = sorted(k for k in tracked.seen if k not in present)
-        if gone and tracked.create is None:
-            self._end(tracked, "failed", self._now,
-                      f"pod {gone[0]} was deleted outside the control plane", events)
-            return
-        running = job.status == self._status("running")
-        if len(present) == len(pods) and all(p.node for p in present.values()):
-            if not running:
-                self._start(tracked, present, events)
-            assert job.started_t is not None
-            if job.duration_s is not None and self._now >= job.started_t + job.duration_s:
-                self._end(tracked, "succeeded", job.started_t + job.duration_s,
-                          f"completed after {job.duration_s:g} s", events)
-            return
-        if len(present) < len(pods):
-            return  # still being created: nothing to report yet
-        reasons = sorted({p.unschedulable for p in present.values() if p.unschedulable and not p.node})
-        if reasons:
-            self._note(tracked, f"unschedulable: {reasons[0]}", events)
-
-    def _start(self, tracked: _Tracked, pods: Mapping[str, _PodSeen], events: list[Any]) -> None:
-        job = tracked.job
-        started = self._now
-        bind_times = [p.bind_time for p in pods.values() if p.bind_time is not None]
-        if tracked.restored and bind_times:  # adopted pods: their run time began at their binding
-            started = self._now - max(0.0, time.time() - max(bind_times))
-        job.status = self._status("running")
-        job.started_t = started
-        job.attempts += 1
-        with self.cluster.lock:
-            state = self.cluster.state
-            job.placements = [views.placement(state, key, pods[key].node) for key in tracked.pods]
-        nodes = sorted({p["node"] for p in job.placements})
-        job.message = f"running on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}"
-        tracked.last_message = ""
-        events.append(self._event(job.id, self._now, "running", job.status, job.message))
-
-    def _note(self, tracked: _Tracked, message: str, events: list[Any]) -> None:
-        job = tracked.job
-        job.message = message
-        if tracked.last_message != message:
-            tracked.last_message = message
-            events.append(self._event(job.id, self._now, "unschedulable", job.status, message))
-
-    def _admit(self, events: list[Any]) -> None:
-        """Create the pods of waiting jobs, by priority then arrival, within each tenant's GPU quota."""
-        waiting = [tr for tr in self._live.values() if not tr.admitted]
-        if not waiting:
-            return
-        usage: dict[str, float] = {}
-        for tr in self._live.values():
-            if tr.admitted:
-                usage[tr.job.tenant] = usage.get(tr.job.tenant, 0.0) + tr.job.gpus
-        for tr in sorted(waiting, key=lambda tr: (-tr.job.priority, tr.arrival)):
-            job = tr.job
-            quota = self._quotas.get(job.tenant)
-            held = usage.get(job.tenant, 0.0)
-            if quota is not None and held + job.gpus > quota + 1e-9:
-                self._note(tr, f"waiting for quota: tenant {job.tenant} holds {held:g} of {quota:g} GPUs, "
-                               f"the job needs {job.gpus:g}", events)
-                continue
-            usage[job.tenant] = held + job.gpus
-            tr.admitted = True
-            tr.create = self._writer.submit(self._create_pods,
-                                            [self.pod_manifest(job, r) for r in range(job.replicas)])
-            job.message = f"pods created in namespace {self.namespace}, waiting for {self.scheduler_name} to bind them"
+            self.engine.fail(job.id, f"pod {key} failed: {p.failure or 'no reason given'}")
+        elif len(present) == len(job.pod_keys) and all(p.phase == "Succeeded" for p in present.values()):
+            self.engine.finish(job.id, "every pod completed")
+        elif job.id not in self.creating and (gone := sorted(k for k in watched if k not in present)):
+            self.engine.fail(job.id, f"pod {gone[0]} was deleted outside the control plane")
+        if job.state != JobState.RUNNING:
+            self._watched.pop(job.id, None)
 
     # ------------------------------------------------------------------ views
     def _sample(self) -> None:
-        pending = sum(1 for tr in self._live.values() if tr.job.status != self._status("running"))
         with self.cluster.lock:
-            self._history.append(views.sample(self.cluster.state, self._now, pending))
-        self._last_sample = self._now
+            self._history.append(views.sample(self.cluster.state, self.now, len(self.engine.queued())))
+        self._last_sample = self.now
 
     def _describe(self, alloc: Allocation) -> dict[str, Any]:
         with self._lock:
             seen = self._seen.get(alloc.pod_key)
-        job = self._jobs.get(seen.job_id) if seen is not None else None
+        job = self.engine.jobs.get(seen.job_id) if seen is not None else None
         return {"job": job.id if job else "", "job_name": job.name if job else "",
                 "tenant": alloc.tenant or (job.tenant if job else "")}
 
@@ -552,28 +446,8 @@ class KubeRuntime:
         with self.cluster.lock:
             return views.node_detail(self.cluster.state, name, self._describe)
 
-    def usage_by_tenant(self) -> dict[str, dict[str, float]]:
-        out: dict[str, dict[str, float]] = {}
-        running = self._status("running")
-        for tr in self._live.values():
-            job = tr.job
-            u = out.setdefault(job.tenant, {"gpus": 0.0, "pending_gpus": 0.0, "running": 0.0, "pending": 0.0})
-            if job.status == running:
-                u["gpus"] += job.gpus
-                u["running"] += 1
-            else:
-                u["pending_gpus"] += job.gpus
-                u["pending"] += 1
-        return out
-
     def overview(self) -> dict[str, Any]:
-        counts: dict[str, int] = {}
-        for job in self._jobs.values():
-            value = str(job.status.value)
-            counts[value] = counts.get(value, 0) + 1
-        for value in ("pending", "running", "succeeded", "failed", "cancelled"):
-            counts.setdefault(value, 0)
-        running = self._status("running")
+        counts, user = self.engine.status_counts()
         with self.cluster.lock:
             figures = views.figures(self.cluster.state)
             summary = self.cluster.summary()
@@ -581,11 +455,12 @@ class KubeRuntime:
             "backend": self.backend,
             "cluster": self.cluster_name,
             "policy": self.policy,
-            "t": self._now,
+            "queue_policy": self.queue_policy,
+            "t": self.now,
             **figures,
-            "queue": sum(1 for tr in self._live.values() if tr.job.status != running),
+            "queue": len(self.engine.queued()),
             "jobs": counts,
-            "user_jobs": dict(counts),
+            "user_jobs": user,
             "alerts_firing": 0,
             "history": list(self._history),
             "kubernetes": {
@@ -594,7 +469,7 @@ class KubeRuntime:
                 "namespace": self.namespace,
                 "scheduler_name": self.scheduler_name,
                 "synced": self.informer.synced,
-                "bound_by_us": self.scheduler.bound_count,
+                "bound_by_us": self.bound_count,
                 "unaccounted_pods": summary["unaccounted"],
                 "stale_nodes": summary["stale_nodes"],
                 "bad_nodes": summary["bad_nodes"],
@@ -613,4 +488,5 @@ class KubeRuntime:
         return []
 
 
-__all__ = ["JOB_LABEL", "MANAGED_BY", "MANAGED_BY_LABEL", "TENANT_LABEL", "KubeConfigError", "KubeRuntime"]
+__all__ = ["JOB_LABEL", "MANAGED_BY", "MANAGED_BY_LABEL", "TENANT_LABEL", "KubeConfigError", "KubePlacer",
+           "KubeRuntime", "pod_manifest"]

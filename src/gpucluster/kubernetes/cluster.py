@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from gpucluster.kubernetes.convert import (
     pod_node,
 )
 from gpucluster.model import AllocationError, ClusterState, NodeSpec, Pod, Snapshot
-from gpucluster.scheduler import Decision, Outcome, Scheduler, profile_for
+from gpucluster.scheduler import Decision, GroupDecision, Outcome, Scheduler, profile_for
 from gpucluster.scheduler.framework import (
     BindPlugin,
     CycleState,
@@ -90,9 +90,11 @@ class NodeGate:
         return out
 
 
-def kube_profile(policy: str, *, binder: bool, seed: int = 0, scheduler_name: str = "gpucluster") -> Profile:
-    """The named placement profile with the gate first and (optionally) the Kubernetes binder last."""
-    base = profile_for(policy, seed)
+def kube_profile(policy: str, *, binder: bool, seed: int = 0, scheduler_name: str = "gpucluster",
+                 base: Profile | None = None) -> Profile:
+    """The named placement profile (or ``base``) with the gate first and (optionally) the Kubernetes binder
+    last."""
+    base = base or profile_for(policy, seed)
     plugins = [PluginConfig(name=GATE_PLUGIN), *base.plugins]
     if binder:
         plugins.append(PluginConfig(name=BINDER_PLUGIN))
@@ -125,13 +127,19 @@ class KubeCluster:
         nvlink_domain_size: int = 8,
         seed: int = 0,
         scheduler_name: str = "gpucluster",
+        profile: Profile | None = None,
+        services: Mapping[str, Any] | None = None,
     ) -> None:
+        """``profile``: schedule with it instead of the named ``policy`` (the job engine's profile); ``services``:
+        more shared services for the plugins (e.g. the engine's quota tree)."""
         self.registry = registry
         self.clock = clock
         self.assume_ttl = assume_ttl
         self.nvlink_domain_size = nvlink_domain_size
         self.binder = binder
-        self.profile = kube_profile(policy, binder=binder is not None, seed=seed, scheduler_name=scheduler_name)
+        self.profile = kube_profile(policy, binder=binder is not None, seed=seed, scheduler_name=scheduler_name,
+                                    base=profile)
+        self.services = dict(services or {})
         self.plugins = kube_registry()
         self.gate = NodeGate(clock, handshake_timeout)
         self.lock = threading.RLock()
@@ -150,7 +158,7 @@ class KubeCluster:
     def _new_scheduler(self, nodes: list[NodeSpec]) -> Scheduler:
         self.gate = NodeGate(self.clock, self.gate.handshake_timeout)
         handle = Handle(rng=np.random.default_rng(self.profile.seed),
-                        services={"kube_gate": self.gate, "kube_binder": self.binder})
+                        services={**self.services, "kube_gate": self.gate, "kube_binder": self.binder})
         sched = Scheduler(ClusterState(nodes), self.profile, self.plugins, clock=time.monotonic, handle=handle,
                           assume_ttl=self.assume_ttl)
         self.gate.resize(len(nodes))
@@ -358,6 +366,18 @@ class KubeCluster:
                 return self.scheduler.schedule(pod)
             finally:
                 self.gate.candidates = None
+
+    def decide_group(self, pods: Sequence[Pod]) -> GroupDecision:
+        """Decide and assume a group of pods all or none (under the lock), without binding: the caller binds
+        each decision (``scheduler.bind``). Assumed-but-unbound earlier decisions of these pods are forgotten
+        first."""
+        with self.lock:
+            cache = self.scheduler.cache
+            cache.expire()
+            for pod in pods:
+                if pod.key in self.state.allocations and cache.is_assumed(pod.key):
+                    cache.forget(pod.key)
+            return self.scheduler.schedule_group(pods, bind=False)
 
     def node_reasons(self, pod: Pod, candidates: Iterable[str] | None = None) -> ReasonArray:
         """Per node, why ``pod`` does not fit it (0 = it fits), as Filter sees it now."""

@@ -23,6 +23,7 @@ from gpucluster.kubernetes.extender import ExtenderLogic, ExtenderServer
 from gpucluster.kubernetes.informer import Informer
 from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.kubernetes.secondary import SecondaryScheduler
+from gpucluster.scheduler.framework import Profile
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +61,13 @@ def _collectors(opts: RunOptions, cluster: KubeCluster) -> Sequence[Collector]:
     return () if opts.collectors is None else opts.collectors(cluster)
 
 
-def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions,
-          identity: str = "") -> tuple[KubeCluster, KubeBinder, Informer]:
+def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions, identity: str = "",
+          profile: Profile | None = None, services: Mapping[str, Any] | None = None,
+          ) -> tuple[KubeCluster, KubeBinder, Informer]:
     binder = KubeBinder(api, registry, identity=identity)
     cluster = KubeCluster(registry, opts.policy, binder=binder, handshake_timeout=opts.handshake_timeout,
-                          assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name)
+                          assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name, profile=profile,
+                          services=services)
     informer = Informer(api, cluster)
     return cluster, binder, informer
 

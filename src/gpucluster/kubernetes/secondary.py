@@ -4,9 +4,10 @@ election.
 Pending pods come from the informer. Each pass (on a change, or every ``retry_interval`` seconds) takes
 them by priority, then age: a single pod is decided and bound; the pods of a gang (``gpucluster.io/gang``,
 ``gpucluster.io/gang-min-member``) are decided together under the cluster lock and bound only when every
-pending member fits and at least ``min-member`` are there, else every assumption is forgotten and nothing
-binds. A pod that does not fit gets a ``FailedScheduling`` Event and ``PodScheduled=False`` with the counted
-reasons (written again only when the message changes). With an elector, only the leader runs passes, and
+pending member fits and at least ``min-member`` are there (``Scheduler.schedule_group``: the framework's
+Gang plugin and waiting-pods map), else every reservation is undone and nothing binds. A pod that does not
+fit gets a ``FailedScheduling`` Event and ``PodScheduled=False`` with the counted reasons (written again only
+when the message changes). With an elector, only the leader runs passes, and
 it checks leadership again before every bind.
 """
 
@@ -120,20 +121,13 @@ class SecondaryScheduler:
             for pod in members:
                 self._report(pod, msg)
             return 0
-        decisions: list[Decision] = []
-        with self.cluster.lock:
-            for pod in members:
-                d = self.cluster.decide(pod)
-                if not d.ok:
-                    for done in decisions:
-                        self.cluster.scheduler.cache.forget(done.pod.key)
-                    msg = f"gang {gang}: pod {pod.name} does not fit, so none of its {len(members)} pods bind: " \
-                          f"{d.message()}"
-                    for member in members:
-                        self._report(member, msg)
-                    return 0
-                decisions.append(d)
-        return self._bind(decisions)
+        group = self.cluster.decide_group(members)
+        if not group.ok:
+            msg = f"gang {gang}: none of its {len(members)} pods bind: {group.message()}"
+            for member in members:
+                self._report(member, msg)
+            return 0
+        return self._bind(group.decisions)
 
     def _bind(self, decisions: list[Decision]) -> int:
         bound = 0

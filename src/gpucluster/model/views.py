@@ -77,6 +77,14 @@ def present_rows(s: ClusterState) -> list[dict[str, Any]]:
     return node_rows(s, [i for i, p in enumerate(s.present.tolist()) if p])
 
 
+def grant_cores(s: ClusterState, node: int, g: DeviceGrant) -> int:
+    """Percent of the device's compute a grant holds: what it asked, or 100 when it holds the whole device
+    (all of its memory, no cores given: HAMi's ``nvidia.com/gpu: 1``)."""
+    if g.core_milli == 0 and g.memory_mib >= int(s.dev_mem_cap[node, g.device_index]) > 0:
+        return 100
+    return g.core_milli // 10
+
+
 def node_detail(s: ClusterState, name: str, describe: PodDescriber) -> dict[str, Any] | None:
     """One node's row plus its devices, each with the pods holding a share of it."""
     i = s.node_index.get(name)
@@ -88,7 +96,7 @@ def node_detail(s: ClusterState, name: str, describe: PodDescriber) -> dict[str,
         who = describe(alloc)
         for g in alloc.grants:
             by_dev.setdefault(g.device_index, []).append({
-                "pod": alloc.pod_key, **who, "cores": g.core_milli // 10, "memory_mib": g.memory_mib,
+                "pod": alloc.pod_key, **who, "cores": grant_cores(s, i, g), "memory_mib": g.memory_mib,
                 **grant_share(s, i, g)})
     row["devices"] = [
         {"index": dev.index, "uuid": dev.uuid, "model": dev.model, "numa": dev.numa,
@@ -114,7 +122,7 @@ def placement(s: ClusterState, pod_key: str, node: str) -> dict[str, Any]:
     alloc = s.allocations.get(pod_key)
     i = s.node_index.get(node, -1)
     devices = [] if alloc is None or i < 0 else [
-        {"uuid": g.uuid, "index": g.device_index, "memory_mib": g.memory_mib, "cores": g.core_milli // 10,
+        {"uuid": g.uuid, "index": g.device_index, "memory_mib": g.memory_mib, "cores": grant_cores(s, i, g),
          **grant_share(s, i, g)}
         for g in alloc.grants]
     return {"pod": pod_key, "node": node, "devices": devices}

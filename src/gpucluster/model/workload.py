@@ -35,6 +35,12 @@ class DeviceRequest:
         if self.memory_pct is not None and not 0 <= self.memory_pct <= 100:
             raise ValueError("device memory percentage must be within 0..100")
 
+    @property
+    def whole(self) -> bool:
+        """Each device is taken whole: all of its compute, or all of its memory (HAMi's ``nvidia.com/gpu: 1``
+        with the default 100 % memory and no cores given), so nothing else can share it."""
+        return self.core_milli >= 1000 or (self.memory_pct or 0) >= 100
+
 
 @dataclass(frozen=True, slots=True)
 class ContainerRequest:
@@ -95,6 +101,8 @@ class Pod:
     """Gang (pod group) name; empty when the pod is not part of a gang."""
     gang_min_member: int = 0
     scheduler_name: str = ""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Labels the node must carry (Kubernetes ``spec.nodeSelector``; the ``NodeSelector`` plugin checks it)."""
     init_containers: tuple[ContainerRequest, ...] = ()
     """Init containers: they run one after another before the app containers, so the pod needs, per resource,
     the larger of the app containers' sum and the largest init container (Kubernetes' effective request)."""

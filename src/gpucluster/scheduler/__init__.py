@@ -2,12 +2,13 @@
 
 from gpucluster.scheduler.core import Decision, Outcome, schedule_one
 from gpucluster.scheduler.profiles import DEFAULT_POLICY, PROFILES, binpack_spread_profile, profile_for
-from gpucluster.scheduler.scheduler import Scheduler
+from gpucluster.scheduler.scheduler import GroupDecision, Scheduler
 
 __all__ = [
     "DEFAULT_POLICY",
     "PROFILES",
     "Decision",
+    "GroupDecision",
     "Outcome",
     "Scheduler",
     "binpack_spread_profile",

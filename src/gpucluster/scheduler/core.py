@@ -40,6 +40,8 @@ class Decision:
     total_nodes: int = 0
     nominated_node: str | None = None
     victims: list[str] = field(default_factory=list)
+    cycle: CycleState | None = field(default=None, repr=False, compare=False)
+    """The scheduling cycle's state of a reserved pod (Unreserve needs it when its group is given up)."""
 
     @property
     def ok(self) -> bool:
@@ -124,7 +126,7 @@ def schedule_one(fw: Framework, pod: Pod, snap: Snapshot) -> Decision:
             return Decision(
                 pod, Outcome.WAITING if permit.code == Code.WAIT else Outcome.SCHEDULED, node=spec.name,
                 node_index=node, allocation=alloc, status=permit, score=float(scores[k]),
-                feasible_nodes=int(feasible.size), total_nodes=total,
+                feasible_nodes=int(feasible.size), total_nodes=total, cycle=state,
             )
         # the node failed a joint check in Reserve: record why and try the next best
         first = last.reasons[0] if last.reasons else ""

@@ -7,10 +7,12 @@ considers every present node as if empty (cordoned and unhealthy ones too, as th
 capacity generously, so a job it lets through may still have to wait, but a job it refuses can never run:
 
 * a device vendor the cluster has none of;
+* a node selector no node matches, GPU models (``nvidia.com/use-gputype``) or UUIDs no device of the vendor has;
 * more device memory or compute per device than the largest device of that vendor;
 * more devices (of a vendor, per pod) than any node has that are large enough;
 * more CPU or host memory than any node has, or no node that has all of it at once (counted reasons);
-* more pods (a gang) than the whole cluster could hold at once;
+* more pods (a gang) than the whole cluster could hold at once, or than the nodes of any one GPU model could
+  (a gang stays on one model, the Gang plugin);
 * more GPU-equivalents (:mod:`gpucluster.model.share`) than the tenant's quota, even on the largest devices.
 
 Vectorised over nodes (numpy); one call per distinct pod shape of the job.
@@ -25,6 +27,7 @@ import numpy as np
 
 from gpucluster.model import ClusterState, DeviceRequest, Pod
 from gpucluster.model.share import largest_devices, pod_gpus_at_least
+from gpucluster.scheduler.plugins.devicefit import allowed_devices
 
 _BIG = np.int64(1 << 40)
 
@@ -38,7 +41,16 @@ class Infeasible:
 
 
 def _shape(pod: Pod) -> tuple[object, ...]:
-    return (pod.cpu_milli, pod.memory_mib, tuple(r for _, r in pod.device_requests))
+    return (pod.cpu_milli, pod.memory_mib, tuple(r for _, r in pod.device_requests), repr(pod.constraints),
+            tuple(sorted(pod.node_selector.items())))
+
+
+def _selected(pod: Pod, state: ClusterState) -> np.ndarray:
+    """Nodes whose labels match the pod's node selector (all of them without one)."""
+    if not pod.node_selector:
+        return np.ones(state.n_nodes, np.bool_)
+    items = pod.node_selector.items()
+    return np.array([all(node.labels.get(k) == v for k, v in items) for node in state.nodes], np.bool_)
 
 
 def _device_need(state: ClusterState, req: DeviceRequest, vid: int) -> tuple[np.ndarray, np.ndarray]:
@@ -57,14 +69,25 @@ def _device_need(state: ClusterState, req: DeviceRequest, vid: int) -> tuple[np.
     return eligible, np.where(eligible, slots, 0)
 
 
-def _one_shape(pod: Pod, replicas: int, state: ClusterState) -> Infeasible | None:
-    present = state.present
+def _one_shape(pod: Pod, replicas: int, state: ClusterState, within: np.ndarray | None = None) -> Infeasible | None:
+    """Why ``replicas`` pods like ``pod`` could never run at once on the present nodes (only those in ``within``
+    when given), or None."""
+    present = state.present if within is None else state.present & within
     n = int(present.sum())
     if n == 0:
         return Infeasible("resources", "the cluster has no nodes")
     reasons: dict[str, np.ndarray] = {}
     node_ok = present.copy()
     capacity = np.full(state.n_nodes, _BIG, np.int64)
+    if pod.node_selector:
+        selected = _selected(pod, state)
+        wanted = ",".join(f"{k}={v}" for k, v in sorted(pod.node_selector.items()))
+        if not (present & selected).any():
+            return Infeasible("node_selector", f"no node carries the labels {wanted}")
+        reasons[f"labels other than {wanted}"] = present & ~selected
+    allowed: np.ndarray | None = None
+    if pod.device_requests:
+        allowed, _ = allowed_devices(pod, state.snapshot())
     if pod.cpu_milli > 0:
         reasons["too little CPU"] = present & (state.cpu_cap < pod.cpu_milli)
         capacity = np.minimum(capacity, state.cpu_cap // pod.cpu_milli)
@@ -92,10 +115,19 @@ def _one_shape(pod: Pod, replicas: int, state: ClusterState) -> Infeasible | Non
                 return Infeasible("resources", f"asks for more compute per {vendor} device than any device has")
             assert vid is not None
             eligible, slots = _device_need(state, req, vid)
+            if allowed is not None:
+                if not (eligible & allowed).any() and eligible.any():
+                    c = pod.constraints.for_vendor(vendor)
+                    models = ",".join(c.use_types) or "allowed"
+                    return Infeasible("gpu_type", f"no {vendor} device of the cluster is of the {models} model(s) "
+                                                  "or UUIDs the job may use")
+                eligible &= allowed
+                slots = np.where(eligible, slots, 0)
             most = int(eligible.sum(axis=1).max()) if eligible.size else 0
             if req.count > most:
+                kind = " of the allowed models" if allowed is not None else ""
                 return Infeasible("resources", f"asks for {req.count} {vendor} devices per pod; no node has more than "
-                                               f"{most} that are large enough")
+                                               f"{most}{kind} that are large enough")
             eligible_any |= eligible
             slots_total += slots.sum(axis=1)
         count = eligible_any.sum(axis=1)
@@ -125,6 +157,9 @@ def never_fits(pods: Sequence[Pod], state: ClusterState, quota_gpus: float | Non
         found = _one_shape(group[0], len(group), state)
         if found is not None:
             return found
+    found = _one_model(pods, groups, state)
+    if found is not None:
+        return found
     if quota_gpus is not None:
         largest = largest_devices(state)
         least = sum(pod_gpus_at_least(p, largest) for p in pods)
@@ -132,6 +167,26 @@ def never_fits(pods: Sequence[Pod], state: ClusterState, quota_gpus: float | Non
             return Infeasible("quota", f"holds at least {least:g} GPUs (each device counts max(compute share, "
                                            f"memory share)); tenant {tenant or '?'}'s quota is {quota_gpus:g}")
     return None
+
+
+def _one_model(pods: Sequence[Pod], groups: dict[tuple[object, ...], list[Pod]],
+               state: ClusterState) -> Infeasible | None:
+    """A gang with devices stays on one GPU model (the Gang plugin's Filter): on a cluster of several models,
+    the nodes of at least one model must be able to hold all of it."""
+    if len(pods) < 2 or not all(p.gang and p.device_requests for p in pods):
+        return None
+    models = np.asarray(state.dev_model[:, 0], np.int64) if state.dev_model.shape[1] else np.full(state.n_nodes, -1)
+    present = models[state.present]
+    kinds = np.unique(present[present >= 0])
+    if kinds.size <= 1:
+        return None
+    for m in kinds:
+        within = models == m
+        if all(_one_shape(g[0], len(g), state, within) is None for g in groups.values()):
+            return None
+    names = ", ".join(sorted(state.models.names[int(m)] for m in kinds))
+    return Infeasible("replicas", f"a gang stays on one GPU model and no model of the cluster ({names}) could ever "
+                                  f"hold all {len(pods)} pods at once")
 
 
 __all__ = ["Infeasible", "never_fits"]

@@ -1,15 +1,46 @@
-"""The scheduler as a component: a framework, a cache over the cluster state, and the binding cycle."""
+"""The scheduler as a component: a framework, a cache over the cluster state, and the binding cycle.
+
+Group placement (:meth:`Scheduler.schedule_group`) places the pods of one job (a gang, or any list of pods that
+must start together) all or none: each pod goes through the framework in turn and holds its reservation (the
+Gang plugin's Permit keeps the members in the framework's waiting-pods map until the last one is reserved,
+then allows them all); if any member does not fit, every member reserved so far is unreserved (Gang, Topology,
+Quota ... undo their part) and its assumed allocation forgotten, so nothing is ever half-placed.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from gpucluster.model import Allocation, AllocationError, ClusterState, Pod
 from gpucluster.scheduler.cache import SchedulerCache
 from gpucluster.scheduler.core import Decision, Outcome, schedule_one
-from gpucluster.scheduler.framework import Framework, Handle, PluginRegistry, Profile, Status
+from gpucluster.scheduler.framework import Framework, Handle, PluginRegistry, Profile, Reason, Status
 from gpucluster.scheduler.plugins import builtin_registry
+
+
+@dataclass(slots=True)
+class GroupDecision:
+    """What :meth:`Scheduler.schedule_group` decided for a group of pods."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    """One SCHEDULED decision per pod, in order, when the group was placed (assumed; bound when asked)."""
+    failed: Decision | None = None
+    """The decision of the first pod that did not fit (the group was given up), else None."""
+    cycles: int = 0
+    """Pods that went through a scheduling cycle (all of them, or up to the first that did not fit)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.failed is None
+
+    def message(self) -> str:
+        """Why the group does not fit (the failing pod's counted reasons), or where it went."""
+        if self.failed is not None:
+            return self.failed.message()
+        nodes = sorted({d.node for d in self.decisions if d.node})
+        return f"assigned to {', '.join(nodes)}"
 
 
 class Scheduler:
@@ -65,6 +96,72 @@ class Scheduler:
                 decision.outcome = Outcome.ERROR
                 decision.status = st
         return decision
+
+    def schedule_group(self, pods: Sequence[Pod], bind: bool = True) -> GroupDecision:
+        """Place every pod of ``pods`` or none (see the module docstring). With ``bind`` the binding cycle runs
+        for each pod once all are placed (a bind that fails gives the whole group up); without it the caller
+        binds the returned decisions (:meth:`bind`) or forgets them (:meth:`forget_group`)."""
+        fw = self.framework
+        done: list[Decision] = []
+        with self.cache.lock:
+            for pod in pods:
+                try:
+                    d = self.schedule(pod)
+                except BaseException:  # a plugin failed: give up what the group holds, let the caller decide
+                    self.forget_group(done)
+                    raise
+                if not d.ok:
+                    self.forget_group(done)
+                    return GroupDecision(failed=d, cycles=len(done) + 1)
+                done.append(d)
+            waiting = fw.waiting_pods
+            stuck = [d for d in done if d.pod.key in waiting and not waiting[d.pod.key].allowed] if waiting else []
+            if stuck:
+                self.forget_group(done)
+                pod = stuck[0].pod
+                why = Status.unschedulable("Gang", Reason.GangNotReady.name,
+                                           f"gang {pod.gang} needs {pod.gang_min_member} members, "
+                                           f"{len(done)} were placed")
+                return GroupDecision(failed=Decision(pod, Outcome.UNSCHEDULABLE, status=why,
+                                                     total_nodes=int(self.state.present.sum())), cycles=len(done))
+            for d in done:
+                if waiting:
+                    waiting.pop(d.pod.key, None)
+                d.outcome = Outcome.SCHEDULED
+        if bind:
+            for d in done:
+                try:
+                    st = self.bind(d)
+                except BaseException:  # a Bind plugin failed: nothing of the group stays held
+                    self._give_up(done)
+                    raise
+                if not st.ok:
+                    self._give_up(done)
+                    d.outcome, d.status = Outcome.ERROR, st
+                    return GroupDecision(failed=d, cycles=len(done))
+        return GroupDecision(decisions=done, cycles=len(done))
+
+    def _give_up(self, decisions: Sequence[Decision]) -> None:
+        """Undo a group whose binding failed part way: Unreserve every pod (quota, gang and topology
+        bookkeeping) and give back what each holds, bound or only assumed."""
+        fw = self.framework
+        with self.cache.lock:
+            snap = self.state.snapshot()
+            for d in reversed(decisions):
+                if d.cycle is not None:
+                    fw.run_unreserve(d.cycle, d.pod, snap, d.node_index)
+                self.cache.remove(d.pod.key)
+
+    def forget_group(self, decisions: Sequence[Decision]) -> None:
+        """Give up reserved, not yet bound decisions: Unreserve them (waiting or not) and forget their
+        assumed allocations."""
+        fw = self.framework
+        with self.cache.lock:
+            snap = self.state.snapshot()
+            for d in reversed(decisions):
+                if not fw.reject_waiting(d.pod.key, snap) and d.cycle is not None:
+                    fw.run_unreserve(d.cycle, d.pod, snap, d.node_index)
+                self.cache.forget(d.pod.key)
 
     def delete(self, pod_key: str) -> Allocation | None:
         return self.cache.remove(pod_key)

@@ -1,7 +1,8 @@
 """The control plane process: REST API, SQLite store, scheduling loop, and the Runtime seam.
 
-Backends implement :class:`Runtime`: :class:`EmbeddedRuntime` (ClusterState + Scheduler on a clock) today; the
-simulator's ``Simulation`` and the Kubernetes backend plug in through :func:`build_runtime`.
+Backends implement :class:`Runtime` and drive the one job engine (:mod:`gpucluster.jobs`):
+:class:`EmbeddedRuntime` (the job simulator on the wall clock) and ``gpucluster.kubernetes.KubeRuntime``, picked by
+:func:`build_runtime`.
 """
 
 from gpucluster.service.app import create_app
@@ -11,7 +12,7 @@ from gpucluster.service.embedded import EmbeddedRuntime
 from gpucluster.service.errors import ApiError
 from gpucluster.service.factory import RuntimeOptions, RuntimeUnavailableError, build_runtime
 from gpucluster.service.lock import DataDirLock, DataDirLockedError
-from gpucluster.service.runtime import Job, JobEvent, JobStatus, Runtime
+from gpucluster.service.runtime import Job, JobEvent, JobState, JobStatus, Runtime
 from gpucluster.service.store import Store
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "EmbeddedRuntime",
     "Job",
     "JobEvent",
+    "JobState",
     "JobStatus",
     "Principal",
     "Runtime",

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucluster.jobs import JobStatus, transition
+from gpucluster.jobs.transitions import Fail
 from gpucluster.monitoring import describe_record
 from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.limits import RateLimits, TokenBucket
 from gpucluster.service.lock import DataDirLock
 from gpucluster.service.logs import EVENTS_LOGGER, log_event
-from gpucluster.service.runtime import Job, JobEvent, JobStatus, RemediationAudit, Runtime
+from gpucluster.service.runtime import Job, JobEvent, JobState, RemediationAudit, Runtime
 from gpucluster.service.store import BadRow, Store
 from gpucluster.service.tasks import TaskManager
 
@@ -158,7 +160,7 @@ class Service:
 def _fail_unrestorable(store: Store, job_id: str, t: float, why: str) -> JobEvent:
     log.warning("job %s not restored: %s", job_id, why)
     store.audit("system", "service.restore-skipped", job_id, why)
-    return JobEvent(job_id, t, "failed", JobStatus.FAILED, f"not restored after a control-plane restart: {why}")
+    return JobEvent(job_id, t, "failed", JobState.FAILED, f"not restored after a control-plane restart: {why}")
 
 
 def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | None = None) -> tuple[Service, bool]:
@@ -191,21 +193,24 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
     svc.sync_quotas()
     recovered: list[JobEvent] = []
     bad: list[BadRow] = []
-    for job in store.load_jobs(bad):
-        svc.order.append(job.id)
+    loaded = store.load_jobs(bad, runtime.registry)
+    svc.order.extend(job.id for job in loaded)
+    ran = store.job_ids(JobStatus.RUNNING)
+    # the jobs that ran before the restart are restored first (in submission order), then the waiting ones
+    for job in sorted(loaded, key=lambda j: j.id not in ran):
         if job.status.terminal:
             svc.archive[job.id] = job
             continue
-        job.submitted_t = min(job.submitted_t, runtime.now)  # as stored (0 for a row from before it was)
         try:
             runtime.validate(job)
             runtime.restore(job)
         except Exception as exc:  # a row this version cannot run: fail it, say why, go on
             recovered.append(_fail_unrestorable(store, job.id, runtime.now, str(exc)[:300]))
-            job.status, job.message = JobStatus.FAILED, recovered[-1].message
+            if not job.done:
+                transition(job, Fail(recovered[-1].message), runtime.now)
             svc.archive[job.id] = job
             continue
-        recovered.append(JobEvent(job.id, runtime.now, "requeued", JobStatus.PENDING,
+        recovered.append(JobEvent(job.id, runtime.now, "requeued", JobState.QUEUED,
                                   "re-queued after a control-plane restart"))
     for row in bad:
         recovered.append(_fail_unrestorable(store, row.job_id, runtime.now, f"unreadable row: {row.why}"))

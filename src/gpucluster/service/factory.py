@@ -1,28 +1,23 @@
 """Pick the runtime behind the control plane: embedded (default) or a real Kubernetes cluster.
 
-The Kubernetes seam: with ``--kubeconfig`` the service imports ``gpucluster.kubernetes`` and calls
-``gpucluster.kubernetes.KubeRuntime(kubeconfig=Path, policy=str, status_type=JobStatus, event_type=JobEvent)``;
-that class implements :class:`~gpucluster.service.runtime.Runtime` (nodes from the API server's informer, jobs as
-Pods placed by the same scheduler and bound with the KubeBinder). ``gpucluster.kubernetes`` sits below
-``service`` in the import layers, so the service hands it the job vocabulary it must answer in. A kubeconfig that
-cannot be loaded or an API server that does not answer is a :class:`RuntimeUnavailableError` naming the flag.
+Both drive the one job engine (:mod:`gpucluster.jobs`) with the same placement and queue policies. With
+``--kubeconfig`` the service builds ``gpucluster.kubernetes.KubeRuntime`` (nodes from the API server's informer,
+jobs as Pods the engine places and binds with the KubeBinder). A kubeconfig that cannot be loaded or an API
+server that does not answer is a :class:`RuntimeUnavailableError` naming the flag.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpucluster.devices import DeviceSettings
+from gpucluster.jobs import DEFAULT_POLICY as DEFAULT_QUEUE_POLICY
 from gpucluster.monitoring import RemediationPolicy
 from gpucluster.scheduler import DEFAULT_POLICY
 from gpucluster.service.embedded import EmbeddedRuntime
-from gpucluster.service.runtime import JobEvent, JobStatus, Runtime
+from gpucluster.service.runtime import Runtime
 from gpucluster.spec import Cluster
-
-KUBE_PACKAGE = "gpucluster.kubernetes"
-KUBE_RUNTIME = "KubeRuntime"
 
 
 class RuntimeUnavailableError(RuntimeError):
@@ -35,6 +30,9 @@ class RuntimeOptions:
     """Cluster to simulate (embedded); None with no kubeconfig is an error of the caller."""
     kubeconfig: Path | None = None
     policy: str = DEFAULT_POLICY
+    """Placement policy (``gpucluster.scheduler.PROFILES``)."""
+    queue_policy: str = DEFAULT_QUEUE_POLICY
+    """Queue policy (``gpucluster.jobs.POLICIES``)."""
     background: float = 0.6
     """Target load of the synthetic background workload (0 = none)."""
     fault_rate_per_hour: float = 1.0
@@ -48,24 +46,15 @@ class RuntimeOptions:
 
 def build_runtime(opts: RuntimeOptions) -> Runtime:
     if opts.kubeconfig is not None:
-        missing = (f"--kubeconfig: the Kubernetes backend for the control plane ({KUBE_PACKAGE}.{KUBE_RUNTIME}) "
-                   "is not in this build yet; run without --kubeconfig for the embedded cluster")
+        from gpucluster.kubernetes import KubeRuntime
+
         try:
-            module = importlib.import_module(KUBE_PACKAGE)
-        except ModuleNotFoundError as exc:
-            if exc.name and KUBE_PACKAGE.startswith(exc.name):
-                raise RuntimeUnavailableError(missing) from None
-            raise
-        factory = getattr(module, KUBE_RUNTIME, None)
-        if factory is None:
-            raise RuntimeUnavailableError(missing)
-        try:
-            runtime: Runtime = factory(kubeconfig=opts.kubeconfig, policy=opts.policy, status_type=JobStatus,
-                                       event_type=JobEvent, devices=opts.devices)
+            runtime: Runtime = KubeRuntime(kubeconfig=opts.kubeconfig, policy=opts.policy,
+                                           queue_policy=opts.queue_policy, devices=opts.devices)
         except (ValueError, OSError) as exc:  # KubeConfigError; ConnectionError/TimeoutError from the API server
             raise RuntimeUnavailableError(f"--kubeconfig: {exc}") from None
         return runtime
     if opts.cluster is None:
         raise RuntimeUnavailableError("--cluster: no cluster to run")
     return EmbeddedRuntime(opts.cluster, opts.policy, opts.background, opts.fault_rate_per_hour, opts.seed,
-                           devices=opts.devices, remediation=opts.remediation)
+                           queue_policy=opts.queue_policy, devices=opts.devices, remediation=opts.remediation)

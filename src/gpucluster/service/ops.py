@@ -147,7 +147,7 @@ class Operations:
             if job is None or job.synthetic:
                 continue
             log_event(log, f"job {job.id} {ev.kind}: {ev.message}", event="job", job=job.id, name=job.name,
-                      tenant=job.tenant, kind=ev.kind, status=ev.status.value, t=round(ev.t, 3))
+                      tenant=job.tenant, kind=ev.kind, status=ev.status, t=round(ev.t, 3))
         mon = self.monitor
         if mon is not None:
             changes = mon.take_transitions()

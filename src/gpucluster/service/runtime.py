@@ -1,98 +1,25 @@
 """The seam between the control plane and whatever runs the jobs.
 
-The service talks to one :class:`Runtime`. The first implementation, :class:`~gpucluster.service.embedded.
-EmbeddedRuntime`, drives a :class:`~gpucluster.model.ClusterState` with the :class:`~gpucluster.scheduler.
-Scheduler` on a clock. The discrete-event ``simulator.Simulation`` and a Kubernetes-backed runtime plug in here
-by implementing the same protocol (see ``docs/control-plane.md``).
+The service talks to one :class:`Runtime`; both implementations drive the one job engine
+(:mod:`gpucluster.jobs`), so they speak its vocabulary: :class:`~gpucluster.jobs.Job` records (built by
+:func:`gpucluster.jobs.job_spec` from the request) and :class:`~gpucluster.jobs.JobEvent` s.
+:class:`~gpucluster.service.embedded.EmbeddedRuntime` is the job simulator on the wall clock with a synthetic
+background workload; ``gpucluster.kubernetes.KubeRuntime`` creates and observes real pods (see
+``docs/control-plane.md``).
 
-Everything a runtime returns is JSON-ready (``dict``/``list`` of plain values) so the API layer only filters.
+Views a runtime returns are JSON-ready (``dict``/``list`` of plain values) so the API layer only filters.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from gpucluster.devices import VendorRegistry
+from gpucluster.jobs import Job, JobEvent, JobState, JobStatus
 from gpucluster.monitoring import AuditRecord
 
-
-class JobStatus(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
-
-
-@dataclass(slots=True)
-class Job:
-    """A submitted job: ``replicas`` identical pods placed all-or-nothing (a gang)."""
-
-    id: str
-    name: str
-    tenant: str
-    replicas: int
-    resources: Mapping[str, Any]
-    """HAMi-style container limits, e.g. ``{"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50}``."""
-    duration_s: float | None
-    """Run time once all replicas run, in clock seconds; None = until cancelled."""
-    submitted_at: float
-    """Wall-clock (Unix) time the job was accepted."""
-    status: JobStatus = JobStatus.PENDING
-    message: str = ""
-    priority: int = 0
-    synthetic: bool = False
-    """Part of the background workload (not persisted)."""
-    submitted_t: float = 0.0
-    """Runtime clock time of submission."""
-    started_t: float | None = None
-    finished_t: float | None = None
-    placements: list[dict[str, Any]] = field(default_factory=list)
-    """Per replica: pod key, node and device shares while running."""
-    attempts: int = 0
-    gpus: float = 0.0
-    """GPU-equivalents (``gpucluster.model.share``: each device counts max(compute share, memory share)) the job
-    holds while running; before it runs, the least it could hold."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "tenant": self.tenant,
-            "replicas": self.replicas,
-            "resources": dict(self.resources),
-            "duration_s": self.duration_s,
-            "priority": self.priority,
-            "status": self.status.value,
-            "message": self.message,
-            "synthetic": self.synthetic,
-            "submitted_at": self.submitted_at,
-            "submitted_t": self.submitted_t,
-            "started_t": self.started_t,
-            "finished_t": self.finished_t,
-            "gpus": self.gpus,
-            "placements": list(self.placements),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class JobEvent:
-    """Something that happened to a job; the service persists these (for jobs it persists)."""
-
-    job_id: str
-    t: float
-    """Runtime clock time."""
-    kind: str
-    """``submitted``, ``scheduled``, ``running``, ``succeeded``, ``failed``, ``cancelled``, ``evicted``,
-    ``migrated``, ``unschedulable``."""
-    status: JobStatus
-    message: str = ""
+__all__ = ["FaultDrill", "Job", "JobEvent", "JobState", "JobStatus", "RemediationAudit", "Runtime"]
 
 
 @runtime_checkable
@@ -114,13 +41,18 @@ class Runtime(Protocol):
         """``embedded``, ``simulator`` or ``kubernetes``."""
         ...
 
+    @property
+    def registry(self) -> VendorRegistry:
+        """How job requests are parsed into pods (the device settings it runs with, ``--device-config``)."""
+        ...
+
     def submit(self, job: Job) -> Job:
         """Accept a job (already validated by :meth:`validate`) into the queue."""
         ...
 
     def validate(self, job: Job) -> None:
-        """Raise ``ValueError("where: why")`` if the job can never be turned into pods, or (where the backend
-        knows its cluster) can never run on it (``scheduler.feasibility.never_fits``, quota included)."""
+        """Raise ``ValueError("where: why")`` if the job can never be turned into pods, or could never run here
+        (even on the empty cluster, or beyond its tenant's quota: :func:`gpucluster.jobs.never_fits`)."""
         ...
 
     def restore(self, job: Job) -> None:
@@ -136,7 +68,8 @@ class Runtime(Protocol):
         ...
 
     def set_quotas(self, quotas: Mapping[str, float]) -> None:
-        """Tenant -> GPU-equivalent quota (absent tenants are unlimited)."""
+        """Tenant -> GPU-equivalent quota (absent tenants are unlimited); the engine's ``QuotaTree`` enforces it
+        through the ``Quota`` plugin."""
         ...
 
     def job(self, job_id: str) -> Job | None: ...

@@ -10,8 +10,8 @@ latency. Tokens are stored as SHA-256 hashes, never in clear; revoking one takes
 
 A job row keeps what the user asked for (name, tenant, replicas, resources, duration, priority, submission time)
 and what its last run looked like (runtime clock times of submission, start and end, GPU-equivalents held,
-placements): a job that ended before a restart reads back exactly as it was; a live one is queued again and its
-run fields are re-created when it is placed.
+placements, attempts, preemptions): a job that ended before a restart reads back exactly as it was; a live one
+is queued again and its run fields are re-created when it is placed.
 
 Rows are read defensively: a job row that cannot be turned back into a job (hand-edited, written by a buggy
 version) is reported by :meth:`Store.load_jobs` and skipped, never a reason not to start.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import secrets
 import sqlite3
@@ -31,7 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucluster.service.runtime import Job, JobEvent, JobStatus
+from gpucluster.devices import VendorRegistry
+from gpucluster.jobs import JobSpec, JobState, JobStatus, job_spec
+from gpucluster.model import Pod
+from gpucluster.service.runtime import Job, JobEvent
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,7 +48,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, tenant TEXT NOT NULL, replicas INTEGER NOT NULL,
     resources TEXT NOT NULL, duration_s REAL, priority INTEGER NOT NULL DEFAULT 0,
     status TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', submitted_at REAL NOT NULL,
-    updated_at REAL NOT NULL);
+    updated_at REAL NOT NULL, options TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, at REAL NOT NULL, t REAL NOT NULL,
@@ -59,11 +63,14 @@ CREATE TABLE IF NOT EXISTS idempotency (
 """
 MIGRATIONS = (
     ("tenants", "max_priority", "ALTER TABLE tenants ADD COLUMN max_priority INTEGER"),
+    ("jobs", "options", "ALTER TABLE jobs ADD COLUMN options TEXT NOT NULL DEFAULT '{}'"),
     ("jobs", "submitted_t", "ALTER TABLE jobs ADD COLUMN submitted_t REAL"),
     ("jobs", "started_t", "ALTER TABLE jobs ADD COLUMN started_t REAL"),
     ("jobs", "finished_t", "ALTER TABLE jobs ADD COLUMN finished_t REAL"),
     ("jobs", "gpus", "ALTER TABLE jobs ADD COLUMN gpus REAL"),
     ("jobs", "placements", "ALTER TABLE jobs ADD COLUMN placements TEXT"),
+    ("jobs", "attempts", "ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "preemptions", "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0"),
 )
 """(table, column, statement) applied when an older database lacks the column."""
 
@@ -209,10 +216,11 @@ class Store:
                                      "VALUES(?,?,?,?,?)", (owner, key, job.id, digest, now))
                 self._db.execute(
                     "INSERT INTO jobs(id, name, tenant, replicas, resources, duration_s, priority, status, "
-                    "message, submitted_at, updated_at, submitted_t, gpus) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.resources)), job.duration_s,
-                     job.priority, job.status.value, job.message, job.submitted_at, now, job.submitted_t,
-                     job.gpus))
+                    "message, submitted_at, updated_at, options, submitted_t, gpus) "
+                    "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.spec.resources)),
+                     _duration(job.spec), job.priority, job.status.value, job.message, job.spec.submitted_at, now,
+                     json.dumps(_options(job.spec)), job.submitted_t, job.gpus))
                 self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
                                  (job.id, now, job.submitted_t, "submitted", job.status.value, "accepted"))
                 self._db.execute("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
@@ -235,17 +243,17 @@ class Store:
             try:
                 for ev in events:
                     cur = self._db.execute("UPDATE jobs SET status=?, message=?, updated_at=? WHERE id=?",
-                                           (ev.status.value, ev.message, now, ev.job_id))
+                                           (ev.status, ev.message, now, ev.job_id))
                     if cur.rowcount:
                         self._db.execute(
                             "INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
-                            (ev.job_id, now, ev.t, ev.kind, ev.status.value, ev.message))
+                            (ev.job_id, now, ev.t, ev.kind, ev.status, ev.message))
                         n += 1
                 self._db.executemany(
                     "UPDATE jobs SET status=?, message=?, priority=?, submitted_t=?, started_t=?, finished_t=?, "
-                    "gpus=?, placements=? WHERE id=?",
+                    "gpus=?, placements=?, attempts=?, preemptions=? WHERE id=?",
                     [(j.status.value, j.message, j.priority, j.submitted_t, j.started_t, j.finished_t, j.gpus,
-                      json.dumps(j.placements), j.id) for j in jobs.values()])
+                      json.dumps(j.placements), j.attempts, j.preemptions, j.id) for j in jobs.values()])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -259,31 +267,25 @@ class Store:
                                    (owner, key)).fetchone()
         return None if row is None else (str(row["job_id"]), str(row["request_hash"]))
 
-    def load_jobs(self, bad: list[BadRow] | None = None) -> list[Job]:
-        """Every stored job in submission order; rows that cannot be read are appended to ``bad`` and skipped."""
+    def load_jobs(self, bad: list[BadRow] | None = None, registry: VendorRegistry | None = None) -> list[Job]:
+        """Every stored job in submission order, its request parsed with ``registry`` (the runtime's; default the
+        configured vendors); rows that cannot be read are appended to ``bad`` and skipped."""
         with self._lock:
             rows = self._db.execute("SELECT * FROM jobs ORDER BY submitted_at, id").fetchall()
         out: list[Job] = []
         for r in rows:
             try:
-                resources = json.loads(r["resources"])
-                if not isinstance(resources, dict):
-                    raise ValueError("resources is not a mapping")
-                placements = json.loads(r["placements"]) if r["placements"] else []
-                if not isinstance(placements, list):
-                    raise ValueError("placements is not a list")
-                out.append(Job(id=str(r["id"]), name=str(r["name"]), tenant=str(r["tenant"]),
-                               replicas=int(r["replicas"]), resources=resources,
-                               duration_s=_opt_float(r["duration_s"]),
-                               submitted_at=float(r["submitted_at"]), status=JobStatus(r["status"]),
-                               message=str(r["message"]), priority=int(r["priority"]),
-                               submitted_t=_opt_float(r["submitted_t"]) or 0.0,
-                               started_t=_opt_float(r["started_t"]), finished_t=_opt_float(r["finished_t"]),
-                               gpus=_opt_float(r["gpus"]) or 0.0, placements=placements))
+                out.append(_job(r, registry))
             except (ValueError, TypeError, OverflowError) as exc:
                 if bad is not None:
                     bad.append(BadRow(str(r["id"]), f"{type(exc).__name__}: {exc}"[:300]))
         return out
+
+    def job_ids(self, status: JobStatus) -> set[str]:
+        """Ids of the stored jobs whose status is ``status``."""
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM jobs WHERE status=?", (status.value,)).fetchall()
+        return {str(r["id"]) for r in rows}
 
     def max_event_t(self) -> float | None:
         """The latest runtime clock time any event was recorded at (the clock never restarts below it)."""
@@ -360,3 +362,58 @@ class Store:
             rows = self._db.execute("SELECT at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ?",
                                     (limit,)).fetchall()
         return [dict(r) for r in rows]
+
+
+def _duration(spec: JobSpec) -> float | None:
+    return spec.duration_s if math.isfinite(spec.duration_s) else None
+
+
+def _options(spec: JobSpec) -> dict[str, Any]:
+    return {"gpu_type": spec.gpu_type, "node_selector": dict(spec.node_selector), "kind": spec.kind.value,
+            "preemptible": spec.preemptible}
+
+
+def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
+    """A stored job as a new record: live jobs start over (the runtime re-queues them; they keep their submission
+    time), ended ones read back as they were (status, message, start and end, GPU-equivalents, placements).
+    Raises ``ValueError``/``TypeError`` for a row that cannot be read; an ended job whose request no longer parses
+    keeps its record (a placeholder spec), a live one cannot be run and raises."""
+    resources = json.loads(r["resources"])
+    if not isinstance(resources, dict):
+        raise ValueError("resources is not a mapping")
+    opts = json.loads(r["options"] or "{}")
+    if not isinstance(opts, dict):
+        raise ValueError("options is not a mapping")
+    placements = json.loads(r["placements"]) if r["placements"] else []
+    if not isinstance(placements, list):
+        raise ValueError("placements is not a list")
+    status = JobStatus(str(r["status"]))
+    duration = _opt_float(r["duration_s"])
+    submitted_at = float(r["submitted_at"])
+    submit_s = max(_opt_float(r["submitted_t"]) or 0.0, 0.0)
+    try:
+        spec = job_spec(str(r["id"]), name=str(r["name"]), tenant=str(r["tenant"]), replicas=int(r["replicas"]),
+                        resources=resources, duration_s=duration, submit_s=submit_s, priority=int(r["priority"]),
+                        gpu_type=str(opts.get("gpu_type", "")), node_selector=dict(opts.get("node_selector") or {}),
+                        kind=str(opts.get("kind", "train")), preemptible=bool(opts.get("preemptible", True)),
+                        submitted_at=submitted_at, registry=registry)
+    except ValueError:
+        if not status.terminal:
+            raise
+        # a placeholder that keeps what the row says (replicas) and asks for no device
+        spec = JobSpec(str(r["id"]), submit_s, 0, math.inf, tenant=str(r["tenant"]), name=str(r["name"]),
+                       template=Pod(str(r["id"]), namespace=str(r["tenant"])), replicas=int(r["replicas"]),
+                       resources=resources, submitted_at=submitted_at, priority=int(r["priority"]))
+    if not status.terminal:
+        return Job(spec, message=str(r["message"]))
+    started, finished = _opt_float(r["started_t"]), _opt_float(r["finished_t"])
+    job = Job(spec, JobState(status.value), message=str(r["message"]), placements=placements,
+              attempt=int(r["attempts"] or 0), preemptions=int(r["preemptions"] or 0))
+    if started is not None:
+        job.first_start_s = job.run_start_s = started
+    if finished is not None:
+        job.finish_s = finished
+    gpus = _opt_float(r["gpus"])
+    if gpus is not None:
+        job.least_gpus = gpus
+    return job

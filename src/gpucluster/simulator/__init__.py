@@ -1,16 +1,27 @@
-"""Simulation: trace loaders, the FGD placement experiment, and the discrete-event job simulator.
+"""Simulation: trace loaders, the FGD placement experiment, and the discrete-event job simulator (the job
+engine of :mod:`gpucluster.jobs` with a network model and faults).
 
 The job simulator's public API (importable without the CLI)::
 
     from gpucluster.simulator import JobSpec, Simulation, generate
 """
 
+from gpucluster.jobs import (
+    DEFAULT_POLICY,
+    POLICIES,
+    Job,
+    JobEvent,
+    JobKind,
+    JobSpec,
+    JobState,
+    Kernel,
+    jobs_profile,
+    make_policy,
+)
 from gpucluster.simulator.faults import Fault, FaultKind, random_node_failures
-from gpucluster.simulator.jobs import Job, JobKind, JobSpec, JobState, TraceError
-from gpucluster.simulator.kernel import Kernel
 from gpucluster.simulator.network import NetworkModel
-from gpucluster.simulator.policies import DEFAULT_POLICY, POLICIES, make_policy
-from gpucluster.simulator.runner import SimEvent, Simulation, jobs_profile
+from gpucluster.simulator.runner import Simulation
+from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.synthetic import generate
 
 __all__ = [
@@ -19,12 +30,12 @@ __all__ = [
     "Fault",
     "FaultKind",
     "Job",
+    "JobEvent",
     "JobKind",
     "JobSpec",
     "JobState",
     "Kernel",
     "NetworkModel",
-    "SimEvent",
     "Simulation",
     "TraceError",
     "generate",

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpucluster.simulator.jobs import Job, JobState
+from gpucluster.jobs import Job, JobState
 
 if TYPE_CHECKING:
     from gpucluster.simulator.runner import Simulation
@@ -41,14 +41,14 @@ def _pct(xs: np.ndarray[Any, np.dtype[np.float64]], q: float) -> float:
 
 def summarize(sim: Simulation) -> dict[str, Any]:
     jobs = list(sim.jobs.values())
-    done = [j for j in jobs if j.state == JobState.COMPLETED]
+    done = [j for j in jobs if j.state == JobState.SUCCEEDED]
     jct = np.asarray([j.jct_s for j in done], np.float64)
     queue = np.asarray([j.queue_s for j in done], np.float64)
-    rejected = sum(1 for j in jobs if j.extra.get("rejected"))
-    cancelled = sum(1 for j in jobs if j.state == JobState.CANCELLED) - rejected
+    rejected = sum(1 for j in jobs if j.rejected)
+    cancelled = sum(1 for j in jobs if j.state == JobState.CANCELLED)
     unfinished = sum(1 for j in jobs if j.state in (JobState.QUEUED, JobState.RUNNING))
     finished_all = sim.kernel.peek() == float("inf")
-    lost = sum(1 for j in jobs if j.state in (JobState.QUEUED, JobState.RUNNING, JobState.PENDING)) \
+    lost = sum(1 for j in jobs if j.state in (JobState.QUEUED, JobState.RUNNING, JobState.NEW)) \
         if finished_all else 0
     first = min((j.spec.submit_s for j in jobs), default=0.0)
     last = max((j.finish_s for j in done), default=first)

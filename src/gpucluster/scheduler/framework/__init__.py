@@ -23,7 +23,7 @@ from gpucluster.scheduler.framework.interface import (
 )
 from gpucluster.scheduler.framework.profile import PluginConfig, Profile
 from gpucluster.scheduler.framework.registry import Handle, PluginArgsError, PluginFactory, PluginRegistry
-from gpucluster.scheduler.framework.runtime import Framework
+from gpucluster.scheduler.framework.runtime import Framework, WaitingPod
 from gpucluster.scheduler.framework.status import SKIP, Code, Reason, Status
 
 __all__ = [
@@ -57,4 +57,5 @@ __all__ = [
     "ReservePlugin",
     "ScorePlugin",
     "Status",
+    "WaitingPod",
 ]

@@ -1,8 +1,16 @@
-"""The framework runtime: instantiate a profile's plugins and run the phases over them."""
+"""The framework runtime: instantiate a profile's plugins and run the phases over them.
+
+Permit and the waiting-pods map (kube-scheduler's ``waitingPodsMap``): a Permit plugin that answers WAIT holds
+the pod's reservation; the pod goes into :attr:`Framework.waiting_pods` until every plugin that made it wait
+calls :meth:`WaitingPod.allow` (the Gang plugin does, for all members, when the last one is reserved) or the
+pod is rejected (:meth:`Framework.reject_waiting`: its Reserve plugins are unreserved). Group placement
+(:meth:`gpucluster.scheduler.Scheduler.schedule_group`) is built on it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +39,25 @@ from gpucluster.scheduler.framework.interface import (
 from gpucluster.scheduler.framework.profile import Profile
 from gpucluster.scheduler.framework.registry import Handle, PluginRegistry
 from gpucluster.scheduler.framework.status import Code, Reason, Status
+
+
+@dataclass(slots=True)
+class WaitingPod:
+    """A reserved pod whose Permit said WAIT: it holds its reservation until allowed or rejected."""
+
+    pod: Pod
+    node: int
+    state: CycleState
+    pending: set[str] = field(default_factory=set)
+    """Plugins that made it wait and have not allowed it yet."""
+
+    def allow(self, plugin: str) -> None:
+        """``plugin`` lets the pod go on (kube-scheduler's ``WaitingPod.Allow``)."""
+        self.pending.discard(plugin)
+
+    @property
+    def allowed(self) -> bool:
+        return not self.pending
 
 
 class Framework:
@@ -68,6 +95,8 @@ class Framework:
         self.pre_binds: list[PreBindPlugin] = of(PreBindPlugin)
         self.binds: list[BindPlugin] = of(BindPlugin)
         self.post_binds: list[PostBindPlugin] = of(PostBindPlugin)
+        self.waiting_pods: dict[str, WaitingPod] = {}
+        """Pod key -> the reserved pod a Permit plugin holds (see the module docstring)."""
 
     @property
     def rng(self) -> np.random.Generator:
@@ -157,14 +186,33 @@ class Framework:
             p.unreserve(state, pod, snap, node)
 
     def run_permit(self, state: CycleState, pod: Pod, snap: Snapshot, node: int) -> Status:
+        """SUCCESS, a rejection, or WAIT: then the pod is in :attr:`waiting_pods` until the plugins that made it
+        wait allow it (``WaitingPod.allow``) or it is rejected (:meth:`reject_waiting`)."""
         waiting: Status | None = None
+        held: set[str] | None = None
         for p in self.permits:
             st = p.permit(state, pod, snap, node)
             if st.code == Code.WAIT:
                 waiting = Status(Code.WAIT, st.reasons, st.plugin or p.name)
+                held = {p.name} if held is None else held | {p.name}
             elif not st.ok:
                 return Status(st.code, st.reasons, st.plugin or p.name)
-        return waiting or Status.success()
+        if waiting is not None and held is not None:
+            self.waiting_pods[pod.key] = WaitingPod(pod, node, state, held)
+            return waiting
+        return Status.success()
+
+    def waiting(self) -> Iterator[WaitingPod]:
+        """The waiting pods (kube-scheduler's ``IterateOverWaitingPods``); a Permit plugin may allow them."""
+        return iter(list(self.waiting_pods.values()))
+
+    def reject_waiting(self, pod_key: str, snap: Snapshot) -> bool:
+        """Drop a waiting pod and undo its reservation (Unreserve, in reverse order); False if not waiting."""
+        wp = self.waiting_pods.pop(pod_key, None)
+        if wp is None:
+            return False
+        self.run_unreserve(wp.state, wp.pod, snap, wp.node)
+        return True
 
     # -------------------------------------------------------------------------------- bind
     def run_bind_cycle(self, pod: Pod, allocation: Allocation) -> Status:

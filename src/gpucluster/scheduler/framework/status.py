@@ -53,6 +53,11 @@ class Reason(enum.IntEnum):
     """``nvidia.com/numa-bind``: no NUMA node holds enough fitting devices (HAMi's ``NumaNotFit``)."""
     InsufficientExtendedResource = 24
     """The node does not offer (enough of) an extended resource the pod asks for."""
+    NodeSelectorMismatch = 25
+    """The node lacks a label the pod's node selector asks for."""
+    GangModelMismatch = 26
+    """A gang member would land on another GPU model than the members already placed (or on a model that
+    cannot hold the whole gang)."""
 
     @property
     def unresolvable(self) -> bool:
@@ -64,7 +69,7 @@ _UNRESOLVABLE = frozenset(
     {
         Reason.NodeUnschedulable, Reason.NodeNotReady, Reason.NoDevicesOfVendor, Reason.InsufficientGPUCount,
         Reason.GPUTypeMismatch, Reason.GPUUUIDMismatch, Reason.NodeHandshakeTimeout, Reason.NodeNameMismatch,
-        Reason.GPUCordoned, Reason.InsufficientExtendedResource,
+        Reason.GPUCordoned, Reason.InsufficientExtendedResource, Reason.NodeSelectorMismatch,
     }
 )
 

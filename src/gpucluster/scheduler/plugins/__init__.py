@@ -10,6 +10,7 @@ from gpucluster.scheduler.plugins import (
     fragmentation,
     gang,
     noderesources,
+    nodeselector,
     policy,
     quota,
     topology,
@@ -25,6 +26,6 @@ def builtin_registry() -> PluginRegistry:
     reg.register("DeviceFit", devicefit.new_device_fit)
     reg.register("NodePolicy", policy.new_node_policy)
     reg.register("DevicePolicy", policy.new_device_policy)
-    for package in (fragmentation, baselines, gang, topology, quota, datalocality):
+    for package in (fragmentation, baselines, gang, topology, quota, datalocality, nodeselector):
         package.register(reg)
     return reg

@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 
+from gpucluster.jobs import job_spec, transition
+from gpucluster.jobs.transitions import Fail
 from gpucluster.model.limits import DEFAULT_TENANT_MAX_PRIORITY
 from gpucluster.service.api.deps import Auth, Svc, job_or_404, visible
 from gpucluster.service.api.models import ERRORS, JobDetail, JobIn, JobList, JobOut
@@ -17,7 +19,7 @@ from gpucluster.service.auth import Principal
 from gpucluster.service.core import SYNTHETIC_TENANT, Service
 from gpucluster.service.errors import ApiError
 from gpucluster.service.limits import MAX_IDEMPOTENCY_KEY_CHARS, TokenBucket
-from gpucluster.service.runtime import Job, JobEvent, JobStatus
+from gpucluster.service.runtime import Job, JobEvent, JobState, JobStatus
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
@@ -83,10 +85,12 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
                 return earlier.to_dict()
     check_rate(service, who, "submissions")
     _admit_priority(service, who, tenant, body.priority)
-    job = Job(id=f"j-{uuid.uuid4().hex[:12]}", name=body.name, tenant=tenant, replicas=body.replicas,
-              resources=dict(body.resources), duration_s=body.duration_s, submitted_at=time.time(),
-              priority=body.priority, submitted_t=service.runtime.now)
     try:
+        job = Job(job_spec(f"j-{uuid.uuid4().hex[:12]}", name=body.name, tenant=tenant, replicas=body.replicas,
+                           resources=dict(body.resources), duration_s=body.duration_s,
+                           submit_s=service.runtime.now, priority=body.priority, gpu_type=body.gpu_types(),
+                           node_selector=body.node_selector, kind=body.kind, preemptible=body.preemptible,
+                           submitted_at=time.time(), registry=service.runtime.registry))
         service.runtime.validate(job)
     except ValueError as exc:
         where, _, why = str(exc).partition(": ")
@@ -99,9 +103,9 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
         service.runtime.submit(job)
     except Exception as exc:  # validate built the same pods, so this is a bug: fail the job, keep serving
         log.exception("job %s was committed but the runtime refused it", job.id)
-        job.status, job.message = JobStatus.FAILED, f"accepted but could not be queued: {type(exc).__name__}"
+        events = transition(job, Fail(f"accepted but could not be queued: {type(exc).__name__}"), service.runtime.now)
         service.archive[job.id] = job
-        service.store.record_events([JobEvent(job.id, service.runtime.now, "failed", JobStatus.FAILED, job.message)])
+        service.store.record_events(events)
     return job.to_dict()
 
 
@@ -159,7 +163,7 @@ async def cancel_job(job_id: str, who: Auth, service: Svc) -> dict[str, Any]:
     service.changed()
     if not cancelled.synthetic:
         cancelled.message = f"cancelled by {who.actor}"
-        service.record([JobEvent(job_id, service.runtime.now, "cancelled", JobStatus.CANCELLED, cancelled.message)])
+        service.record([JobEvent(job_id, service.runtime.now, "cancelled", JobState.CANCELLED, cancelled.message)])
         service.store.audit(who.actor, "job.cancel", job_id, cancelled.name)
     return cancelled.to_dict()
 

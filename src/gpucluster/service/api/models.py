@@ -7,7 +7,7 @@ the keys every backend answers with, and allow more (a backend may add its own, 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -25,9 +25,18 @@ from gpucluster.service.limits import (
 NAME_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 RESOURCE_NAME_RE = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 MAX_QUOTA_GPUS = 1_000_000.0
+MAX_GPU_TYPES = 16
+"""GPU models one job may list in ``gpu_type``."""
+MAX_SELECTOR_LABELS = 32
+"""Labels one job's ``node_selector`` may ask for."""
+LABEL_KEY_RE = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+LABEL_VALUE_RE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 
 Name = Annotated[str, StringConstraints(pattern=NAME_RE, max_length=63)]
 ResourceName = Annotated[str, StringConstraints(pattern=RESOURCE_NAME_RE, max_length=MAX_RESOURCE_NAME_CHARS)]
+GpuModel = Annotated[str, StringConstraints(max_length=64, pattern=r"^[^\x00-\x1f]*$")]
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_RE, max_length=317)]
+LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_RE, max_length=63)]
 MAX_RESOURCE_INT = 2**53
 """Largest integer resource value taken from JSON (exactly representable everywhere); each resource has its own,
 tighter bound (``model.limits``) checked when the job is turned into pods."""
@@ -56,6 +65,27 @@ class JobIn(_In):
                                      description="Run time; omit to run until deleted.")
     priority: int = Field(0, ge=0, le=MAX_PRIORITY,
                           description="Queue priority; a tenant may use up to its max_priority.")
+    gpu_type: Annotated[str, StringConstraints(max_length=MAX_GPU_TYPES * 65)] | list[GpuModel] | None = Field(
+        None, description="GPU models the job may use (HAMi nvidia.com/use-gputype: model-name substrings, a "
+                          "comma list or a list); omit for any. A gang stays on one model either way.")
+    node_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=MAX_SELECTOR_LABELS,
+        description="Node labels every pod's node must carry (Kubernetes nodeSelector).")
+    kind: Literal["train", "infer"] = Field("train", description="Training or inference job.")
+    preemptible: bool = Field(True, description="False: never stopped to make room for another job.")
+
+    def gpu_types(self) -> str:
+        """``gpu_type`` as HAMi's comma list (empty = any)."""
+        raw = self.gpu_type if isinstance(self.gpu_type, list) else [self.gpu_type or ""]
+        return ",".join(t.strip() for t in raw if t and t.strip())
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _few_types(cls, value: str | list[str] | None) -> str | list[str] | None:
+        items = value if isinstance(value, list) else (value or "").split(",")
+        if len([t for t in items if t.strip()]) > MAX_GPU_TYPES:
+            raise ValueError(f"at most {MAX_GPU_TYPES} GPU models")
+        return value
 
     @field_validator("resources")
     @classmethod
@@ -107,6 +137,10 @@ class JobOut(_Out):
     resources: dict[str, Any]
     duration_s: float | None
     priority: int
+    gpu_type: str = Field("", description="GPU models the job may use (comma list); empty = any.")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    kind: str = Field("train", description="train or infer.")
+    preemptible: bool = True
     status: str
     message: str
     synthetic: bool

@@ -1,7 +1,8 @@
 """Alibaba openb pod lists replayed online: each GPU pod arrives at ``creation_time`` and runs for
 ``deletion_time - creation_time`` seconds (its observed lifetime), as a one-task job.
 
-Fractional pods (``num_gpu`` 1 with ``gpu_milli`` < 1000) share a GPU (HAMi-style core and memory share).
+Fractional pods (``num_gpu`` 1 with ``gpu_milli`` < 1000) share a GPU (HAMi-style core and memory share);
+``gpu_spec`` (``|``-separated models) becomes the job's ``gpu_type``.
 CPU-only pods (``num_gpu`` 0) and pods that never ran (deletion <= creation) are skipped, counted in the
 returned :class:`OpenbSkipped`. Columns: ``name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, ...,
 creation_time, deletion_time``.
@@ -13,8 +14,9 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucluster.jobs.model import JobKind, JobSpec
 from gpucluster.model.limits import MAX_TRACE_GPUS
-from gpucluster.simulator.jobs import JobKind, JobSpec, TraceError
+from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import decoded, seconds, whole
 
 _NEED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time")
@@ -56,7 +58,7 @@ def load_openb_jobs(path: Path, skipped: OpenbSkipped | None = None) -> list[Job
                 job_id=row["name"], submit_s=created, num_gpus=gpus, duration_s=deleted - created,
                 tenant=row.get("qos") or "default", kind=JobKind.INFER, gpus_per_task=gpus,
                 cpu_milli_per_gpu=cpu // gpus, memory_mib_per_gpu=mem // gpus, gpu_milli=milli,
-                checkpoint_interval_s=0.0,
+                checkpoint_interval_s=0.0, gpu_type=",".join(t for t in (row.get("gpu_spec") or "").split("|") if t),
             ))
     jobs.sort(key=lambda j: (j.submit_s, j.job_id))
     return jobs

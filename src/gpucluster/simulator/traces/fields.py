@@ -1,6 +1,6 @@
 """The parsing edge every trace loader shares: numbers through the one bounded parser
 (``gpucluster.devices.quantity``), NaN and infinity refused, and undecodable files reported as a
-:class:`~gpucluster.simulator.jobs.TraceError` (``FILE:LINE: column: why``) instead of a traceback."""
+:class:`~gpucluster.simulator.traces.TraceError` (``FILE:LINE: column: why``) instead of a traceback."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpucluster.devices.quantity import finite_number, whole_number
 from gpucluster.model.limits import MAX_TRACE_SECONDS, MAX_WHOLE_NUMBER
-from gpucluster.simulator.jobs import TraceError
+from gpucluster.simulator.traces import TraceError
 
 
 def whole(raw: object, where: str, column: str, upper: int = MAX_WHOLE_NUMBER,

@@ -19,8 +19,9 @@ from typing import Any
 
 import yaml
 
+from gpucluster.jobs.model import JobKind, JobSpec
 from gpucluster.model.limits import MAX_TRACE_GPUS, MAX_WHOLE_NUMBER
-from gpucluster.simulator.jobs import JobKind, JobSpec, TraceError
+from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import decoded, seconds, whole
 
 _REQUIRED = ("id", "submit_s", "gpus", "duration_s")

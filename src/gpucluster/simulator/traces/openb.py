@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from gpucluster.model import ContainerRequest, DeviceConstraints, DeviceRequest, DeviceSpec, NodeSpec, Pod
+from gpucluster.model import ContainerRequest, DeviceConstraints, DeviceRequest, DeviceSpec, Fabric, NodeSpec, Pod
+from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import decoded, whole
+from gpucluster.spec import Cluster
 
 MILLI = 1000
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -36,10 +38,6 @@ DEFAULT_CPU_REQUEST_MILLI = 100
 """kube-scheduler's non-zero CPU request (``GetNonzeroRequests``) used for scoring pods that ask for no CPU."""
 OPENB_GPU_MEMORY_MIB = 16384
 """Nominal device memory for openb GPUs when turned into :class:`DeviceSpec` (the trace has no memory figure)."""
-
-
-class TraceError(ValueError):
-    """A malformed trace file; ``str(err)`` is ``FILE:LINE: why``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,3 +210,15 @@ def pod_arrays(pods: Sequence[OpenbPod]) -> PodArrays:
         milli=np.array([p.gpu_milli for p in pods], np.int64),
         spec=tuple(p.gpu_spec for p in pods),
     )
+
+
+def openb_cluster(path: str | Path, nodes_per_leaf: int = 32) -> Cluster:
+    """An openb node list as a :class:`Cluster` (``--cluster openb_node_list_gpu_node.csv``): one leaf per
+    ``nodes_per_leaf`` nodes and four nodes per rack, as for Node manifests without topology labels."""
+    p = Path(path)
+    specs = [replace(n, rack=f"rack-{i // 4:04d}", leaf=f"leaf-{i // nodes_per_leaf:03d}", spine="spine-group-00",
+                     labels={**n.labels, "gpucluster.io/model": n.devices[0].model} if n.devices else n.labels)
+             for i, n in enumerate(to_node_specs(load_nodes(p)))]
+    if not specs:
+        raise TraceError(f"{p}: no nodes in it")
+    return Cluster(name=p.stem, nodes=tuple(specs), fabric=Fabric(), source=str(p))

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpucluster.simulator.jobs import JobSpec, TraceError
+from gpucluster.jobs.model import JobSpec
+from gpucluster.simulator.traces import TraceError
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from gpucluster.jobs.model import JobSpec
 from gpucluster.model.limits import MAX_TRACE_GPUS
-from gpucluster.simulator.jobs import JobSpec, TraceError
+from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import decoded, seconds, whole
 
 _NEED = ("job_id", "num_gpu", "submit_time", "duration")

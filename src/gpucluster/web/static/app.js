@@ -376,6 +376,8 @@ pages.jobs = {
         <div><label for="jf-cores">Compute % per GPU</label><input id="jf-cores" type="number" min="1" max="100" value="100"></div>
         <div><label for="jf-mem">GPU memory MiB (opt.)</label><input id="jf-mem" type="number" min="1" placeholder="whole GPU"></div>
         <div><label for="jf-duration">Duration s (opt.)</label><input id="jf-duration" type="number" min="1" step="any" value="120"></div>
+        <div><label for="jf-kind">Kind</label><select id="jf-kind" data-testid="jf-kind"><option value="train">train</option><option value="infer">infer</option></select></div>
+        <div><label for="jf-preemptible"><input id="jf-preemptible" type="checkbox" checked> Preemptible</label></div>
         <div><button class="primary" type="submit" id="jf-submit">Submit</button></div>
       </form><div id="jf-error" class="error-text"></div></div>
       <div class="card section">
@@ -424,6 +426,10 @@ pages.jobs = {
     if (v("#jf-duration")) body.duration_s = parseFloat(v("#jf-duration"));
     if (v("#jf-priority") && parseInt(v("#jf-priority"), 10) > 0) body.priority = parseInt(v("#jf-priority"), 10);
     if (v("#jf-type") && !$("#jf-type").disabled) body.gpu_type = v("#jf-type");
+    const schema = await jobSchema();  // kind and preemptible only where this server's API takes them
+    const props = (schema && schema.properties) || {};
+    if (props.kind && v("#jf-kind") && v("#jf-kind") !== "train") body.kind = v("#jf-kind");
+    if (props.preemptible && $("#jf-preemptible") && !$("#jf-preemptible").checked) body.preemptible = false;
     $("#jf-error").textContent = "";
     try {
       const job = await api("POST", "/api/v1/jobs", body);

@@ -5,8 +5,11 @@ charged. The ``Quota`` plugin's PreFilter rejects a pod (``QuotaExceeded``) when
 queue or any ancestor over a limit; Reserve charges it and Unreserve refunds it. Whoever deletes pods (the
 simulator, the service) calls :meth:`QuotaTree.refund` with the pod key, which is idempotent.
 
-Charged quantities: ``gpu`` (devices x core share, so a 50 % vGPU counts 0.5), ``gpumem`` (MiB,
-HAMi ``limits.nvidia.com/gpumem``) and ``gpucores`` (percent of one device, HAMi ``limits.nvidia.com/gpucores``).
+Charged quantities: ``gpu`` (GPU-equivalents: per device the larger of the compute share and the memory share
+the pod holds, so a 50 % vGPU counts 0.5 and a pod holding a whole device's memory counts 1 whatever its cores),
+``gpumem`` (MiB, HAMi ``limits.nvidia.com/gpumem``) and ``gpucores`` (percent of one device, HAMi
+``limits.nvidia.com/gpucores``). PreFilter checks an estimate from the request (the memory share against the
+largest device); Reserve charges what the chosen devices make of it, and refuses when that breaks a limit.
 Guarantees and weights do not limit anything here: queue policies use them (:meth:`QuotaTree.fair_key`).
 """
 
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucluster.model import Pod, Snapshot
+from gpucluster.model import DeviceGrant, Pod, Snapshot
 from gpucluster.scheduler.framework import CycleState, Handle, PluginRegistry, Reason, Status
 from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
 
@@ -39,20 +42,42 @@ class QueueSpec:
 
 
 def pod_charge(pod: Pod, snap: Snapshot | None = None) -> dict[str, float]:
+    """What the pod's requests charge its queue (before devices are chosen: a memory request in MiB counts its
+    share of the largest device)."""
     gpu = 0.0
     mem = 0.0
     cores = 0.0
+    largest = 0.0
+    if snap is not None and snap.dev_valid.any():
+        largest = float(snap.dev_mem_cap[snap.dev_valid].max())
     for _, r in pod.device_requests:
-        gpu += r.count * r.core_milli / 1000 if r.core_milli else r.count * 0.0
+        core_share = r.core_milli / 1000
         cores += r.count * r.core_milli / 10
         if r.memory_pct is not None:
-            per = 0.0
-            if snap is not None and snap.dev_valid.any():
-                per = float(snap.dev_mem_cap[snap.dev_valid].max())
-            mem += r.count * per * r.memory_pct / 100
+            mem += r.count * largest * r.memory_pct / 100
+            mem_share = r.memory_pct / 100
         else:
             mem += r.count * r.memory_mib
+            mem_share = r.memory_mib / largest if largest else 0.0
+        gpu += r.count * core_share if core_share >= mem_share else r.count * mem_share
     return {"gpu": gpu, "gpumem": mem, "gpucores": cores}
+
+
+def grant_charge(grants: tuple[tuple[DeviceGrant, ...], ...], snap: Snapshot, node: int,
+                 estimate: Mapping[str, float]) -> dict[str, float]:
+    """The charge of the devices actually granted on ``node``: ``gpu`` per device the larger of its compute and
+    memory share, ``gpumem`` the MiB granted; ``gpucores`` as requested."""
+    gpu = 0.0
+    mem = 0.0
+    for per_container in grants:
+        for g in per_container:
+            core_cap = int(snap.dev_core_cap[node, g.device_index])
+            mem_cap = int(snap.dev_mem_cap[node, g.device_index])
+            core = g.core_milli / core_cap if core_cap else 0.0
+            share = g.memory_mib / mem_cap if mem_cap else 0.0
+            gpu += core if core >= share else share
+            mem += g.memory_mib
+    return {**estimate, "gpu": gpu, "gpumem": mem}
 
 
 class QuotaTree:
@@ -99,6 +124,14 @@ class QuotaTree:
         return all(charge.get(r, 0.0) <= cap + 1e-9
                    for q in self.chain(queue) for r, cap in self.queues[q].limit.items())
 
+    def replace_queues(self, queues: list[QueueSpec]) -> None:
+        """New queue definitions (limits, guarantees, weights); what is charged stays charged and is counted
+        again against the new queues."""
+        charged = dict(self._charged)
+        self.__init__(queues)  # type: ignore[misc]
+        for key, (queue, charge) in charged.items():
+            self.charge(key, queue, charge)
+
     def charge(self, pod_key: str, queue: str, charge: Mapping[str, float]) -> None:
         if pod_key in self._charged:
             return
@@ -142,6 +175,8 @@ class Quota:
     def reserve(self, state: CycleState, pod: Pod, snap: Snapshot, node: int) -> Status:
         charge = state.get(NAME)
         if charge is not None:
+            if state.grants:
+                charge = grant_charge(state.grants, snap, node, charge)
             if self.tree.blocked_by(pod.charged_tenant, charge) is not None:
                 return Status.unschedulable(NAME, Reason.QuotaExceeded.name)
             self.tree.charge(pod.key, pod.charged_tenant, charge)

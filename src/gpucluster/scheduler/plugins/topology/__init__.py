@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpucluster.model import Pod, Snapshot, TopologyLevel
+from gpucluster.model import Allocation, Pod, Snapshot, TopologyLevel
 from gpucluster.scheduler.framework import (
     CycleState,
     FloatArray,
@@ -172,14 +172,19 @@ class Topology:
         return Status.success()
 
     def unreserve(self, state: CycleState, pod: Pod, snap: Snapshot, node: int) -> None:
+        self._drop(pod)
+
+    def _drop(self, pod: Pod) -> None:
         members = self._placed.get(pod.gang)
         if members is not None:
             members[:] = [(k, n) for k, n in members if k != pod.key]
             if not members:
                 del self._placed[pod.gang]
 
-    def forget(self, gang: str) -> None:
-        self._placed.pop(gang, None)
+    # ------------------------------------------------------------------------------------ post-bind
+    def post_bind(self, pod: Pod, allocation: Allocation) -> None:
+        """A bound member no longer anchors its gang's later members (the gang is whole once it binds)."""
+        self._drop(pod)
 
 
 def new_topology(args: Mapping[str, Any], handle: Handle) -> Topology:

@@ -19,7 +19,7 @@ save a checkpoint and return to the queue with their progress.
 
 Reclaim (``reclaim``, on for ``drf``): with a ``QuotaTree`` of hierarchical queues (``services={"quota": tree}``),
 a job of a queue that stays within its guarantee may preempt jobs of queues above their guarantee; see
-:meth:`gpucluster.simulator.runner.Simulation` and ``docs/jobs-simulation.md``.
+:mod:`gpucluster.jobs.preemption` and ``docs/jobs-simulation.md``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpucluster.simulator.jobs import Job, JobState
+from gpucluster.jobs.model import Job, JobState
 
 Key = tuple[float, ...]
+_TINY = 1e-9
 
 
 class PolicyView(Protocol):
@@ -62,7 +63,7 @@ class QueuePolicy(Protocol):
     min_run_s: float
     """A running job cannot be preempted before it has run this long (a lease; damps preemption storms)."""
     via_offers: bool
-    """Place through Mesos-style resource offers (:mod:`gpucluster.simulator.offers`) instead of walking the
+    """Place through Mesos-style resource offers (:mod:`gpucluster.jobs.offers`) instead of walking the
     queue job by job."""
     reclaim: bool
     """With a quota tree: a job whose queue stays within its guarantee may preempt jobs of queues above
@@ -171,7 +172,7 @@ class TwoDimensionalLAS(_Flags):
     def _starve_time(self, job: Job) -> float:
         if job.extra.get("promoted"):
             return math.inf
-        ran = max(job.attained_gpu_s / job.spec.gpu_share, 0.0)
+        ran = max(job.attained_gpu_s / max(job.spec.gpu_share, _TINY), 0.0)
         if ran <= 0:
             return math.inf
         return job.queued_since_s + max(self.starve_factor * ran, self.starve_min_s)
@@ -204,7 +205,8 @@ class TwoDimensionalLAS(_Flags):
         if q >= len(self.thresholds) or job.extra.get("promoted"):
             return protect + 1e-3 if protect != math.inf else math.inf
         # a millisecond late, so float rounding can never leave the job just below the threshold
-        return min(now + max((self.thresholds[q] - attained) / job.spec.gpu_share, 0.0) + 1e-3, protect + 1e-3)
+        rate = max(job.spec.gpu_share, _TINY)  # a job holding no GPU attains no service: it never changes queue
+        return min(now + max((self.thresholds[q] - attained) / rate, 0.0) + 1e-3, protect + 1e-3)
 
     def queued_change_at(self, job: Job, now: float) -> float:
         t = self._starve_time(job)

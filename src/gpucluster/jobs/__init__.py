@@ -1,0 +1,78 @@
+"""The one job engine every backend drives: what the simulator measures is what ``gpucluster up`` and
+Kubernetes run.
+
+* :mod:`~gpucluster.jobs.model`: :class:`JobSpec` (what was asked), :class:`Job` (the live record),
+  :class:`JobState`, :class:`JobEvent` (one event type), :func:`task_pods`;
+* :mod:`~gpucluster.jobs.transitions`: ``transition(job, stimulus, now) -> events``, the only place a job's
+  state changes (a table of allowed pairs, as Dask's scheduler);
+* :mod:`~gpucluster.jobs.admission`: building a control-plane job from container limits (one validation),
+  whether a job can ever fit, what a pod holds;
+* :mod:`~gpucluster.jobs.policies`: the queue policies (``fifo``, ``sjf``, ``tiresias``, ``drf``, ``offers``,
+  ``default``);
+* :mod:`~gpucluster.jobs.placement`: the profile a job is placed with and the :class:`Placer` port;
+* :mod:`~gpucluster.jobs.preemption`: preemption and reclaim as pure planners;
+* :mod:`~gpucluster.jobs.offers`: Mesos-style offers with DRF arbitration;
+* :mod:`~gpucluster.jobs.engine`: :class:`JobEngine`, the queue, the scheduling pass and the clock;
+* :mod:`~gpucluster.jobs.kernel`: the event heap the engine's clock runs on;
+* :mod:`~gpucluster.jobs.front`: :class:`EngineFront`, the job-facing half every control-plane runtime shares.
+
+Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
+
+    engine = JobEngine(SchedulerPlacer(scheduler), make_policy("default"))
+    engine.submit(JobSpec("j1", submit_s=0, num_gpus=8, duration_s=3600))
+    engine.run_until(600.0)
+"""
+
+from gpucluster.jobs.admission import default_registry, job_spec, least_gpus, never_fits, template_pod
+from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Totals
+from gpucluster.jobs.front import EngineFront
+from gpucluster.jobs.kernel import Kernel
+from gpucluster.jobs.model import (
+    JOB_LABEL,
+    STATUSES,
+    Job,
+    JobEvent,
+    JobKind,
+    JobSpec,
+    JobState,
+    JobStatus,
+    task_pods,
+)
+from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
+from gpucluster.jobs.policies import DEFAULT_POLICY, POLICIES, QueuePolicy, make_policy
+from gpucluster.jobs.transitions import InvalidTransitionError, transition
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "JOB_LABEL",
+    "JOB_PLACEMENT",
+    "POLICIES",
+    "STATUSES",
+    "EngineFront",
+    "EngineOptions",
+    "InvalidTransitionError",
+    "Job",
+    "JobEngine",
+    "JobEvent",
+    "JobKind",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "Kernel",
+    "Placer",
+    "QueuePolicy",
+    "SchedulerPlacer",
+    "SeriesPoint",
+    "Totals",
+    "default_registry",
+    "job_profile",
+    "job_spec",
+    "jobs_profile",
+    "least_gpus",
+    "make_policy",
+    "never_fits",
+    "placement_names",
+    "task_pods",
+    "template_pod",
+    "transition",
+]

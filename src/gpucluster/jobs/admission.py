@@ -1,0 +1,128 @@
+"""Admission: one way to turn a request into a job, and one check of whether it can ever run.
+
+* :func:`job_spec` builds a control-plane job (the REST API's body, ``gpucluster submit``) from HAMi-style
+  container limits; a bad field is a ``ValueError("where: why")``.
+* :func:`never_fits` says why a job could not run even on the empty cluster (too few matching nodes, devices,
+  CPU or memory, or beyond its tenant's quota limits); the engine refuses such a job on arrival and the control
+  plane refuses it at submission.
+* :func:`least_gpus` is the fewest GPU-equivalents a job could hold (``model.share``: per device the larger of
+  its compute share and its memory share, so a pod holding a whole device's memory holds the device).
+
+Queue order is the queue policy's (:mod:`gpucluster.jobs.policies`); quota is the ``QuotaTree`` behind the
+``Quota`` plugin, checked when the engine places the job.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpucluster.devices import DeviceInputError, VendorRegistry
+from gpucluster.jobs.model import JobKind, JobSpec, split_types, task_pods
+from gpucluster.model import ClusterState, DeviceConstraints, Pod
+from gpucluster.model.share import largest_devices, pod_gpus_at_least
+from gpucluster.scheduler import feasibility
+from gpucluster.scheduler.feasibility import Infeasible
+from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
+
+
+@functools.cache
+def default_registry() -> VendorRegistry:
+    """The vendors as configured (``VendorRegistry.from_settings``), built once."""
+    return VendorRegistry.from_settings()
+
+
+def template_pod(resources: Mapping[str, Any], *, tenant: str = "default", priority: int = 0, gpu_type: str = "",
+                 node_selector: Mapping[str, str] | None = None, registry: VendorRegistry | None = None) -> Pod:
+    """One task's pod from container limits (``{"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, "cpu": "4"}``);
+    ``ValueError("resources: why")`` when they do not parse or ask for nothing."""
+    manifest = {"kind": "Pod", "metadata": {"name": "task", "namespace": tenant},
+                "spec": {"priority": priority,
+                         "containers": [{"name": "main", "resources": {"limits": dict(resources)}}]}}
+    try:
+        pod = (registry or default_registry()).parse_pod(manifest, "resources")
+    except DeviceInputError as exc:
+        raise ValueError(str(exc).replace("resources: spec.containers[0].resources.limits: ", "resources: ")) \
+            from None
+    if not pod.device_requests and pod.cpu_milli == 0 and pod.memory_mib == 0:
+        raise ValueError("resources: asks for nothing (give nvidia.com/gpu, cpu or memory)")
+    types = split_types(gpu_type)
+    if types:
+        pod = replace(pod, constraints=DeviceConstraints(types, *_rest(pod.constraints)))
+    return replace(pod, node_selector=dict(node_selector or {}))
+
+
+def _rest(c: DeviceConstraints) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    return c.nouse_types, c.use_uuids, c.nouse_uuids
+
+
+def job_spec(job_id: str, *, name: str, tenant: str, replicas: int, resources: Mapping[str, Any],
+             duration_s: float | None, submit_s: float, priority: int = 0, gpu_type: str = "",
+             node_selector: Mapping[str, str] | None = None, kind: str = "train", preemptible: bool = True,
+             submitted_at: float = 0.0, synthetic: bool = False,
+             registry: VendorRegistry | None = None) -> JobSpec:
+    """A control-plane job: ``replicas`` copies of the pod ``resources`` describe, run ``duration_s`` seconds
+    (None = until cancelled) from when all of them are placed. ``ValueError("where: why")`` on bad input."""
+    if replicas <= 0:
+        raise ValueError("replicas: must be > 0")
+    try:
+        job_kind = JobKind(kind)
+    except ValueError:
+        raise ValueError(f"kind: must be train or infer, got {kind!r}") from None
+    template = template_pod(resources, tenant=tenant, priority=priority, gpu_type=gpu_type,
+                            node_selector=node_selector, registry=registry)
+    return JobSpec(
+        job_id, submit_s, template.device_count * replicas, duration_s if duration_s is not None else math.inf,
+        tenant=tenant, priority=priority, kind=job_kind, gpu_type=gpu_type, checkpoint_interval_s=0.0,
+        name=name, preemptible=preemptible, node_selector=dict(node_selector or {}), template=template,
+        replicas=replicas, resources=dict(resources), submitted_at=submitted_at, synthetic=synthetic)
+
+
+USER_PRIORITY = 10
+"""Control-plane users' jobs keep at least this priority, so they go before the background workload."""
+
+
+def user_submission(spec: JobSpec, now: float) -> JobSpec:
+    """A user's job as a control plane queues it: arriving ``now`` (or at its own later ``submit_s``: a replayed
+    trace), with at least :data:`USER_PRIORITY`."""
+    return replace(spec, submit_s=max(spec.submit_s, now), priority=max(spec.priority, USER_PRIORITY))
+
+
+def restored_submission(spec: JobSpec, now: float) -> JobSpec:
+    """A user's job recovered after a control-plane restart: it keeps its submission time (never later than
+    ``now``: queue order and waiting time carry over) and at least :data:`USER_PRIORITY`; it arrives ``now``."""
+    return replace(spec, submit_s=min(spec.submit_s, now), priority=max(spec.priority, USER_PRIORITY))
+
+
+def never_fits(spec: JobSpec, state: ClusterState, quota: QuotaTree | None = None) -> Infeasible | None:
+    """Why the job could never run here, even on the empty cluster (``scheduler.feasibility.never_fits`` on its
+    pods: devices, models, node selector, CPU, memory, room for the whole gang), or beyond a limit of its
+    tenant's queues in ``quota``; None when it could."""
+    pods = task_pods(spec, 0)
+    found = feasibility.never_fits(pods, state)
+    if found is not None:
+        return Infeasible(found.where, f"can never fit the cluster: {found.why}")
+    if quota is not None and quota.chain(spec.tenant):
+        snap = state.snapshot()
+        total: dict[str, float] = {}
+        for p in pods:
+            for r, v in pod_charge(p, snap).items():
+                total[r] = total.get(r, 0.0) + v
+        if not quota.could_ever_fit(spec.tenant, total):
+            limits = [quota.queues[q].limit["gpu"] for q in quota.chain(spec.tenant) if "gpu" in quota.queues[q].limit]
+            limit = f"tenant {spec.tenant}'s quota is {min(limits):g} GPUs" if limits else \
+                f"a limit of tenant {spec.tenant}'s queues is lower"
+            return Infeasible("quota", f"can never fit the quota of tenant {spec.tenant}: it holds at least "
+                                       f"{total.get('gpu', 0.0):g} GPUs (each device counts max(compute share, "
+                                       f"memory share)); {limit}")
+    return None
+
+
+def least_gpus(spec: JobSpec, state: ClusterState) -> float:
+    """The fewest GPU-equivalents the job could hold here (``model.share``: each task on its vendor's largest
+    devices, each device counting max(compute share, memory share))."""
+    largest = largest_devices(state)
+    return sum(pod_gpus_at_least(p, largest) for p in task_pods(spec, 0))
