@@ -57,6 +57,9 @@ def test_synthetic_generator_matches_its_calibration() -> None:
     p = PROFILES["philly"]
     assert abs(median - p.median_run_s) / p.median_run_s < 0.1
     assert abs(mean_gpus - p.mean_gpus) < 0.15
-    assert generate(50, 500, seed=3) == generate(50, 500, seed=3)
+    assert generate(50, 32, seed=3) == generate(50, 32, seed=3)
     with pytest.raises(TraceError, match="unknown profile"):
         generate(5, 100, profile="nope")
+    with pytest.raises(TraceError, match=r"synthetic:50:philly:0.7: 50 jobs ask for \d+ GPUs in all, too few to keep "
+                                         r"0.7 x 500 GPUs busy; use more jobs"):
+        generate(50, 500, seed=3)

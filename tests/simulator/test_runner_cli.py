@@ -15,13 +15,13 @@ CLUSTER = REPO / "src" / "gpucluster" / "data" / "philly-500.yaml"
 
 
 def test_simulate_synthetic_json_has_the_promised_keys() -> None:
-    res = runner.invoke(app, ["simulate", "--cluster", str(CLUSTER), "--trace", "synthetic:60", "--json"])
+    res = runner.invoke(app, ["simulate", "--cluster", str(CLUSTER), "--trace", "synthetic:300", "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     for key in ("jobs", "jobs_completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
                 "gpu_utilization", "jain_fairness", "bytes_moved", "preemptions", "jobs_lost"):
         assert key in data
-    assert data["jobs"] == 60 and data["jobs_completed"] == 60 and data["jobs_lost"] == 0
+    assert data["jobs"] == 300 and data["jobs_completed"] == 300 and data["jobs_lost"] == 0
     assert 0 < data["gpu_utilization"] <= 1
 
 
@@ -54,7 +54,7 @@ def test_bad_input_exits_2_naming_where(tmp_path: Path) -> None:
 
 
 def test_policy_all_runs_every_policy_offers_included() -> None:
-    res = runner.invoke(app, ["simulate", "--cluster", str(CLUSTER), "--trace", "synthetic:40", "--policy", "all",
+    res = runner.invoke(app, ["simulate", "--cluster", str(CLUSTER), "--trace", "synthetic:40:philly:0.1", "--policy", "all",
                               "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)["policies"]
@@ -103,7 +103,7 @@ def test_bad_quota_file_exits_2_saying_where(tmp_path: Path) -> None:
                       ("queues:\n  - {name: a, parent: nope}\n", "unknown parent 'nope'"),
                       ("[1, 2", "not YAML")):
         quota.write_text(text)
-        res = runner.invoke(app, ["simulate", "--trace", "synthetic:5", "--quota", str(quota)])
+        res = runner.invoke(app, ["simulate", "--trace", "synthetic:5:philly:0.001", "--quota", str(quota)])
         assert res.exit_code == 2, res.output
         assert why in res.output, res.output
 

@@ -19,22 +19,36 @@ from gpucluster.design.requirements import (
     load_requirements,
     parse_requirements,
 )
+from gpucluster.design.work_cost import (
+    GpuHourPrice,
+    SpotRisk,
+    cloud_prices,
+    mix_speed,
+    owned_price,
+    usd_per_million_tokens,
+)
 
 __all__ = [
     "PRESETS",
     "ClosPlan",
     "Design",
     "DesignError",
+    "GpuHourPrice",
     "PriceCatalog",
     "Requirements",
     "RequirementsError",
+    "SpotRisk",
+    "cloud_prices",
     "design",
     "load_price_catalog",
     "load_requirements",
     "max_hosts_three_tier",
     "max_hosts_two_tier",
+    "mix_speed",
+    "owned_price",
     "parse_requirements",
     "plan_clos",
     "preset",
     "to_dict",
+    "usd_per_million_tokens",
 ]

@@ -14,8 +14,20 @@ largest job, mean / median queue time (s, for comparison with simulated results 
 
 Run time: lognormal with the profile's median; sigma from ``mean = median * exp(sigma^2 / 2)``, truncated at
 the largest run time (and at least 60 s). GPUs per job: powers of two with probabilities chosen so the mean
-matches (median 1; PAI's fractional GPUs are rounded up to 1). Arrivals: Poisson, at the rate that offers
-``load`` x the cluster's GPUs (default 0.7). Tenants: ``tenants`` teams with Zipf-like shares.
+matches (median 1; PAI's fractional GPUs are rounded up to 1). Tenants: ``tenants`` teams with Zipf-like shares.
+
+Arrivals keep the cluster at ``load`` x its GPUs over the arrival window (default 0.7), measured as
+:func:`gpucluster.simulator.load.offered_load` does: the mean over the window of the GPUs that arrived jobs would
+hold if each started on arrival, a job counting until it would end or the window closes, whichever is first.
+Two things make this differ from "arrival rate x mean work": with run times this heavy-tailed most of the mean
+work sits in a few jobs that run for weeks on a few GPUs, far past any window a few thousand jobs span; and a
+cluster that starts empty needs a long ramp before it holds its steady load. So the trace opens on a busy
+cluster: the first jobs (as many as together ask for ``load`` x the GPUs) are submitted at time 0, the rest
+follow as a Poisson stream, and the window's length is solved (bisection; the offered load falls as the window
+grows) so that the offered load over it is exactly ``load`` for the drawn jobs. Fewer jobs mean a shorter window:
+2,000 Philly jobs hold 1.5 x 1,920 GPUs for about three minutes, 20,000 hold 0.7 x 1,920 for about 2.7 days.
+When the jobs together ask for fewer GPUs than ``load`` x the cluster's, no window can reach it:
+:class:`TraceError` says so and how many jobs would.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from gpucluster.jobs.model import JobSpec
 from gpucluster.simulator.traces import TraceError
@@ -81,13 +94,18 @@ def generate(
     seed: int = 0,
     max_gpus: int | None = None,
 ) -> list[JobSpec]:
-    """``n`` jobs offering ``load`` x ``cluster_gpus`` on average. Deterministic for a seed."""
+    """``n`` jobs that offer ``load`` x ``cluster_gpus`` over their arrival window. Deterministic for a seed.
+
+    Raises TraceError for a bad argument, or when the ``n`` jobs together ask for fewer GPUs than the load needs.
+    """
     if n <= 0:
         raise TraceError(f"synthetic:{n}: the job count must be > 0")
     if profile not in PROFILES:
         raise TraceError(f"synthetic: unknown profile {profile!r}; known: {', '.join(sorted(PROFILES))}")
     if not 0 < load <= 10:
         raise TraceError(f"synthetic: load must be within (0, 10], not {load}")
+    if cluster_gpus <= 0:
+        raise TraceError(f"synthetic: the cluster has no GPUs ({cluster_gpus}) to offer load to")
     p = PROFILES[profile]
     rng = np.random.default_rng(seed)
     cap = max_gpus or cluster_gpus
@@ -98,10 +116,8 @@ def generate(
     sizes, probs = sizes[keep], probs[keep] / probs[keep].sum()
     gpus = rng.choice(sizes, size=n, p=probs)
     runs = np.clip(rng.lognormal(math.log(p.median_run_s), p.sigma, size=n), 60.0, p.max_run_s)
-    mean_work = float(np.mean(gpus * runs))
-    rate = load * cluster_gpus / max(mean_work, 1e-9)
-    gaps = rng.exponential(1.0 / rate, size=n)
-    arrivals = np.cumsum(gaps) - gaps[0]
+    gaps = rng.exponential(1.0, size=n)
+    arrivals = _arrivals(gpus.astype(np.float64), runs, gaps, load * cluster_gpus, n, profile, load, cluster_gpus)
     weights = 1.0 / np.arange(1, tenants + 1)
     tenant_of = rng.choice(tenants, size=n, p=weights / weights.sum())
     model_of = rng.integers(len(_MODELS), size=n)
@@ -113,3 +129,35 @@ def generate(
         )
         for k in range(n)
     ]
+
+
+def _arrivals(gpus: npt.NDArray[np.float64], runs: npt.NDArray[np.float64], gaps: npt.NDArray[np.float64],
+              target: float, n: int, profile: str, load: float, cluster_gpus: int) -> npt.NDArray[np.float64]:
+    """Submit times: a backlog at 0 asking for ``target`` GPUs, then a Poisson stream over a window whose length
+    makes the offered load exactly ``target`` GPUs (see the module docstring)."""
+    backlog = int(np.searchsorted(np.cumsum(gpus), target)) + 1  # first jobs that together ask for >= target
+    if backlog >= n:
+        per_job = float(np.mean(gpus))
+        raise TraceError(
+            f"synthetic:{n}:{profile}:{load:g}: {n} jobs ask for {int(gpus.sum())} GPUs in all, too few to keep "
+            f"{load:g} x {cluster_gpus} GPUs busy; use more jobs (at {per_job:.2f} GPUs per job it takes about "
+            f"{math.ceil(target / per_job)} to ask for that many at once), a lower load or a smaller cluster")
+    stream = np.cumsum(gaps[backlog:])
+    position = np.zeros(n)  # fraction of the window at which each job arrives
+    position[backlog:] = stream / stream[-1]
+    left = 1.0 - position
+    weight = gpus / target
+
+    def excess(window: float) -> float:  # offered load over the window / target - 1; falls as the window grows
+        return float(np.dot(weight, np.minimum(runs / window, left))) - 1.0
+
+    lo, hi = 1e-3, 2.0 * float(runs.max()) * n
+    for _ in range(200):  # bisection on a log scale
+        mid = math.sqrt(lo * hi)
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-12:
+            break
+    return position * lo
