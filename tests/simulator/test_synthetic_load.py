@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucluster.simulator.jobs import JobSpec, TraceError
+from gpucluster.jobs.model import JobSpec
 from gpucluster.simulator.load import arrival_window, offered_load, step_mean, window_figures
 from gpucluster.simulator.runner import Simulation
+from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.synthetic import PROFILES, generate
 from gpucluster.spec import load_cluster
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpucluster.simulator.jobs import JobSpec
+from gpucluster.jobs.model import JobSpec
 
 
 def arrival_window(jobs: Sequence[JobSpec]) -> tuple[float, float]:
