@@ -85,9 +85,12 @@ def test_tolerance_decides_the_verdict(app: typer.Typer, designs: tuple[Path, Pa
 
 def test_verdict_ignores_designs_that_complete_fewer_jobs() -> None:
     rows = [
-        {"name": "tiny", "jobs_completed": 8, "avg_jct_s": 10.0, "owned_usd_per_year": 1.0, "gpus": 8},
-        {"name": "mid", "jobs_completed": 10, "avg_jct_s": 100.0, "owned_usd_per_year": 5.0, "gpus": 16},
-        {"name": "big", "jobs_completed": 10, "avg_jct_s": 95.0, "owned_usd_per_year": 9.0, "gpus": 32},
+        {"name": "tiny", "jobs_completed": 8, "avg_jct_s": 10.0, "owned_usd_per_year": 1.0, "gpus": 8,
+         "usd_per_ref_gpu_hour": 0.5},
+        {"name": "mid", "jobs_completed": 10, "avg_jct_s": 100.0, "owned_usd_per_year": 5.0, "gpus": 16,
+         "usd_per_ref_gpu_hour": 1.0},
+        {"name": "big", "jobs_completed": 10, "avg_jct_s": 95.0, "owned_usd_per_year": 9.0, "gpus": 32,
+         "usd_per_ref_gpu_hour": 1.8},
     ]
     v = verdict(rows, 10.0)
     assert v["design"] == "mid"
