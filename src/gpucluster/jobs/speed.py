@@ -10,16 +10,19 @@ into one that also applies the speed: the engine then stretches (or shortens) th
 and records the speed in ``job.extra["speed"]``.
 
 Speeds are cached per (job speed description, GPU model), so starting a job costs a few dictionary look-ups.
+
+It is also the ``gpu_speeds`` service of the ``GpuSpeed`` placement plugin (:meth:`GpuSpeeds.model_scores`:
+Gavel's effective throughput, the ``gavel`` queue and placement policies).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from gpucluster.jobs.model import Job, JobKind, JobSpec
-from gpucluster.model import ClusterState
+from gpucluster.jobs.model import JOB_LABEL, Job, JobKind, JobSpec
+from gpucluster.model import ClusterState, Pod
 from gpucluster.perf import JobSpeed, SpeedModel
 
 SPEED_KEY = "speed"
@@ -61,6 +64,11 @@ class GpuSpeeds:
         self.model = model if model is not None else default_speed_model()
         self._jobs: dict[SpeedKey, JobSpeed] = {}
         self._factors: dict[tuple[SpeedKey, str], float] = {}
+        self.jobs: Mapping[str, Job] | None = None
+        """The engine's jobs (set by the driver), for :meth:`model_scores` to find a pod's job."""
+        self._mix: dict[SpeedKey, int] = {}
+        self._mix_specs: dict[SpeedKey, JobSpec] = {}
+        self._scores: dict[tuple[SpeedKey, tuple[str, ...]], list[float]] = {}
 
     @property
     def unknown(self) -> set[str]:
@@ -113,6 +121,54 @@ class GpuSpeeds:
         if speed_key(spec) is None:
             return 1.0
         return self.gang_factor(spec, self.models_of(devices))
+
+    # ------------------------------------------------------------------ heterogeneity-aware placement
+    def note(self, spec: JobSpec) -> None:
+        """Count a submitted job in the workload mix :meth:`model_scores` compares against."""
+        key = speed_key(spec)
+        if key is not None:
+            self._mix[key] = self._mix.get(key, 0) + 1
+            self._mix_specs.setdefault(key, spec)
+            self._scores.clear()
+
+    def normalized(self, spec: JobSpec, models: Sequence[str]) -> list[float]:
+        """The job's speed on each model over its speed on the best of them (1.0 = its best option)."""
+        speeds = [self.factor(spec, m) for m in models]
+        best = max(speeds, default=1.0)
+        return [s / best for s in speeds]
+
+    def model_scores(self, pod: Pod, models: Sequence[str]) -> list[float] | None:
+        """Gavel's effective throughput for the pod's job, per model, 0..1 (the ``GpuSpeed`` plugin's oracle).
+
+        The job's normalised speed on each model (over its best) divided by the mean normalised speed of the
+        submitted jobs on that model (its *comparative* advantage there), scaled so that the best model scores 1:
+        a job that loses little on a slower model goes there and leaves the fast one to jobs that lose much.
+        None for a job that runs the same everywhere."""
+        job = self.jobs.get(pod.labels.get(JOB_LABEL, "")) if self.jobs is not None else None
+        if job is None:
+            return None
+        key = speed_key(job.spec)
+        if key is None:
+            return None
+        names = tuple(models)
+        found = self._scores.get((key, names))
+        if found is None:
+            mine = self.normalized(job.spec, names)
+            mix = self._mix_mean(names)
+            adv = [n / m if m > 0 else n for n, m in zip(mine, mix, strict=True)]
+            top = max(adv, default=1.0) or 1.0
+            found = self._scores[(key, names)] = [a / top for a in adv]
+        return found
+
+    def _mix_mean(self, models: tuple[str, ...]) -> list[float]:
+        total = sum(self._mix.values())
+        if not total:
+            return [1.0] * len(models)
+        acc = [0.0] * len(models)
+        for key, count in self._mix.items():
+            for i, n in enumerate(self.normalized(self._mix_specs[key], models)):
+                acc[i] += count * n
+        return [a / total for a in acc]
 
     def wrap(self, slowdown: Slowdown) -> Slowdown:
         """``slowdown`` (the network model's) with the job's speed applied: ``(network / speed, level)``."""

@@ -69,7 +69,9 @@ job without one runs the same on every GPU model.
         self.state = cluster.state() if isinstance(cluster, Cluster) else cluster
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self.network = network or NetworkModel(self.state.fabric)
-        handle = Handle(rng=np.random.default_rng(seed), services=dict(services or {}))
+        self.speeds = GpuSpeeds(self.state)
+        """Job speeds on this cluster's GPU models (a job's work is seconds on its ``ref_gpu``)."""
+        handle = Handle(rng=np.random.default_rng(seed), services={"gpu_speeds": self.speeds, **(services or {})})
         quota = handle.services.get("quota")
         if quota is not None and not isinstance(quota, QuotaTree):
             raise TypeError("services['quota'] must be a QuotaTree")
@@ -79,8 +81,6 @@ job without one runs the same on every GPU model.
                                    assume_ttl=float("inf"))
         self._down: set[str] = set()
         self._levels: dict[str, float] = {}
-        self.speeds = GpuSpeeds(self.state)
-        """Job speeds on this cluster's GPU models (a job's work is seconds on its ``ref_gpu``)."""
         self.engine = JobEngine(
             SchedulerPlacer(self.scheduler), self.policy, quota=quota, catalog=handle.services.get("datasets"),
             slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown),
@@ -88,6 +88,7 @@ job without one runs the same on every GPU model.
                                   locality_delay_s=locality_delay_s, record_series=record_series,
                                   describe=describe),
             kernel=kernel)
+        self.speeds.jobs = self.engine.jobs
 
     # ================================================================================ the engine's API
     @property
@@ -132,8 +133,11 @@ job without one runs the same on every GPU model.
     def submit(self, spec: JobSpec | Job) -> Job:
         """Add a job; it arrives at ``max(spec.submit_s, now)``. Raises ``ValueError`` on a duplicate id or bad
         speed fields (``ref_gpu``, ``work_class``, ``speedup``)."""
-        self.speeds.check(spec if isinstance(spec, JobSpec) else spec.spec)
-        return self.engine.submit(spec)
+        record = spec if isinstance(spec, JobSpec) else spec.spec
+        self.speeds.check(record)
+        job = self.engine.submit(spec)
+        self.speeds.note(record)
+        return job
 
     def submit_many(self, specs: Iterable[JobSpec]) -> None:
         for spec in specs:
