@@ -24,6 +24,19 @@ def make_cluster(nodes: int = 4, gpus: int = 8, nodes_per_leaf: int = 2, domain:
                    source="test")
 
 
+def mixed_cluster(h100: int = 1, l40s: int = 1) -> Cluster:
+    """``h100`` 8 x H100 nodes (``h100-<i>``) and then ``l40s`` 8 x L40S nodes (``l40s-<i>``) under one leaf."""
+    out = []
+    for i in range(h100 + l40s):
+        model = "H100" if i < h100 else "L40S"
+        devs = tuple(DeviceSpec(uuid=f"G{i}-{j}", index=j, vendor="nvidia", model=model, memory_mib=49152,
+                                nvlink_domain=0) for j in range(8))
+        out.append(NodeSpec(name=f"{model.lower()}-{i}", cpu_milli=64000, memory_mib=512 * 1024, devices=devs,
+                            rack="r0", leaf="leaf-0", spine="s0"))
+    return Cluster(name="mixed", nodes=tuple(out), fabric=Fabric(link_gbps=100, oversubscription=2.0),
+                   source="test")
+
+
 @pytest.fixture
 def small_cluster() -> Cluster:
     return make_cluster()

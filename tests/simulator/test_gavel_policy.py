@@ -9,22 +9,9 @@ import pytest
 from gpucluster.jobs.model import JobSpec, task_pods
 from gpucluster.jobs.placement import job_profile
 from gpucluster.jobs.policies import POLICIES, make_policy
-from gpucluster.model import DeviceSpec, Fabric, NodeSpec
 from gpucluster.simulator.runner import Simulation
 from gpucluster.simulator.traces.synthetic import generate
-from gpucluster.spec import Cluster
-
-
-def _mixed(h100: int = 1, l40s: int = 1) -> Cluster:
-    nodes = []
-    for i in range(h100 + l40s):
-        model = "H100" if i < h100 else "L40S"
-        devs = tuple(DeviceSpec(uuid=f"G{i}-{j}", index=j, vendor="nvidia", model=model, memory_mib=49152,
-                                nvlink_domain=0) for j in range(8))
-        nodes.append(NodeSpec(name=f"{model.lower()}-{i}", cpu_milli=64000, memory_mib=512 * 1024, devices=devs,
-                              rack="r0", leaf="leaf-0", spine="s0"))
-    return Cluster(name="mixed", nodes=tuple(nodes), fabric=Fabric(link_gbps=100, oversubscription=2.0),
-                   source="test")
+from tests.simulator.conftest import mixed_cluster
 
 
 def _job(jid: str, model: str, submit: float = 0.0, **kw: object) -> JobSpec:
@@ -38,7 +25,7 @@ def test_the_job_that_gains_most_gets_the_fast_model_whatever_the_order(first: s
     second = "Transformer" if first == "Recommendation" else "Recommendation"
     jobs = [_job("a", first), _job("b", second, submit=1.0)]
     for policy in ("gavel", "fifo"):
-        sim = Simulation(_mixed(), policy)
+        sim = Simulation(mixed_cluster(), policy)
         sim.submit_many(jobs)
         sim.run_until(2.0)
         where = {sim.job(j).spec.model: sim.job(j).nodes[0].split("-")[0] for j in ("a", "b")}
@@ -54,7 +41,7 @@ def test_gavel_runs_a_mixed_trace_at_a_higher_speed_than_binpack() -> None:
             for i, j in enumerate(base)]
 
     def transformer_share_on_h100(policy: str) -> tuple[float, float]:
-        sim = Simulation(_mixed(2, 2), policy)
+        sim = Simulation(mixed_cluster(2, 2), policy)
         sim.submit_many(jobs)
         sim.run()
         work = {True: 0.0, False: 0.0}
@@ -71,7 +58,7 @@ def test_gavel_runs_a_mixed_trace_at_a_higher_speed_than_binpack() -> None:
 
 
 def test_gpu_type_lists_are_the_models_a_job_accepts() -> None:
-    sim = Simulation(_mixed(), "gavel")
+    sim = Simulation(mixed_cluster(), "gavel")
     sim.submit(_job("only-l40s", "Transformer", gpu_type="L40S"))
     sim.submit(_job("either", "Transformer", submit=1.0, gpu_type="H100,L40S"))
     sim.run_until(2.0)
@@ -81,7 +68,7 @@ def test_gpu_type_lists_are_the_models_a_job_accepts() -> None:
 
 
 def test_scores_are_relative_to_the_jobs_best_option_and_the_mix() -> None:
-    sim = Simulation(_mixed(), "gavel")
+    sim = Simulation(mixed_cluster(), "gavel")
     sim.submit_many([_job("t", "Transformer"), _job("r", "Recommendation")])
     models = ["H100-SXM5-80GB", "L40S-48GB"]
     t = sim.speeds.normalized(sim.job("t").spec, models)

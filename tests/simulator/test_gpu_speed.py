@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 from gpucluster.cli.main import app
 from gpucluster.jobs.model import JobKind, JobSpec
 from gpucluster.jobs.speed import SPEED_KEY, GpuSpeeds
-from gpucluster.model import DeviceSpec, Fabric, NodeSpec
 from gpucluster.perf import SpeedModel
 from gpucluster.simulator.runner import Simulation
 from gpucluster.simulator.traces import TraceError
@@ -20,7 +19,7 @@ from gpucluster.simulator.traces.jobs import load_jobs
 from gpucluster.simulator.traces.philly import load_philly
 from gpucluster.simulator.traces.synthetic import generate
 from gpucluster.spec import Cluster
-from tests.simulator.conftest import make_cluster
+from tests.simulator.conftest import make_cluster, mixed_cluster
 
 runner = CliRunner()
 
@@ -74,27 +73,16 @@ def test_h100_finishes_training_work_faster_than_l40s_by_the_catalog_ratio(model
     assert sh["work_ref_gpu_h"] == pytest.approx(sl["work_ref_gpu_h"])
 
 
-def _mixed() -> Cluster:
-    nodes = []
-    for i, model in enumerate(("H100", "L40S")):
-        devs = tuple(DeviceSpec(uuid=f"G{i}-{j}", index=j, vendor="nvidia", model=model, memory_mib=49152,
-                                nvlink_domain=0) for j in range(8))
-        nodes.append(NodeSpec(name=f"m{i}", cpu_milli=64000, memory_mib=512 * 1024, devices=devs, rack="r0",
-                              leaf="leaf-0", spine="s0"))
-    return Cluster(name="mixed", nodes=tuple(nodes), fabric=Fabric(link_gbps=100, oversubscription=2.0),
-                   source="test")
-
-
 def test_each_job_runs_at_the_speed_of_the_model_it_landed_on() -> None:
     jobs = [JobSpec(f"j{i}", 0, 8, 3600, model="Transformer", ref_gpu="V100") for i in range(2)]
-    sim = _run(_mixed(), jobs)
+    sim = _run(mixed_cluster(), jobs)
     speeds = GpuSpeeds(sim.state)
     for job in sim.jobs.values():
         [node] = job.nodes
-        expected = speeds.factor(job.spec, "H100" if node == "m0" else "L40S")
+        expected = speeds.factor(job.spec, "H100" if node.startswith("h100") else "L40S")
         assert job.extra[SPEED_KEY] == pytest.approx(expected)
         assert job.finish_s == pytest.approx(3600 / expected)
-    assert {j.nodes for j in sim.jobs.values()} == {("m0",), ("m1",)}
+    assert {j.nodes for j in sim.jobs.values()} == {("h100-0",), ("l40s-1",)}
     # a placement over both models (the engine keeps gangs on one) would run at the slower one's pace
     spec = jobs[0]
     both = speeds.on_devices(spec, [(0, 0), (1, 0)])
