@@ -15,9 +15,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## make demo: create the environment and run the control plane on the built-in simulated cluster
+## make demo [PORT=8081]: create the environment and run the control plane on the built-in simulated cluster
+## (the port also comes from $$GPUCLUSTER_PORT; default 8080)
+PORT ?=
 demo: $(STAMP)
-	$(BIN)/gpucluster up --speed 10
+	$(BIN)/gpucluster up --speed 10 $(if $(PORT),--port $(PORT))
 
 ## make test: install everything the tests need (services included) and run the whole suite
 test: $(STAMP) deps lint unit integration

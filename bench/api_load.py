@@ -2,6 +2,8 @@
 
 Open loop (requests start on a fixed schedule whatever the server does; latency is measured from the scheduled
 start, so a stalled server cannot hide its queue). Starts its own server on a free port unless --server is given.
+Reads use the admin token; submissions use three tenants' own tokens, so every check a tenant meets (the guard,
+token lookup, bounded parsing, never-fits, priority, the per-tenant rate limit) is on the measured path.
 
     .venv/bin/python bench/api_load.py [--rate 200] [--seconds 30] [--server URL --token T]
 """
@@ -23,6 +25,9 @@ from pathlib import Path
 
 import httpx
 
+TENANTS = ("bench", "team-a", "team-b")
+"""Submissions rotate over these tenants' own tokens (about 13/s each at the default rate: under the
+control plane's default per-tenant limit of 20/s, so none is refused)."""
 MIX = (("list_jobs", 0.35), ("get_job", 0.15), ("overview", 0.15), ("nodes", 0.05), ("alerts", 0.05),
        ("tenants", 0.05), ("submit", 0.20))
 
@@ -36,8 +41,9 @@ def free_port() -> int:
 def start_server(data: Path, token: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "GPUCLUSTER_ADMIN_TOKEN": token}
+    log = (data.parent / "up.log").open("wb")  # its structured log (a line per request) stays on the measured path
     proc = subprocess.Popen([sys.executable, "-m", "gpucluster.cli.main", "up", "--port", str(port), "--data-dir",
-                             str(data), "--speed", "10"], env=env, stdout=subprocess.DEVNULL)
+                             str(data), "--speed", "10"], env=env, stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -96,15 +102,21 @@ async def run(url: str, token: str, rate: float, seconds: float, seed: int) -> d
     errors: list[str] = []
     ids: list[str] = []
     host, port = url.split("://")[1].split(":")
-    idle: list[Conn] = []
+    idle: dict[str, list[Conn]] = {}
     timeline: list[tuple[float, float]] = []
     start = time.perf_counter() + 0.2
 
-    async def call(method: str, path: str, payload: object = None) -> tuple[int, bytes]:
-        conn = idle.pop() if idle else Conn(host, int(port), token)
+    async def call(method: str, path: str, payload: object = None, as_token: str = token) -> tuple[int, bytes]:
+        pool = idle.setdefault(as_token, [])
+        conn = pool.pop() if pool else Conn(host, int(port), as_token)
         status, data = await conn.request(method, path, json.dumps(payload).encode() if payload is not None else b"")
-        idle.append(conn)
+        pool.append(conn)
         return status, data
+
+    tenants: dict[str, str] = {}  # submissions go through tenant tokens: auth, quota, priority and rate checks
+    for name in TENANTS:
+        _, data = await call("POST", "/api/v1/tenants", {"name": name})
+        tenants[name] = json.loads(data)["token"]
 
     for i in range(5):  # a few jobs to read back
         _, data = await call("POST", "/api/v1/jobs", {"name": f"seed-{i}", "tenant": "bench",
@@ -112,9 +124,12 @@ async def run(url: str, token: str, rate: float, seconds: float, seed: int) -> d
         ids.append(json.loads(data)["id"])
 
     async def one(kind: str, due: float, n: int) -> None:
+        as_token = token
         if kind == "submit":
+            tenant = rng.choice(TENANTS)
+            as_token = tenants[tenant]
             req = ("POST", "/api/v1/jobs", {
-                "name": f"load-{n}", "tenant": rng.choice(("bench", "team-a", "team-b")),
+                "name": f"load-{n}", "tenant": tenant,
                 "resources": {"nvidia.com/gpu": rng.choice((1, 1, 1, 2)),
                               "nvidia.com/gpucores": rng.choice((10, 25, 50, 100))},
                 "duration_s": rng.uniform(5, 60)})
@@ -125,7 +140,7 @@ async def run(url: str, token: str, rate: float, seconds: float, seed: int) -> d
         else:
             req = ("GET", f"/api/v1/{kind}", None)
         try:
-            status, data = await asyncio.wait_for(call(*req), timeout=10.0)
+            status, data = await asyncio.wait_for(call(*req, as_token=as_token), timeout=10.0)
         except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             errors.append(f"{kind}: {type(exc).__name__}")
             return
@@ -146,7 +161,7 @@ async def run(url: str, token: str, rate: float, seconds: float, seed: int) -> d
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(rng.choices(names, weights)[0], due, n)))
     await asyncio.gather(*tasks)
-    for conn in idle:
+    for conn in (c for pool in idle.values() for c in pool):
         if conn.writer is not None:
             conn.writer.close()
     lat["_errors"] = [float(len(errors))]
@@ -169,7 +184,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=200.0)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--server")
-    ap.add_argument("--token", default="bench-admin")
+    ap.add_argument("--token", default="bench-admin-token-0001")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     proc = None

@@ -2,7 +2,10 @@
 # Install the real services the integration tests need, on Debian 12 (bookworm), as root.
 #
 #   scripts/test-deps.sh install   apt packages + kube-apiserver/-scheduler/-controller-manager v1.20.2
-#                                  built from Debian's `kubernetes` source package (cached, built once)
+#                                  built from Debian's `kubernetes` source package (cached, built once;
+#                                  scripts/k8s-patches/BINARY--*.patch applied, a binary whose patches
+#                                  changed is rebuilt alone),
+#                                  and the chart renderer's Go sources (scripts/render-chart.sh)
 #   scripts/test-deps.sh check     exit 0 when everything is installed, 1 otherwise (prints what is missing)
 #   scripts/test-deps.sh bindir    print the directory holding the cached Kubernetes binaries
 #
@@ -15,7 +18,15 @@ K8S_VERSION="v1.20.2"
 CACHE="${GPUCLUSTER_CACHE:-/var/cache/gpucluster}"
 BIN_DIR="$CACHE/k8s-$K8S_VERSION/bin"
 K8S_BINS=(kube-apiserver kube-scheduler kube-controller-manager)
-APT_PKGS=(etcd-server golang-go rsync openssl curl dpkg-dev prometheus chromium chromium-driver)
+PATCH_DIR="$(cd "$(dirname "$0")" && pwd)/k8s-patches"
+APT_PKGS=(etcd-server golang-go rsync openssl curl dpkg-dev prometheus chromium chromium-driver
+          golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev mmdebstrap podman runc)
+# mmdebstrap, podman, runc: scripts/build-image.sh (the image test) makes a Debian base and builds and runs
+# the image; runc because crun refuses hybrid cgroups.
+# golang-github-masterminds-sprig-dev, golang-k8s-sigs-yaml-dev: Go sources of the chart renderer that
+# scripts/render-chart.sh builds when helm is missing. kubectl (for `kubectl kustomize`): Debian's
+# kubernetes-client, installed only when no kubectl is on PATH (another package may own /usr/bin/kubectl).
+command -v kubectl >/dev/null 2>&1 || APT_PKGS+=(kubernetes-client)
 LOCK_FILE="${GPUCLUSTER_DEPS_LOCK:-/var/lock/gpucluster-test-deps.lock}"
 
 log() { printf '[test-deps %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -33,9 +44,20 @@ missing_pkgs() {
   done
 }
 
+# A binary's patches (PATCH_DIR/BINARY--*.patch, applied to the source in name order) as one hash; the build
+# writes it to BIN_DIR/BINARY.patches, so a binary built before its patches changed counts as missing.
+patch_hash() {
+  local f out=""
+  for f in "$PATCH_DIR/$1"--*.patch; do [ -f "$f" ] && out="$out$(basename "$f") $(sha256sum <"$f" | cut -c1-16)
+"; done
+  printf '%s' "$out"
+}
+
 missing_bins() {
   local b
-  for b in "${K8S_BINS[@]}"; do [ -x "$BIN_DIR/$b" ] || echo "$b"; done
+  for b in "${K8S_BINS[@]}"; do
+    if [ ! -x "$BIN_DIR/$b" ] || [ "$(cat "$BIN_DIR/$b.patches" 2>/dev/null)" != "$(patch_hash "$b")" ]; then echo "$b"; fi
+  done
 }
 
 deb_src_enabled() {
@@ -101,8 +123,10 @@ install_pkgs() {
 }
 
 build_k8s() {
-  if [ -z "$(missing_bins)" ]; then log "kubernetes $K8S_VERSION binaries cached in $BIN_DIR"; return; fi
-  log "building kube-apiserver, kube-scheduler, kube-controller-manager $K8S_VERSION (about 5 min on 2 cores)"
+  local todo
+  todo=$(missing_bins | tr '\n' ' ')
+  if [ -z "$todo" ]; then log "kubernetes $K8S_VERSION binaries cached in $BIN_DIR"; return; fi
+  log "building ${todo% } $K8S_VERSION (about 5 min on 2 cores for all three)"
   $SUDO mkdir -p "$CACHE"
   local work
   work=$($SUDO mktemp -d "$CACHE/build.XXXXXX")
@@ -122,18 +146,28 @@ build_k8s() {
   src=$(find . -maxdepth 1 -type d -name 'kubernetes*' | head -1)
   [ -n "$src" ] || die "no kubernetes source directory in $orig"
   cd "$src"
+  local b f what=""
+  for b in $todo; do
+    what="$what cmd/$b"
+    for f in "$PATCH_DIR/$b"--*.patch; do
+      [ -f "$f" ] || continue
+      log "patching the source for $b: $(basename "$f")"
+      patch -p1 --forward --quiet <"$f" || die "patch $f does not apply to kubernetes $K8S_SRC_VERSION"
+    done
+  done
   local start=$SECONDS
-  log "make WHAT=\"cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager\" (in $work/$src)"
+  log "make WHAT=\"${what# }\" (in $work/$src)"
   HOME=$PWD GOFLAGS= GO111MODULE= CGO_ENABLED=0 KUBE_GIT_VERSION="$K8S_VERSION" KUBE_GIT_TREE_STATE=clean \
-    make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager" >"$work/build.log" 2>&1 || {
+    make WHAT="${what# }" >"$work/build.log" 2>&1 || {
       tail -40 "$work/build.log" >&2; die "kubernetes build failed"; }
   log "build finished in $((SECONDS - start)) s"
-  $SUDO mkdir -p "$BIN_DIR.tmp"
-  local b
-  for b in "${K8S_BINS[@]}"; do $SUDO install -m 0755 "_output/bin/$b" "$BIN_DIR.tmp/$b"; done
-  $SUDO rm -rf "$BIN_DIR"
-  $SUDO mv "$BIN_DIR.tmp" "$BIN_DIR"
-  "$BIN_DIR/kube-apiserver" --version
+  $SUDO mkdir -p "$BIN_DIR"
+  for b in $todo; do  # each replaced by a rename: running copies keep their file
+    $SUDO install -m 0755 "_output/bin/$b" "$BIN_DIR/.$b.new"
+    $SUDO mv -f "$BIN_DIR/.$b.new" "$BIN_DIR/$b"
+    patch_hash "$b" | $SUDO tee "$BIN_DIR/$b.patches" >/dev/null
+    "$BIN_DIR/$b" --version
+  done
   cd /
   log "removing build tree $work"
   rm -rf "$work"

@@ -8,6 +8,7 @@ apart by ``kind``. Every error is a :class:`SpecError` whose message names the f
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,9 +19,17 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry
+from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry, VendorSettings, device_type_string
 from gpucluster.devices.quantity import cpu_milli, memory_mib
 from gpucluster.model import ClusterState, DeviceSpec, Fabric, FabricType, NodeSpec, Pod
+from gpucluster.model.limits import (
+    MAX_CPU_MILLI,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_LINK_GBPS,
+    MAX_MEMORY_MIB,
+    MAX_NODES,
+    MAX_TASKS_PER_DEVICE,
+)
 from gpucluster.model.resources import KNOWN_VENDORS
 
 DEFAULT_SPEC_NAME = "default-cluster.yaml"
@@ -32,7 +41,7 @@ class SpecError(ValueError):
 
 # ---------------------------------------------------------------------------------------------- schema
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
 
 class GpuSpec(_Model):
@@ -44,14 +53,14 @@ class GpuSpec(_Model):
     """Model name, e.g. ``H100-SXM5-80GB`` (the scheduler matches ``use-gputype`` substrings against it)."""
     count: Annotated[int, Field(ge=1, le=64)]
     """Devices per node."""
-    memory_mib: Annotated[int, Field(alias="memoryMiB", gt=0)]
+    memory_mib: Annotated[int, Field(alias="memoryMiB", gt=0, le=MAX_DEVICE_MEMORY_MIB)]
     """Physical memory per device in MiB."""
-    nvlink_domain_size: Annotated[int, Field(alias="nvlinkDomainSize", ge=0)] = 0
+    nvlink_domain_size: Annotated[int, Field(alias="nvlinkDomainSize", ge=0, le=64)] = 0
     """GPUs per NVLink domain inside a node (8 on HGX/DGX boards); 0 = PCIe only."""
-    max_tasks: Annotated[int, Field(alias="maxTasks", ge=1)] = 10
-    """Most tasks sharing one device (HAMi ``deviceSplitCount``)."""
-    memory_overcommit: Annotated[float, Field(alias="memoryOvercommit", ge=1.0, le=16.0)] = 1.0
-    """Device memory overcommit factor (HAMi ``deviceMemoryScaling``)."""
+    max_tasks: Annotated[int | None, Field(alias="maxTasks", ge=1, le=MAX_TASKS_PER_DEVICE)] = None
+    """Most tasks sharing one device (HAMi ``deviceSplitCount``); default: the device config's (10)."""
+    memory_overcommit: Annotated[float | None, Field(alias="memoryOvercommit", ge=1.0, le=16.0)] = None
+    """Device memory overcommit factor (HAMi ``deviceMemoryScaling``); default: the device config's (1)."""
 
 
 class NodePoolSpec(_Model):
@@ -59,12 +68,13 @@ class NodePoolSpec(_Model):
 
     name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     """Pool name; nodes are called ``<name>-0000``, ``<name>-0001`` ..."""
-    count: Annotated[int, Field(ge=1)]
-    cpu_milli: Annotated[int, Field(alias="cpuMilli", gt=0)]
+    count: Annotated[int, Field(ge=1, le=MAX_NODES)]
+    """Servers in the pool (the whole cluster holds at most ``MAX_NODES``)."""
+    cpu_milli: Annotated[int, Field(alias="cpuMilli", gt=0, le=MAX_CPU_MILLI)]
     """Allocatable CPU per node in millicores."""
-    memory_mib: Annotated[int, Field(alias="memoryMiB", gt=0)]
+    memory_mib: Annotated[int, Field(alias="memoryMiB", gt=0, le=MAX_MEMORY_MIB)]
     """Allocatable host memory per node in MiB."""
-    nodes_per_rack: Annotated[int, Field(alias="nodesPerRack", ge=1)] = 4
+    nodes_per_rack: Annotated[int, Field(alias="nodesPerRack", ge=1, le=MAX_NODES)] = 4
     labels: dict[str, str] = Field(default_factory=dict)
     gpu: GpuSpec | None = None
     """Devices on each node; omit for CPU-only nodes."""
@@ -72,12 +82,12 @@ class NodePoolSpec(_Model):
 
 class FabricSpec(_Model):
     type: FabricType = FabricType.INFINIBAND
-    link_gbps: Annotated[float, Field(alias="linkGbps", gt=0)] = 400.0
-    nodes_per_leaf: Annotated[int, Field(alias="nodesPerLeaf", ge=1)] = 32
+    link_gbps: Annotated[float, Field(alias="linkGbps", gt=0, le=MAX_LINK_GBPS)] = 400.0
+    nodes_per_leaf: Annotated[int, Field(alias="nodesPerLeaf", ge=1, le=MAX_NODES)] = 32
     """Nodes under one leaf (a rail group / scalable unit on rail-optimised fabrics)."""
-    leaves_per_spine_group: Annotated[int, Field(alias="leavesPerSpineGroup", ge=0)] = 0
+    leaves_per_spine_group: Annotated[int, Field(alias="leavesPerSpineGroup", ge=0, le=MAX_NODES)] = 0
     """Leaves under one spine group; 0 = all leaves share the spines (a 2-tier fabric)."""
-    oversubscription: Annotated[float, Field(ge=1.0)] = 1.0
+    oversubscription: Annotated[float, Field(ge=1.0, le=1000.0)] = 1.0
 
 
 class ClusterSpecFile(_Model):
@@ -95,6 +105,9 @@ class ClusterSpecFile(_Model):
             if pool.name in seen:
                 raise ValueError(f"node pool name {pool.name!r} is used twice")
             seen.add(pool.name)
+        total = sum(pool.count for pool in self.node_pools)
+        if total > MAX_NODES:
+            raise ValueError(f"the node pools hold {total:,} nodes; a cluster holds at most {MAX_NODES:,}")
         return self
 
 
@@ -177,8 +190,12 @@ def _stable_uuid(prefix: str, *parts: object) -> str:
     return f"{prefix}-{uuid.uuid5(uuid.NAMESPACE_URL, '/'.join(str(p) for p in parts))}"
 
 
-def cluster_from_spec(spec: ClusterSpecFile, source: str) -> Cluster:
-    """Expand node pools into nodes: racks per pool, leaves and spine groups across the whole cluster."""
+def cluster_from_spec(spec: ClusterSpecFile, source: str, registry: VendorRegistry | None = None) -> Cluster:
+    """Expand node pools into nodes: racks per pool, leaves and spine groups across the whole cluster.
+
+    A pool that does not set ``maxTasks`` / ``memoryOvercommit`` takes the vendor's ``deviceSplitCount`` /
+    ``deviceMemoryScaling`` from ``registry``'s settings (HAMi's 10 and 1 by default)."""
+    registry = registry or VendorRegistry.from_settings(DeviceSettings())
     nodes: list[NodeSpec] = []
     rack_no = 0
     position = 0
@@ -193,6 +210,9 @@ def cluster_from_spec(spec: ClusterSpecFile, source: str) -> Cluster:
             devices: tuple[DeviceSpec, ...] = ()
             if pool.gpu is not None:
                 g = pool.gpu
+                vendor_settings = registry[g.vendor].settings if g.vendor in registry.names else VendorSettings()
+                max_tasks = g.max_tasks or vendor_settings.split_count
+                overcommit = g.memory_overcommit or vendor_settings.memory_scaling
                 prefix = {"nvidia": "GPU", "cambricon": "MLU", "hygon": "DCU"}[g.vendor]
                 devices = tuple(
                     DeviceSpec(
@@ -200,11 +220,12 @@ def cluster_from_spec(spec: ClusterSpecFile, source: str) -> Cluster:
                         index=j,
                         vendor=g.vendor,
                         model=g.model,
-                        memory_mib=int(g.memory_mib * g.memory_overcommit),
+                        type_name=device_type_string(g.vendor, g.model),
+                        memory_mib=int(g.memory_mib * overcommit),
                         physical_memory_mib=g.memory_mib,
                         numa=j * 2 // g.count,
                         nvlink_domain=(j // g.nvlink_domain_size) if g.nvlink_domain_size else -1,
-                        max_tasks=g.max_tasks,
+                        max_tasks=max_tasks,
                     )
                     for j in range(g.count)
                 )
@@ -250,8 +271,10 @@ def _node_from_manifest(
         raise SpecError(f"{where}: status.allocatable.memory: {exc}") from None
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    capacity = (status.get("capacity") or alloc) if isinstance(status, Mapping) else alloc
     try:
-        devices = registry.node_devices(name, annotations, where, nvlink_domain_size)
+        devices = registry.node_devices(name, annotations, where, nvlink_domain_size, capacity=capacity)
+        pair_scores = registry.node_pair_scores(annotations, where)
     except DeviceInputError as exc:
         raise SpecError(str(exc)) from None
     return NodeSpec(
@@ -259,6 +282,8 @@ def _node_from_manifest(
         cpu_milli=cpu,
         memory_mib=mem,
         devices=tuple(devices),
+        extended=registry.node_extended(alloc),
+        pair_scores=pair_scores,
         labels=labels,
         rack=labels.get("gpucluster.io/rack", labels.get("topology.kubernetes.io/zone", "")),
         leaf=labels.get("gpucluster.io/leaf", ""),
@@ -267,7 +292,10 @@ def _node_from_manifest(
 
 
 def _documents(path: Path) -> Iterator[tuple[int, Any]]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: byte {exc.start}: not UTF-8 text (a YAML file is UTF-8)") from None
     try:
         for i, doc in enumerate(yaml.safe_load_all(text)):
             if doc is not None:
@@ -295,7 +323,7 @@ def load_cluster(path: str | Path | None = None, registry: VendorRegistry | None
     registry = registry or VendorRegistry.from_settings(DeviceSettings())
     if path is None:
         text = resources.files("gpucluster.data").joinpath(DEFAULT_SPEC_NAME).read_text(encoding="utf-8")
-        return _cluster_from_text(text, f"<builtin>/{DEFAULT_SPEC_NAME}")
+        return _cluster_from_text(text, f"<builtin>/{DEFAULT_SPEC_NAME}", registry)
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"{p}: no such file")
@@ -306,13 +334,15 @@ def load_cluster(path: str | Path | None = None, registry: VendorRegistry | None
     if isinstance(first, Mapping) and first.get("kind") == "ClusterSpec":
         if len(docs) > 1:
             raise SpecError(f"{p}: a ClusterSpec file holds one document, found {len(docs)}")
-        return _cluster_from_mapping(first, str(p))
+        return _cluster_from_mapping(first, str(p), registry)
     nodes: list[NodeSpec] = []
     seen: set[str] = set()
     for where, doc in _flatten_lists(iter(docs), str(p)):
         if not isinstance(doc, Mapping) or doc.get("kind") != "Node":
             kind = doc.get("kind") if isinstance(doc, Mapping) else type(doc).__name__
             raise SpecError(f"{where}: kind: expected ClusterSpec or Node, got {kind!r}")
+        if len(nodes) >= MAX_NODES:
+            raise SpecError(f"{where}: more than {MAX_NODES:,} nodes; a cluster holds at most {MAX_NODES:,}")
         node = _node_from_manifest(doc, where, registry, nvlink_domain_size)
         if node.name in seen:
             raise SpecError(f"{where}: metadata.name: node {node.name!r} appears twice")
@@ -330,29 +360,24 @@ def _fill_topology(nodes: list[NodeSpec], nodes_per_leaf: int = 32) -> list[Node
         if n.leaf:
             out.append(n)
             continue
-        out.append(
-            NodeSpec(
-                name=n.name, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib, devices=n.devices,
-                labels=n.labels, rack=n.rack or f"rack-{i // 4:03d}", leaf=f"leaf-{i // nodes_per_leaf:03d}",
-                spine=n.spine or "spine-group-00", pool=n.pool,
-            )
-        )
+        out.append(dataclasses.replace(n, rack=n.rack or f"rack-{i // 4:03d}", leaf=f"leaf-{i // nodes_per_leaf:03d}",
+                                       spine=n.spine or "spine-group-00"))
     return out
 
 
-def _cluster_from_mapping(doc: Mapping[str, Any], source: str) -> Cluster:
+def _cluster_from_mapping(doc: Mapping[str, Any], source: str, registry: VendorRegistry | None = None) -> Cluster:
     try:
         spec = ClusterSpecFile.model_validate(doc)
     except ValidationError as exc:
         raise _format_validation(source, exc) from None
-    return cluster_from_spec(spec, source)
+    return cluster_from_spec(spec, source, registry)
 
 
-def _cluster_from_text(text: str, source: str) -> Cluster:
+def _cluster_from_text(text: str, source: str, registry: VendorRegistry | None = None) -> Cluster:
     doc = yaml.safe_load(text)
     if not isinstance(doc, Mapping):
         raise SpecError(f"{source}: must be a mapping")
-    return _cluster_from_mapping(doc, source)
+    return _cluster_from_mapping(doc, source, registry)
 
 
 def default_spec_text() -> str:
@@ -367,15 +392,21 @@ def load_pods(path: str | Path, registry: VendorRegistry | None = None) -> list[
         raise SpecError(f"{p}: no such file")
     pods: list[Pod] = []
     seen: set[str] = set()
+    problems: list[str] = []
     for where, doc in _flatten_lists(_documents(p), str(p)):
         try:
             pod = registry.parse_pod(doc, where)
         except DeviceInputError as exc:
-            raise SpecError(str(exc)) from None
+            problems.extend(exc.problems)
+            continue
         if pod.key in seen:
-            raise SpecError(f"{where}: metadata.name: pod {pod.key} appears twice")
+            problems.append(f"{where}: metadata.name: pod {pod.key} appears twice")
+            continue
         seen.add(pod.key)
         pods.append(pod)
+    if problems:
+        tail = [f"{p}: {len(problems)} problems"] if len(problems) > 1 else []
+        raise SpecError("\n".join([*problems, *tail]))
     return pods
 
 

@@ -56,8 +56,10 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
 def placements(tmp_path: Path, *extra: str) -> list[dict[str, object]]:
     pods, cluster = files(tmp_path)
     r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(pods), "--json", *extra])
-    assert r.exit_code == 0, r.output
-    return json.loads(r.stdout)["placements"]  # type: ignore[no-any-return]
+    assert r.exit_code == 3, r.output  # ml/too-big is not placed
+    body = json.loads(r.stdout)
+    assert (body["placed"], body["unplaced"]) == (2, 1)
+    return body["placements"]  # type: ignore[no-any-return]
 
 
 def test_schedule_json_shape_and_reasons(tmp_path: Path) -> None:
@@ -65,9 +67,13 @@ def test_schedule_json_shape_and_reasons(tmp_path: Path) -> None:
     assert [p["pod"] for p in out] == ["ml/small-1", "ml/small-2", "ml/too-big"]
     first = out[0]
     assert first["node"].startswith("a-")  # type: ignore[union-attr]
-    assert first["devices"] == [[{"id": first["devices"][0][0]["id"], "memory_mib": 4000, "cores": 20}]]  # type: ignore[index]
+    dev = first["devices"][0][0]  # type: ignore[index]
+    assert first["devices"] == [[{"id": dev["id"], "memory_mib": 4000, "cores": 20, "index": dev["index"],
+                                  "share": 0.2, "whole": False}]]  # max(20 % compute, 4000/40960 memory)
     assert out[2]["node"] is None and out[2]["devices"] == []
     assert out[2]["reasons"] == {"InsufficientGPUCount": 3}
+    assert out[2]["why"] == "0/3 nodes are available: 3 InsufficientGPUCount."
+    assert "why" not in first
 
 
 def test_binpack_and_spread_differ_at_node_and_device_level(tmp_path: Path) -> None:
@@ -97,9 +103,11 @@ def test_schedule_policy_option(tmp_path: Path) -> None:
 
 def test_schedule_table_output(tmp_path: Path) -> None:
     pods, cluster = files(tmp_path)
-    r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(pods)], terminal_width=200)
-    assert r.exit_code == 0
-    assert "2/3 placed" in r.output and "InsufficientGPUCount" in r.output
+    r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(pods)], env={"COLUMNS": "80"})
+    assert r.exit_code == 3  # one pod was not placed
+    words = " ".join(r.output.split())
+    assert "2/3 placed" in words and "3 InsufficientGPUCount." in words  # the reason whole (wrapped), at 80 columns
+    assert all(len(line) <= 80 for line in r.output.splitlines())
 
 
 def test_bad_inputs_exit_2_with_where_and_why(tmp_path: Path) -> None:
@@ -110,10 +118,14 @@ def test_bad_inputs_exit_2_with_where_and_why(tmp_path: Path) -> None:
     assert r.exit_code == 2
     assert "nodePools[0].gpu.memoryMiB: must be > 0" in r.output
     badpods = tmp_path / "badpods.yaml"
-    badpods.write_text(PODS.replace("nvidia.com/gpucores: 20", "nvidia.com/gpucores: 200", 1))
-    r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(badpods)])
+    # two bad pods: both reported at once, each with where and why
+    badpods.write_text(PODS.replace("nvidia.com/gpucores: 20", "nvidia.com/gpumem-percentage: 200")
+                       .replace("limits:", "limit:", 1))
+    r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(badpods)], terminal_width=300)
     assert r.exit_code == 2
-    assert "spec.containers[0].resources.limits: nvidia.com/gpucores: must be within 0..100" in r.output
+    assert "document 0: spec.containers[0].resources.limit: unknown field; did you mean 'limits'?" in r.output
+    assert "document 1: spec.containers[0].resources.limits: nvidia.com/gpumem-percentage: must be at most 100" \
+        in r.output
     r = runner.invoke(app, ["schedule", "--pods", str(pods), "--node-policy", "sideways"])
     assert r.exit_code == 2
 

@@ -225,6 +225,15 @@ def _read_env_text(text: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def kube_scheduler_calls_extender_preempt() -> None:
+    """kube-scheduler v1.20.2 never calls an extender's preemptVerb (kubernetes#102971); test-deps.sh builds
+    ours with the upstream fix (scripts/k8s-patches) and records the patches next to the binary."""
+    stamp = K8S_BIN_DIR / "kube-scheduler.patches"
+    if "extenders-on-preemption" not in (stamp.read_text() if stamp.exists() else ""):
+        _missing(f"{K8S_BIN_DIR / 'kube-scheduler'} built with the extender-preemption fix ({stamp})")
+
+
+@pytest.fixture(scope="session")
 def kube_scheduler_factory(
     kube_control_plane: KubeControlPlane,
 ) -> Iterator[Callable[..., KubeScheduler]]:

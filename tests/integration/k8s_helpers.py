@@ -68,7 +68,9 @@ _VENDOR_RES = {
 def gpu_pod(name: str, scheduler_name: str, vendor: str = "nvidia", count: int = 1, mem: int = 4000,
             cores: int = 20, annotations: Mapping[str, str] | None = None, run: str = "") -> dict[str, Any]:
     res_count, res_mem, res_cores = _VENDOR_RES[vendor]
-    limits = {res_count: str(count), res_mem: str(mem), res_cores: str(cores)}
+    # ``mem`` is MiB; Cambricon's vmemory counts 256 MiB units (HAMi's MemoryFactor)
+    amount = -(-mem // 256) if vendor == "cambricon" else mem
+    limits = {res_count: str(count), res_mem: str(amount), res_cores: str(cores)}
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "annotations": dict(annotations or {}), "labels": {"gpucluster.io/run": run}},
@@ -197,6 +199,32 @@ def start_extender(kubeconfig: Path, port: int, log_path: Path, *extra: str) -> 
 
     wait_until(healthy, 60, "the extender to answer /healthz")
     return proc
+
+
+def a100_twins(kube_client: Any, tmp_path: Path, pool: str, run: str, nodes: int) -> Any:
+    """Register ``nodes`` twin nodes of one pool (A100 80 GB x2, 4 tasks a GPU, label gpucluster.io/run=run) as
+    Node objects; returns the NodeRegistrar (``.delete()`` removes them)."""
+    from gpucluster.kubernetes.register import NodeRegistrar
+    from gpucluster.spec import load_cluster
+
+    spec = tmp_path / f"{pool}.yaml"
+    spec.write_text(yaml.safe_dump({
+        "apiVersion": "gpucluster.io/v1alpha1", "kind": "ClusterSpec", "name": pool,
+        "nodePools": [{"name": pool, "count": nodes, "cpuMilli": 64000, "memoryMiB": 262144,
+                       "labels": {"gpucluster.io/run": run},
+                       "gpu": {"vendor": "nvidia", "model": "A100-SXM4-80GB", "count": 2, "memoryMiB": 81920,
+                               "maxTasks": 4}}],
+    }))
+    reg = NodeRegistrar(kube_client, load_cluster(spec).nodes, registry(), interval=10.0)
+    reg.register()
+    return reg
+
+
+def extender_requests(port: int, verb: str, result: str = "ok") -> float:
+    """The extender's ``gpucluster_extender_requests_total`` for ``verb`` and ``result`` (0 when absent)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    prefix = f'gpucluster_extender_requests_total{{result="{result}",verb="{verb}"}} '
+    return next((float(ln[len(prefix):]) for ln in text.splitlines() if ln.startswith(prefix)), 0.0)
 
 
 def core_api(api_client: Any) -> Any:

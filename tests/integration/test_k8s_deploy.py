@@ -22,7 +22,7 @@ def _gpucluster(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("mode", ["extender", "scheduler"])
 def test_manifests_pass_server_side_dry_run(kube_client: Any, namespace: str, mode: str) -> None:
-    out = _gpucluster("k8s", "manifests", "--mode", mode, "--namespace", namespace,
+    out = _gpucluster("k8s", "manifests", "--mode", mode, "--namespace", namespace, "--kube-version", "1.20",
                       "--scheduler-name", f"gpucluster-{uuid.uuid4().hex[:4]}")
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -44,7 +44,7 @@ def test_manifests_pass_server_side_dry_run(kube_client: Any, namespace: str, mo
 
 
 def test_manifest_rejected_by_server_when_broken(kube_client: Any, namespace: str) -> None:
-    out = _gpucluster("k8s", "manifests", "--mode", "scheduler", "--namespace", namespace)
+    out = _gpucluster("k8s", "manifests", "--mode", "scheduler", "--namespace", namespace, "--kube-version", "1.20")
     deployment = next(d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "Deployment")
     deployment["spec"]["selector"]["matchLabels"] = {"other": "x"}  # selector no longer matches the template
     with pytest.raises(utils.FailToCreateError):

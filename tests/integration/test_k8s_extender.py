@@ -56,7 +56,8 @@ def fleet(kube_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def _config(port: int, name: str, node_cache_capable: bool = True) -> str:
-    cfg = scheduler_config(f"http://127.0.0.1:{port}", registry(), name, node_cache_capable=node_cache_capable)
+    cfg = scheduler_config(f"http://127.0.0.1:{port}", registry(), name, node_cache_capable=node_cache_capable,
+                           kube_version="1.20")  # the API server and kube-scheduler here are v1.20.2
     cfg["podInitialBackoffSeconds"] = 1
     cfg["podMaxBackoffSeconds"] = 2
     return yaml.safe_dump(cfg, sort_keys=False)

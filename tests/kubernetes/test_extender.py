@@ -158,7 +158,8 @@ def test_http_api(server: ExtenderServer) -> None:
         assert "not valid JSON" in r.json()["error"]
         r = http.post("/filter", json=[1])
         assert r.status_code == 400
-        assert http.post("/preempt", json={}).status_code == 404
+        assert http.post("/preempt", json={}).status_code == 400  # a verb now: the pod is missing
+        assert http.post("/evict", json={}).status_code == 404
         metrics = http.get("/metrics").text
         assert 'gpucluster_extender_requests_total{result="ok",verb="filter"} 1.0' in metrics
         assert 'gpucluster_extender_requests_total{result="bad_request",verb="filter"} 2.0' in metrics
@@ -170,3 +171,87 @@ def test_http_api(server: ExtenderServer) -> None:
         assert 'gpucluster_extender_requests_total{result="unschedulable",verb="filter"} 1.0' in metrics
         assert json.loads(http.post("/prioritize", json={"Pod": pod_obj("p"), "NodeNames": [node]}).text) == [
             {"host": node, "score": 10}]
+
+
+# ---------------------------------------------------------------------------------------------- preempt
+def _prio(obj: dict[str, Any], priority: int) -> dict[str, Any]:
+    obj["spec"]["priority"] = priority
+    return obj
+
+
+@pytest.fixture
+def full_node() -> tuple[KubeCluster, ExtenderLogic]:
+    """One node, four 80 GB GPUs, each held by one 60 GB pod of priority 0..3."""
+    c = KubeCluster(registry(), "binpack")
+    c.set_nodes([node_obj("n0")])
+    logic = ExtenderLogic(c, bind=RecordingBinder(c))
+    for i in range(4):
+        out = logic.filter({"Pod": _prio(pod_obj(f"low-{i}", mem=60000), i), "NodeNames": ["n0"]})
+        assert out["nodenames"] == ["n0"]
+        assert logic.bind({"PodName": f"low-{i}", "PodNamespace": "default", "Node": "n0"}) == {"error": ""}
+    return c, logic
+
+
+def test_preempt_frees_the_fewest_lowest_priority_devices(full_node: tuple[KubeCluster, ExtenderLogic]) -> None:
+    c, logic = full_node
+    before = dict(c.state.allocations)
+    high = _prio(pod_obj("high", mem=70000), 100)
+    out = logic.filter({"Pod": high, "NodeNames": ["n0"]})
+    assert out["failedNodes"] == {"n0": "InsufficientGPUMemory"}
+    assert out["error"] == ""  # no error: kube-scheduler must run its preemption and call /preempt
+    res = logic.preempt({"Pod": high, "NodeNameToMetaVictims": {"n0": {"Pods": [], "NumPDBViolations": 0}}})
+    assert res == {"NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": "uid-low-0"}], "NumPDBViolations": 0}}}
+    # kube-scheduler's own victims are kept; when they free a device, nobody else is evicted
+    res = logic.preempt({"Pod": high, "NodeNameToVictims": {"n0": {"Pods": [pod_obj("low-2")],
+                                                                   "NumPDBViolations": 1}}})
+    assert res["NodeNameToMetaVictims"]["n0"] == {"Pods": [{"UID": "uid-low-2"}], "NumPDBViolations": 1}
+    # only lower priorities may go
+    mid = _prio(pod_obj("mid", mem=70000), 1)
+    res = logic.preempt({"Pod": mid, "NodeNameToMetaVictims": {"n0": {"Pods": []}}})
+    assert res["NodeNameToMetaVictims"]["n0"]["Pods"] == [{"UID": "uid-low-0"}]
+    # a preemptor that fits no device even on an empty node: the node is dropped
+    huge = _prio(pod_obj("huge", mem=90000), 100)
+    assert logic.preempt({"Pod": huge, "NodeNameToMetaVictims": {"n0": {"Pods": []}}}) == {
+        "NodeNameToMetaVictims": {}}
+    assert c.state.allocations == before  # nothing was released for real
+    assert int(c.state.dev_mem_used[0].sum()) == 4 * 60000
+
+
+def test_preempt_keeps_a_node_where_the_preemptor_fits_already(
+        full_node: tuple[KubeCluster, ExtenderLogic]) -> None:
+    """A victim's deletion reached the informer between /filter and /preempt: the node stays a candidate with
+    no victims (kube-scheduler nominates it and retries the pod) instead of being dropped."""
+    c, logic = full_node
+    high = _prio(pod_obj("high", mem=70000), 100)
+    assert logic.filter({"Pod": high, "NodeNames": ["n0"]})["failedNodes"] == {"n0": "InsufficientGPUMemory"}
+    c.delete_pod("default/low-1")
+    res = logic.preempt({"Pod": high, "NodeNameToMetaVictims": {"n0": {"Pods": None, "NumPDBViolations": 0}}})
+    assert res == {"NodeNameToMetaVictims": {"n0": {"Pods": [], "NumPDBViolations": 0}}}
+    assert logic.filter({"Pod": high, "NodeNames": ["n0"]})["nodenames"] == ["n0"]
+
+
+def test_preempt_leaves_out_nodes_where_the_preemptor_cannot_evict(
+        full_node: tuple[KubeCluster, ExtenderLogic]) -> None:
+    _c, logic = full_node
+    low = _prio(pod_obj("lowest", mem=70000), 0)  # priority 0: nobody below it
+    out = logic.filter({"Pod": low, "NodeNames": ["n0"]})
+    assert out["error"].startswith("0/1 nodes are available")
+    assert logic.preempt({"Pod": low, "NodeNameToMetaVictims": {"n0": {"Pods": []}}}) == {
+        "NodeNameToMetaVictims": {}}
+    with pytest.raises(ExtenderError):
+        logic.preempt({"Pod": low, "NodeNameToMetaVictims": ["n0"]})
+
+
+def test_preempt_over_http(full_node: tuple[KubeCluster, ExtenderLogic]) -> None:
+    _c, logic = full_node
+    server = ExtenderServer(logic, "127.0.0.1", 0)
+    server.start()
+    try:
+        r = httpx.post(f"http://127.0.0.1:{server.port}/preempt", timeout=5, json={
+            "Pod": _prio(pod_obj("high", mem=70000), 100), "NodeNameToMetaVictims": {"n0": {"Pods": []}}})
+        assert r.status_code == 200
+        assert r.json()["NodeNameToMetaVictims"]["n0"]["Pods"] == [{"UID": "uid-low-0"}]
+        metrics = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text
+        assert 'gpucluster_extender_requests_total{result="ok",verb="preempt"} 1.0' in metrics
+    finally:
+        server.stop()

@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpucluster.model import Allocation, AllocationError, ClusterState, DeviceGrant, TopologyLevel
-from tests.helpers import gpu_node
+from gpucluster.scheduler import Scheduler, profile_for
+from tests.helpers import gpu_node, gpu_pod, state_of
 
 
 def grant(j: int, mem: int = 1000, core: int = 300, node: str = "n0") -> DeviceGrant:
@@ -88,3 +91,36 @@ def test_topology_levels() -> None:
     assert s.topology_level(0, 0, 0, 2) == TopologyLevel.NODE
     assert s.topology_level(0, 1) == TopologyLevel.LEAF
     assert s.topology_level(0, 2) == TopologyLevel.SPINE
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["pod", "delete", "cordon", "uncordon", "sick", "well", "add", "remove"]),
+                          st.integers(0, 10 ** 6)), max_size=40))
+def test_free_arrays_follow_every_change(ops: list[tuple[str, int]]) -> None:
+    state = state_of(gpu_node("a", gpus=2), gpu_node("b", gpus=4, cpu_milli=8000))
+    sched = Scheduler(state, profile_for("binpack"))
+    placed: list[str] = []
+    for i, (op, k) in enumerate(ops):
+        names = [n.name for n, p in zip(state.nodes, state.present, strict=True) if p]
+        name = names[k % len(names)] if names else ""
+        if op == "pod":
+            d = sched.schedule_and_bind(gpu_pod(f"p{i}", count=1 + k % 2, cores_pct=10 * (k % 10), cpu_milli=500))
+            if d.ok:
+                placed.append(d.pod.key)
+        elif op == "delete" and placed:
+            sched.delete(placed.pop(k % len(placed)))
+        elif op in ("cordon", "uncordon") and name:
+            state.set_schedulable(name, op == "uncordon")
+        elif op in ("sick", "well") and name:
+            state.set_device_health(name, k % int(state.dev_count[state.node_index[name]]), op == "well")
+        elif op == "add":
+            state.add_node(gpu_node(f"x{i}", gpus=1 + k % 8))
+        elif op == "remove" and len(names) > 1:
+            placed = [p for p in placed if state.allocations.get(p) is None or state.allocations[p].node != name]
+            state.remove_node(name)
+    snap = state.snapshot()
+    assert (snap.cpu_free == state.cpu_cap - state.cpu_used).all()
+    assert (snap.mem_free == state.mem_cap - state.mem_used).all()
+    assert (snap.dev_core_free == state.dev_core_cap - state.dev_core_used).all()
+    assert (snap.dev_mem_free == state.dev_mem_cap - state.dev_mem_used).all()
+    assert (snap.dev_usable == (state.dev_valid & state.dev_healthy & state.schedulable[:, None])).all()

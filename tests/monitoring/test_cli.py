@@ -86,6 +86,17 @@ def test_fault_drill_drains_without_loss(files: tuple[Path, Path], tmp_path: Pat
     assert r.exit_code == 2 and "has 4 devices" in r.output
 
 
+def test_fault_drill_table_says_what_was_done_in_words(files: tuple[Path, Path]) -> None:
+    c, p = files
+    r = runner.invoke(app, ["monitor", "fault", "--cluster", str(c), "--pods", str(p), "--xid", "79"],
+                      env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "{'" not in r.stdout and "evicted': [" not in r.stdout  # no Python dict repr
+    words = " ".join(r.stdout.split())
+    assert "GpuXidCritical" in words and "cordoned the node and evicted" in words
+    assert all(len(line) <= 80 for line in r.stdout.splitlines())
+
+
 def test_analyze_job_from_file_and_sim(files: tuple[Path, Path], tmp_path: Path) -> None:
     c, p = files
     m = tmp_path / "m.csv"
@@ -158,9 +169,10 @@ def test_agent_process_serves_metrics(files: tuple[Path, Path]) -> None:
         assert 'gpucluster_device_tasks{' in body and "gpucluster_scheduler_pending_pods 0.0" in body
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+        # communicate() drains the pipes while waiting: a child blocked writing to a full pipe cannot exit
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0
-    assert b"serving http://127.0.0.1:" in (proc.stderr.read() if proc.stderr else b"")
+    assert b"serving http://127.0.0.1:" in err
 
 
 def test_agent_nvml_without_gpu_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:

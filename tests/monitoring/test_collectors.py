@@ -135,7 +135,8 @@ def fake_pynvml(gpus: int = 2, xids: list[tuple[int, int]] | None = None) -> typ
     handles = [object() for _ in range(gpus)]
     nv.NVMLError = _FakeNvmlError  # type: ignore[attr-defined]
     consts = ("NVML_CLOCK_SM", "NVML_CLOCK_MEM", "NVML_TEMPERATURE_GPU", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
-              "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC", "nvmlEventTypeXidCriticalError")
+              "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC", "nvmlEventTypeXidCriticalError",
+              "NVML_PCIE_UTIL_TX_BYTES", "NVML_PCIE_UTIL_RX_BYTES")
     for k, c in enumerate(consts):
         setattr(nv, c, k)
     state = {"init": 0}
@@ -161,7 +162,9 @@ def fake_pynvml(gpus: int = 2, xids: list[tuple[int, int]] | None = None) -> typ
         "nvmlDeviceGetName": lambda h: b"NVIDIA H100 80GB HBM3",
         "nvmlDeviceGetPciInfo": lambda h: types.SimpleNamespace(busId=f"00000000:{idx(h):02X}:00.0"),
         "nvmlDeviceGetUtilizationRates": lambda h: types.SimpleNamespace(gpu=50 + idx(h), memory=20),
-        "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(used=1024 * 1048576, free=3072 * 1048576),
+        "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(used=1024 * 1048576, free=3072 * 1048576,
+                                                                   reserved=512 * 1048576),
+        "nvmlDeviceGetPcieThroughput": lambda h, c: 700 if c == consts.index("NVML_PCIE_UTIL_TX_BYTES") else 900,
         "nvmlDeviceGetPowerUsage": lambda h: 350500,
         "nvmlDeviceGetRemappedRows": lambda h: (2, 1, 0, 0),
         "nvmlDeviceGetClockInfo": lambda h, c: 1980 if c == 0 else 2619,
@@ -190,7 +193,8 @@ def test_nvml_source_maps_fields_and_units(monkeypatch: pytest.MonkeyPatch) -> N
     assert (s0.uuid, s0.model_name, s0.pci_bus_id, s0.device) == ("GPU-0", "NVIDIA H100 80GB HBM3",
                                                                   "00000000:00:00.0", "nvidia0")
     assert s0.gpu_util_pct == 50 and s1.gpu_util_pct == 51 and s0.mem_copy_util_pct == 20
-    assert s0.fb_used_mib == 1024 and s0.fb_free_mib == 3072
+    assert s0.fb_used_mib == 1024 and s0.fb_free_mib == 3072 and s0.fb_reserved_mib == 512
+    assert (s0.pcie_tx_throughput_kb, s0.pcie_rx_throughput_kb) == (700, 900)
     assert s0.power_w == pytest.approx(350.5) and s0.total_energy_mj == 123456
     assert s0.sm_clock_mhz == 1980 and s0.mem_clock_mhz == 2619 and s0.gpu_temp_c == 61
     assert s0.enc_util_pct is None and s0.dec_util_pct == 3  # unsupported -> left out, not zero

@@ -163,7 +163,9 @@ def test_fast_renderer_matches_prometheus_client(make_sim: Sim) -> None:
     cp.observe("scheduled", 0.01)
 
     def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+        # the client's parser names a counter's samples <family>_total; dcgm-exporter's counters are bare
+        return {(s.name.removesuffix("_total") if s.name.startswith("DCGM_") else s.name,
+                 tuple(sorted(s.labels.items()))): s.value
                 for fam in text_string_to_metric_families(text) for s in fam.samples
                 if not s.name.endswith("_created")}
 
@@ -172,3 +174,6 @@ def test_fast_renderer_matches_prometheus_client(make_sim: Sim) -> None:
     assert parse(ours) == parse(generate_latest(reg).decode())
     assert renderer.render(reg).decode() == ours  # the label cache changes nothing
     assert "# TYPE gpucluster_scheduling_decisions_total counter" in ours
+    # dcgm-exporter's counters: typed counter, samples under the bare name (as dcgm-exporter writes them)
+    assert f"# TYPE {m.DCGM_TOTAL_ENERGY} counter\n" in ours
+    assert f"\n{m.DCGM_TOTAL_ENERGY}{{" in ours and f"{m.DCGM_TOTAL_ENERGY}_total" not in ours

@@ -209,3 +209,43 @@ def test_a_node_back_in_service_no_longer_counts_against_the_brake() -> None:
     clock.t = 1.0
     assert rem.handle([]) == []  # the skipped alert's episode ends; when it fires again it is considered anew
     assert [r.outcome for r in rem.handle([other])] == ["done"]
+
+
+def test_disruptive_actions_are_planned_only_unless_opted_in() -> None:
+    """``RemediationPolicy.opt_in``: a drain not switched on moves nothing (every pod stays where it was) but
+    cordons the node and marks the device unusable, and it is listed as planned while its alert fires."""
+    state, sched, target = setup(nodes=3, gpus=4)
+    pods = [activity_pod(f"job-{k}", "compute", cores_pct=50, memory_mib=20000) for k in range(6)]
+    assert place(sched, pods) == []
+    bad = busiest(state)
+    before = {k: a.node for k, a in state.allocations.items()}
+    rem = Remediator(target, RemediationPolicy.opt_in([]), node_count=lambda: state.n_nodes, clock=FakeClock())
+    firing = [alert("GpuXidCritical", Action.DRAIN, bad, gpu=1)]
+    (rec,) = rem.handle(firing)
+    assert (rec.action, rec.outcome) == ("drain", "dry-run")
+    assert {k: a.node for k, a in state.allocations.items()} == before  # nobody evicted
+    i = state.node_index[bad]
+    assert not state.schedulable[i] and not state.dev_healthy[i, 1]  # but nothing new lands there
+    assert set(rec.detail["would_evict"]) == {k for k, n in before.items() if n == bad}  # type: ignore[arg-type]
+    assert [r.target for r in rem.planned()] == [f"{bad}/gpu1"]
+    assert rem.handle(firing) == []  # one record per alert episode
+    assert rem.handle([]) == [] and rem.planned() == []  # resolved: no longer planned
+
+    on = Remediator(target, RemediationPolicy.opt_in([Action.DRAIN]), node_count=lambda: state.n_nodes,
+                    clock=FakeClock())
+    (done,) = on.handle(firing)
+    assert done.outcome == "done" and state.pods_on_node[i] == set() and on.planned() == []
+
+
+def test_opt_in_modes_and_observe_only() -> None:
+    policy = RemediationPolicy.opt_in([Action.DEFRAGMENT])
+    assert policy.modes() == {"cordon": "on", "drain": "dry-run", "defragment": "on", "release": "dry-run"}
+    watch = RemediationPolicy.opt_in([], observe_only=True)
+    assert set(watch.modes().values()) == {"dry-run"}
+    state, sched, target = setup(nodes=3, gpus=4)
+    assert place(sched, [activity_pod("p", "compute", cores_pct=50, memory_mib=20000)]) == []
+    node = next(iter(state.allocations.values())).node
+    (rec,) = Remediator(target, watch, clock=FakeClock()).handle([alert("GpuXidCritical", Action.DRAIN, node)])
+    assert rec.outcome == "dry-run" and "cordoned" not in rec.detail
+    assert state.schedulable[state.node_index[node]]  # observe only: not even a cordon
+    assert RemediationPolicy().modes()["drain"] == "on"  # the library default is unchanged

@@ -84,3 +84,22 @@ def wait_for(fn: Any, what: str, timeout: float = 30.0, interval: float = 0.1) -
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}; last value: {last!r}")
+
+
+def submit_job(server: Server, body: dict[str, Any], token: str | None = ADMIN) -> dict[str, Any]:
+    """POST a job (asserting 201) and return it."""
+    with server.client(token) as c:
+        r = c.post("/api/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+
+def wait_running(server: Server, job_id: str, timeout: float = 30.0) -> dict[str, Any]:
+    """The job once it runs (with its placements)."""
+    def get() -> dict[str, Any] | None:
+        with server.client() as c:
+            j: dict[str, Any] = c.get(f"/api/v1/jobs/{job_id}").json()
+        return j if j["status"] == "running" else None
+
+    found: dict[str, Any] = wait_for(get, f"job {job_id} running", timeout)
+    return found

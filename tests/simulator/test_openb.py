@@ -55,9 +55,11 @@ def test_five_column_multigpu_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "why"),
     [
-        ("p0,abc,1,0,0", ":2: column 'cpu_milli': 'abc' is not a number"),
-        ("p0,1.5,1,0,0", ":2: column 'cpu_milli': '1.5' is not a whole number"),
-        ("p0,-1,1,0,0", ":2: column 'cpu_milli': -1 must be >= 0"),
+        ("p0,abc,1,0,0", ":2: column 'cpu_milli': not a number: 'abc'"),
+        ("p0,1.5,1,0,0", ":2: column 'cpu_milli': must be an integer, got '1.5'"),
+        ("p0,-1,1,0,0", ":2: column 'cpu_milli': must not be negative, got -1"),
+        ("p0,nan,1,0,0", ":2: column 'cpu_milli': must be a finite number, got 'nan'"),
+        ("p0,1e22,1,0,0", ":2: column 'cpu_milli': must be at most 2,147,483,647, got '1e22'"),
         ("p0,1,1,0,", ":2: column 'gpu_milli' is empty"),
         ("p0,1,1,2,500", ":2: pod p0 asks for 2 GPUs; multi-GPU pods need gpu_milli 1000"),
         ("p0,1,1,1,0", ":2: pod p0 asks for 1 GPU(s) with gpu_milli 0"),

@@ -24,7 +24,7 @@ def test_bad_lines_name_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "oracle_throughputs.json").write_text(json.dumps({"v100": {"A3C": {"null": 2.0}}}))
     f = tmp_path / "vc.trace"
     f.write_text("A3C\tcmd\t-n\t0\t100\t0\t1\nA3C\tcmd\t-n\t0\t100\tsoon\t1\n")
-    with pytest.raises(TraceError, match=r"vc.trace:2: could not convert"):
+    with pytest.raises(TraceError, match=r"vc.trace:2: arrival_time_s: not a number: 'soon'"):
         load_philly(f)
     f.write_text("Unknown\tcmd\t-n\t0\t100\t0\t1\n")
     with pytest.raises(TraceError, match=r"vc.trace:1: job type 'Unknown'"):

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.service.server import ADMIN, Server, start_server
+from tests.service.server import Server, start_server
+from tests.web.conftest import login, shot
 
 pytestmark = pytest.mark.integration
-
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def _need_chromium() -> None:
-    if shutil.which(CHROMIUM) is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing (apt-get install -y chromium)")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium); set CI=1 to make this a failure")
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
@@ -36,39 +21,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    _need_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    ctx = browser.new_context(viewport={"width": 1440, "height": 900})
-    pg = ctx.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield pg
-    ctx.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
-
-
-def _shot(page: Any, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)
-
-
-def _login(page: Any, server: Server, token: str = ADMIN) -> None:
-    page.goto(server.url + "/")
-    page.get_by_label("Token").fill(token)
-    page.get_by_role("button", name="Sign in").click()
-    page.locator("[data-testid=kpi-alloc] .value").wait_for()
-
 
 def test_login_rejects_a_wrong_token(page: Any, server: Server) -> None:
     page.goto(server.url + "/")
@@ -76,17 +28,17 @@ def test_login_rejects_a_wrong_token(page: Any, server: Server) -> None:
     page.get_by_role("button", name="Sign in").click()
     page.locator("#login-error", has_text="not known").wait_for()
     assert page.locator("#app").is_hidden()
-    _shot(page, "00-login")
+    shot(page, "00-login")
 
 
 def test_end_to_end_submit_watch_and_inspect(page: Any, server: Server) -> None:
-    _login(page, server)
-    _shot(page, "01-login-done")
+    login(page, server)
+    shot(page, "01-login-done")
     from playwright.sync_api import expect
 
     expect(page.locator("[data-testid=kpi-nodes] .value")).to_have_text("240")
     expect(page.locator("#ov-chart svg")).to_be_visible()
-    _shot(page, "02-overview")
+    shot(page, "02-overview")
 
     # submit a job in the form and watch it go pending -> running -> succeeded
     page.get_by_role("link", name="Jobs").click()
@@ -102,11 +54,11 @@ def test_end_to_end_submit_watch_and_inspect(page: Any, server: Server) -> None:
     seen.append(status.get_attribute("data-status"))
     expect(status).to_have_attribute("data-status", "running", timeout=15_000)
     seen.append("running")
-    _shot(page, "03-job-running")
+    shot(page, "03-job-running")
     expect(status).to_have_attribute("data-status", "succeeded", timeout=30_000)
     seen.append("succeeded")
     assert seen[0] in ("pending", "running")
-    _shot(page, "04-job-succeeded")
+    shot(page, "04-job-succeeded")
 
     # the job's drawer shows where it ran; open the node from there and see its devices
     row.click()
@@ -117,33 +69,33 @@ def test_end_to_end_submit_watch_and_inspect(page: Any, server: Server) -> None:
     node_link.click()
     expect(page.locator("#drawer-title")).to_have_text(node_name)
     expect(page.locator("[data-testid=node-devices] .device")).to_have_count(8)
-    _shot(page, "05-node-from-job")
+    shot(page, "05-node-from-job")
 
 
 def test_racks_heatmap_opens_a_nodes_devices(page: Any, server: Server) -> None:
-    _login(page, server)
+    login(page, server)
     page.get_by_role("link", name="Racks & nodes").click()
     from playwright.sync_api import expect
 
     rows = page.locator(".node-row")
     expect(rows).to_have_count(240)
-    _shot(page, "06-racks-heatmap")
+    shot(page, "06-racks-heatmap")
     page.locator("[data-testid=node-infer-0003]").click()
     expect(page.locator("#drawer-title")).to_have_text("infer-0003")
     devices = page.locator("[data-testid=node-devices] .device")
     expect(devices).to_have_count(8)
     expect(page.locator("[data-testid=drawer] .kv")).to_contain_text("L40S")
-    _shot(page, "07-node-devices")
+    shot(page, "07-node-devices")
 
 
 def test_other_pages_render(page: Any, server: Server) -> None:
-    _login(page, server)
+    login(page, server)
     from playwright.sync_api import expect
 
     page.get_by_role("link", name="Topology").click()
     expect(page.locator("[data-testid=topology-svg]")).to_be_visible()
     expect(page.locator("[data-testid=topology-svg]")).to_contain_text("leaf-007")
-    _shot(page, "08-topology")
+    shot(page, "08-topology")
 
     page.get_by_role("link", name="Tenants").click()
     page.locator("#tn-name").fill("vision")
@@ -151,7 +103,7 @@ def test_other_pages_render(page: Any, server: Server) -> None:
     page.get_by_role("button", name="Save & issue token").click()
     expect(page.locator("[data-testid=tenant-token]")).to_contain_text("gct_vision_")
     expect(page.locator("#tn-table")).to_contain_text("vision")
-    _shot(page, "09-tenants")
+    shot(page, "09-tenants")
 
     page.get_by_role("link", name="Alerts").click()
     page.locator("#al-node").fill("train-0042")
@@ -161,7 +113,7 @@ def test_other_pages_render(page: Any, server: Server) -> None:
     expect(page.locator("#al-table")).to_contain_text("GpuXidCritical")
     expect(page.locator("#al-remed")).to_contain_text("drain")
     expect(page.locator("#al-remed")).to_contain_text("cordoned the node")
-    _shot(page, "10-alerts")
+    shot(page, "10-alerts")
 
     page.get_by_role("link", name="Design").click()
     page.locator("#dz-mode").select_option("dgx-h100-superpod")
@@ -170,14 +122,14 @@ def test_other_pages_render(page: Any, server: Server) -> None:
     expect(page.locator("[data-testid=design-kpis]")).to_contain_text("1,016", timeout=30_000)
     expect(page.locator("#dz-diagram")).to_have_attribute("src", re.compile("^blob:"))
     page.wait_for_timeout(300)  # let the diagram image paint before the screenshot
-    _shot(page, "11-design")
+    shot(page, "11-design")
 
     page.get_by_role("link", name="Experiments").click()
     page.locator("#ex-jobs").fill("600")
     page.get_by_role("button", name="Run experiment").click()
     expect(page.locator("[data-testid=experiment-table]")).to_contain_text("spread", timeout=60_000)
     expect(page.locator("[data-testid=experiment-table]")).to_contain_text("stranding-fgd")
-    _shot(page, "12-experiments")
+    shot(page, "12-experiments")
 
 
 def test_a_tenant_sees_only_its_own_jobs_in_the_dashboard(page: Any, server: Server) -> None:
@@ -185,7 +137,7 @@ def test_a_tenant_sees_only_its_own_jobs_in_the_dashboard(page: Any, server: Ser
         tok = admin.post("/api/v1/tenants", json={"name": "alpha"}).json()["token"]
         admin.post("/api/v1/jobs", json={"name": "admins-secret", "tenant": "beta",
                                          "resources": {"nvidia.com/gpu": 1}})
-    _login(page, server, tok)
+    login(page, server, tok)
     from playwright.sync_api import expect
 
     expect(page.locator("#who")).to_contain_text("alpha")
@@ -195,7 +147,7 @@ def test_a_tenant_sees_only_its_own_jobs_in_the_dashboard(page: Any, server: Ser
     page.get_by_role("button", name="Submit").click()
     expect(page.locator("[data-testid=job-row-alpha-job]")).to_be_visible()
     expect(page.locator("#jl-table")).not_to_contain_text("admins-secret")
-    _shot(page, "13-tenant-view")
+    shot(page, "13-tenant-view")
 
 
 def test_api_reference_renders_offline(page: Any, server: Server) -> None:
@@ -210,5 +162,5 @@ def test_api_reference_renders_offline(page: Any, server: Server) -> None:
     op.locator("summary").click()
     expect(op).to_contain_text("replicas")
     expect(op).to_contain_text("Pods placed all-or-nothing")
-    _shot(page, "14-api-docs")
+    shot(page, "14-api-docs")
     assert external == []  # nothing is fetched from outside the control plane (no CDN)

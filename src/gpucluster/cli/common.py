@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
+from gpucluster.cli.output import write_json
+from gpucluster.devices import (
+    DeviceConfig,
+    DeviceConfigError,
+    DeviceSettings,
+    VendorRegistry,
+    load_device_config,
+)
 from gpucluster.spec import Cluster, SpecError, load_cluster
 
 console = Console()
@@ -25,7 +31,8 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """``--json``: written as is, whatever the terminal (``cli.output``)."""
+    write_json(data)
 
 
 def cluster_option_help() -> str:
@@ -33,7 +40,33 @@ def cluster_option_help() -> str:
             "built-in seed reference cluster).")
 
 
-def load_cluster_or_fail(path: Path | None) -> Cluster:
+DeviceConfigOpt = Annotated[Path | None, typer.Option(
+    "--device-config", help="HAMi's device-config.yaml (its chart's ConfigMap or the file in it): resource names, "
+                            "defaultMemory/defaultCores/defaultGPUNum, memoryFactor, deviceSplitCount, "
+                            "deviceMemoryScaling per vendor. Default: HAMi's defaults.")]
+
+
+def device_config_or_fail(path: Path) -> DeviceConfig:
+    """``--device-config``, loaded (unused settings are warned)."""
+    try:
+        config = load_device_config(path)
+    except DeviceConfigError as exc:
+        fail(f"--device-config: {exc}")
+    for note in config.notes:
+        err_console.print(f"[yellow]warning:[/] --device-config: {note}", highlight=False, soft_wrap=True)
+    return config
+
+
+def device_settings_or_fail(path: Path | None) -> DeviceSettings:
+    """The device settings of ``--device-config`` (HAMi's defaults without one); unused settings are warned."""
+    return DeviceSettings() if path is None else device_config_or_fail(path).settings
+
+
+def registry_or_fail(path: Path | None) -> VendorRegistry:
+    return VendorRegistry.from_settings(device_settings_or_fail(path))
+
+
+def load_cluster_or_fail(path: Path | None, registry: VendorRegistry | None = None) -> Cluster:
     if path is not None and path.suffix == ".csv":
         from gpucluster.simulator.traces import TraceError
         from gpucluster.simulator.traces.openb import openb_cluster
@@ -45,7 +78,7 @@ def load_cluster_or_fail(path: Path | None) -> Cluster:
         except OSError as exc:
             fail(f"{path}: {exc.strerror}")
     try:
-        return load_cluster(path)
+        return load_cluster(path, registry)
     except SpecError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 from rich.progress import Progress
-from rich.table import Table
 
 from gpucluster.cli.common import cluster_option_help, console, load_cluster_or_fail, print_json
+from gpucluster.cli.output import print_table
 from gpucluster.model import ContainerRequest, DeviceRequest, Pod
 from gpucluster.scheduler import PROFILES, Scheduler, profile_for
 
@@ -91,10 +91,7 @@ def register(app: typer.Typer) -> None:
             return
         s = c.summary()
         console.print(f"[bold]{s['name']}[/]: {s['nodes']} nodes, {s['gpus']} GPUs, {pods} synthetic pods")
-        table = Table(title="placement of a synthetic GPU-sharing workload")
-        for col in ("policy", "placed", "GPU allocated %", "CPU allocated %", "decisions/s"):
-            table.add_column(col, justify="right" if col != "policy" else "left")
-        for r in rows:
-            table.add_row(str(r["policy"]), f"{r['placed']}/{r['pods']}", f"{r['gpu_allocation_pct']:.2f}",
-                          f"{r['cpu_allocation_pct']:.2f}", f"{r['decisions_per_s']:.0f}")
-        console.print(table)
+        print_table(["policy", "placed", "GPU allocated %", "CPU allocated %", "decisions/s"],
+                    [(str(r["policy"]), f"{r['placed']}/{r['pods']}", f"{r['gpu_allocation_pct']:.2f}",
+                      f"{r['cpu_allocation_pct']:.2f}", f"{r['decisions_per_s']:.0f}") for r in rows],
+                    title="placement of a synthetic GPU-sharing workload", right=(1, 2, 3, 4))

@@ -10,8 +10,8 @@ from typing import Annotated, Any, NoReturn
 import typer
 import yaml
 from rich.console import Console
-from rich.table import Table
 
+from gpucluster.cli.output import print_table
 from gpucluster.design import (
     PRESETS,
     DesignError,
@@ -186,7 +186,6 @@ def _design_command(
 def _print_summary(d: Any, console: Console) -> None:
     x = to_dict(d)
     n, p, c = x["network"], x["power"], x["cost"]
-    t = Table(title=f"Cluster design: {x['name']}", show_header=False)
     rows = [
         ("GPU", f"{x['gpu']['model']} x {x['gpus_per_server']} per server"),
         ("servers / GPUs", f"{x['servers']:,} / {x['gpus']:,}"),
@@ -205,9 +204,7 @@ def _print_summary(d: Any, console: Console) -> None:
         ("capex (estimate)", f"${c['capex_usd']:,.0f}"),
         ("power per year", f"${c['power_usd_per_year']:,.0f}"),
     ]
-    for k, v in rows:
-        t.add_row(k, v)
-    console.print(t)
+    print_table(["item", "value"], rows, title=f"Cluster design: {x['name']}", no_headers=True)
     for cloud in c["cloud"]:
         console.print(f"cloud {cloud['provider']} {cloud['region']}: "
                       f"${cloud['on_demand_usd_per_year']:,.0f}/yr on demand, "

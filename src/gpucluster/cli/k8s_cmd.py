@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -9,11 +10,23 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpucluster.cli.common import cluster_option_help, fail, load_cluster_or_fail
-from gpucluster.devices import DeviceSettings, VendorRegistry
+from gpucluster.cli.common import (
+    DeviceConfigOpt,
+    cluster_option_help,
+    device_config_or_fail,
+    fail,
+    load_cluster_or_fail,
+    registry_or_fail,
+)
+from gpucluster.devices import VendorRegistry
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from prometheus_client.registry import Collector
+
     from gpucluster.kubernetes.client import ApiClient
+    from gpucluster.kubernetes.cluster import KubeCluster
 
 KubeconfigOpt = Annotated[
     Path | None,
@@ -23,10 +36,24 @@ PolicyOpt = Annotated[str, typer.Option(
     "--placement-policy", "--policy",
     help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ... (--policy: the same)")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
+LegacyOpt = Annotated[bool, typer.Option(
+    "--legacy-metrics", help="Also export HAMi's legacy metric names (GPUDeviceMemoryAllocated, ...) beside "
+                             "its current ones (hami_gpu_memory_allocated_bytes, ...), as HAMi's flag does.")]
 
 
-def _registry() -> VendorRegistry:
-    return VendorRegistry.from_settings(DeviceSettings())
+def _metrics(legacy: bool) -> Callable[[KubeCluster], Sequence[Collector]]:
+    """/metrics families over the cluster: our allocation families and HAMi's (docs/monitoring.md)."""
+
+    def make(cluster: KubeCluster) -> Sequence[Collector]:
+        from prometheus_client import CollectorRegistry
+
+        from gpucluster.monitoring.exporter import register_allocation
+
+        reg = CollectorRegistry(auto_describe=False)
+        register_allocation(reg, lambda: cluster.state, None, cluster.lock, legacy)
+        return [reg]
+
+    return make
 
 
 def _api(kubeconfig: Path | None) -> ApiClient:
@@ -68,16 +95,19 @@ def register(app: typer.Typer) -> None:
         handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake before a "
                                                            "node gets no new pods.")] = 60.0,
         assume_ttl: Annotated[float, typer.Option(help="Seconds a decision waits for its bind.")] = 30.0,
+        device_config: DeviceConfigOpt = None,
+        legacy_metrics: LegacyOpt = False,
     ) -> None:
-        """Serve the kube-scheduler extender API (/filter, /prioritize, /bind, /healthz, /metrics)."""
+        """Serve the kube-scheduler extender API (/filter, /prioritize, /preempt, /bind, /healthz, /metrics)."""
         from gpucluster.kubernetes.runtime import RunOptions, run_extender
 
         host, port = _listen(listen)
         _check_policy(policy)
+        registry = registry_or_fail(device_config)
         opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
-                          assume_ttl=assume_ttl)
+                          assume_ttl=assume_ttl, collectors=_metrics(legacy_metrics))
         try:
-            run_extender(_api(kubeconfig), _registry(), host, port, opts)
+            run_extender(_api(kubeconfig), registry, host, port, opts)
         except OSError as exc:
             fail(f"--listen {listen}: {exc.strerror or exc}", code=1)
         except TimeoutError as exc:
@@ -99,18 +129,22 @@ def register(app: typer.Typer) -> None:
         listen: Annotated[str, typer.Option("--listen", help="HOST:PORT for /healthz and /metrics "
                                                              "(empty: none).")] = "",
         handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake.")] = 60.0,
+        device_config: DeviceConfigOpt = None,
+        legacy_metrics: LegacyOpt = False,
     ) -> None:
         """Run a secondary scheduler for pods with spec.schedulerName = --scheduler-name (gangs, leader
         election)."""
         from gpucluster.kubernetes.runtime import RunOptions, run_scheduler
 
         _check_policy(policy)
+        registry = registry_or_fail(device_config)
         if lease_duration < 1:
             fail("--lease-duration: must be >= 1 second")
         where = _listen(listen) if listen else None
-        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout)
+        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
+                          collectors=_metrics(legacy_metrics))
         try:
-            run_scheduler(_api(kubeconfig), _registry(), opts, namespace=namespace,
+            run_scheduler(_api(kubeconfig), registry, opts, namespace=namespace,
                           lease_name=lease_name or scheduler_name, identity=identity or None,
                           lease_duration=lease_duration, listen=where, leader_elect=leader_elect)
         except TimeoutError as exc:
@@ -133,7 +167,7 @@ def register(app: typer.Typer) -> None:
         if interval <= 0:
             fail("--interval: must be > 0")
         spec = load_cluster_or_fail(cluster)
-        reg = NodeRegistrar(_api(kubeconfig), spec.nodes, _registry(), interval=interval)
+        reg = NodeRegistrar(_api(kubeconfig), spec.nodes, registry_or_fail(None), interval=interval)
         try:
             if delete:
                 reg.delete()
@@ -159,19 +193,65 @@ def register(app: typer.Typer) -> None:
     def manifests_cmd(
         mode: Annotated[str, typer.Option("--mode", help="extender (kube-scheduler + our extender) or "
                                                          "scheduler (our secondary scheduler).")] = "extender",
+        kube_version: Annotated[str, typer.Option(
+            "--kube-version", help="Target Kubernetes version X.Y[.Z]: picks the KubeSchedulerConfiguration "
+                                   "version (v1 from 1.25, v1beta3 1.23-1.24, v1beta1 1.20-1.22) and the "
+                                   "registry.k8s.io/kube-scheduler image.")] = "1.33",
         namespace: Annotated[str, typer.Option("--namespace")] = "kube-system",
-        image: Annotated[str, typer.Option("--image", help="gpucluster container image.")]
+        release: Annotated[str, typer.Option("--release", help="Prefix of the objects' names (as a Helm "
+                                                               "release name).")] = "gpucluster",
+        image: Annotated[str, typer.Option("--image", help="gpucluster container image (see Containerfile).")]
         = "ghcr.io/gpucluster/gpucluster:0.1.0",
+        kube_scheduler_image: Annotated[str, typer.Option(
+            "--kube-scheduler-image", help="kube-scheduler image (default: registry.k8s.io/kube-scheduler at "
+                                           "--kube-version).")] = "",
         scheduler_name: NameOpt = "gpucluster",
         policy: PolicyOpt = "default",
+        device_config: DeviceConfigOpt = None,
+        replicas: Annotated[int, typer.Option("--replicas", help="Scheduler pods (leader-elected).")] = 2,
+        legacy_metrics: LegacyOpt = False,
+        agent: Annotated[bool, typer.Option("--agent/--no-agent", help="The agent DaemonSet on GPU nodes.")]
+        = True,
+        up: Annotated[bool, typer.Option("--up", help="Also run `gpucluster up` against the cluster.")] = False,
+        twins: Annotated[Path | None, typer.Option(
+            "--twins", help="Cluster spec whose nodes `k8s register-nodes` keeps registered (a twin).")] = None,
+        monitoring: Annotated[bool, typer.Option(
+            "--monitoring", help="ServiceMonitor, PrometheusRule (`monitor rules`) and the Grafana dashboard "
+                                 "ConfigMap (Prometheus Operator, Grafana sidecar).")] = False,
     ) -> None:
-        """Print the YAML to deploy gpucluster (ServiceAccount, RBAC, ConfigMap, Deployment, Service)."""
-        from gpucluster.kubernetes.manifests import Mode, manifests, to_yaml
+        """Print the YAML to deploy gpucluster: ServiceAccounts, least-privilege RBAC, the scheduler
+        (ConfigMap, Deployment, Service), the agent DaemonSet and, on request, `up`, a twin's registration and
+        the monitoring objects. The Helm chart charts/gpucluster renders the same objects."""
+        from gpucluster.kubernetes.manifests import DeployOptions, KubeVersionError, build, to_yaml
 
         if mode not in ("extender", "scheduler"):
             fail(f"--mode {mode!r}: must be extender or scheduler")
         _check_policy(policy)
-        chosen: Mode = "extender" if mode == "extender" else "scheduler"
-        objs = manifests(chosen, _registry(), namespace=namespace, image=image,
-                         scheduler_name=scheduler_name, policy=policy)
+        if replicas < 1:
+            fail("--replicas: must be >= 1")
+        twin_text = ""
+        if twins is not None:
+            load_cluster_or_fail(twins)  # a clear error now, not a crash-looping pod later
+            twin_text = twins.read_text(encoding="utf-8")
+        rules = dashboard = ""
+        if monitoring:
+            from gpucluster.monitoring import rule_file
+            from gpucluster.monitoring.dashboard import dashboard_json
+
+            rules, dashboard = rule_file(), dashboard_json()
+        opts = DeployOptions(
+            mode="extender" if mode == "extender" else "scheduler", kube_version=kube_version, release=release,
+            namespace=namespace, image=image, kube_scheduler_image=kube_scheduler_image,
+            scheduler_name=scheduler_name, policy=policy, replicas=replicas, legacy_metrics=legacy_metrics,
+            agent=agent, up=up, twins=twin_text, service_monitor=monitoring, prometheus_rules=rules,
+            dashboard=dashboard)
+        registry = VendorRegistry.from_settings()
+        if device_config is not None:  # shipped to the scheduler pods as its ConfigMap, and read here too
+            loaded = device_config_or_fail(device_config)
+            registry = VendorRegistry.from_settings(loaded.settings)
+            opts = dataclasses.replace(opts, device_config=loaded.document)
+        try:
+            objs = build(opts, registry)
+        except KubeVersionError as exc:
+            fail(str(exc))
         sys.stdout.write(to_yaml(objs))

@@ -9,10 +9,12 @@ import typer
 
 from gpucluster import __version__
 from gpucluster.cli import (
+    config_cmd,
     demo_cmd,
     deploy_cmd,
     design_cmd,
     experiment_cmd,
+    get_cmd,
     k8s_cmd,
     monitor_cmd,
     schedule_cmd,
@@ -26,13 +28,13 @@ app = typer.Typer(
     name="gpucluster",
     help="GPU-cluster control plane: plan, schedule, watch and replay GPU clusters.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
 for module in (
     spec_cmd, schedule_cmd, demo_cmd, design_cmd, whatif_cmd, experiment_cmd, simulate_cmd, k8s_cmd, deploy_cmd,
-    monitor_cmd, service_cmd,
+    monitor_cmd, service_cmd, get_cmd, config_cmd,
 ):
     module.register(app)
 

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import numpy as np
 import typer
-from rich.table import Table
+from prometheus_client import CollectorRegistry
 
 from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.output import print_table, write
 from gpucluster.model import ClusterState, Pod
 from gpucluster.monitoring import (
     AuditLog,
@@ -32,12 +35,13 @@ from gpucluster.monitoring import (
     analyze,
     build_registry,
     default_rules,
+    describe_record,
     load_metrics,
     lost_pods,
     rule_file,
 )
 from gpucluster.monitoring.collectors import nvml_device_count
-from gpucluster.scheduler import PROFILES, Outcome, Scheduler, profile_for
+from gpucluster.scheduler import PROFILES, Decision, Outcome, Scheduler, profile_for
 from gpucluster.spec import SpecError, load_pods
 
 
@@ -80,8 +84,10 @@ def _check_policy(policy: str) -> None:
         fail(f"--policy {policy!r}: unknown; known: {', '.join(sorted(PROFILES))}")
 
 
-def _place(state: ClusterState, pods: list[Pod], policy: str) -> tuple[Scheduler, list[Pod]]:
+def _place(state: ClusterState, pods: list[Pod], policy: str,
+           on_decision: Callable[[Decision, float], None] | None = None) -> tuple[Scheduler, list[Pod]]:
     sched = Scheduler(state, profile_for(policy))
+    sched.on_decision = on_decision
     pending = [p for p in pods if sched.schedule_and_bind(p).outcome != Outcome.SCHEDULED]
     return sched, pending
 
@@ -124,8 +130,12 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--fault", help="sim: NODE:GPU:XID@SECONDS - the GPU reports the XID that long after start."),
         ] = None,
+        legacy_metrics: Annotated[bool, typer.Option(
+            "--legacy-metrics", help="Also export HAMi's legacy metric names (HostGPUMemoryUsage, "
+                                     "GPUDeviceMemoryAllocated, ...) beside its current ones.")] = False,
     ) -> None:
-        """Serve device (dcgm-exporter names) and allocation metrics for Prometheus."""
+        """Serve device metrics (dcgm-exporter's names, HAMi's host names) and allocation metrics (ours and
+        HAMi's scheduler names) for Prometheus."""
         try:
             host, port = parse_listen(listen)
         except ValueError as exc:
@@ -140,6 +150,11 @@ def register(app: typer.Typer) -> None:
         nodes: list[str] | None = None
         waiting: list[Pod] = []
         planned: list[tuple[str, int, int, float]] = []
+        registry = CollectorRegistry(auto_describe=False)
+        started = time.monotonic()
+        control = ControlPlaneMetrics(
+            registry, lambda: QueueStats(len(waiting), time.monotonic() - started if waiting else 0.0)
+        ) if control_plane and source != "nvml" else None
         if source == "nvml":
             if faults:
                 fail("--fault needs --source sim")
@@ -153,37 +168,37 @@ def register(app: typer.Typer) -> None:
             nodes = _sim_nodes(state, list(node or []))
             if pods is not None:
                 _check_policy(policy)
-                _sched, waiting = _place(state, _load_pods_or_fail(pods), policy)
+                _sched, waiting = _place(state, _load_pods_or_fail(pods), policy,
+                                         control.observe_decision if control is not None else None)
             src = SimSource(state, nodes)
             try:
                 planned = sorted((parse_fault(f, state) for f in faults or []), key=lambda f: f[3])
             except ValueError as exc:
                 fail(str(exc))
-        registry = build_registry(src, state, nodes, lock)
-        if control_plane and state is not None:
-            started = time.monotonic()
-            ControlPlaneMetrics(
-                registry, lambda: QueueStats(len(waiting), time.monotonic() - started if waiting else 0.0)
-            )
+        build_registry(src, state, nodes, lock, legacy_metrics=legacy_metrics, registry=registry)
         try:
             server = MetricsServer(registry, host, port)
         except OSError as exc:
             fail(f"--listen {listen}: cannot listen: {exc.strerror}")
         gpus = len(src.sample())
         typer.echo(f"serving {server.url} (source {source}, {gpus} GPUs)", err=True)
+        # SIGINT/SIGTERM set an event the loop waits on, so a signal never interrupts the loop half-way (a
+        # KeyboardInterrupt raised at an arbitrary point could leave a lock or the server in a bad state)
+        stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             start = time.monotonic()
             deadline = None if duration is None else start + duration
-            while deadline is None or time.monotonic() < deadline:
+            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 while planned and time.monotonic() - start >= planned[0][3] and isinstance(src, SimSource):
                     f_node, f_gpu, f_xid, _ = planned.pop(0)
                     with lock:
                         src.inject_xid(f_node, f_gpu, f_xid)
                     typer.echo(f"injected XID {f_xid} on {f_node} GPU {f_gpu}", err=True)
-                time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
-        except KeyboardInterrupt:
-            pass
+                stop.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
         finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             server.stop()
             src.close()
 
@@ -208,6 +223,24 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             fail(f"--out {out}: {exc.strerror}")
         typer.echo(f"wrote {len(default_rules())} rules to {out}", err=True)
+
+    @monitor.command("dashboard")
+    def dashboard_cmd(
+        out: Annotated[Path | None, typer.Option("--out", help="Write the JSON here (default: stdout).")] = None,
+    ) -> None:
+        """Write the Grafana dashboard (allocation vs utilisation, fragmentation, queue, tenants, per-GPU DCGM
+        panels, HAMi's allocation view, latency); import it in Grafana or let the chart's ConfigMap load it."""
+        from gpucluster.monitoring.dashboard import dashboard_json
+
+        text = dashboard_json()
+        if out is None:
+            typer.echo(text, nl=False)
+            return
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            fail(f"--out {out}: {exc.strerror}")
+        typer.echo(f"wrote the dashboard to {out}", err=True)
 
     @monitor.command("fault")
     def fault(
@@ -263,12 +296,14 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(result)
         else:
-            console.print(f"{len(placed)} pods placed; GPU {gpu} on {node} reports XID {xid}")
-            for a in res.firing:
-                console.print(f"[red]FIRING[/] {a.name}: {a.annotations['summary']}")
-            for rec in res.actions:
-                console.print(f"[bold]{rec.action}[/] {rec.target}: {rec.outcome} {rec.detail or ''}")
-            console.print(f"pending after: {len(target.pending)}; lost: {len(lost)}")
+            write(f"{len(placed)} pods placed; GPU {gpu} on {node} reports XID {xid}")
+            print_table(["STATE", "ALERT", "TARGET", "SUMMARY"],
+                        [("firing", a.name, a.node + (f"/gpu{a.labels['gpu']}" if a.labels.get("gpu") else ""),
+                          a.annotations.get("summary", "")) for a in res.firing], title="alerts")
+            print_table(["ACTION", "TARGET", "OUTCOME", "WHAT"],
+                        [(rec.action, rec.target, rec.outcome, describe_record(rec)) for rec in res.actions],
+                        title="remediation", wrap_last=True)
+            write(f"pending after: {len(target.pending)}; lost: {len(lost)}")
         if lost:
             raise typer.Exit(1)
 
@@ -362,11 +397,7 @@ def _print_analysis(r: JobAnalysis) -> None:
     console.print(f"job [bold]{r.job}[/]: [bold]{r.verdict}[/] ({r.gpus} GPUs on {len(r.nodes)} node(s), "
                   f"{r.samples} samples)")
     console.print(f"why: {r.why}")
-    table = Table(title="evidence (means)")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in r.evidence.items():
-        table.add_row(k, f"{v:g}")
-    console.print(table)
+    print_table(["metric", "value"], [(k, f"{v:g}") for k, v in r.evidence.items()], title="evidence (means)",
+                right=(1,))
     for a in r.advice:
         console.print(f" - {a}")

@@ -6,21 +6,59 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
-from gpucluster.model import Policy
+from gpucluster.cli.common import (
+    DeviceConfigOpt,
+    cluster_option_help,
+    fail,
+    load_cluster_or_fail,
+    print_json,
+    registry_or_fail,
+)
+from gpucluster.cli.output import print_table, write
+from gpucluster.model import ClusterState, Policy, views
 from gpucluster.scheduler import DEFAULT_POLICY, PROFILES, Decision, Scheduler, binpack_spread_profile, profile_for
 from gpucluster.spec import SpecError, load_pods
 
+EXIT_UNPLACED = 3
+"""``schedule`` exits with this code when at least one pod was not placed (2 stays "bad input")."""
 
-def placement_json(d: Decision) -> dict[str, Any]:
-    return {
+
+def _with_shares(state: ClusterState, d: Decision, init: bool = False) -> list[list[dict[str, Any]]]:
+    """``Decision.devices_json`` plus, per device, its index on the node, the share held (0..1,
+    ``model.share``) and whether that is the whole device."""
+    out = d.devices_json(init)
+    if d.allocation is None:
+        return out
+    i = state.node_index[d.allocation.node]
+    grants = d.allocation.init_devices if init else d.allocation.devices
+    for per_json, per in zip(out, grants, strict=True):
+        for dj, g in zip(per_json, per, strict=True):
+            dj.update(index=g.device_index, **views.grant_share(state, i, g))
+    return out
+
+
+def placement_json(d: Decision, state: ClusterState | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "pod": d.pod.key,
         "node": d.node,
-        "devices": d.devices_json(),
+        "devices": d.devices_json() if state is None else _with_shares(state, d),
         "reasons": d.reasons,
     }
+    if d.pod.init_containers:
+        out["init_devices"] = d.devices_json(init=True) if state is None else _with_shares(state, d, init=True)
+    if not d.ok:
+        out["why"] = d.message()
+    return out
+
+
+def device_text(dev: dict[str, Any]) -> str:
+    """``gpu3 whole`` or ``gpu3 20000MiB 50%`` (a share: its memory and compute)."""
+    name = f"gpu{dev['index']}" if "index" in dev else str(dev["id"])[:12]
+    if dev.get("whole"):
+        return f"{name} whole"
+    cores = f" {dev['cores']}%" if dev["cores"] else ""
+    return f"{name} {dev['memory_mib']}MiB{cores}"
 
 
 def register(app: typer.Typer) -> None:
@@ -37,15 +75,21 @@ def register(app: typer.Typer) -> None:
         ] = None,
         gpu_policy: Annotated[
             Policy | None, typer.Option("--gpu-policy", help="HAMi style: inside a node, fuller devices (binpack) "
-                                                             "or fewest tasks first (spread, the default).")
+                                                             "or emptier (spread, default), by HAMi's device score.")
         ] = None,
         seed: Annotated[int, typer.Option("--seed", help="Seed for tie-breaking between equal nodes.")] = 0,
-        json_out: Annotated[bool, typer.Option("--json", help='Print {"placements": [...]} as JSON.')] = False,
+        json_out: Annotated[bool, typer.Option(
+            "--json", help='Print {"placements": [...], "placed": n, "unplaced": m} as JSON.')] = False,
+        device_config: DeviceConfigOpt = None,
     ) -> None:
-        """Schedule pods one by one (file order) and print where each landed, or why it could not."""
-        c = load_cluster_or_fail(cluster)
+        """Schedule pods one by one (file order) and print where each landed, or why it could not.
+
+        Exit status: 0 when every pod was placed, 3 when at least one was not (the JSON says which: "node" is
+        null and "why" holds the counted reasons), 2 for bad input."""
+        registry = registry_or_fail(device_config)
+        c = load_cluster_or_fail(cluster, registry)
         try:
-            pod_list = load_pods(pods)
+            pod_list = load_pods(pods, registry)
         except SpecError as exc:
             fail(str(exc))
         except OSError as exc:
@@ -64,17 +108,16 @@ def register(app: typer.Typer) -> None:
             label = f"policy {DEFAULT_POLICY if name == 'default' else name}"
         sched = Scheduler(c.state(), profile)
         decisions = [sched.schedule_and_bind(p) for p in pod_list]
-        if json_out:
-            print_json({"placements": [placement_json(d) for d in decisions]})
-            return
-        table = Table(title=f"{len(decisions)} pods on {c.name} ({label})")
-        for col in ("pod", "node", "devices (memory MiB / cores %)", "why not"):
-            table.add_column(col)
-        for d in decisions:
-            devs = "; ".join(
-                ", ".join(f"{g['id'][:12]} {g['memory_mib']}/{g['cores']}" for g in per) for per in d.devices_json()
-            )
-            table.add_row(d.pod.key, d.node or "[red]-[/]", devs, "" if d.ok else d.message())
-        console.print(table)
         placed = sum(1 for d in decisions if d.ok)
-        console.print(f"{placed}/{len(decisions)} placed")
+        rows = [placement_json(d, sched.state) for d in decisions]
+        if json_out:
+            print_json({"placements": rows, "placed": placed, "unplaced": len(decisions) - placed})
+        else:
+            table = [(r["pod"], r["node"] or "-", "; ".join(", ".join(device_text(g) for g in per)
+                                                             for per in r["devices"]), r.get("why", ""))
+                     for r in rows]
+            print_table(["POD", "NODE", "DEVICES", "WHY NOT"], table,
+                        title=f"{len(decisions)} pods on {c.name} ({label})", wrap_last=True)
+            write(f"{placed}/{len(decisions)} placed")
+        if placed < len(decisions):
+            raise typer.Exit(EXIT_UNPLACED)

@@ -2,36 +2,72 @@
 
 from __future__ import annotations
 
+import enum
+import ipaddress
+import logging
 import os
 import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 import yaml
-from rich.table import Table
 
+from gpucluster.cli.client import ContextOpt, ServerOpt, TokenOpt, call, client, resolve
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
     QUEUE_HELP,
+    DeviceConfigOpt,
     check_placement_policy,
     check_queue_policies,
     console,
+    device_settings_or_fail,
     fail,
     load_cluster_or_fail,
     print_json,
 )
+from gpucluster.cli.get_cmd import VIEWS, Resource
+from gpucluster.cli.output import print_table
+from gpucluster.monitoring import Action, RemediationPolicy
 
-DEFAULT_SERVER = "http://127.0.0.1:8080"
-SERVER_ENV = "GPUCLUSTER_SERVER"
-TOKEN_ENV = "GPUCLUSTER_TOKEN"
-
-ServerOpt = Annotated[str | None, typer.Option("--server", help=f"Control plane URL (env {SERVER_ENV}; "
-                                                                f"default {DEFAULT_SERVER}).")]
-TokenOpt = Annotated[str | None, typer.Option("--token", help=f"Bearer token (env {TOKEN_ENV}).")]
+PORT_ENV = "GPUCLUSTER_PORT"
+REMEDIATE_NAMES = {"drain": Action.DRAIN, "defragment": Action.DEFRAGMENT, "migrate": Action.DEFRAGMENT,
+                   "release": Action.RELEASE}
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+class LogFormat(enum.StrEnum):
+    """``up --log-format`` (``service.logs``)."""
+
+    JSON = "json"
+    LOGFMT = "logfmt"
+
+
+def parse_remediate(text: str) -> RemediationPolicy:
+    """``--remediate``: comma-separated disruptive actions to carry out (drain, defragment or its alias
+    migrate, release; ``all``), or ``none`` to plan every action, cordons included. Unlisted ones are dry-run."""
+    words = [w.strip().lower() for w in text.split(",") if w.strip()]
+    if words == ["none"]:
+        return RemediationPolicy.opt_in([], observe_only=True)
+    if words == ["all"]:
+        return RemediationPolicy.opt_in(set(REMEDIATE_NAMES.values()))
+    bad = [w for w in words if w not in REMEDIATE_NAMES]
+    if bad:
+        raise ValueError(f"--remediate: unknown action {bad[0]!r}; expected a comma-separated list of "
+                         f"{', '.join(REMEDIATE_NAMES)}, or all, or none")
+    return RemediationPolicy.opt_in({REMEDIATE_NAMES[w] for w in words})
+
+
+def _remediation_line(policy: RemediationPolicy) -> str:
+    modes = policy.modes()
+    on = [a for a, m in modes.items() if m == "on"]
+    dry = [a for a, m in modes.items() if m == "dry-run"]
+    text = f"{', '.join(on) or 'nothing'} carried out"
+    if dry:
+        text += f"; {', '.join(dry)} planned only (dry run; --remediate {','.join(a for a in dry if a != 'cordon')}"
+        text += " to carry out)" if any(a != "cordon" for a in dry) else ")"
+    return text
 
 
 def _default_data_dir() -> Path:
@@ -49,13 +85,25 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+def _shown_host(host: str) -> tuple[str, bool]:
+    """(host for the printed URL, listens beyond loopback?). A wildcard address prints this machine's name."""
+    if host in ("0.0.0.0", "", "::"):
+        return socket.gethostname() or "localhost", True
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    return (f"[{host}]" if ":" in host else host), not loopback
+
+
 def up(
     cluster: Annotated[Path | None, typer.Option(
         "--cluster", help="Cluster spec YAML or Node manifests (default: the built-in reference cluster).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Show and schedule a real "
                                                                          "Kubernetes cluster instead.")] = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8080,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, envvar=PORT_ENV,
+                                      help="Port to listen on.")] = 8080,
     data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Store directory (env GPUCLUSTER_DATA_DIR; "
                                                                      "default ~/.gpucluster).")] = None,
     speed: Annotated[float, typer.Option("--speed", min=0.01, max=10000.0,
@@ -68,49 +116,91 @@ def up(
                                         help=PLACEMENT_HELP + " (--policy: the same)")] = "default",
     queue_policy: Annotated[str, typer.Option("--queue-policy", help=QUEUE_HELP)] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
+    device_config: DeviceConfigOpt = None,
+    submit_rate: Annotated[float, typer.Option(
+        "--submit-rate", min=0.0, max=100000.0,
+        help="Job submissions (and task starts) per second each tenant may make; 0 = unlimited.")] = 20.0,
+    submit_burst: Annotated[int, typer.Option(
+        "--submit-burst", min=1, max=100000, help="Submissions a tenant may make at once.")] = 100,
+    legacy_metrics: Annotated[bool, typer.Option(
+        "--legacy-metrics", help="/metrics also carries HAMi's legacy names (GPUDeviceMemoryAllocated, ...).")]
+    = False,
+    remediate: Annotated[str, typer.Option(
+        "--remediate", help="Disruptive remediation to carry out, comma-separated: drain, defragment (alias "
+                            "migrate), release, or all; the others are planned only (dry run) and shown in the "
+                            "dashboard and `gpucluster get remediations`. Cordons always run; `none` plans "
+                            "those too.")] = "",
+    log_format: Annotated[LogFormat, typer.Option(
+        "--log-format", help="Structured log lines on stderr: access log, scheduling decisions, remediation, "
+                             "alerts.", case_sensitive=False)] = LogFormat.LOGFMT,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
 
     from gpucluster import web
     from gpucluster.service import (
+        DataDirLock,
+        DataDirLockedError,
         RuntimeOptions,
         RuntimeUnavailableError,
         ServiceConfig,
+        TokenError,
         build_runtime,
         create_app,
         open_service,
     )
+    from gpucluster.service.limits import RateLimits
 
     check_placement_policy(policy)
     [queue_policy] = check_queue_policies(queue_policy)
+    try:
+        remediation = parse_remediate(remediate)
+    except ValueError as exc:
+        fail(str(exc))
+    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        fail(f"--log-level {log_level!r}: expected debug, info, warning or error")
     if kubeconfig is not None and cluster is not None:
         fail("--cluster and --kubeconfig: give one of them")
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"--kubeconfig: {kubeconfig}: no such file")
-    if not _port_free(host, port):
-        fail(f"--port: {host}:{port} is already in use (pick another with --port)")
+    from gpucluster.devices import VendorRegistry
+
+    # bad input files are refused before anything is locked or created
+    devices = device_settings_or_fail(device_config)
+    spec = None if kubeconfig is not None else load_cluster_or_fail(cluster, VendorRegistry.from_settings(devices))
     data = data_dir or _default_data_dir()
     try:
-        data.mkdir(parents=True, exist_ok=True)
+        data.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = DataDirLock(data).acquire()  # held for the life of the process
     except OSError as exc:
         fail(f"--data-dir: {data}: {exc.strerror}")
-    spec = None if kubeconfig is not None else load_cluster_or_fail(cluster)
+    except DataDirLockedError as exc:
+        fail(f"--data-dir: {exc}")
+    if not _port_free(host, port):
+        fail(f"--port: {host}:{port} is already in use (pick another with --port)")
     try:
         runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, policy=policy,
                                                queue_policy=queue_policy, background=background,
-                                               fault_rate_per_hour=faults_per_hour, seed=seed))
+                                               fault_rate_per_hour=faults_per_hour, seed=seed, devices=devices,
+                                               remediation=remediation))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
-    service, generated = open_service(runtime, ServiceConfig(data_dir=data, speed=speed))
+    config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst),
+                           legacy_metrics=legacy_metrics)
+    try:
+        service, generated = open_service(runtime, config, lock)
+    except TokenError as exc:
+        fail(str(exc))
     app = create_app(service, web.mount)
-    shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    shown_host, exposed = _shown_host(host)
     url = f"http://{shown_host}:{port}/"
-    if os.environ.get("GPUCLUSTER_ADMIN_TOKEN", "").strip():
+    if service.admin_source == "env":
         how = "paste the admin token from $GPUCLUSTER_ADMIN_TOKEN"
+    elif generated:  # the only time the token itself is printed
+        how = f"paste the admin token {service.admin_token} (generated and saved in {data / 'admin-token'})"
     else:
-        how = (f"paste the admin token {service.admin_token}"
-               + (" (generated" if generated else " (saved") + f" in {data / 'admin-token'})")
+        how = f"paste the admin token saved in {data / 'admin-token'}"
     summary = runtime.overview()
     lines = [
         f"gpucluster control plane ({runtime.backend}: {summary['cluster']}, {summary['nodes']} nodes, "
@@ -118,44 +208,30 @@ def up(
         f"  dashboard: {url}",
         f"  log in:    {how}",
         f"  API docs:  {url}docs",
-        f"  CLI:       gpucluster jobs --server {url.rstrip('/')} --token <token>",
+        f"  CLI:       gpucluster get jobs --server {url.rstrip('/')} --token <token>",
         f"  data:      {data}",
     ]
+    if kubeconfig is None:
+        lines.append(f"  remediate: {_remediation_line(remediation)}")
     print("\n".join(lines), flush=True)
+    if exposed:
+        print(f"warning: --host {host}: the API and dashboard are reachable beyond this machine over plain HTTP, "
+              "tokens included; put a TLS-terminating proxy in front (see docs/security.md)", file=sys.stderr,
+              flush=True)
     import gc
 
     gc.collect()
     gc.freeze()  # the cluster and the warm-started workload live for the whole run: keep them out of GC passes
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    from gpucluster.service import logs
+
+    logs.configure(logs.LogFormat(log_format.value), log_level)
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                           log_config=None))
     server.run()
 
 
 # ---------------------------------------------------------------------------------------------- client
-def _client(server: str | None, token: str | None) -> httpx.Client:
-    base = (server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER).rstrip("/")
-    tok = token or os.environ.get(TOKEN_ENV)
-    if not tok:
-        fail(f"--token: missing (or set {TOKEN_ENV})")
-    return httpx.Client(base_url=base, headers={"Authorization": f"Bearer {tok}"}, timeout=30.0)
-
-
-def _call(client: httpx.Client, method: str, path: str, **kw: Any) -> Any:
-    try:
-        resp = client.request(method, path, **kw)
-    except httpx.HTTPError as exc:
-        fail(f"--server: cannot reach {client.base_url}: {exc}")
-    try:
-        body = resp.json()
-    except ValueError:
-        body = {"error": resp.text[:200]}
-    if resp.status_code >= 400:
-        where = body.get("where") if isinstance(body, dict) else None
-        why = body.get("error") if isinstance(body, dict) else str(body)
-        fail(f"{where}: {why} (HTTP {resp.status_code})" if where else f"{why} (HTTP {resp.status_code})",
-             2 if resp.status_code < 500 else 1)
-    return body
-
-
 def submit(
     job_file: Annotated[Path, typer.Argument(
         help="Job YAML (the POST /api/v1/jobs body): name, tenant, replicas, resources, duration_s, priority, "
@@ -163,7 +239,11 @@ def submit(
              "preemptible.")],
     server: ServerOpt = None,
     token: TokenOpt = None,
+    context: ContextOpt = None,
     as_json: JsonOpt = False,
+    idempotency_key: Annotated[str | None, typer.Option(
+        "--idempotency-key", help="Send this Idempotency-Key: running the command again with the same key and file "
+                                  "returns the job the first run created instead of a second one.")] = None,
 ) -> None:
     """Submit a job to a running control plane."""
     try:
@@ -174,68 +254,55 @@ def submit(
         fail(f"{job_file}: not valid YAML: {exc}")
     if not isinstance(doc, dict):
         fail(f"{job_file}: must be a mapping with name, resources, ...")
-    with _client(server, token) as client:
-        job = _call(client, "POST", "/api/v1/jobs", json=doc)
+    with client(resolve(server, token, context)) as http:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        job = call(http, "POST", "/api/v1/jobs", json=doc, headers=headers)
     if as_json:
         print_json(job)
     else:
-        console.print(f"job [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']}): {job['status']}")
+        console.print(f"job [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']}): {job['status']}",
+                      soft_wrap=True)
+
+
+def _list(res: Resource, params: dict[str, Any], server: str | None, token: str | None, context: str | None,
+          as_json: bool) -> None:
+    with client(resolve(server, token, context)) as http:
+        body = call(http, "GET", VIEWS[res].path, params=params)
+    if as_json:
+        print_json(body)
+        return
+    view = VIEWS[res]
+    items = view.items(body)
+    print_table(view.headers, [view.row(x, body)[:len(view.headers)] for x in items],
+                title=f"{body.get('total', len(items))} {res.value[:-1]}(s)", right=view.right)
 
 
 def jobs(
     server: ServerOpt = None,
     token: TokenOpt = None,
+    context: ContextOpt = None,
     as_json: JsonOpt = False,
     status: Annotated[str | None, typer.Option("--status", help="Filter by status.")] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Filter by tenant.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=5000)] = 50,
 ) -> None:
-    """List jobs (newest first) on a running control plane."""
+    """List jobs (newest first) on a running control plane (`gpucluster get jobs` does more)."""
     params: dict[str, Any] = {"limit": limit}
     if status:
         params["status"] = status
     if tenant:
         params["tenant"] = tenant
-    with _client(server, token) as client:
-        body = _call(client, "GET", "/api/v1/jobs", params=params)
-    if as_json:
-        print_json(body)
-        return
-    table = Table(title=f"{body['total']} job(s)")
-    for col in ("ID", "NAME", "TENANT", "REPLICAS", "GPUS", "STATUS"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("MESSAGE", overflow="fold")
-    for j in body["jobs"]:
-        table.add_row(j["id"], j["name"], j["tenant"], str(j["replicas"]), f"{j['gpus']:g}", j["status"],
-                      j["message"][:60])
-    console.print(table)
+    _list(Resource.JOBS, params, server, token, context, as_json)
 
 
 def nodes(
     server: ServerOpt = None,
     token: TokenOpt = None,
+    context: ContextOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List nodes with their GPU allocation on a running control plane."""
-    with _client(server, token) as client:
-        body = _call(client, "GET", "/api/v1/nodes")
-    if as_json:
-        print_json(body)
-        return
-    table = Table(title=f"{body['total']} node(s)")
-    for col in ("NAME", "RACK", "LEAF", "MODEL", "GPUS", "GPU ALLOC", "PODS"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("STATE", overflow="fold")
-    for n in body["nodes"]:
-        cap = 1000 * max(n["gpus"], 1)
-        alloc = sum(n["dev_core_used"]) / cap
-        state = "ready" if n["schedulable"] else "cordoned"
-        if not all(n["dev_healthy"]):
-            state += ", unhealthy GPU"
-        table.add_row(n["name"], n["rack"], n["leaf"], n["model"], str(n["gpus"]), f"{alloc:.0%}",
-                      str(n["pods"]), state)
-    console.print(table)
-    sys.stdout.flush()
+    """List nodes with their GPU allocation on a running control plane (`gpucluster get nodes` does more)."""
+    _list(Resource.NODES, {}, server, token, context, as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,11 +12,11 @@ import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
     QUEUE_HELP,
+    DeviceConfigOpt,
     check_placement_policy,
     check_queue_policies,
     cluster_option_help,
@@ -24,7 +24,9 @@ from gpucluster.cli.common import (
     fail,
     load_cluster_or_fail,
     print_json,
+    registry_or_fail,
 )
+from gpucluster.cli.output import print_table
 from gpucluster.jobs import JOB_PLACEMENT
 from gpucluster.jobs.model import JobSpec
 from gpucluster.jobs.policies import DEFAULT_POLICY
@@ -182,6 +184,7 @@ def simulate(
     = 1.0,
     ref_gpu: Annotated[str | None, typer.Option("--ref-gpu", help=REF_GPU_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON")] = False,
+    device_config: DeviceConfigOpt = None,
 ) -> None:
     """Replay a job trace: queueing, gang + topology placement, preemption; print JCT, utilisation, fairness."""
     names = check_queue_policies(policy, allow_all=True)
@@ -190,7 +193,7 @@ def simulate(
         fail("--limit: must be > 0")
     if not speedup > 0:
         fail("--arrival-speedup: must be > 0")
-    cluster = load_cluster_or_fail(cluster_path)
+    cluster = load_cluster_or_fail(cluster_path, registry_or_fail(device_config))
     try:
         jobs = with_ref_gpu(load_trace(trace, cluster, seed), ref_gpu)
     except TraceError as exc:
@@ -217,18 +220,17 @@ def simulate(
     if as_json:
         print_json(results[names[0]] if len(names) == 1 else {"cluster": cluster.name, "policies": results})
         return
-    table = Table(title=f"{len(jobs)} jobs on {cluster.name}, placement {placement or JOB_PLACEMENT}")
-    table.add_column("metric")
-    for name in names:
-        table.add_column(name, justify="right")
+    rows = []
     for key in (*_KEYS, "wall_s"):
-        row = []
+        row = [key]
         for name in names:
             v = results[name].get(key, "")
             row.append(f"{v:.3f}" if isinstance(v, float) and v < 10 else
                        f"{v:,.0f}" if isinstance(v, float) else str(v))
-        table.add_row(key, *row)
-    console.print(table)
+        rows.append(row)
+    print_table(["metric", *names], rows,
+                title=f"{len(jobs)} jobs on {cluster.name}, placement {placement or JOB_PLACEMENT}",
+                right=range(1, len(names) + 1))
     if out is not None:
         console.print(f"wrote {out}/")
 

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from gpucluster.cli.common import console, load_cluster_or_fail, print_json
+from gpucluster.cli.common import console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.output import print_table, write
 from gpucluster.spec import default_spec_text
 
 
@@ -36,24 +36,29 @@ def register(app: typer.Typer) -> None:
     def show(
         file: Annotated[Path | None, typer.Argument(help="Cluster file (default: the built-in cluster).")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-        raw: Annotated[bool, typer.Option("--raw", help="Print the built-in spec's YAML text.")] = False,
+        raw: Annotated[bool, typer.Option(
+            "--raw", help="Print the spec's YAML text (the built-in one without FILE), unwrapped: ready to save "
+                          "and edit.")] = False,
     ) -> None:
         """Summarise a cluster: nodes, devices by model, racks, leaves, fabric."""
-        if raw and file is None:
-            console.print(default_spec_text(), highlight=False, markup=False)
+        if raw:  # the text itself, unwrapped whatever the terminal: `spec show --raw > f.yaml` round-trips
+            if file is None:
+                write(default_spec_text())
+                return
+            load_cluster_or_fail(file)
+            try:
+                write(file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError) as exc:
+                fail(f"{file}: {exc}")
             return
         cluster = load_cluster_or_fail(file)
         summary = cluster.summary()
         if json_out:
             print_json(summary)
             return
-        table = Table(title=f"cluster {summary['name']} ({summary['source']})")
-        table.add_column("item")
-        table.add_column("value", justify="right")
-        for key in ("nodes", "gpus", "racks", "leaves", "spine_groups", "cpu_cores", "memory_gib"):
-            table.add_row(key.replace("_", " "), str(summary[key]))
-        for model, n in summary["gpu_models"].items():
-            table.add_row(f"  {model}", str(n))
+        rows: list[tuple[str, str]] = [(key.replace("_", " "), str(summary[key])) for key in
+                                       ("nodes", "gpus", "racks", "leaves", "spine_groups", "cpu_cores", "memory_gib")]
+        rows += [(f"  {model}", str(n)) for model, n in summary["gpu_models"].items()]
         fab = summary["fabric"]
-        table.add_row("fabric", f"{fab['type']} {fab['link_gbps']:g} Gb/s, {fab['oversubscription']:g}:1")
-        console.print(table)
+        rows.append(("fabric", f"{fab['type']} {fab['link_gbps']:g} Gb/s, {fab['oversubscription']:g}:1"))
+        print_table(["item", "value"], rows, title=f"cluster {summary['name']} ({summary['source']})")

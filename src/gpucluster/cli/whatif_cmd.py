@@ -37,9 +37,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 import yaml
 from rich.console import Console
-from rich.table import Table
 
 from gpucluster.cli.common import PLACEMENT_HELP, QUEUE_HELP, check_placement_policy, check_queue_policies, print_json
+from gpucluster.cli.output import print_table
 from gpucluster.cli.simulate_cmd import REF_GPU_HELP, load_trace, main_gpu_model, with_ref_gpu
 from gpucluster.cli.whatif_cost import WorkDone, design_costs
 from gpucluster.design import (
@@ -56,6 +56,7 @@ from gpucluster.design.work_cost import SpotRisk
 from gpucluster.jobs import JOB_PLACEMENT
 from gpucluster.jobs.model import JobSpec
 from gpucluster.jobs.policies import DEFAULT_POLICY
+from gpucluster.simulator.experiments.executor import ExecutorError, executor_for
 from gpucluster.simulator.load import offered_load
 from gpucluster.simulator.runner import Simulation
 from gpucluster.simulator.traces import TraceError
@@ -195,6 +196,36 @@ def _per_work(r: dict[str, Any]) -> float:
     return math.inf if v is None else float(v)
 
 
+def _evaluate_indexed(item: tuple[int, Candidate], jobs: list[JobSpec], policy: str, seed: int, years: float,
+                      placement: str | None = None, owned_utilization: float | None = None,
+                      spot: SpotRisk | None = None, region: str | None = None) -> tuple[int, dict[str, Any]]:
+    return item[0], evaluate(item[1], jobs, policy, seed, years, placement, owned_utilization, spot, region)
+
+
+def _evaluate_all(cands: list[Candidate], jobs: list[JobSpec], policy: str, seed: int, years: float,
+                  ray_address: str | None, placement: str | None = None, owned_utilization: float | None = None,
+                  spot: SpotRisk | None = None, region: str | None = None) -> list[dict[str, Any]]:
+    """Every design's row, in ``cands`` order: here one after the other, or as parallel tasks on Ray."""
+    if not ray_address:
+        return [evaluate(c, jobs, policy, seed, years, placement, owned_utilization, spot, region) for c in cands]
+    try:
+        executor = executor_for(ray_address=ray_address)
+    except ExecutorError as exc:
+        _fail([f"--ray-address: {exc}"])
+    info = Console(stderr=True)
+    info.print(f"what if: {len(cands)} designs on {executor.description}", highlight=False)
+    rows: dict[int, dict[str, Any]] = {}
+    try:
+        for k, row in executor.map_unordered(_evaluate_indexed, list(enumerate(cands)),
+                                             (jobs, policy, seed, years, placement, owned_utilization, spot,
+                                             region)):
+            rows[k] = row
+            info.print(f"  done: {row['name']} ({len(rows)}/{len(cands)})", highlight=False)
+    finally:
+        executor.close()
+    return [rows[k] for k in range(len(cands))]
+
+
 def verdict(rows: list[dict[str, Any]], tolerance_pct: float) -> dict[str, Any]:
     """The design with the lowest owned cost per reference-GPU-hour of work whose average JCT is within
     ``tolerance_pct`` of the best, among the designs that complete the most jobs; a paragraph says why."""
@@ -320,14 +351,10 @@ def _cell(key: str, v: Any) -> str:
 
 def _print_table(rows: list[dict[str, Any]], v: dict[str, Any], title: str, years: float) -> None:
     console = Console()
-    table = Table(title=title)
-    table.add_column("metric")
-    for r in rows:
-        table.add_column(r["name"] + (" *" if r["name"] == v["design"] else ""), justify="right")
-    table.add_row("GPU", *(str(r["gpu"]) for r in rows))
-    for key, label in _ROWS:
-        table.add_row(label, *(_cell(key, r[key]) for r in rows))
-    console.print(table)
+    table = [["GPU", *(str(r["gpu"]) for r in rows)]]
+    table += [[label, *(_cell(key, r[key]) for r in rows)] for key, label in _ROWS]
+    print_table(["metric", *(r["name"] + (" *" if r["name"] == v["design"] else "") for r in rows)], table,
+                title=title, right=range(1, len(rows) + 1))
     console.print(f"owned / year = capex / {years:g} years + power per year; $ / GPU-h delivered = owned / "
                   "(GPUs x 8,760 h x GPU utilisation); $ / ref-GPU-h = cost of one hour of work on the jobs' "
                   "reference GPU (owned: at the utilisation used; spot: lost work included); prices are catalog "
@@ -439,6 +466,11 @@ def whatif(
                                              "job's last checkpoint)")] = 1.0,
     spot_restart_h: Annotated[float, typer.Option(
         "--spot-restart-h", help="Hours from a spot interruption until the job runs again")] = 0.1,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", envvar="RAY_ADDRESS",
+        help="Simulate the designs in parallel on this Ray cluster (HOST:PORT of the head, ray://HOST:10001, or "
+             "auto); needs pip install 'gpucluster[ray]' and gpucluster on the workers. Same results as "
+             "without it.")] = None,
 ) -> None:
     """Simulate each design on the same workload; print cost against utilisation and JCT, and which to buy."""
     [policy] = check_queue_policies(policy)
@@ -467,7 +499,7 @@ def whatif(
     jobs = sorted(jobs, key=lambda j: j.submit_s)[:limit] if limit else jobs
     if not jobs:
         _fail([f"--trace {trace}: no jobs in it"])
-    rows = [evaluate(c, jobs, policy, seed, years, placement, owned_utilization, spot, region) for c in cands]
+    rows = _evaluate_all(cands, jobs, policy, seed, years, ray_address, placement, owned_utilization, spot, region)
     v = verdict(rows, tolerance)
     title = f"what if: {len(jobs):,} jobs ({trace.split(':', 1)[0]}), policy {policy}"
     if as_json:

@@ -1,4 +1,4 @@
-"""Preflight checks for a GPU kind cluster: docker, kind, kubectl, helm, the NVIDIA driver (>= 384.81), the
+"""Preflight checks for a GPU kind cluster: docker, kind, kubectl, helm (optional), the NVIDIA driver (>= 384.81), the
 NVIDIA container runtime and the Kubernetes version (>= 1.16). Each check says what it found, what it
 needs and how to fix it. Commands run with a timeout; a missing tool is a failed check, never a crash."""
 
@@ -104,8 +104,13 @@ def run_preflight(run: Runner = run_command) -> PreflightReport:
         rep.checks.append(Check("kubectl", kubectl_code == 0,
                                 f"version {_fmt(parse_version(kubectl_out))}" if kubectl_code == 0
                                 else "`kubectl version --client` failed", "", "reinstall kubectl"))
-    rep.checks.append(_tool(run, "helm", ["helm", "version", "--short"],
-                            "install helm 3 (https://helm.sh/docs/intro/install/)", (3, 0))[0])
+    helm, _ = _tool(run, "helm", ["helm", "version", "--short"],
+                    "install helm 3 (https://helm.sh/docs/intro/install/)", (3, 0))
+    if helm.found == "not installed":
+        # optional: the chart is one of three ways to the same objects (docs/deploy.md)
+        helm = Check("helm", True, "not installed (optional: `kubectl apply -k deploy/kustomize/overlays/"
+                                   "extender` or `gpucluster k8s manifests | kubectl apply -f -` need no helm)")
+    rep.checks.append(helm)
     rep.checks.append(_tool(
         run, "NVIDIA driver", ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
         "install the NVIDIA driver >= 384.81 for your GPU (https://www.nvidia.com/Download/index.aspx)",

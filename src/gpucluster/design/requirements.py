@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpucluster.design import catalog
+from gpucluster.model.limits import MAX_DEVICES_PER_NODE, MAX_LINK_GBPS, MAX_NODES
 
 
 class DesignError(ValueError):
@@ -34,7 +35,7 @@ _PSU_RE = re.compile(r"^\s*(\d+)\s*[xX*]\s*(\d+(?:\.\d+)?)\s*(?:[wW])?\s*(?::\s*
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class FabricReq(_Strict):
@@ -44,7 +45,7 @@ class FabricReq(_Strict):
         "infiniband", description="infiniband (lower latency) or roce (RoCEv2 over Ethernet)."
     )
     switch_ports: int = Field(64, ge=4, le=512, description="Switch radix k (ports per switch).")
-    link_gbps: int = Field(400, gt=0, description="Node port speed in Gb/s (NDR / 400GbE = 400).")
+    link_gbps: int = Field(400, gt=0, le=MAX_LINK_GBPS, description="Node port speed in Gb/s (NDR / 400GbE = 400).")
     rail_optimized: bool | None = Field(
         None,
         description="Rail-optimised: NIC i of every server in a scalable unit goes to leaf i. "
@@ -57,10 +58,10 @@ class FabricReq(_Strict):
         None, ge=1, le=32, description="Compute-fabric ports per server; default one per GPU."
     )
     reserved_slots: int = Field(
-        0, ge=0, description="Node slots of the first scalable unit kept for fabric managers (UFM)."
+        0, ge=0, le=MAX_NODES, description="Node slots of the first scalable unit kept for fabric managers (UFM)."
     )
     ufm_ports: int = Field(
-        0, ge=0, description="Compute-fabric ports used by the fabric-manager appliances in total."
+        0, ge=0, le=MAX_NODES, description="Compute-fabric ports used by the fabric-manager appliances in total."
     )
 
     @model_validator(mode="after")
@@ -73,12 +74,12 @@ class FabricReq(_Strict):
 class StorageReq(_Strict):
     """The storage layer: distributed NVMe with a parallel file system, on its own network."""
 
-    capacity_tb: float = Field(0.0, ge=0.0, description="Usable capacity to provide (TB).")
+    capacity_tb: float = Field(0.0, ge=0.0, le=1e7, description="Usable capacity to provide (TB).")
     read_gbs_per_gpu: float = Field(
-        0.0, ge=0.0, description="Sustained read bandwidth each GPU needs (GB/s)."
+        0.0, ge=0.0, le=1e4, description="Sustained read bandwidth each GPU needs (GB/s)."
     )
     ports_per_server: int = Field(2, ge=0, le=8, description="Storage-network ports per GPU server.")
-    link_gbps: int = Field(200, gt=0, description="Storage-network port speed (Gb/s).")
+    link_gbps: int = Field(200, gt=0, le=MAX_LINK_GBPS, description="Storage-network port speed (Gb/s).")
     switch_ports: int = Field(64, ge=4, le=512, description="Storage switch radix.")
 
 
@@ -90,18 +91,18 @@ class PowerReq(_Strict):
         description="PSUs per server as COUNTxWATTS[:ACTIVE+REDUNDANT], e.g. 2x2200 (1+1 implied) "
         "or 6x3300:4+2; 'auto' = the platform's vendor configuration.",
     )
-    rack_power_kw: float = Field(42.0, gt=0.0, description="Power a rack may draw (kW).")
+    rack_power_kw: float = Field(42.0, gt=0.0, le=10_000.0, description="Power a rack may draw (kW).")
     rack_units: int = Field(42, ge=4, le=60, description="Rack height (U).")
     reserved_units: int = Field(
-        4, ge=0, description="U per compute rack kept for PDUs, patch panels, OOB switch."
+        4, ge=0, le=60, description="U per compute rack kept for PDUs, patch panels, OOB switch."
     )
     pue: float = Field(1.3, ge=1.0, le=3.0, description="Power usage effectiveness of the site.")
-    electricity_usd_per_kwh: float = Field(0.10, ge=0.0, description="Electricity price ($/kWh).")
+    electricity_usd_per_kwh: float = Field(0.10, ge=0.0, le=100.0, description="Electricity price ($/kWh).")
     average_load: float = Field(
         0.7, gt=0.0, le=1.0, description="Average IT load as a fraction of maximum, for energy cost."
     )
     server_overhead_w: float | None = Field(
-        None, ge=0.0, description="Override the platform's non-GPU power per server (W)."
+        None, ge=0.0, le=1e6, description="Override the platform's non-GPU power per server (W)."
     )
 
     @model_validator(mode="after")
@@ -123,23 +124,23 @@ class CostReq(_Strict):
 class ManagementReq(_Strict):
     """Control-plane servers and management networks."""
 
-    servers: int = Field(5, ge=0, description="Head / management servers (K8s control plane etc.).")
-    inband_switch_ports: int = Field(64, ge=4, description="In-band management switch radix.")
-    oob_switch_ports: int = Field(48, ge=4, description="Out-of-band (BMC) switch ports.")
+    servers: int = Field(5, ge=0, le=10_000, description="Head / management servers (K8s control plane etc.).")
+    inband_switch_ports: int = Field(64, ge=4, le=1024, description="In-band management switch radix.")
+    oob_switch_ports: int = Field(48, ge=4, le=1024, description="Out-of-band (BMC) switch ports.")
 
 
 class Requirements(_Strict):
     """What the cluster must be. Give exactly one of servers, gpus or power_budget_kw."""
 
-    name: str = Field("cluster", min_length=1, description="Cluster name (used in the spec).")
-    gpu: str = Field(..., description="GPU model, canonical name or alias (H100, L40S, ...).")
+    name: str = Field("cluster", min_length=1, max_length=63, description="Cluster name (used in the spec).")
+    gpu: str = Field(..., max_length=64, description="GPU model, canonical name or alias (H100, L40S, ...).")
     gpus_per_server: int | None = Field(
-        None, gt=0, description="GPUs per server; default the platform's maximum (8 for SXM)."
+        None, gt=0, le=MAX_DEVICES_PER_NODE, description="GPUs per server; default the platform's maximum (8 for SXM)."
     )
-    servers: int | None = Field(None, gt=0, description="Number of GPU servers.")
-    gpus: int | None = Field(None, gt=0, description="Number of GPUs (rounded up to servers).")
+    servers: int | None = Field(None, gt=0, le=MAX_NODES, description="Number of GPU servers.")
+    gpus: int | None = Field(None, gt=0, le=MAX_NODES * 8, description="Number of GPUs (rounded up to servers).")
     power_budget_kw: float | None = Field(
-        None, gt=0.0, description="Facility power budget (kW, PUE included): fit as many as possible."
+        None, gt=0.0, le=200_000.0, description="Facility power budget (kW, PUE included): fit as many as possible."
     )
     fabric: FabricReq = Field(default_factory=FabricReq, description="Compute fabric.")
     storage: StorageReq = Field(default_factory=StorageReq, description="Storage layer.")

@@ -8,15 +8,20 @@ from gpucluster.devices.base import (
     VendorNames,
     VendorSettings,
 )
+from gpucluster.devices.config import DeviceConfig, DeviceConfigError, load_device_config, parse_device_config
+from gpucluster.devices.hami import (
+    GPU_POLICY_ANNOTATION,
+    NODE_POLICY_ANNOTATION,
+    ScoringWeights,
+)
 from gpucluster.devices.registry import (
     FACTORIES,
     GANG_ANNOTATION,
     GANG_MIN_ANNOTATION,
-    GPU_POLICY_ANNOTATION,
-    NODE_POLICY_ANNOTATION,
     TENANT_ANNOTATION,
     DeviceSettings,
     VendorRegistry,
+    device_type_string,
 )
 
 __all__ = [
@@ -26,12 +31,18 @@ __all__ = [
     "GPU_POLICY_ANNOTATION",
     "NODE_POLICY_ANNOTATION",
     "TENANT_ANNOTATION",
+    "DeviceConfig",
+    "DeviceConfigError",
     "DeviceInputError",
     "DeviceSettings",
     "DeviceVendor",
     "HamiVendor",
     "RegisteredDevice",
+    "ScoringWeights",
     "VendorNames",
     "VendorRegistry",
     "VendorSettings",
+    "device_type_string",
+    "load_device_config",
+    "parse_device_config",
 ]

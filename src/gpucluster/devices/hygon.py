@@ -1,4 +1,8 @@
-"""Hygon DCUs shared through HAMi (``hygon.com/dcunum``, ``dcumem``, ``dcucores``)."""
+"""Hygon DCUs shared through HAMi (``hygon.com/dcunum``, ``dcumem``, ``dcucores``).
+
+HAMi v2.10: memory times ``memoryFactor`` (1), none or 0 = the whole device; no cores = 100; devices come
+from the ``hami.io/node-dcu-register`` annotation (``uuid,count,devmem,devcore,type,numa,health[,index,mode]:``).
+"""
 
 from __future__ import annotations
 

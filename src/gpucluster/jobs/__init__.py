@@ -25,7 +25,7 @@ Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
     engine.run_until(600.0)
 """
 
-from gpucluster.jobs.admission import default_registry, held_gpus, job_spec, never_fits, template_pod
+from gpucluster.jobs.admission import default_registry, job_spec, least_gpus, never_fits, template_pod
 from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Totals
 from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
@@ -37,6 +37,7 @@ from gpucluster.jobs.model import (
     JobKind,
     JobSpec,
     JobState,
+    JobStatus,
     task_pods,
 )
 from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
@@ -60,6 +61,7 @@ __all__ = [
     "JobKind",
     "JobSpec",
     "JobState",
+    "JobStatus",
     "Kernel",
     "Placer",
     "QueuePolicy",
@@ -67,10 +69,10 @@ __all__ = [
     "SeriesPoint",
     "Totals",
     "default_registry",
-    "held_gpus",
     "job_profile",
     "job_spec",
     "jobs_profile",
+    "least_gpus",
     "make_policy",
     "never_fits",
     "placement_names",

@@ -5,8 +5,8 @@
 * :func:`never_fits` says why a job could not run even on the empty cluster (too few matching nodes, devices,
   CPU or memory, or beyond its tenant's quota limits); the engine refuses such a job on arrival and the control
   plane refuses it at submission.
-* :func:`held_gpus` is what a bound pod holds in GPU-equivalents: per device the larger of its compute share
-  and its memory share (a pod holding a whole device's memory holds the device, whatever its cores say).
+* :func:`least_gpus` is the fewest GPU-equivalents a job could hold (``model.share``: per device the larger of
+  its compute share and its memory share, so a pod holding a whole device's memory holds the device).
 
 Queue order is the queue policy's (:mod:`gpucluster.jobs.policies`); quota is the ``QuotaTree`` behind the
 ``Quota`` plugin, checked when the engine places the job.
@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from gpucluster.devices import DeviceInputError, VendorRegistry
 from gpucluster.jobs.model import JobKind, JobSpec, split_types, task_pods
-from gpucluster.model import Allocation, ClusterState, DeviceConstraints, Pod
-from gpucluster.scheduler.plugins.devicefit import allowed_devices
+from gpucluster.model import ClusterState, DeviceConstraints, Pod
+from gpucluster.model.share import largest_devices, pod_gpus_at_least
+from gpucluster.scheduler import feasibility
+from gpucluster.scheduler.feasibility import Infeasible
 from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
 
 
@@ -91,49 +91,14 @@ def user_submission(spec: JobSpec, now: float) -> JobSpec:
     return replace(spec, submit_s=max(spec.submit_s, now), priority=max(spec.priority, USER_PRIORITY))
 
 
-def _tasks_per_node(pod: Pod, state: ClusterState) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """How many tasks like ``pod`` each present node could hold if it were empty."""
-    n = state.n_nodes
-    big = np.iinfo(np.int64).max // 2
-    fit = np.where(state.present, big, 0).astype(np.int64)
-    if pod.cpu_milli:
-        fit = np.minimum(fit, state.cpu_cap // pod.cpu_milli)
-    if pod.memory_mib:
-        fit = np.minimum(fit, state.mem_cap // pod.memory_mib)
-    if pod.node_selector:
-        items = pod.node_selector.items()
-        fit[[not all(node.labels.get(k) == v for k, v in items) for node in state.nodes]] = 0
-    snap = state.snapshot()
-    allowed, _ = allowed_devices(pod, snap)
-    for _, req in pod.device_requests:
-        vid = state.vendors.ids.get(req.vendor)
-        if vid is None:
-            return np.zeros(n, np.int64)
-        ok = state.dev_valid & (state.dev_vendor == vid) & (state.dev_core_cap >= req.core_milli)
-        if req.memory_pct is None and req.memory_mib:
-            ok &= state.dev_mem_cap >= req.memory_mib
-        if allowed is not None:
-            ok &= allowed
-        fit = np.minimum(fit, ok.sum(axis=1) // req.count)
-    return fit
-
-
-def never_fits(spec: JobSpec, state: ClusterState, quota: QuotaTree | None = None) -> str:
-    """Why the job could never run here, even on the empty cluster; ``""`` when it could."""
+def never_fits(spec: JobSpec, state: ClusterState, quota: QuotaTree | None = None) -> Infeasible | None:
+    """Why the job could never run here, even on the empty cluster (``scheduler.feasibility.never_fits`` on its
+    pods: devices, models, node selector, CPU, memory, room for the whole gang), or beyond a limit of its
+    tenant's queues in ``quota``; None when it could."""
     pods = task_pods(spec, 0)
-    pod = pods[0]
-    room = int(_tasks_per_node(pod, state).sum())
-    if room < spec.num_tasks:
-        what = f"{spec.num_tasks} task(s) of {pod.device_count} GPU(s)" if pod.device_count else \
-            f"{spec.num_tasks} task(s)"
-        where = []
-        if spec.gpu_type:
-            where.append(f"GPU model {spec.gpu_type}")
-        if spec.node_selector:
-            where.append("node selector " + ",".join(f"{k}={v}" for k, v in sorted(spec.node_selector.items())))
-        return (f"can never fit the cluster: it needs {what}"
-                + (f" ({'; '.join(where)})" if where else "")
-                + f" and the nodes could hold {room} even if nothing else ran")
+    found = feasibility.never_fits(pods, state)
+    if found is not None:
+        return Infeasible(found.where, f"can never fit the cluster: {found.why}")
     if quota is not None and quota.chain(spec.tenant):
         snap = state.snapshot()
         total: dict[str, float] = {}
@@ -141,17 +106,17 @@ def never_fits(spec: JobSpec, state: ClusterState, quota: QuotaTree | None = Non
             for r, v in pod_charge(p, snap).items():
                 total[r] = total.get(r, 0.0) + v
         if not quota.could_ever_fit(spec.tenant, total):
-            return (f"can never fit the quota of tenant {spec.tenant}: it needs {total.get('gpu', 0.0):g} GPUs, "
-                    f"more than a limit on its queue allows")
-    return ""
+            limits = [quota.queues[q].limit["gpu"] for q in quota.chain(spec.tenant) if "gpu" in quota.queues[q].limit]
+            limit = f"tenant {spec.tenant}'s quota is {min(limits):g} GPUs" if limits else \
+                f"a limit of tenant {spec.tenant}'s queues is lower"
+            return Infeasible("quota", f"can never fit the quota of tenant {spec.tenant}: it holds at least "
+                                       f"{total.get('gpu', 0.0):g} GPUs (each device counts max(compute share, "
+                                       f"memory share)); {limit}")
+    return None
 
 
-def held_gpus(alloc: Allocation, state: ClusterState) -> float:
-    """GPU-equivalents a bound pod holds: per device the larger of its compute and its memory share."""
-    i = state.node_index[alloc.node]
-    total = 0.0
-    for g in alloc.grants:
-        core = state.dev_core_cap[i, g.device_index]
-        mem = state.dev_mem_cap[i, g.device_index]
-        total += max(g.core_milli / core if core else 0.0, g.memory_mib / mem if mem else 0.0)
-    return total
+def least_gpus(spec: JobSpec, state: ClusterState) -> float:
+    """The fewest GPU-equivalents the job could hold here (``model.share``: each task on its vendor's largest
+    devices, each device counting max(compute share, memory share))."""
+    largest = largest_devices(state)
+    return sum(pod_gpus_at_least(p, largest) for p in task_pods(spec, 0))

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucluster.jobs.admission import held_gpus, never_fits
+from gpucluster.jobs.admission import least_gpus, never_fits
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import STATUSES, Job, JobEvent, JobSpec, JobState, task_pods
 from gpucluster.jobs.offers import offer_round
@@ -54,7 +54,9 @@ from gpucluster.jobs.transitions import (
     transition,
 )
 from gpucluster.model import ClusterState, Pod, views
+from gpucluster.model.share import allocation_gpus
 from gpucluster.scheduler import GroupDecision
+from gpucluster.scheduler.feasibility import Infeasible
 from gpucluster.scheduler.plugins.datalocality import DataCatalog
 from gpucluster.scheduler.plugins.noderesources import NODE_NAME
 from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
@@ -199,8 +201,8 @@ class JobEngine:
         """Task size -> whole tasks of that size the free devices hold (cached per state generation)."""
         self._shapes: dict[str, tuple[float, int, tuple[Any, ...], bool, int]] = {}
         """Job id -> (GPU share, task GPUs, shape, whole, tasks): the pass reads these for every queued job."""
-        self._never: dict[tuple[Any, ...], str] = {}
-        """(shape, tasks, tenant, node count) -> why such a job can never fit ('' = it can)."""
+        self._never: dict[tuple[Any, ...], Infeasible | None] = {}
+        """(shape, tasks, tenant, node count) -> why such a job can never fit (None = it can)."""
         self._failure: GroupDecision | None = None
         self._gpuless = 0
         """Queued jobs that ask for no GPU (they may start while every GPU is busy)."""
@@ -231,17 +233,19 @@ class JobEngine:
         else:
             record = job
             record.spec = fitted
+        if self.options.describe:
+            record.least_gpus = least_gpus(fitted, self.state)
         self.jobs[spec.job_id] = record
         self.kernel.schedule(max(spec.submit_s, self.now), _Arrive(spec.job_id), PRIO_ARRIVE)
         return record
 
-    def never_fits(self, spec: JobSpec) -> str:
-        """Why ``spec`` could never run here, even on the empty cluster ('' when it could)."""
+    def never_fits(self, spec: JobSpec) -> Infeasible | None:
+        """Why ``spec`` could never run here, even on the empty cluster (None when it could)."""
         key = (spec.shape, spec.task_gpus, spec.cpu_milli, spec.memory_mib, spec.num_tasks, spec.tenant,
                self.state.n_nodes, id(self.state))
-        found = self._never.get(key)
-        if found is None:
-            found = self._never[key] = never_fits(spec, self.state, self.quota)
+        if key in self._never:
+            return self._never[key]
+        found = self._never[key] = never_fits(spec, self.state, self.quota)
         return found
 
     def cancel(self, job_id: str, why: str = "cancelled by request") -> bool:
@@ -408,6 +412,22 @@ class JobEngine:
         """Queued jobs in the policy's order."""
         return [self.jobs[jid] for _, _, jid in self._queue]
 
+    def queue_order(self) -> list[str]:
+        """Ids of the jobs waiting to run, the next to be tried first: the queued ones in the policy's order (a
+        dynamic policy's as its next pass re-sorts them), then those not yet arrived, keyed as they will be."""
+        pol = self.policy
+        entries = self._queue
+        self._share_cache = {}
+        try:
+            if pol.dynamic:
+                entries = sorted((pol.key(self.jobs[jid], self), s, jid) for _, s, jid in self._queue)
+            arriving = sorted((j for j in self.jobs.values() if j.state == JobState.NEW),
+                              key=lambda j: (j.spec.submit_s, j.job_id))
+            late = [(pol.key(j, self), n, j.job_id) for n, j in enumerate(arriving, start=1 << 62)]
+        finally:
+            self._share_cache = _NO_CACHE
+        return [jid for _, _, jid in sorted([*entries, *late])]
+
     def running(self) -> list[Job]:
         return [self.jobs[jid] for jid in self._running]
 
@@ -482,8 +502,8 @@ class JobEngine:
             job = self.jobs.get(event.job_id)
             if job is not None and job.state == JobState.NEW:
                 why = self.never_fits(job.spec)
-                if why:
-                    self._apply(job, Reject(f"rejected: {why}"))
+                if why is not None:
+                    self._apply(job, Reject(f"rejected: {why.why}"))
                 else:
                     self._apply(job, Arrive())
                     self._enqueue(job)
@@ -653,7 +673,7 @@ class JobEngine:
             tenant = job.spec.tenant
             if tree is not None and tenant in tree.queues and "gpu" in tree.queues[tenant].limit:
                 return (f"waiting for quota: tenant {tenant} holds {tree.used[tenant]['gpu']:g} of "
-                        f"{tree.queues[tenant].limit['gpu']:g} GPUs, the job needs {job.spec.gpu_share:g}")
+                        f"{tree.queues[tenant].limit['gpu']:g} GPUs, the job needs {job.gpus:g}")
             return f"waiting for quota: {failed.message()}"
         return f"unschedulable: {failed.message()}"
 
@@ -814,7 +834,7 @@ class JobEngine:
         if self.options.describe:
             placements = [views.placement(state, p.key, state.allocations[p.key].node)
                           for p in pods if p.key in state.allocations]
-            held = sum(held_gpus(state.allocations[p.key], state) for p in pods if p.key in state.allocations)
+            held = sum(allocation_gpus(state, state.allocations[p.key]) for p in pods if p.key in state.allocations)
         overhead = self.restart_overhead_s if attempt > 1 else 0.0
         start = self.now + overhead if run_start is None else run_start
         self._apply(job, Start(attempt, names, tuple(p.key for p in pods), start, slowdown, placements, held,

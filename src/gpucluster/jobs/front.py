@@ -28,6 +28,12 @@ class EngineFront:
         """Held around every engine call (the Kubernetes runtime shares its cluster with the informer)."""
         return contextlib.nullcontext()
 
+    def _report(self, event: JobEvent) -> None:
+        """Keep an engine event of a reported job for the next ``advance``. A user's job arrives when it is
+        submitted, so its ``queued`` arrival says nothing the ``submitted`` event did not."""
+        if event.kind != "queued":
+            self._events.append(event)
+
     def _take_events(self) -> list[JobEvent]:
         events = list(self._events)
         self._events.clear()
@@ -45,11 +51,12 @@ class EngineFront:
             del self._events[mark:]
 
     def validate(self, job: Job) -> None:
-        """``ValueError("resources: why")`` when the job could never run here."""
+        """``ValueError("where: why")`` when the job could never run here (``where``: the request field at fault,
+        e.g. ``resources``, ``replicas``, ``gpu_type``, ``node_selector`` or ``quota``)."""
         with self.engine_lock():
-            why = self.engine.never_fits(job.spec)
-        if why:
-            raise ValueError(f"resources: {why}")
+            found = self.engine.never_fits(job.spec)
+        if found is not None:
+            raise ValueError(f"{found.where}: {found.why}")
 
     def submit(self, job: Job) -> Job:
         """Queue a user's job now (it keeps at least ``USER_PRIORITY``); it arrives at the next advance."""
@@ -64,6 +71,11 @@ class EngineFront:
         with self._collect(None), self.engine_lock():  # the service records the cancellation itself
             self.engine.cancel(job_id)
         return job
+
+    def queue_order(self) -> list[str]:
+        """Pending job ids, the next to be tried first (``service.ops.QueueOrder``): the queue policy's order."""
+        with self.engine_lock():
+            return self.engine.queue_order()
 
     def job(self, job_id: str) -> Job | None:
         return self.engine.jobs.get(job_id)

@@ -36,6 +36,21 @@ _NO_CONSTRAINTS = DeviceConstraints()
 _NO_LABELS: Mapping[str, str] = {}
 
 
+class JobStatus(enum.StrEnum):
+    """The control plane's name for where a job stands (the API's ``status`` field): new and queued jobs are both
+    ``pending``. A ``str``, so it compares equal to its value."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
 class JobState(enum.StrEnum):
     """Where a job stands. Only :func:`gpucluster.jobs.transitions.transition` changes it."""
 
@@ -54,13 +69,13 @@ class JobState(enum.StrEnum):
         return self in _TERMINAL
 
     @property
-    def status(self) -> str:
+    def status(self) -> JobStatus:
         """The control plane's name for it (``pending`` for new and queued jobs; the API's status field)."""
-        return "pending" if self in (JobState.NEW, JobState.QUEUED) else self.value
+        return JobStatus.PENDING if self in (JobState.NEW, JobState.QUEUED) else JobStatus(self.value)
 
 
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
-STATUSES = ("pending", "running", "succeeded", "failed", "cancelled")
+STATUSES = tuple(s.value for s in JobStatus)
 """The control plane's job statuses (:attr:`JobState.status`), in life-cycle order."""
 
 
@@ -173,7 +188,7 @@ class JobSpec:
             for _, r in self.template.device_requests:
                 core = r.core_milli / CORE_MILLI_PER_DEVICE
                 share += r.count * max(core, (r.memory_pct or 0) / 100)
-                whole = whole and r.core_milli >= CORE_MILLI_PER_DEVICE
+                whole = whole and r.whole
             put(self, "task_gpus", self.template.device_count)
             put(self, "num_tasks", self.replicas)
             put(self, "gpu_share", share * self.replicas)
@@ -181,7 +196,9 @@ class JobSpec:
             put(self, "cpu_milli", self.template.cpu_milli * self.replicas)
             put(self, "memory_mib", self.template.memory_mib * self.replicas)
             t = self.template
-            put(self, "shape", (t.containers, t.constraints, t.node_policy, t.gpu_policy, self.gpu_type, selector))
+            # repr: containers and constraints may carry mappings (extended resources, per-vendor constraints)
+            put(self, "shape", (repr((t.containers, t.init_containers, t.constraints)), t.node_policy, t.gpu_policy,
+                                self.gpu_type, selector))
             return
         task = self.gpus_per_task or next(s for s in (MAX_TASK_GPUS, 4, 2, 1) if self.num_gpus % s == 0)
         put(self, "task_gpus", task)
@@ -239,6 +256,9 @@ class Job:
     """Per task while running: pod key, node and device shares (``gpucluster.model.views.placement``)."""
     held_gpus: float = 0.0
     """GPU-equivalents the running job holds (per device the larger of its compute and memory share)."""
+    least_gpus: float = -1.0
+    """The fewest GPU-equivalents it could hold on its cluster (set by an engine that describes its jobs: the
+    control plane's); -1 = not known, ``spec.gpu_share`` stands in."""
     attempt: int = 0
     """Incremented at every start; names the gang and invalidates stale finish events."""
     preemptions: int = 0
@@ -309,7 +329,7 @@ class Job:
         return self.spec.synthetic
 
     @property
-    def status(self) -> str:
+    def status(self) -> JobStatus:
         return self.state.status
 
     @property
@@ -329,9 +349,25 @@ class Job:
         return self.finish_s if self.finish_s >= 0 else None
 
     @property
+    def duration_s(self) -> float | None:
+        """Run time at full speed; None = until cancelled."""
+        d = self.spec.duration_s
+        return d if math.isfinite(d) else None
+
+    @property
+    def resources(self) -> Mapping[str, Any]:
+        return self.spec.resources
+
+    @property
+    def attempts(self) -> int:
+        return self.attempt
+
+    @property
     def gpus(self) -> float:
-        """GPU-equivalents the job holds when running (what it asks for otherwise)."""
-        return self.held_gpus if self.state == JobState.RUNNING else self.spec.gpu_share
+        """GPU-equivalents the job holds when running; before, the least it could hold."""
+        if self.state == JobState.RUNNING:
+            return self.held_gpus
+        return self.least_gpus if self.least_gpus >= 0 else self.spec.gpu_share
 
     def to_dict(self) -> dict[str, Any]:
         """The control plane's JSON view of the job."""
@@ -342,13 +378,13 @@ class Job:
             "tenant": self.tenant,
             "replicas": self.replicas,
             "resources": dict(spec.resources),
-            "duration_s": spec.duration_s if math.isfinite(spec.duration_s) else None,
+            "duration_s": self.duration_s,
             "priority": spec.priority,
             "gpu_type": spec.gpu_type,
             "node_selector": dict(spec.node_selector),
             "kind": spec.kind.value,
             "preemptible": spec.preemptible,
-            "status": self.status,
+            "status": self.status.value,
             "message": self.message,
             "synthetic": spec.synthetic,
             "submitted_at": spec.submitted_at,
@@ -383,7 +419,7 @@ class JobEvent:
     @property
     def status(self) -> str:
         """The control plane's status after the event (``""`` for node events)."""
-        return self.state.status if self.state is not None else ""
+        return self.state.status.value if self.state is not None else ""
 
 
 def task_pods(spec: JobSpec, attempt: int, namespace: str = "") -> list[Pod]:

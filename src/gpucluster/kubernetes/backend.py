@@ -47,7 +47,13 @@ from typing import Any
 
 from kubernetes import client, config
 
-from gpucluster.devices import GANG_ANNOTATION, GANG_MIN_ANNOTATION, TENANT_ANNOTATION, VendorRegistry
+from gpucluster.devices import (
+    GANG_ANNOTATION,
+    GANG_MIN_ANNOTATION,
+    TENANT_ANNOTATION,
+    DeviceSettings,
+    VendorRegistry,
+)
 from gpucluster.jobs import (
     DEFAULT_POLICY,
     EngineOptions,
@@ -213,6 +219,7 @@ class KubeRuntime(EngineFront):
         image: str = DEFAULT_IMAGE,
         handshake_timeout: float = 60.0,
         sync_timeout: float = 30.0,
+        devices: DeviceSettings | None = None,
     ) -> None:
         self.kubeconfig = Path(kubeconfig)
         self.policy = policy
@@ -220,7 +227,7 @@ class KubeRuntime(EngineFront):
         self.namespace = namespace
         self.scheduler_name = scheduler_name
         self.image = image
-        self.registry = VendorRegistry.from_settings()
+        self.registry = VendorRegistry.from_settings(devices)
         self.api = api_client(self.kubeconfig)
         self.core: Any = client.CoreV1Api(self.api)
         self.cluster_name = _cluster_name(self.kubeconfig)
@@ -250,7 +257,7 @@ class KubeRuntime(EngineFront):
         with self.cluster.lock:
             self.engine = JobEngine(KubePlacer(self), queue, quota=self.quota, kernel=Kernel(time.time()),
                                     options=EngineOptions(describe=True, namespace=namespace, record_series=False))
-        self.engine.listeners.append(self._events.append)
+        self.engine.listeners.append(self._report)
         self._deletes: dict[str, tuple[list[str], cf.Future[list[str]]]] = {}
         """Job id -> (pod keys, the pending delete); failed deletes are retried."""
         self._delete_retry: dict[str, tuple[float, list[str]]] = {}

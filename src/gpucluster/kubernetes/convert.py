@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpucluster.devices import DeviceInputError, DeviceVendor, VendorRegistry
+from gpucluster.devices import DeviceInputError, DeviceVendor, VendorRegistry, cambricon
 from gpucluster.devices.quantity import cpu_milli, memory_mib
 from gpucluster.model import Allocation, DeviceGrant, NodeSpec, Pod
-from gpucluster.model.resources import PERCENT_TO_CORE_MILLI
+from gpucluster.model.resources import PERCENT_TO_CORE_MILLI, VENDOR_CAMBRICON
 
 VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
 VGPU_TIME_ANNOTATION = "hami.io/vgpu-time"
@@ -70,9 +70,10 @@ class NodeInfo:
         """Everything that needs the node's row rebuilt when it changes (health, readiness and handshake
         are updated in place)."""
         s = self.spec
-        devs = tuple((d.uuid, d.vendor, d.model, d.memory_mib, d.core_milli, d.max_tasks, d.numa, d.nvlink_domain)
-                     for d in s.devices)
-        return (s.cpu_milli, s.memory_mib, s.rack, s.leaf, s.spine, devs)
+        devs = tuple((d.uuid, d.vendor, d.model, d.type_name, d.memory_mib, d.core_milli, d.max_tasks, d.numa,
+                      d.nvlink_domain, d.mode, d.cordoned) for d in s.devices)
+        return (s.cpu_milli, s.memory_mib, s.rack, s.leaf, s.spine, devs, tuple(sorted(s.extended.items())),
+                tuple(sorted((k, tuple(sorted(v.items()))) for k, v in s.pair_scores.items())))
 
 
 def parse_handshake(value: str | None) -> float:
@@ -121,8 +122,10 @@ def node_info(obj: Mapping[str, Any], registry: VendorRegistry, nvlink_domain_si
         raise KubeInputError(f"{where}: status.allocatable.memory: {exc}") from None
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    capacity = status.get("capacity") or alloc
     try:
-        devices = registry.node_devices(name, annotations, where, nvlink_domain_size)
+        devices = registry.node_devices(name, annotations, where, nvlink_domain_size, capacity=capacity)
+        pair_scores = registry.node_pair_scores(annotations, where)
     except DeviceInputError as exc:
         raise KubeInputError(str(exc)) from None
     handshake = math.inf
@@ -152,6 +155,8 @@ def node_info(obj: Mapping[str, Any], registry: VendorRegistry, nvlink_domain_si
         leaf=labels.get(LEAF_LABEL, ""),
         spine=labels.get(SPINE_LABEL, ""),
         pool=labels.get("gpucluster.io/pool", ""),
+        extended=registry.node_extended(alloc),
+        pair_scores=pair_scores,
     )
     return NodeInfo(node, ready, bool(spec.get("unschedulable")), handshake)
 
@@ -184,20 +189,29 @@ def pod_holds_resources(obj: Mapping[str, Any]) -> bool:
 
 
 def decision_annotations(allocation: Allocation, registry: VendorRegistry, now: float) -> dict[str, str]:
-    """The annotations HAMi's scheduler writes on a pod before binding it (for every vendor it uses)."""
+    """The annotations HAMi's scheduler writes on a pod before binding it (for every vendor it uses): per vendor
+    ``UUID,TYPE,<MiB>,<cores %>:`` per device, one ``;``-terminated group per container, init containers first."""
     out: dict[str, str] = {}
+    containers = (*allocation.init_devices, *allocation.devices)
     for vendor in registry:
         vname = vendor.names.vendor
-        if not any(g.vendor == vname for g in allocation.grants):
+        mine = [[g for g in per_container if g.vendor == vname] for per_container in containers]
+        if not any(mine):
             continue
         kind = device_type(vendor)
         text = "".join(
-            "".join(f"{g.uuid},{kind},{g.memory_mib},{g.core_milli // PERCENT_TO_CORE_MILLI}:"
-                    for g in per_container if g.vendor == vname) + ";"
-            for per_container in allocation.devices
+            "".join(f"{g.uuid},{kind},{g.memory_mib},{g.core_milli // PERCENT_TO_CORE_MILLI}:" for g in grants) + ";"
+            for grants in mine
         )
         out[vendor.names.allocate_annotation] = text
         out[allocated_annotation(vendor)] = text
+        if vname == VENDOR_CAMBRICON:
+            first = next(grants[0] for grants in mine if grants)
+            out[cambricon.ASSIGNED_ANNOTATION] = "false"
+            out[cambricon.PROFILE_ANNOTATION] = (
+                f"{first.device_index}_{first.core_milli // PERCENT_TO_CORE_MILLI}_"
+                f"{first.memory_mib // cambricon.MEMORY_UNIT_MIB}"
+            )
     stamp = str(int(now))
     out[VGPU_NODE_ANNOTATION] = allocation.node
     out[VGPU_TIME_ANNOTATION] = stamp
@@ -230,7 +244,8 @@ def allocation_from_pod(pod: Pod, node: NodeSpec, registry: VendorRegistry) -> A
 
     A pod without decision annotations holds only its CPU and memory. Raises :class:`KubeInputError` when
     an annotation names a device the node does not have."""
-    per_container: list[list[DeviceGrant]] = [[] for _ in pod.containers]
+    n_init = len(pod.init_containers)
+    per_container: list[list[DeviceGrant]] = [[] for _ in range(n_init + len(pod.containers))]
     index = {d.uuid: d for d in node.devices}
     for vendor in registry:
         key = allocated_annotation(vendor)
@@ -244,7 +259,8 @@ def allocation_from_pod(pod: Pod, node: NodeSpec, registry: VendorRegistry) -> A
         for ci, devs in enumerate(_decode_devices(text, where)):
             if ci >= len(per_container):
                 if devs:
-                    raise KubeInputError(f"{where}: names container {ci}, the pod has {len(per_container)}")
+                    raise KubeInputError(f"{where}: names container {ci}, the pod has {len(per_container)}"
+                                         f"{f' (with {n_init} init containers)' if n_init else ''}")
                 continue
             for uuid, _kind, mem, cores in devs:
                 dev = index.get(uuid)
@@ -255,7 +271,8 @@ def allocation_from_pod(pod: Pod, node: NodeSpec, registry: VendorRegistry) -> A
                 )
     return Allocation(
         pod_key=pod.key, node=node.name, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib,
-        devices=tuple(tuple(c) for c in per_container), tenant=pod.charged_tenant, pod=pod,
+        devices=tuple(tuple(c) for c in per_container[n_init:]), tenant=pod.charged_tenant, pod=pod,
+        init_devices=tuple(tuple(c) for c in per_container[:n_init]),
     )
 
 
@@ -265,7 +282,7 @@ def node_names(args: Mapping[str, Any]) -> tuple[list[str], list[Mapping[str, An
     if names is not None:
         if not isinstance(names, Sequence) or isinstance(names, str):
             raise KubeInputError("nodenames: must be a list of node names")
-        return [str(n) for n in names], None
+        return list(map(str, names)), None
     nodes = args.get("nodes") or args.get("Nodes")
     if nodes is None:
         return [], None

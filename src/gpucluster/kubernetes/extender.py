@@ -1,5 +1,5 @@
-"""The kube-scheduler extender (API v1, JSON over HTTP): ``/filter``, ``/prioritize``, ``/bind``, plus
-``/healthz`` and ``/metrics``.
+"""The kube-scheduler extender (API v1, JSON over HTTP): ``/filter``, ``/prioritize``, ``/preempt``,
+``/bind``, plus ``/healthz`` and ``/metrics``.
 
 Like HAMi, the extender decides: ``/filter`` runs the scheduler core over the nodes kube-scheduler offers,
 *assumes* the chosen node and devices, and answers with that one node (every other node is reported failed
@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -68,8 +68,8 @@ class ExtenderLogic:
             names, items = node_names(args)
         except KubeInputError as exc:
             raise ExtenderError(str(exc)) from None
-        if not pod.device_requests:
-            return self._filter_result(names, items, set(names), {}, {})
+        if not pod.device_requests and not pod.init_device_requests:
+            return self._filter_result(names, items, None, {}, {})
         decision = self.cluster.decide(pod, names)
         if decision.ok and decision.node is not None:
             keep = {decision.node}
@@ -97,16 +97,36 @@ class ExtenderLogic:
         # kube-scheduler 1.20 drops failedNodes messages from its FitError ("0/120 nodes are available: .");
         # an error carries our counted reasons verbatim into its FailedScheduling event and PodScheduled
         # condition (the pod is retried with backoff, as for an unschedulable pod). Counted over the nodes
-        # kube-scheduler offered; it has its own reasons for the others.
-        out["error"] = message
+        # kube-scheduler offered; it has its own reasons for the others. An error skips kube-scheduler's
+        # preemption, though: when evicting lower-priority pods could make room, answer with failed nodes
+        # only, so kube-scheduler runs its PostFilter and calls /preempt.
+        if not self._preemption_may_help(pod, failed):
+            out["error"] = message
         return out
 
+    def _preemption_may_help(self, pod: Pod, failed: Mapping[str, str]) -> bool:
+        if pod.priority <= 0 or not failed:
+            return False
+        cluster = self.cluster
+        with cluster.lock:
+            for key, a in cluster.state.allocations.items():
+                held = a.pod or (cluster.bound.get(key) or (None, ""))[0]  # bound pods: as the informer saw them
+                if a.node in failed and held is not None and held.priority < pod.priority:
+                    return True
+            return False
+
     @staticmethod
-    def _filter_result(names: list[str], items: list[Mapping[str, Any]] | None, keep: set[str],
+    def _filter_result(names: list[str], items: list[Mapping[str, Any]] | None, keep: set[str] | None,
                        failed: dict[str, str], unresolvable: dict[str, str]) -> dict[str, Any]:
+        """``keep``: the offered nodes that pass (None: all of them)."""
         out: dict[str, Any] = {"failedNodes": failed, "failedAndUnresolvableNodes": unresolvable, "error": ""}
-        if items is None:
-            out["nodenames"] = [n for n in names if n in keep]
+        if keep is None and items is None:
+            out["nodenames"] = names
+        elif keep is None:
+            out["nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": items}
+        elif items is None:
+            # one chosen node (or none) out of thousands offered: no pass over the offered names
+            out["nodenames"] = [n for n in names if n in keep] if len(keep) > 1 else sorted(keep)
         else:
             out["nodes"] = {"apiVersion": "v1", "kind": "NodeList",
                             "items": [it for it, n in zip(items, names, strict=True) if n in keep]}
@@ -147,6 +167,83 @@ class ExtenderLogic:
         st = self._bind(decision)
         return {"error": "" if st.ok else "; ".join(st.reasons) or "bind failed"}
 
+    def preempt(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """kube-scheduler's ``ExtenderPreemptionArgs`` -> ``ExtenderPreemptionResult``.
+
+        For each candidate node, the victims kube-scheduler proposes (its own resources' view; our device
+        resources are ``ignoredByScheduler`` to it) plus the fewest lower-priority pods whose devices must be
+        freed so the preemptor fits by our accounting: every lower-priority pod is taken off, then each is
+        given back, highest priority first, while the preemptor still fits (kube-scheduler's reprieve). A
+        node where the preemptor would not fit even then is left out. Nothing changes in the state: the
+        victims' devices are freed when their deletion reaches the informer. A node where the preemptor fits
+        already (a victim's deletion reached us between /filter and /preempt) is kept with no victims, so
+        kube-scheduler nominates it and retries the pod instead of parking it as unschedulable."""
+        if not isinstance(args, Mapping):
+            raise ExtenderError("body: must be ExtenderPreemptionArgs (a JSON object)")
+        pod = self._pod(args)
+        meta = args.get("NodeNameToMetaVictims") or args.get("nodeNameToMetaVictims")
+        full = args.get("NodeNameToVictims") or args.get("nodeNameToVictims")
+        proposed: dict[str, tuple[list[str], int]] = {}
+        for source, uid_of in ((meta, _meta_uid), (full, _pod_uid)):
+            if source is None:
+                continue
+            if not isinstance(source, Mapping):
+                raise ExtenderError("NodeNameToVictims / NodeNameToMetaVictims: must be an object by node name")
+            for node, victims in source.items():
+                victims = victims or {}
+                pods = victims.get("Pods") or victims.get("pods") or []
+                if not isinstance(pods, list):
+                    raise ExtenderError(f"victims of node {node}: Pods must be a list")
+                uids = [str(uid_of(p)) for p in pods if isinstance(p, Mapping) and uid_of(p)]
+                pdb = int(victims.get("NumPDBViolations") or victims.get("numPDBViolations") or 0)
+                proposed[str(node)] = (uids, pdb)
+        result: dict[str, Any] = {}
+        for node, (uids, pdb) in proposed.items():
+            chosen = self._victims(pod, node, uids)
+            if chosen is not None:
+                result[node] = {"Pods": [{"UID": uid} for uid in chosen], "NumPDBViolations": pdb}
+        return {"NodeNameToMetaVictims": result}
+
+    def _victims(self, pod: Pod, node: str, proposed_uids: list[str]) -> list[str] | None:
+        """UIDs to evict on ``node`` so ``pod`` fits by our accounting: kube-scheduler's proposal plus the fewest
+        lower-priority pods ([] when it fits already); None when it cannot fit there even so."""
+        cluster = self.cluster
+        with cluster.lock:
+            state = cluster.state
+            i = state.node_index.get(node)
+            if i is None:
+                return None
+            holders: dict[str, tuple[str, Pod]] = {}  # uid -> (pod key, pod) of pods holding resources here
+            for key in sorted(state.pods_on_node[i]):
+                alloc = state.allocations[key]
+                held = alloc.pod or (cluster.bound.get(key) or (None, ""))[0]
+                if held is not None and held.uid:
+                    holders[held.uid] = (key, held)
+            proposed = [u for u in proposed_uids if u in holders]
+            lower = sorted((u for u, (_, p) in holders.items() if p.priority < pod.priority and u not in proposed),
+                           key=lambda u: (holders[u][1].priority, holders[u][0]))
+            released = {}
+            try:
+                for u in (*proposed, *lower):
+                    released[u] = state.release(holders[u][0])
+                if not self._fits(pod, node):
+                    return None
+                extra = list(lower)
+                for u in sorted(lower, key=lambda u: -holders[u][1].priority):  # reprieve, highest first
+                    state.assign(released.pop(u))
+                    if self._fits(pod, node):
+                        extra.remove(u)
+                    else:
+                        released[u] = state.release(holders[u][0])
+                return [*proposed_uids, *extra]
+            finally:
+                for alloc in released.values():
+                    state.assign(alloc)
+
+    def _fits(self, pod: Pod, node: str) -> bool:
+        i = self.cluster.state.node_index[node]
+        return int(self.cluster.node_reasons(pod, [node])[i]) == 0
+
     def _redecide(self, namespace: str, name: str, node: str) -> Decision:
         """A bind for a pod we hold no decision for (we restarted since /filter): decide on that node."""
         if self.read_pod is None:
@@ -157,6 +254,14 @@ class ExtenderLogic:
         except KubeInputError as exc:
             raise ExtenderError(str(exc)) from None
         return self.cluster.decide(pod, [node])
+
+
+def _meta_uid(p: Mapping[str, Any]) -> Any:
+    return p.get("UID") or p.get("uid")
+
+
+def _pod_uid(p: Mapping[str, Any]) -> Any:
+    return (p.get("metadata") or {}).get("uid")
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -180,8 +285,11 @@ class _StateCollector(Collector):
 
 
 class ExtenderMetrics:
-    def __init__(self, cluster: KubeCluster) -> None:
-        self.registry = CollectorRegistry()
+    """The extender's own families plus ``collectors`` (the caller's: allocation metrics, ours and HAMi's,
+    come from ``gpucluster.monitoring``, a package this one does not import)."""
+
+    def __init__(self, cluster: KubeCluster, collectors: Sequence[Collector] = ()) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Counter("gpucluster_extender_requests_total", "Extender requests by verb and result",
                                 ["verb", "result"], registry=self.registry)
         self.latency = Histogram(
@@ -189,6 +297,8 @@ class ExtenderMetrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5), registry=self.registry,
         )
         self.registry.register(_StateCollector(cluster))
+        for c in collectors:
+            self.registry.register(c)
 
 
 # ---------------------------------------------------------------------------------------------- http
@@ -210,9 +320,9 @@ class ExtenderServer:
     """Serves :class:`ExtenderLogic` on ``host:port`` (threads; one per connection)."""
 
     def __init__(self, logic: ExtenderLogic, host: str = "127.0.0.1", port: int = 0,
-                 ready: Callable[[], bool] | None = None) -> None:
+                 ready: Callable[[], bool] | None = None, collectors: Sequence[Collector] = ()) -> None:
         self.logic = logic
-        self.metrics = ExtenderMetrics(logic.cluster)
+        self.metrics = ExtenderMetrics(logic.cluster, collectors)
         self.ready = ready or (lambda: True)
         server = self
 
@@ -254,6 +364,7 @@ class ExtenderServer:
         verb = h.path.split("?")[0].strip("/").split("/")[-1]
         handlers: dict[str, Callable[[Any], Any]] = {
             "filter": self.logic.filter, "prioritize": self.logic.prioritize, "bind": self.logic.bind,
+            "preempt": self.logic.preempt,
         }
         t0 = time.perf_counter()
         code, result = 200, "ok"
@@ -263,7 +374,7 @@ class ExtenderServer:
             fn = handlers.get(verb)
             if fn is None:
                 code, result = 404, "not_found"
-                body: Any = {"error": f"no such verb {verb!r}; use filter, prioritize or bind"}
+                body: Any = {"error": f"no such verb {verb!r}; use filter, prioritize, preempt or bind"}
             else:
                 try:
                     args = json.loads(raw or b"null")

@@ -54,9 +54,9 @@ def node_manifest(node: NodeSpec, registry: VendorRegistry, now: float, run: str
         prefix = vendor.names.device_type_prefix
         regs = [
             RegisteredDevice(
-                uuid=d.uuid, index=k, split_count=d.max_tasks, memory_mib=d.physical_memory_mib or d.memory_mib,
-                cores_pct=d.core_milli // PERCENT_TO_CORE_MILLI, model=f"{prefix}{d.model}", numa=d.numa,
-                healthy=d.healthy,
+                uuid=d.uuid, index=k, split_count=d.max_tasks, memory_mib=d.memory_mib,
+                cores_pct=d.core_milli // PERCENT_TO_CORE_MILLI, model=d.type_name or f"{prefix}{d.model}",
+                numa=d.numa, healthy=d.healthy, mode=d.mode,
             )
             for k, d in enumerate(mine)
         ]

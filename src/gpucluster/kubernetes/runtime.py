@@ -7,12 +7,13 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client import ApiClient
+from prometheus_client.registry import Collector
 
 from gpucluster.devices import VendorRegistry
 from gpucluster.kubernetes.binder import KubeBinder
@@ -37,6 +38,9 @@ class RunOptions:
     assume_ttl: float = 30.0
     """Seconds an assumed (decided, not bound) allocation is held."""
     sync_timeout: float = 60.0
+    collectors: Callable[[KubeCluster], Sequence[Collector]] | None = None
+    """More metrics for ``/metrics`` over the cluster (the CLI passes the allocation collectors, ours and
+    HAMi's, from ``gpucluster.monitoring``)."""
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -51,6 +55,10 @@ def _wait_for_signal() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     done.wait()
+
+
+def _collectors(opts: RunOptions, cluster: KubeCluster) -> Sequence[Collector]:
+    return () if opts.collectors is None else opts.collectors(cluster)
 
 
 def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions, identity: str = "",
@@ -75,7 +83,8 @@ def start_extender(api: ApiClient, registry: VendorRegistry, host: str, port: in
     informer.start()
     if not informer.wait_synced(opts.sync_timeout):
         raise TimeoutError(f"informer did not sync within {opts.sync_timeout}s")
-    server = ExtenderServer(ExtenderLogic(cluster, read_pod), host, port, ready=lambda: informer.synced)
+    server = ExtenderServer(ExtenderLogic(cluster, read_pod), host, port, ready=lambda: informer.synced,
+                            collectors=_collectors(opts, cluster))
     server.start()
     log.info("extender listening on %s:%d (%d nodes)", host, server.port, cluster.state.n_nodes)
     return server, informer
@@ -106,7 +115,8 @@ def run_scheduler(api: ApiClient, registry: VendorRegistry, opts: RunOptions, *,
         raise TimeoutError(f"informer did not sync within {opts.sync_timeout}s")
     server = None
     if listen is not None:
-        server = ExtenderServer(ExtenderLogic(cluster), listen[0], listen[1], ready=lambda: informer.synced)
+        server = ExtenderServer(ExtenderLogic(cluster), listen[0], listen[1], ready=lambda: informer.synced,
+                                collectors=_collectors(opts, cluster))
         server.start()
     if elector is not None:
         elector.start()

@@ -37,6 +37,14 @@ class DeviceSpec:
     """False once the device is reported unhealthy (e.g. after an XID 79)."""
     physical_memory_mib: int = 0
     """Physical memory in MiB (0 = same as ``memory_mib``)."""
+    mode: str = "hami-core"
+    """Sharing mode the device plugin reports (HAMi ``hami-core``, ``mig``, ``mps``); a pod's
+    ``nvidia.com/vgpu-mode`` annotation selects devices by it."""
+    type_name: str = ""
+    """The full type string the device plugin registers (``NVIDIA-A100``, ``NVIDIA A10``, ``DCU-K100_AI``): HAMi
+    matches ``use-gputype`` / ``nouse-gputype`` against it. Empty = the model."""
+    cordoned: bool = False
+    """Excluded from new placements (HAMi's ``hami.io/device-cordon`` node annotation); pods already on it stay."""
 
     def __post_init__(self) -> None:
         if self.memory_mib < 0 or self.core_milli <= 0 or self.max_tasks <= 0:

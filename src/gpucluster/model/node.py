@@ -27,6 +27,12 @@ class NodeSpec:
     """Spine group (pod) above the leaf; nodes in different spine groups talk through the core tier."""
     pool: str = ""
     """Node pool the server came from (spec files), or empty."""
+    extended: Mapping[str, int] = field(default_factory=dict)
+    """Other extended resources the node offers (``status.allocatable`` entries that are neither CPU, memory nor
+    a device vendor's resource), by name; a pod asking for one the node lacks does not fit it."""
+    pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Device UUID -> peer UUID -> link score (HAMi's ``hami.io/node-nvidia-score``), for the
+    ``topology-aware`` GPU policy; empty when the node does not report one."""
 
     def __post_init__(self) -> None:
         if not self.name:

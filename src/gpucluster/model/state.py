@@ -55,11 +55,38 @@ class Allocation:
     """Per container, the device shares it holds."""
     tenant: str = ""
     pod: Pod | None = field(default=None, compare=False)
+    init_devices: tuple[tuple[DeviceGrant, ...], ...] = ()
+    """Per init container, the device shares it was given (HAMi fits each init container on its own)."""
 
     @property
     def grants(self) -> Iterator[DeviceGrant]:
+        """The app containers' device shares."""
         for per_container in self.devices:
             yield from per_container
+
+    def device_usage(self) -> list[tuple[int, int, int, int]]:
+        """What the pod holds per device: ``(device index, memory MiB, core milli, tasks)``, by device index.
+
+        Without init containers that is the sum of the grants (one task each). Init containers run one at a
+        time before the app containers, so a device holds the larger of the app containers' sum and the largest
+        init container's share, and at least one task (HAMi's ``CollapseInitContainerUsage``)."""
+        app: dict[int, list[int]] = {}
+        for g in self.grants:
+            u = app.setdefault(g.device_index, [0, 0, 0])
+            u[0] += g.memory_mib
+            u[1] += g.core_milli
+            u[2] += 1
+        init: dict[int, list[int]] = {}
+        for per_container in self.init_devices:
+            for g in per_container:
+                u = init.setdefault(g.device_index, [0, 0, 1])
+                u[0] = max(u[0], g.memory_mib)
+                u[1] = max(u[1], g.core_milli)
+        out = []
+        for j in sorted(app.keys() | init.keys()):
+            a, i = app.get(j, [0, 0, 0]), init.get(j, [0, 0, 0])
+            out.append((j, max(a[0], i[0]), max(a[1], i[1]), max(a[2], i[2])))
+        return out
 
     @property
     def device_count(self) -> int:
@@ -96,6 +123,7 @@ class ClusterState:
         self.fabric = fabric or Fabric()
         self.vendors = _Interner()
         self.models = _Interner()
+        self.types = _Interner()
         self.racks = _Interner()
         self.leaves = _Interner()
         self.spines = _Interner()
@@ -136,6 +164,8 @@ class ClusterState:
         self.dev_valid: BoolArray = np.zeros((n, d), np.bool_)
         self.dev_vendor: IntArray = np.full((n, d), -1, np.int64)
         self.dev_model: IntArray = np.full((n, d), -1, np.int64)
+        self.dev_type: IntArray = np.full((n, d), -1, np.int64)
+        """Interned full type string (``DeviceSpec.type_name`` or the model) the type annotations match."""
         self.dev_mem_cap: IntArray = np.zeros((n, d), np.int64)
         self.dev_mem_used: IntArray = np.zeros((n, d), np.int64)
         self.dev_core_cap: IntArray = np.zeros((n, d), np.int64)
@@ -143,18 +173,28 @@ class ClusterState:
         self.dev_tasks: IntArray = np.zeros((n, d), np.int64)
         self.dev_max_tasks: IntArray = np.zeros((n, d), np.int64)
         self.dev_healthy: BoolArray = np.zeros((n, d), np.bool_)
+        self.dev_cordoned: BoolArray = np.zeros((n, d), np.bool_)
+        """Devices excluded from new placements (HAMi ``hami.io/device-cordon``)."""
         self.dev_numa: IntArray = np.zeros((n, d), np.int64)
         self.dev_nvlink: IntArray = np.full((n, d), -1, np.int64)
         self.dev_uuid: list[list[str]] = []
+        # kept per node by _touch, so that a snapshot does not recompute them over every node
+        self.cpu_free: IntArray = np.zeros(n, np.int64)
+        self.mem_free: IntArray = np.zeros(n, np.int64)
+        self.dev_core_free: IntArray = np.zeros((n, d), np.int64)
+        self.dev_mem_free: IntArray = np.zeros((n, d), np.int64)
+        self.dev_usable: BoolArray = np.zeros((n, d), np.bool_)
+        """Devices that exist, are healthy and sit on a schedulable node."""
 
     _NODE_ARRAYS = (
         "cpu_cap", "cpu_used", "mem_cap", "mem_used", "schedulable", "present", "pod_count", "rack_id",
         "leaf_id", "spine_id", "node_generation", "dev_count", "node_core_cap", "node_core_used",
-        "node_dmem_cap", "node_dmem_used", "node_task_cap", "node_tasks",
+        "node_dmem_cap", "node_dmem_used", "node_task_cap", "node_tasks", "cpu_free", "mem_free",
     )
     _DEV_ARRAYS = (
-        "dev_valid", "dev_vendor", "dev_model", "dev_mem_cap", "dev_mem_used", "dev_core_cap",
-        "dev_core_used", "dev_tasks", "dev_max_tasks", "dev_healthy", "dev_numa", "dev_nvlink",
+        "dev_valid", "dev_vendor", "dev_model", "dev_type", "dev_mem_cap", "dev_mem_used", "dev_core_cap",
+        "dev_core_used", "dev_tasks", "dev_max_tasks", "dev_healthy", "dev_numa", "dev_nvlink", "dev_cordoned",
+        "dev_core_free", "dev_mem_free", "dev_usable",
     )
 
     def _grow(self, need_devices: int) -> None:
@@ -166,7 +206,7 @@ class ClusterState:
             setattr(self, name, np.concatenate([arr, np.zeros(1, arr.dtype)]))
         for name in self._DEV_ARRAYS:
             arr = getattr(self, name)
-            fill = -1 if name in ("dev_vendor", "dev_model", "dev_nvlink") else 0
+            fill = -1 if name in ("dev_vendor", "dev_model", "dev_type", "dev_nvlink") else 0
             grown = np.full((arr.shape[0] + 1, d_new), fill, arr.dtype)
             grown[: arr.shape[0], :d_old] = arr
             setattr(self, name, grown)
@@ -211,10 +251,12 @@ class ClusterState:
         self.dev_valid[i, j] = True
         self.dev_vendor[i, j] = self.vendors.id(dev.vendor)
         self.dev_model[i, j] = self.models.id(dev.model)
+        self.dev_type[i, j] = self.types.id(dev.type_name or dev.model)
         self.dev_mem_cap[i, j] = dev.memory_mib
         self.dev_core_cap[i, j] = dev.core_milli
         self.dev_max_tasks[i, j] = dev.max_tasks
         self.dev_healthy[i, j] = dev.healthy
+        self.dev_cordoned[i, j] = dev.cordoned
         self.dev_numa[i, j] = dev.numa
         self.dev_nvlink[i, j] = dev.nvlink_domain
         self.node_core_cap[i] += dev.core_milli
@@ -250,6 +292,11 @@ class ClusterState:
     def _touch(self, i: int) -> None:
         self.generation += 1
         self.node_generation[i] = self.generation
+        self.cpu_free[i] = self.cpu_cap[i] - self.cpu_used[i]
+        self.mem_free[i] = self.mem_cap[i] - self.mem_used[i]
+        self.dev_core_free[i] = self.dev_core_cap[i] - self.dev_core_used[i]
+        self.dev_mem_free[i] = self.dev_mem_cap[i] - self.dev_mem_used[i]
+        self.dev_usable[i] = self.dev_valid[i] & self.dev_healthy[i] & self.schedulable[i]
 
     # ------------------------------------------------------------------ allocations
     def check_fits(self, alloc: Allocation) -> None:
@@ -265,22 +312,14 @@ class ClusterState:
             raise AllocationError(f"{alloc.pod_key}: CPU over capacity on {alloc.node}")
         if self.mem_used[i] + alloc.memory_mib > self.mem_cap[i]:
             raise AllocationError(f"{alloc.pod_key}: memory over capacity on {alloc.node}")
-        mem: dict[int, int] = {}
-        core: dict[int, int] = {}
-        tasks: dict[int, int] = {}
-        for g in alloc.grants:
-            j = g.device_index
+        for j, mem, core, tasks in alloc.device_usage():
             if not 0 <= j < self.dev_count[i]:
                 raise AllocationError(f"{alloc.pod_key}: node {alloc.node} has no device {j}")
-            mem[j] = mem.get(j, 0) + g.memory_mib
-            core[j] = core.get(j, 0) + g.core_milli
-            tasks[j] = tasks.get(j, 0) + 1
-        for j in mem:
-            if self.dev_mem_used[i, j] + mem[j] > self.dev_mem_cap[i, j]:
+            if self.dev_mem_used[i, j] + mem > self.dev_mem_cap[i, j]:
                 raise AllocationError(f"{alloc.pod_key}: device {j} on {alloc.node} over memory")
-            if self.dev_core_used[i, j] + core[j] > self.dev_core_cap[i, j]:
+            if self.dev_core_used[i, j] + core > self.dev_core_cap[i, j]:
                 raise AllocationError(f"{alloc.pod_key}: device {j} on {alloc.node} over cores")
-            if self.dev_tasks[i, j] + tasks[j] > self.dev_max_tasks[i, j]:
+            if self.dev_tasks[i, j] + tasks > self.dev_max_tasks[i, j]:
                 raise AllocationError(f"{alloc.pod_key}: device {j} on {alloc.node} over its task limit")
 
     def assign(self, alloc: Allocation) -> None:
@@ -290,13 +329,7 @@ class ClusterState:
         self.cpu_used[i] += alloc.cpu_milli
         self.mem_used[i] += alloc.memory_mib
         self.pod_count[i] += 1
-        for g in alloc.grants:
-            self.dev_mem_used[i, g.device_index] += g.memory_mib
-            self.dev_core_used[i, g.device_index] += g.core_milli
-            self.dev_tasks[i, g.device_index] += 1
-            self.node_dmem_used[i] += g.memory_mib
-            self.node_core_used[i] += g.core_milli
-            self.node_tasks[i] += 1
+        self._book(i, alloc, 1)
         self.allocations[alloc.pod_key] = alloc
         self.pods_on_node[i].add(alloc.pod_key)
         self._touch(i)
@@ -308,16 +341,27 @@ class ClusterState:
         self.cpu_used[i] -= alloc.cpu_milli
         self.mem_used[i] -= alloc.memory_mib
         self.pod_count[i] -= 1
-        for g in alloc.grants:
-            self.dev_mem_used[i, g.device_index] -= g.memory_mib
-            self.dev_core_used[i, g.device_index] -= g.core_milli
-            self.dev_tasks[i, g.device_index] -= 1
-            self.node_dmem_used[i] -= g.memory_mib
-            self.node_core_used[i] -= g.core_milli
-            self.node_tasks[i] -= 1
+        self._book(i, alloc, -1)
         self.pods_on_node[i].discard(pod_key)
         self._touch(i)
         return alloc
+
+    def _book(self, i: int, alloc: Allocation, sign: int) -> None:
+        """Add (``sign`` 1) or take back (-1) what ``alloc`` holds on node ``i``'s devices."""
+        if not alloc.init_devices:  # the common case, without building the per-device summary
+            for g in alloc.grants:
+                self._book_device(i, g.device_index, sign * g.memory_mib, sign * g.core_milli, sign)
+            return
+        for j, mem, core, tasks in alloc.device_usage():
+            self._book_device(i, j, sign * mem, sign * core, sign * tasks)
+
+    def _book_device(self, i: int, j: int, mem: int, core: int, tasks: int) -> None:
+        self.dev_mem_used[i, j] += mem
+        self.dev_core_used[i, j] += core
+        self.dev_tasks[i, j] += tasks
+        self.node_dmem_used[i] += mem
+        self.node_core_used[i] += core
+        self.node_tasks[i] += tasks
 
     def allocations_on(self, name: str) -> list[Allocation]:
         return [self.allocations[k] for k in sorted(self.pods_on_node[self.node_index[name]])]
@@ -373,7 +417,7 @@ class Snapshot:
     """A read-only view of a :class:`ClusterState` for one scheduling cycle.
 
     The arrays are views (no copy) with the write flag off; a snapshot is valid until its state's next
-    mutation (``stale`` tells). Derived arrays (free resources) are computed once per snapshot on first use.
+    mutation (``stale`` tells). The free-resource arrays are the state's own, kept per node as it changes.
     """
 
     def __init__(self, state: ClusterState) -> None:
@@ -384,6 +428,7 @@ class Snapshot:
         self.vendors: Sequence[str] = state.vendors.names
         self.vendor_ids = state.vendors.ids
         self.models: Sequence[str] = state.models.names
+        self.types: Sequence[str] = state.types.names
         self.fabric = state.fabric
         self.cpu_cap = _readonly(state.cpu_cap)
         self.cpu_used = _readonly(state.cpu_used)
@@ -406,6 +451,7 @@ class Snapshot:
         self.dev_valid = _readonly(state.dev_valid)
         self.dev_vendor = _readonly(state.dev_vendor)
         self.dev_model = _readonly(state.dev_model)
+        self.dev_type = _readonly(state.dev_type)
         self.dev_mem_cap = _readonly(state.dev_mem_cap)
         self.dev_mem_used = _readonly(state.dev_mem_used)
         self.dev_core_cap = _readonly(state.dev_core_cap)
@@ -413,6 +459,7 @@ class Snapshot:
         self.dev_tasks = _readonly(state.dev_tasks)
         self.dev_max_tasks = _readonly(state.dev_max_tasks)
         self.dev_healthy = _readonly(state.dev_healthy)
+        self.dev_cordoned = _readonly(state.dev_cordoned)
         self.dev_numa = _readonly(state.dev_numa)
         self.dev_nvlink = _readonly(state.dev_nvlink)
         self.dev_uuid: Sequence[Sequence[str]] = state.dev_uuid
@@ -442,26 +489,24 @@ class Snapshot:
 
     @property
     def cpu_free(self) -> IntArray:
-        return self._derived("cpu_free", lambda: self.cpu_cap - self.cpu_used)  # type: ignore[return-value]
+        return self._derived("cpu_free", lambda: _readonly(self._state.cpu_free))  # type: ignore[return-value]
 
     @property
     def mem_free(self) -> IntArray:
-        return self._derived("mem_free", lambda: self.mem_cap - self.mem_used)  # type: ignore[return-value]
+        return self._derived("mem_free", lambda: _readonly(self._state.mem_free))  # type: ignore[return-value]
 
     @property
     def dev_core_free(self) -> IntArray:
-        return self._derived("dev_core_free", lambda: self.dev_core_cap - self.dev_core_used)  # type: ignore[return-value]
+        return self._derived("dev_core_free", lambda: _readonly(self._state.dev_core_free))  # type: ignore[return-value]
 
     @property
     def dev_mem_free(self) -> IntArray:
-        return self._derived("dev_mem_free", lambda: self.dev_mem_cap - self.dev_mem_used)  # type: ignore[return-value]
+        return self._derived("dev_mem_free", lambda: _readonly(self._state.dev_mem_free))  # type: ignore[return-value]
 
     @property
     def dev_usable(self) -> BoolArray:
         """Devices that exist, are healthy and sit on a schedulable node."""
-        return self._derived(  # type: ignore[return-value]
-            "dev_usable", lambda: self.dev_valid & self.dev_healthy & self.schedulable[:, None]
-        )
+        return self._derived("dev_usable", lambda: _readonly(self._state.dev_usable))  # type: ignore[return-value]
 
     @property
     def allocations(self) -> dict[str, Allocation]:

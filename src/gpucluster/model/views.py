@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpucluster.model.share import device_share
 from gpucluster.model.state import Allocation, ClusterState, DeviceGrant, Snapshot
 
 FloatArray = npt.NDArray[np.float64]
@@ -95,7 +96,8 @@ def node_detail(s: ClusterState, name: str, describe: PodDescriber) -> dict[str,
         who = describe(alloc)
         for g in alloc.grants:
             by_dev.setdefault(g.device_index, []).append({
-                "pod": alloc.pod_key, **who, "cores": grant_cores(s, i, g), "memory_mib": g.memory_mib})
+                "pod": alloc.pod_key, **who, "cores": grant_cores(s, i, g), "memory_mib": g.memory_mib,
+                **grant_share(s, i, g)})
     row["devices"] = [
         {"index": dev.index, "uuid": dev.uuid, "model": dev.model, "numa": dev.numa,
          "nvlink_domain": dev.nvlink_domain, "healthy": bool(s.dev_healthy[i, dev.index]),
@@ -108,12 +110,20 @@ def node_detail(s: ClusterState, name: str, describe: PodDescriber) -> dict[str,
     return row
 
 
+def grant_share(s: ClusterState, i: int, g: DeviceGrant) -> dict[str, Any]:
+    """``share``: GPU-equivalents the grant holds of its device (``model.share``), ``whole``: all of it."""
+    share = device_share(g.core_milli, g.memory_mib, float(s.dev_core_cap[i, g.device_index]),
+                         float(s.dev_mem_cap[i, g.device_index]))
+    return {"share": round(share, 4), "whole": share >= 1.0 - 1e-9}
+
+
 def placement(s: ClusterState, pod_key: str, node: str) -> dict[str, Any]:
     """Where a bound pod is and which device shares it holds (empty when its usage is not accounted)."""
     alloc = s.allocations.get(pod_key)
     i = s.node_index.get(node, -1)
     devices = [] if alloc is None or i < 0 else [
-        {"uuid": g.uuid, "index": g.device_index, "memory_mib": g.memory_mib, "cores": grant_cores(s, i, g)}
+        {"uuid": g.uuid, "index": g.device_index, "memory_mib": g.memory_mib, "cores": grant_cores(s, i, g),
+         **grant_share(s, i, g)}
         for g in alloc.grants]
     return {"pod": pod_key, "node": node, "devices": devices}
 

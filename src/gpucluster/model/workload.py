@@ -35,6 +35,12 @@ class DeviceRequest:
         if self.memory_pct is not None and not 0 <= self.memory_pct <= 100:
             raise ValueError("device memory percentage must be within 0..100")
 
+    @property
+    def whole(self) -> bool:
+        """Each device is taken whole: all of its compute, or all of its memory (HAMi's ``nvidia.com/gpu: 1``
+        with the default 100 % memory and no cores given), so nothing else can share it."""
+        return self.core_milli >= 1000 or (self.memory_pct or 0) >= 100
+
 
 @dataclass(frozen=True, slots=True)
 class ContainerRequest:
@@ -42,20 +48,35 @@ class ContainerRequest:
     cpu_milli: int = 0
     memory_mib: int = 0
     devices: tuple[DeviceRequest, ...] = ()
+    extended: Mapping[str, int] = field(default_factory=dict)
+    """Extended resources that are no device vendor's (``example.com/foo: 2``); a node must offer them."""
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceConstraints:
-    """HAMi's device selection annotations (model substrings and UUIDs), already split."""
+    """HAMi's device selection annotations (model substrings and UUIDs), already split.
+
+    The four tuples apply to every device; ``per_vendor`` holds constraints that apply to one vendor's devices
+    only (HAMi's ``nvidia.com/use-gputype`` constrains GPUs, ``hygon.com/use-dcutype`` DCUs)."""
 
     use_types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = ()
     use_uuids: tuple[str, ...] = ()
     nouse_uuids: tuple[str, ...] = ()
+    per_vendor: Mapping[str, DeviceConstraints] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return not (self.use_types or self.nouse_types or self.use_uuids or self.nouse_uuids)
+        return not (self.use_types or self.nouse_types or self.use_uuids or self.nouse_uuids) and all(
+            c.empty for c in self.per_vendor.values())
+
+    def for_vendor(self, vendor: str) -> DeviceConstraints:
+        """The constraints on ``vendor``'s devices: the global ones plus that vendor's own."""
+        own = self.per_vendor.get(vendor)
+        if own is None:
+            return self
+        return DeviceConstraints(self.use_types + own.use_types, self.nouse_types + own.nouse_types,
+                                 self.use_uuids + own.use_uuids, self.nouse_uuids + own.nouse_uuids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +103,9 @@ class Pod:
     scheduler_name: str = ""
     node_selector: Mapping[str, str] = field(default_factory=dict)
     """Labels the node must carry (Kubernetes ``spec.nodeSelector``; the ``NodeSelector`` plugin checks it)."""
+    init_containers: tuple[ContainerRequest, ...] = ()
+    """Init containers: they run one after another before the app containers, so the pod needs, per resource,
+    the larger of the app containers' sum and the largest init container (Kubernetes' effective request)."""
 
     @property
     def key(self) -> str:
@@ -89,16 +113,35 @@ class Pod:
 
     @property
     def cpu_milli(self) -> int:
-        return sum(c.cpu_milli for c in self.containers)
+        return max(sum(c.cpu_milli for c in self.containers), max((c.cpu_milli for c in self.init_containers),
+                                                                  default=0))
 
     @property
     def memory_mib(self) -> int:
-        return sum(c.memory_mib for c in self.containers)
+        return max(sum(c.memory_mib for c in self.containers), max((c.memory_mib for c in self.init_containers),
+                                                                   default=0))
+
+    @property
+    def extended(self) -> dict[str, int]:
+        """Effective extended-resource requests (app sum or largest init container, whichever is larger)."""
+        out: dict[str, int] = {}
+        for c in self.containers:
+            for name, n in c.extended.items():
+                out[name] = out.get(name, 0) + n
+        for c in self.init_containers:
+            for name, n in c.extended.items():
+                out[name] = max(out.get(name, 0), n)
+        return out
 
     @property
     def device_requests(self) -> list[tuple[int, DeviceRequest]]:
-        """``(container index, request)`` for every device request of the pod."""
+        """``(container index, request)`` for every device request of the pod's app containers."""
         return [(i, r) for i, c in enumerate(self.containers) for r in c.devices]
+
+    @property
+    def init_device_requests(self) -> list[tuple[int, DeviceRequest]]:
+        """``(init container index, request)`` for every device request of the pod's init containers."""
+        return [(i, r) for i, c in enumerate(self.init_containers) for r in c.devices]
 
     @property
     def device_count(self) -> int:

@@ -25,6 +25,7 @@ from gpucluster.monitoring.exporter import (
 )
 from gpucluster.monitoring.exposition import MetricsServer, TextRenderer
 from gpucluster.monitoring.remediation import (
+    DISRUPTIVE,
     AuditLog,
     AuditRecord,
     JobSimulatorTarget,
@@ -33,6 +34,7 @@ from gpucluster.monitoring.remediation import (
     RemediationTarget,
     Remediator,
     SimTarget,
+    describe_record,
     lost_pods,
 )
 from gpucluster.monitoring.rules import (
@@ -47,6 +49,7 @@ from gpucluster.monitoring.rules import (
 )
 
 __all__ = [
+    "DISRUPTIVE",
     "PROFILES",
     "Action",
     "ActivityProfile",
@@ -85,6 +88,7 @@ __all__ = [
     "build_registry",
     "control_plane_registry",
     "default_rules",
+    "describe_record",
     "load_metrics",
     "lost_pods",
     "node_fragmentation",

@@ -6,8 +6,8 @@
 * :class:`ControlPlaneMetrics` - queue length (read at scrape time), scheduling latency histogram and
   decisions by result (the two event-driven families, observed by the scheduling loop).
 
-All device metrics are exposed as gauges (dcgm-exporter's counters keep their names, which do not end in
-``_total``; PromQL's ``increase`` works on them all the same).
+Device metrics carry dcgm-exporter's types: its counters are typed ``counter`` and keep their names, which
+do not end in ``_total`` (as dcgm-exporter writes them).
 """
 
 from __future__ import annotations
@@ -27,36 +27,61 @@ from gpucluster.model import ClusterState
 from gpucluster.model.views import node_fragmentation
 from gpucluster.monitoring import metrics as m
 from gpucluster.monitoring.collectors.base import DeviceSample, DeviceSource
+from gpucluster.monitoring.hami import HamiHostCollector, HamiSchedulerCollector, StateSource
 
-# (metric name, DeviceSample field, help)
-DEVICE_FIELDS: tuple[tuple[str, str, str], ...] = (
-    (m.DCGM_SM_CLOCK, "sm_clock_mhz", "SM clock frequency (in MHz)."),
-    (m.DCGM_MEM_CLOCK, "mem_clock_mhz", "Memory clock frequency (in MHz)."),
-    (m.DCGM_GPU_TEMP, "gpu_temp_c", "GPU temperature (in C)."),
-    (m.DCGM_MEMORY_TEMP, "memory_temp_c", "Memory temperature (in C)."),
-    (m.DCGM_POWER_USAGE, "power_w", "Power draw (in W)."),
-    (m.DCGM_TOTAL_ENERGY, "total_energy_mj", "Total energy consumption since boot (in mJ)."),
-    (m.DCGM_PCIE_REPLAY, "pcie_replay_total", "Total number of PCIe retries."),
-    (m.DCGM_GPU_UTIL, "gpu_util_pct", "GPU utilization (in %)."),
-    (m.DCGM_MEM_COPY_UTIL, "mem_copy_util_pct", "Memory utilization (in %)."),
-    (m.DCGM_ENC_UTIL, "enc_util_pct", "Encoder utilization (in %)."),
-    (m.DCGM_DEC_UTIL, "dec_util_pct", "Decoder utilization (in %)."),
-    (m.DCGM_XID_ERRORS, "xid", "Value of the last XID error encountered."),
-    (m.DCGM_FB_FREE, "fb_free_mib", "Framebuffer memory free (in MiB)."),
-    (m.DCGM_FB_USED, "fb_used_mib", "Framebuffer memory used (in MiB)."),
-    (m.DCGM_NVLINK_BANDWIDTH_TOTAL, "nvlink_bytes_total", "Total NVLink bytes over all lanes."),
-    (m.DCGM_NVLINK_CRC_FLIT_ERRORS, "nvlink_crc_errors_total", "Total NVLink flow-control CRC errors."),
-    (m.DCGM_ECC_DBE_VOL_TOTAL, "ecc_dbe_total", "Total volatile double-bit ECC errors."),
-    (m.DCGM_ECC_SBE_VOL_TOTAL, "ecc_sbe_total", "Total volatile single-bit ECC errors."),
-    (m.DCGM_UNCORRECTABLE_REMAPPED_ROWS, "uncorrectable_remapped_rows", "Rows remapped for uncorrectable errors."),
-    (m.DCGM_CORRECTABLE_REMAPPED_ROWS, "correctable_remapped_rows", "Rows remapped for correctable errors."),
-    (m.DCGM_ROW_REMAP_FAILURE, "row_remap_failure", "Whether remapping of rows has failed."),
-    (m.DCGM_GR_ENGINE_ACTIVE, "gr_engine_active", "Ratio of time the graphics engine is active."),
-    (m.DCGM_PIPE_TENSOR_ACTIVE, "tensor_active", "Ratio of cycles the tensor (HMMA) pipe is active."),
-    (m.DCGM_DRAM_ACTIVE, "dram_active", "Ratio of cycles the device memory interface is active."),
-    (m.DCGM_PCIE_TX_BYTES, "pcie_tx_bytes_per_s", "The rate of data transmitted over the PCIe bus (bytes/s)."),
-    (m.DCGM_PCIE_RX_BYTES, "pcie_rx_bytes_per_s", "The rate of data received over the PCIe bus (bytes/s)."),
+# (metric name, DeviceSample field, Prometheus type, help): dcgm-exporter's names and types
+# (``monitoring/data/dcgm-exporter-default-counters.csv``; a test compares the two)
+DEVICE_FIELDS: tuple[tuple[str, str, str, str], ...] = (
+    (m.DCGM_SM_CLOCK, "sm_clock_mhz", "gauge", "SM clock frequency (in MHz)."),
+    (m.DCGM_MEM_CLOCK, "mem_clock_mhz", "gauge", "Memory clock frequency (in MHz)."),
+    (m.DCGM_GPU_TEMP, "gpu_temp_c", "gauge", "GPU temperature (in C)."),
+    (m.DCGM_MEMORY_TEMP, "memory_temp_c", "gauge", "Memory temperature (in C)."),
+    (m.DCGM_POWER_USAGE, "power_w", "gauge", "Power draw (in W)."),
+    (m.DCGM_TOTAL_ENERGY, "total_energy_mj", "counter", "Total energy consumption since boot (in mJ)."),
+    (m.DCGM_PCIE_TX_THROUGHPUT, "pcie_tx_throughput_kb", "counter",
+     "Total number of bytes transmitted through PCIe TX (in KB) via NVML."),
+    (m.DCGM_PCIE_RX_THROUGHPUT, "pcie_rx_throughput_kb", "counter",
+     "Total number of bytes received through PCIe RX (in KB) via NVML."),
+    (m.DCGM_PCIE_REPLAY, "pcie_replay_total", "counter", "Total number of PCIe retries."),
+    (m.DCGM_GPU_UTIL, "gpu_util_pct", "gauge", "GPU utilization (in %)."),
+    (m.DCGM_MEM_COPY_UTIL, "mem_copy_util_pct", "gauge", "Memory utilization (in %)."),
+    (m.DCGM_ENC_UTIL, "enc_util_pct", "gauge", "Encoder utilization (in %)."),
+    (m.DCGM_DEC_UTIL, "dec_util_pct", "gauge", "Decoder utilization (in %)."),
+    (m.DCGM_XID_ERRORS, "xid", "gauge", "Value of the last XID error encountered."),
+    (m.DCGM_FB_FREE, "fb_free_mib", "gauge", "Framebuffer memory free (in MiB)."),
+    (m.DCGM_FB_USED, "fb_used_mib", "gauge", "Framebuffer memory used (in MiB)."),
+    (m.DCGM_FB_RESERVED, "fb_reserved_mib", "gauge", "Framebuffer memory reserved (in MiB)."),
+    (m.DCGM_NVLINK_BANDWIDTH_TOTAL, "nvlink_bytes_total", "counter",
+     "Total number of NVLink bandwidth counters for all lanes."),
+    (m.DCGM_NVLINK_CRC_FLIT_ERRORS, "nvlink_crc_errors_total", "counter",
+     "Total number of NVLink flow-control CRC errors."),
+    (m.DCGM_ECC_DBE_VOL_TOTAL, "ecc_dbe_total", "counter", "Total number of double-bit volatile ECC errors."),
+    (m.DCGM_ECC_SBE_VOL_TOTAL, "ecc_sbe_total", "counter", "Total number of single-bit volatile ECC errors."),
+    (m.DCGM_VGPU_LICENSE_STATUS, "vgpu_license_status", "gauge", "vGPU License status"),
+    (m.DCGM_UNCORRECTABLE_REMAPPED_ROWS, "uncorrectable_remapped_rows", "counter",
+     "Number of remapped rows for uncorrectable errors"),
+    (m.DCGM_CORRECTABLE_REMAPPED_ROWS, "correctable_remapped_rows", "counter",
+     "Number of remapped rows for correctable errors"),
+    (m.DCGM_ROW_REMAP_FAILURE, "row_remap_failure", "gauge", "Whether remapping of rows has failed"),
+    (m.DCGM_GR_ENGINE_ACTIVE, "gr_engine_active", "gauge", "Ratio of time the graphics engine is active."),
+    (m.DCGM_PIPE_TENSOR_ACTIVE, "tensor_active", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    (m.DCGM_DRAM_ACTIVE, "dram_active", "gauge",
+     "Ratio of cycles the device memory interface is active sending or receiving data."),
+    (m.DCGM_PCIE_TX_BYTES, "pcie_tx_bytes_per_s", "gauge",
+     "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in "
+     "bytes per second."),
+    (m.DCGM_PCIE_RX_BYTES, "pcie_rx_bytes_per_s", "gauge",
+     "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in "
+     "bytes per second."),
 )
+
+
+def _family(name: str, doc: str, typ: str, labels: Sequence[str]) -> Metric:
+    """A gauge, or a counter that keeps dcgm-exporter's bare name (no ``_total`` added to its samples, as
+    dcgm-exporter writes them): ``Metric`` with type counter and samples named as the family."""
+    if typ == "gauge":
+        return GaugeMetricFamily(name, doc, labels=labels)
+    return Metric(name, doc, typ)
 
 
 def device_labels(s: DeviceSample) -> list[str]:
@@ -81,12 +106,16 @@ class DeviceCollector(Collector):
             with self.lock:
                 samples = self.source.sample()
         labels = [device_labels(s) for s in samples]
-        for name, attr, doc in self.fields:
-            fam = GaugeMetricFamily(name, doc, labels=m.DCGM_LABELS)
+        for name, attr, typ, doc in self.fields:
+            fam = _family(name, doc, typ, m.DCGM_LABELS)
             for s, lv in zip(samples, labels, strict=True):
                 v = getattr(s, attr)
-                if v is not None:
+                if v is None:
+                    continue
+                if isinstance(fam, GaugeMetricFamily):
                     fam.add_metric(lv, float(v))
+                else:
+                    fam.add_sample(name, dict(zip(m.DCGM_LABELS, lv, strict=True)), float(v))
             yield fam
 
 
@@ -101,17 +130,22 @@ class AllocationCollector(Collector):
 
     def __init__(
         self,
-        state: ClusterState,
+        state: StateSource,
         nodes: Sequence[str] | None = None,
         lock: threading.RLock | None = None,
         fragmentation: Callable[[ClusterState], Any] = node_fragmentation,
         pods: bool = True,
     ) -> None:
-        self.state = state
+        self._state = state
         self.nodes = None if nodes is None else list(nodes)
         self.lock = lock or threading.RLock()
         self.fragmentation = fragmentation
         self.pods = pods
+
+    @property
+    def state(self) -> ClusterState:
+        """The state read at this scrape (``state`` may be a function returning the current one)."""
+        return self._state() if callable(self._state) else self._state
 
     def collect(self) -> Iterator[Metric]:
         with self.lock:
@@ -216,6 +250,10 @@ class ControlPlaneMetrics(Collector):
         self.latency.observe(seconds)
         self.decisions.labels(result=result).inc()
 
+    def observe_decision(self, decision: Any, seconds: float) -> None:
+        """A scheduler's ``on_decision`` hook: the result is the decision's outcome (``scheduled``, ...)."""
+        self.observe(str(decision.outcome), seconds)
+
     def timed(self, fn: Callable[[], Any], result_of: Callable[[Any], str] = str) -> Any:
         """Run ``fn`` (one scheduling decision), record its latency and ``result_of(return value)``."""
         t0 = time.perf_counter()
@@ -233,27 +271,40 @@ class ControlPlaneMetrics(Collector):
         yield oldest
 
 
+def register_allocation(reg: CollectorRegistry, state: StateSource, nodes: Sequence[str] | None = None,
+                        lock: threading.RLock | None = None, legacy_metrics: bool = False) -> None:
+    """Our allocation families and HAMi's scheduler families (``legacy_metrics``: HAMi's legacy names too)
+    over the same state: every process that exports one exports both."""
+    reg.register(AllocationCollector(state, nodes, lock))
+    reg.register(HamiSchedulerCollector(state, lock=lock, legacy=legacy_metrics, nodes=nodes))
+
+
 def build_registry(
     source: DeviceSource | None = None,
     state: ClusterState | None = None,
     nodes: Sequence[str] | None = None,
     lock: threading.RLock | None = None,
+    legacy_metrics: bool = False,
+    registry: CollectorRegistry | None = None,
 ) -> CollectorRegistry:
-    """A registry with device metrics (``source``) and allocation metrics (``state``), whichever given."""
-    reg = CollectorRegistry(auto_describe=False)
+    """A registry with device metrics (``source``: dcgm-exporter's and HAMi's host families) and allocation
+    metrics (``state``: ours and HAMi's scheduler families), whichever given; added to ``registry`` when given."""
+    reg = registry if registry is not None else CollectorRegistry(auto_describe=False)
     if source is not None:
         reg.register(DeviceCollector(source, lock))
+        reg.register(HamiHostCollector(source, lock, legacy=legacy_metrics))
     if state is not None:
-        reg.register(AllocationCollector(state, nodes, lock))
+        register_allocation(reg, state, nodes, lock, legacy_metrics)
     return reg
 
 
 def control_plane_registry(
-    state: ClusterState, queue_stats: Callable[[], QueueStats], lock: threading.RLock | None = None
+    state: StateSource, queue_stats: Callable[[], QueueStats], lock: threading.RLock | None = None,
+    legacy_metrics: bool = False,
 ) -> tuple[CollectorRegistry, ControlPlaneMetrics]:
-    """What the control-plane process exports: cluster-wide allocation metrics plus queue, latency and
-    decisions. Serve ``TextRenderer().render(registry)`` at ``/metrics`` (content type
+    """What the control-plane process exports: cluster-wide allocation metrics (ours and HAMi's) plus queue,
+    latency and decisions. Serve ``TextRenderer().render(registry)`` at ``/metrics`` (content type
     ``exposition.CONTENT_TYPE``) and report each decision with ``metrics.observe`` / ``metrics.timed``."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(AllocationCollector(state, None, lock))
+    register_allocation(reg, state, None, lock, legacy_metrics)
     return reg, ControlPlaneMetrics(reg, queue_stats)

@@ -66,8 +66,8 @@ class TextRenderer:
         for fam in registry.collect():
             name = fam.name
             typ = self._TYPES.get(fam.type, "untyped")
-            if fam.type == "counter":
-                name = f"{name}_total"
+            if fam.type == "counter" and not any(s.name == name for s in fam.samples):
+                name = f"{name}_total"  # prometheus_client's counters; dcgm-exporter's keep their bare name
             out.append(f"# HELP {name} {_escape_help(fam.documentation)}\n# TYPE {name} {typ}\n")
             if fam.type == "info":
                 out.extend(f"{s.name}{self._label_text(s.labels)} {_value(s.value)}\n" for s in fam.samples)

@@ -209,13 +209,23 @@ class JobSimulatorTarget:
         return None
 
 
+DISRUPTIVE = frozenset({Action.DRAIN, Action.DEFRAGMENT, Action.RELEASE})
+"""Actions that stop or move running pods (a drain evicts, a defragmentation migrates, a release stops). An
+operator opts in to each (``gpucluster up --remediate drain,defragment``); otherwise they are planned only."""
+
+
 @dataclass(frozen=True, slots=True)
 class RemediationPolicy:
-    """Which actions run on their own, and the brakes on them."""
+    """Which actions run on their own, which are only planned, and the brakes on them."""
 
     allow: frozenset[Action] = frozenset({Action.CORDON, Action.DRAIN, Action.DEFRAGMENT})
-    """Actions carried out automatically; others are only logged as ``skipped``. Releasing idle allocations
-    stops users' pods, so it is off unless listed."""
+    """Actions considered at all; others are only logged as ``skipped``. Releasing idle allocations stops users'
+    pods, so it is off unless listed."""
+    dry_run: frozenset[Action] = frozenset()
+    """Allowed actions that are planned and logged (outcome ``dry-run``, with what they would do) but not
+    carried out. A dry-run drain still does the part that moves nothing: the faulted device is marked
+    unusable for new pods and the node is cordoned (when cordon is allowed and not itself dry-run), so nothing
+    new lands on broken hardware while the running pods stay where they are."""
     max_unschedulable_fraction: float = 0.25
     """Never cordon or drain past this fraction of the nodes (a bad rule or a fabric-wide fault must not
     empty the cluster)."""
@@ -223,6 +233,29 @@ class RemediationPolicy:
     """The same action on the same target is not repeated within this many seconds."""
     defragment_max_moves: int = 8
     """Most pods moved per defragmentation of one node."""
+
+    @classmethod
+    def opt_in(cls, enabled: Iterable[Action], observe_only: bool = False) -> RemediationPolicy:
+        """Every action allowed; of the :data:`DISRUPTIVE` ones only ``enabled`` carried out, the others
+        planned (dry-run). Cordoning moves nothing and is carried out, unless ``observe_only`` (then every
+        action is planned only)."""
+        on = frozenset(enabled)
+        unknown = on - set(Action)
+        if unknown:
+            raise ValueError(f"unknown remediation action(s): {sorted(map(str, unknown))}")
+        everything = frozenset({Action.CORDON, *DISRUPTIVE})
+        dry = everything if observe_only else DISRUPTIVE - on
+        return cls(allow=everything, dry_run=dry)
+
+    def mode(self, action: Action) -> str:
+        """``on`` (carried out), ``dry-run`` (planned only) or ``off`` (skipped)."""
+        if action not in self.allow:
+            return "off"
+        return "dry-run" if action in self.dry_run else "on"
+
+    def modes(self) -> dict[str, str]:
+        """Every action's :meth:`mode`, by name."""
+        return {str(a): self.mode(a) for a in (Action.CORDON, Action.DRAIN, Action.DEFRAGMENT, Action.RELEASE)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +338,8 @@ class Remediator:
         """Targets already dealt with while their alert keeps firing (one action per alert episode)."""
         self._unschedulable: set[str] = set()
         """Nodes this remediator cordoned or drained."""
+        self._planned: dict[tuple[Action, str], AuditRecord] = {}
+        """Dry-run records whose alert still fires: what the remediator would do now if allowed."""
 
     def node_restored(self, node: str) -> None:
         """The backend put ``node`` back in service (repaired and uncordoned): it no longer counts against
@@ -345,6 +380,7 @@ class Remediator:
         plan = self.plan(alerts)
         current = {_key(p) for p in plan}
         self._handled &= current
+        self._planned = {k: r for k, r in self._planned.items() if k in current}
         records = []
         for p in plan:
             if _key(p) in self._handled:
@@ -352,8 +388,15 @@ class Remediator:
             rec = self.execute(p)
             if rec.outcome != "failed":
                 self._handled.add(_key(p))
+            if rec.outcome == "dry-run":
+                self._planned[_key(p)] = rec
             records.append(rec)
         return records
+
+    def planned(self) -> list[AuditRecord]:
+        """Actions planned but not carried out (dry-run) whose alert still fires, newest first: what would
+        be done now if the action were switched on."""
+        return sorted(self._planned.values(), key=lambda r: -r.time)
 
     def _record(self, p: PlannedAction, outcome: str, **detail: object) -> AuditRecord:
         rec = AuditRecord(self.clock(), str(p.action), p.target, p.alert, p.reason, self.dry_run, outcome, detail)
@@ -375,12 +418,39 @@ class Remediator:
         if self.dry_run:
             self._last[key] = now
             return self._record(p, "dry-run")
+        if p.action in self.policy.dry_run:
+            self._last[key] = now
+            try:
+                detail = self._plan_only(p)
+            except Exception as exc:
+                return self._record(p, "failed", error=f"{type(exc).__name__}: {exc}")
+            return self._record(p, "dry-run", **detail)
         try:
             detail = self._run(p)
         except Exception as exc:  # a failing backend call is recorded, not swallowed
             return self._record(p, "failed", error=f"{type(exc).__name__}: {exc}")
         self._last[key] = now
         return self._record(p, "done", **detail)
+
+    def _plan_only(self, p: PlannedAction) -> dict[str, object]:
+        """What a dry-run action would do, and the non-disruptive part of a drain (see
+        :attr:`RemediationPolicy.dry_run`)."""
+        t = self.target
+        if p.action == Action.DRAIN:
+            detail: dict[str, object] = {"would_evict": t.pods_on(p.node)}
+            if p.gpu is not None:
+                t.set_device_health(p.node, p.gpu, False)
+                detail["device_unhealthy"] = p.gpu
+            if Action.CORDON in self.policy.allow and Action.CORDON not in self.policy.dry_run:
+                t.cordon(p.node)
+                self._unschedulable.add(p.node)
+                detail["cordoned"] = True
+            return detail
+        if p.action == Action.RELEASE:
+            return {"would_release": t.pods_on(p.node, p.gpu)}
+        if p.action == Action.DEFRAGMENT and isinstance(t, SimTarget):
+            return {"fragmentation": t.fragmentation(p.node), "partial_gpus": t.partial_devices(p.node)}
+        return {}
 
     def _run(self, p: PlannedAction) -> dict[str, object]:
         t = self.target
@@ -424,6 +494,55 @@ class Remediator:
                 freed.append(gpu)
         return {"moved": moved, "freed_gpus": freed, "fragmentation_before": before,
                 "fragmentation_after": t.fragmentation(node)}
+
+
+def _count(value: object) -> int:
+    return len(value) if isinstance(value, list | dict | tuple) else 0
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _planned_text(rec: AuditRecord) -> str:
+    d = rec.detail
+    if rec.action == "drain" and "would_evict" in d:
+        done = [x for x in (("cordoned the node" if d.get("cordoned") else ""),
+                            (f"marked GPU {d['device_unhealthy']} unusable" if "device_unhealthy" in d else "")) if x]
+        return (f"planned (dry run): would evict {_count(d.get('would_evict'))} pod(s)"
+                + (f"; {' and '.join(done)}" if done else ""))
+    if rec.action == "release" and "would_release" in d:
+        return f"planned (dry run): would release {_count(d.get('would_release'))} idle pod(s)"
+    if rec.action == "defragment" and "fragmentation" in d:
+        return (f"planned (dry run): would move pods off {_count(d.get('partial_gpus'))} partly used GPU(s); "
+                f"fragmentation {_num(d.get('fragmentation')):.2f}")
+    return f"planned (dry run): would {rec.action}"
+
+
+def describe_record(rec: AuditRecord) -> str:
+    """One line for people: what was done, planned (dry run) or why not, and the alert that asked for it."""
+    d = rec.detail
+    if "note" in d:
+        text = str(d["note"])
+    elif rec.outcome == "skipped":
+        text = f"skipped: {d.get('why', '')}"
+    elif rec.outcome == "failed":
+        text = f"failed: {d.get('error', '')}"
+    elif rec.outcome == "dry-run":
+        text = _planned_text(rec)
+    elif rec.action == "drain":
+        text = (f"cordoned the node and evicted {_count(d.get('evicted'))} pod(s); "
+                f"{_count(d.get('pending'))} re-queued, {_count(d.get('rescheduled'))} moved at once")
+    elif rec.action == "cordon":
+        text = "cordoned the node: no new pods"
+    elif rec.action == "release":
+        text = f"released {_count(d.get('released'))} idle pod(s)"
+    elif rec.action == "defragment":
+        text = (f"moved {_count(d.get('moved'))} pod(s), freed GPU(s) {d.get('freed_gpus', [])}; fragmentation "
+                f"{_num(d.get('fragmentation_before')):.2f} -> {_num(d.get('fragmentation_after')):.2f}")
+    else:
+        text = rec.outcome
+    return f"{text} ({rec.alert}: {rec.reason})" if rec.alert else text
 
 
 def lost_pods(before: Iterable[str], target: SimTarget) -> set[str]:

@@ -29,12 +29,16 @@ class SchedulerCache:
         self.lock = threading.RLock()
         """Held by whoever reads a snapshot and assumes from it, so decisions are serialised."""
         self._assumed: dict[str, _Assumed] = {}
+        self._next_deadline = float("inf")
+        """No assumption expires before this (a lower bound: ``expire`` scans only once it has passed)."""
 
     def assume(self, allocation: Allocation) -> None:
         """Take the allocation's resources now; raises ``AllocationError`` if they are gone."""
         with self.lock:
             self.state.assign(allocation)
-            self._assumed[allocation.pod_key] = _Assumed(allocation, self.clock() + self.ttl)
+            deadline = self.clock() + self.ttl
+            self._assumed[allocation.pod_key] = _Assumed(allocation, deadline)
+            self._next_deadline = min(self._next_deadline, deadline)
 
     def confirm(self, pod_key: str) -> None:
         """The pod is bound for good: its allocation no longer expires."""
@@ -63,5 +67,9 @@ class SchedulerCache:
         """Release assumed allocations whose deadline has passed; returns them."""
         now = self.clock()
         with self.lock:
+            if now < self._next_deadline:  # every request calls this: O(1) until something can expire
+                return []
             gone = [k for k, a in self._assumed.items() if a.deadline <= now]
+            self._next_deadline = min((a.deadline for k, a in self._assumed.items() if a.deadline > now),
+                                      default=float("inf"))
             return [a for a in (self.forget(k) for k in gone) if a is not None]

@@ -55,12 +55,13 @@ class Decision:
         extra = "; ".join(self.status.reasons) if not self.reasons and self.status.reasons else ""
         return f"0/{self.total_nodes} nodes are available: {parts or extra}."
 
-    def devices_json(self) -> list[list[dict[str, Any]]]:
+    def devices_json(self, init: bool = False) -> list[list[dict[str, Any]]]:
+        """Per app container (per init container with ``init``), the devices it got."""
         if self.allocation is None:
             return []
         return [
             [{"id": g.uuid, "memory_mib": g.memory_mib, "cores": g.core_milli // 10} for g in per_container]
-            for per_container in self.allocation.devices
+            for per_container in (self.allocation.init_devices if init else self.allocation.devices)
         ]
 
 
@@ -120,6 +121,7 @@ def schedule_one(fw: Framework, pod: Pod, snap: Snapshot) -> Decision:
             alloc = Allocation(
                 pod_key=pod.key, node=spec.name, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib,
                 devices=state.grants or tuple(() for _ in pod.containers), tenant=pod.charged_tenant, pod=pod,
+                init_devices=state.init_grants or tuple(() for _ in pod.init_containers),
             )
             return Decision(
                 pod, Outcome.WAITING if permit.code == Code.WAIT else Outcome.SCHEDULED, node=spec.name,

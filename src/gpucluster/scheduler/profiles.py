@@ -99,6 +99,7 @@ ProfileBuilder = Callable[[int], Profile]
 
 PROFILES: Mapping[str, ProfileBuilder] = {
     "binpack": lambda seed: binpack_spread_profile(Policy.BINPACK, Policy.SPREAD, seed),
+    "hami": lambda seed: binpack_spread_profile(Policy.BINPACK, Policy.SPREAD, seed),
     "spread": lambda seed: binpack_spread_profile(Policy.SPREAD, Policy.SPREAD, seed),
     **{p: (lambda seed, p=p: fgd_paper_profile(p, seed)) for p in FGD_PAPER_POLICIES},  # type: ignore[misc]
     "stranding-fgd": stranding_fgd_profile,

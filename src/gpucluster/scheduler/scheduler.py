@@ -62,8 +62,12 @@ class Scheduler:
         self.state = state
         self.framework = Framework(profile, registry or builtin_registry(), handle)
         self.cache = SchedulerCache(state, clock, assume_ttl)
+        self.on_decision: Callable[[Decision, float], None] | None = None
+        """Called after every decision of :meth:`schedule` with the decision and the seconds it took (metrics:
+        ``ControlPlaneMetrics.observe``)."""
 
     def schedule(self, pod: Pod) -> Decision:
+        t0 = time.perf_counter()
         with self.cache.lock:
             decision = schedule_one(self.framework, pod, self.state.snapshot())
             if decision.allocation is not None:
@@ -71,7 +75,9 @@ class Scheduler:
                     self.cache.assume(decision.allocation)
                 except AllocationError as exc:  # pragma: no cover - an internal invariant
                     raise AssertionError(f"scheduler chose an allocation that does not fit: {exc}") from exc
-            return decision
+        if self.on_decision is not None:
+            self.on_decision(decision, time.perf_counter() - t0)
+        return decision
 
     def bind(self, decision: Decision) -> Status:
         assert decision.allocation is not None and decision.outcome == Outcome.SCHEDULED
@@ -123,15 +129,28 @@ class Scheduler:
                     waiting.pop(d.pod.key, None)
                 d.outcome = Outcome.SCHEDULED
         if bind:
-            for i, d in enumerate(done):
-                st = self.bind(d)
+            for d in done:
+                try:
+                    st = self.bind(d)
+                except BaseException:  # a Bind plugin failed: nothing of the group stays held
+                    self._give_up(done)
+                    raise
                 if not st.ok:
-                    for prev in done[:i]:
-                        self.delete(prev.pod.key)
-                    self.forget_group(done[i + 1:])
+                    self._give_up(done)
                     d.outcome, d.status = Outcome.ERROR, st
                     return GroupDecision(failed=d, cycles=len(done))
         return GroupDecision(decisions=done, cycles=len(done))
+
+    def _give_up(self, decisions: Sequence[Decision]) -> None:
+        """Undo a group whose binding failed part way: Unreserve every pod (quota, gang and topology
+        bookkeeping) and give back what each holds, bound or only assumed."""
+        fw = self.framework
+        with self.cache.lock:
+            snap = self.state.snapshot()
+            for d in reversed(decisions):
+                if d.cycle is not None:
+                    fw.run_unreserve(d.cycle, d.pod, snap, d.node_index)
+                self.cache.remove(d.pod.key)
 
     def forget_group(self, decisions: Sequence[Decision]) -> None:
         """Give up reserved, not yet bound decisions: Unreserve them (waiting or not) and forget their

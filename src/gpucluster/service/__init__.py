@@ -5,18 +5,25 @@ Backends implement :class:`Runtime` and drive the one job engine (:mod:`gpuclust
 :func:`build_runtime`.
 """
 
-from gpucluster.service.app import ApiError, Principal, Service, ServiceConfig, create_app, open_service
+from gpucluster.service.app import create_app
+from gpucluster.service.auth import Principal, TokenError
+from gpucluster.service.core import Service, ServiceConfig, open_service
 from gpucluster.service.embedded import EmbeddedRuntime
+from gpucluster.service.errors import ApiError
 from gpucluster.service.factory import RuntimeOptions, RuntimeUnavailableError, build_runtime
-from gpucluster.service.runtime import Job, JobEvent, JobState, Runtime
+from gpucluster.service.lock import DataDirLock, DataDirLockedError
+from gpucluster.service.runtime import Job, JobEvent, JobState, JobStatus, Runtime
 from gpucluster.service.store import Store
 
 __all__ = [
     "ApiError",
+    "DataDirLock",
+    "DataDirLockedError",
     "EmbeddedRuntime",
     "Job",
     "JobEvent",
     "JobState",
+    "JobStatus",
     "Principal",
     "Runtime",
     "RuntimeOptions",
@@ -24,6 +31,7 @@ __all__ = [
     "Service",
     "ServiceConfig",
     "Store",
+    "TokenError",
     "build_runtime",
     "create_app",
     "open_service",

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.jobs import DEFAULT_POLICY as DEFAULT_QUEUE_POLICY
 from gpucluster.jobs import Job, JobEvent, JobState, job_spec
 from gpucluster.jobs.admission import user_submission
@@ -64,8 +65,11 @@ class EmbeddedRuntime(EngineFront):
         start_t: float = 0.0,
         remediation: RemediationPolicy | None = None,
         queue_policy: str = DEFAULT_QUEUE_POLICY,
+        devices: DeviceSettings | None = None,
     ) -> None:
         self.cluster = cluster
+        self.registry = VendorRegistry.from_settings(devices)
+        """How job requests are parsed (``--device-config``; HAMi's defaults without one)."""
         self.policy = policy
         """Placement policy (``gpucluster.scheduler.PROFILES``)."""
         self.queue_policy = queue_policy
@@ -109,7 +113,7 @@ class EmbeddedRuntime(EngineFront):
     def _on_event(self, ev: JobEvent) -> None:
         job = self.engine.jobs.get(ev.job_id)
         if job is None or not job.synthetic:
-            self._events.append(ev)
+            self._report(ev)
         elif ev.state is not None and ev.state.terminal:
             self._synthetic_done.append(ev.job_id)
 
@@ -125,7 +129,7 @@ class EmbeddedRuntime(EngineFront):
         shape = arrival.shape
         spec = job_spec(f"s-{self._synthetic_seq:06d}", name=shape.name, tenant=SYNTHETIC_TENANT,
                         replicas=shape.replicas, resources=shape.resources, duration_s=arrival.duration_s,
-                        submit_s=max(t, self.now), synthetic=True)
+                        submit_s=max(t, self.now), synthetic=True, registry=self.registry)
         self.engine.submit(spec)
 
     # ------------------------------------------------------------------ time

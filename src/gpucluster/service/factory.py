@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucluster.devices import DeviceSettings
 from gpucluster.jobs import DEFAULT_POLICY as DEFAULT_QUEUE_POLICY
+from gpucluster.monitoring import RemediationPolicy
 from gpucluster.scheduler import DEFAULT_POLICY
 from gpucluster.service.embedded import EmbeddedRuntime
 from gpucluster.service.runtime import Runtime
@@ -36,6 +38,10 @@ class RuntimeOptions:
     fault_rate_per_hour: float = 1.0
     """Injected device faults per clock hour (0 = none)."""
     seed: int = 0
+    devices: DeviceSettings | None = None
+    """Device settings (``--device-config``); None = HAMi's defaults."""
+    remediation: RemediationPolicy | None = None
+    """What automatic remediation may do (``up --remediate``); None = the monitoring package's default."""
 
 
 def build_runtime(opts: RuntimeOptions) -> Runtime:
@@ -44,11 +50,11 @@ def build_runtime(opts: RuntimeOptions) -> Runtime:
 
         try:
             runtime: Runtime = KubeRuntime(kubeconfig=opts.kubeconfig, policy=opts.policy,
-                                           queue_policy=opts.queue_policy)
+                                           queue_policy=opts.queue_policy, devices=opts.devices)
         except (ValueError, OSError) as exc:  # KubeConfigError; ConnectionError/TimeoutError from the API server
             raise RuntimeUnavailableError(f"--kubeconfig: {exc}") from None
         return runtime
     if opts.cluster is None:
         raise RuntimeUnavailableError("--cluster: no cluster to run")
     return EmbeddedRuntime(opts.cluster, opts.policy, opts.background, opts.fault_rate_per_hour, opts.seed,
-                           queue_policy=opts.queue_policy)
+                           queue_policy=opts.queue_policy, devices=opts.devices, remediation=opts.remediation)

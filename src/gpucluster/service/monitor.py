@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 
 from gpucluster.model import ClusterState
@@ -46,7 +47,9 @@ from gpucluster.monitoring import (
     SimSource,
     default_rules,
 )
+from gpucluster.monitoring.collectors import DeviceSample
 from gpucluster.monitoring.promql import SeriesDB
+from gpucluster.monitoring.remediation import describe_record
 from gpucluster.monitoring.rules import rule_metrics
 
 EVAL_INTERVAL_S = 30.0
@@ -62,6 +65,56 @@ KEEP_REMEDIATIONS = 200
 KEEP_UNSAVED = 10_000
 """Audit records waiting for the service to persist them (bounded for a runtime used without a service)."""
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+USAGE_POINTS = 40
+"""Evaluations of each device kept for the dashboard's sparklines (40 x 30 clock-s = 20 clock minutes)."""
+USAGE_FIELDS = ("util", "mem_used_mib", "temp_c", "power_w", "xid")
+"""Per device per evaluation: GPU utilisation %, framebuffer used MiB, temperature, power and the last XID."""
+KEEP_TRANSITIONS = 1000
+
+
+class RecordingSource:
+    """A device source that keeps what its inner source reported at each scrape: the last
+    :data:`USAGE_POINTS` samples of every device of a shard, in one numpy ring (``[device, point, field]``), so
+    the dashboard can show per-GPU usage beside allocation without a second scrape."""
+
+    def __init__(self, inner: SimSource, devices: Sequence[tuple[str, int]], points: int = USAGE_POINTS) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.row = {d: k for k, d in enumerate(devices)}
+        self.values = np.full((len(devices), points, len(USAGE_FIELDS)), np.nan, np.float32)
+        self.times = np.full(points, np.nan)
+        self.next = 0
+
+    def sample(self) -> list[DeviceSample]:
+        samples = self.inner.sample()
+        k = self.next % self.times.size
+        self.times[k] = self.inner.clock()
+        self.values[:, k, :] = np.nan  # a device that vanished (fell off the bus) has no point this time
+        for s in samples:
+            r = self.row.get((s.hostname, s.gpu))
+            if r is not None:
+                self.values[r, k] = (_or_nan(s.gpu_util_pct), _or_nan(s.fb_used_mib), _or_nan(s.gpu_temp_c),
+                                     _or_nan(s.power_w), float(s.xid))
+        self.next += 1
+        return samples
+
+    def history(self, node: str, gpu: int) -> tuple[list[float], list[list[float | None]]]:
+        """(times, points oldest first) of one device; a point is ``USAGE_FIELDS`` (None where unknown)."""
+        r = self.row.get((node, gpu))
+        n = min(self.next, self.times.size)
+        if r is None or n == 0:
+            return [], []
+        order = [(self.next - n + j) % self.times.size for j in range(n)]
+        vals = self.values[r, order]
+        pts = [[None if math.isnan(v) else round(float(v), 2) for v in row] for row in vals.tolist()]
+        return [float(x) for x in self.times[order]], pts
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _or_nan(v: float | None) -> float:
+    return math.nan if v is None else float(v)
 
 
 class RuntimeAuditLog(AuditLog):
@@ -83,43 +136,9 @@ class RuntimeAuditLog(AuditLog):
         return out
 
 
-def _count(value: object) -> int:
-    return len(value) if isinstance(value, list | dict | tuple) else 0
-
-
-def _num(value: object) -> float:
-    return float(value) if isinstance(value, int | float) else 0.0
-
-
-def describe(rec: AuditRecord) -> str:
-    """One line for people: what was done (or why not), and the alert that asked for it."""
-    d = rec.detail
-    if "note" in d:
-        text = str(d["note"])
-    elif rec.outcome == "skipped":
-        text = f"skipped: {d.get('why', '')}"
-    elif rec.outcome == "failed":
-        text = f"failed: {d.get('error', '')}"
-    elif rec.outcome == "dry-run":
-        text = f"dry run: would {rec.action}"
-    elif rec.action == "drain":
-        text = (f"cordoned the node and evicted {_count(d.get('evicted'))} pod(s); "
-                f"{_count(d.get('pending'))} re-queued, {_count(d.get('rescheduled'))} moved at once")
-    elif rec.action == "cordon":
-        text = "cordoned the node: no new pods"
-    elif rec.action == "release":
-        text = f"released {_count(d.get('released'))} idle pod(s)"
-    elif rec.action == "defragment":
-        text = (f"moved {_count(d.get('moved'))} pod(s), freed GPU(s) {d.get('freed_gpus', [])}; fragmentation "
-                f"{_num(d.get('fragmentation_before')):.2f} -> {_num(d.get('fragmentation_after')):.2f}")
-    else:
-        text = rec.outcome
-    return f"{text} ({rec.alert}: {rec.reason})" if rec.alert else text
-
-
 def remediation_row(rec: AuditRecord) -> dict[str, Any]:
     """An audit record as ``GET /api/v1/alerts`` lists it under ``remediations``."""
-    return {"t": rec.time, "action": rec.action, "target": rec.target, "detail": describe(rec),
+    return {"t": rec.time, "action": rec.action, "target": rec.target, "detail": describe_record(rec),
             "alert": rec.alert, "outcome": rec.outcome}
 
 
@@ -150,6 +169,7 @@ def _no_cyclic_gc() -> Iterator[None]:
 class _Shard:
     nodes: tuple[str, ...]
     source: SimSource
+    recorder: RecordingSource
     monitor: EmbeddedMonitor
     due: float
     alerts: list[Alert] = field(default_factory=list)
@@ -186,8 +206,10 @@ class ClusterMonitor:
         self._shard_of: dict[str, _Shard] = {}
         for k, chunk in enumerate(chunks):
             source = SimSource(state, nodes=chunk, clock=clock, name=f"sim-{k}")
+            recorder = RecordingSource(source, [(n, d.index) for n in chunk
+                                                for d in state.nodes[state.node_index[n]].devices])
             reg = CollectorRegistry(auto_describe=False)
-            reg.register(DeviceCollector(source, fields=needed))
+            reg.register(DeviceCollector(recorder, fields=needed))
             reg.register(AllocationCollector(state, chunk, pods=False))
             targets = {f"nodes-{k:03d}": reg}
             if k == 0:
@@ -195,7 +217,7 @@ class ClusterMonitor:
                 ControlPlaneMetrics(cp, queue_stats)
                 targets["control-plane"] = cp
             mon = EmbeddedMonitor(targets, rules=self.rules, db=SeriesDB(retention_s=RETENTION_S), metrics=needed)
-            shard = _Shard(chunk, source, mon, due=start_t + interval_s * k / len(chunks))
+            shard = _Shard(chunk, source, recorder, mon, due=start_t + interval_s * k / len(chunks))
             self.shards.append(shard)
             for n in chunk:
                 self._shard_of[n] = shard
@@ -203,6 +225,8 @@ class ClusterMonitor:
         """(alert, target) -> when it became active, kept while it stays active under changing labels."""
         self._view: list[dict[str, Any]] = []
         self._resolved: deque[dict[str, Any]] = deque(maxlen=KEEP_RESOLVED)
+        self._transitions: deque[dict[str, Any]] = deque(maxlen=KEEP_TRANSITIONS)
+        """Alerts that started firing or resolved since :meth:`take_transitions` was last called."""
         self.firing = 0
 
     # ------------------------------------------------------------------ faults (through the collector)
@@ -264,10 +288,15 @@ class ClusterMonitor:
                              "summary": a.annotations.get("summary", ""), "since": since, "state": a.state}
             elif a.state == "firing":
                 row["state"] = "firing"
+        was_firing = {(old["name"], old["target"]) for old in self._view if old["state"] == "firing"}
         for old in self._view:
             key = (old["name"], old["target"])
             if key not in rows and old["state"] == "firing":
                 self._resolved.appendleft({**old, "state": "resolved", "resolved": t})
+                self._transitions.append({**old, "state": "resolved", "resolved": t})
+        for key, row in rows.items():
+            if row["state"] == "firing" and key not in was_firing:
+                self._transitions.append(dict(row))
         self._since = {k: r["since"] for k, r in rows.items()}
         self._view = sorted(rows.values(), key=lambda r: (r["state"] != "firing",
                                                           SEVERITY_ORDER.get(r["severity"], 3), -r["since"]))
@@ -280,6 +309,41 @@ class ClusterMonitor:
 
     def remediations(self) -> list[dict[str, Any]]:
         return [remediation_row(r) for r in self.audit.recent]
+
+    def planned(self) -> list[dict[str, Any]]:
+        """Actions planned but not carried out (dry-run, not opted in) whose alert still fires."""
+        return [remediation_row(r) for r in self.remediator.planned()]
+
+    def modes(self) -> dict[str, str]:
+        """Each remediation action: ``on``, ``dry-run`` or ``off``."""
+        return self.remediator.policy.modes()
+
+    def take_transitions(self) -> list[dict[str, Any]]:
+        """Alert rows that started firing or resolved since the last call (each handed out once)."""
+        out = list(self._transitions)
+        self._transitions.clear()
+        return out
+
+    def device_usage(self, node: str) -> list[dict[str, Any]] | None:
+        """Per device of ``node``: what the collector reports now (utilisation %, memory used, temperature,
+        power, last XID) and its recent history (``USAGE_FIELDS`` per point); None for an unknown node."""
+        sh = self._shard_of.get(node)
+        if sh is None:
+            return None
+        now = {s.gpu: s for s in sh.source.sample() if s.hostname == node}
+        out = []
+        for dev in self.state.nodes[self.state.node_index[node]].devices:
+            s = now.get(dev.index)
+            times, points = sh.recorder.history(node, dev.index)
+            out.append({
+                "index": dev.index, "reporting": s is not None,
+                "util_pct": None if s is None else s.gpu_util_pct,
+                "mem_used_mib": None if s is None else s.fb_used_mib,
+                "mem_total_mib": None if s is None else (s.fb_used_mib or 0.0) + (s.fb_free_mib or 0.0),
+                "temp_c": None if s is None else s.gpu_temp_c, "power_w": None if s is None else s.power_w,
+                "xid": None if s is None else s.xid, "history": {"t": times, "fields": list(USAGE_FIELDS),
+                                                                  "points": points}})
+        return out
 
     def record(self, rec: AuditRecord) -> None:
         """Log something the backend did on its own (a repaired GPU back in service) with the remediation."""

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from gpucluster.jobs import Job, JobEvent, JobState
+from gpucluster.devices import VendorRegistry
+from gpucluster.jobs import Job, JobEvent, JobState, JobStatus
 from gpucluster.monitoring import AuditRecord
 
-__all__ = ["FaultDrill", "Job", "JobEvent", "JobState", "RemediationAudit", "Runtime"]
+__all__ = ["FaultDrill", "Job", "JobEvent", "JobState", "JobStatus", "RemediationAudit", "Runtime"]
 
 
 @runtime_checkable
@@ -40,13 +41,18 @@ class Runtime(Protocol):
         """``embedded``, ``simulator`` or ``kubernetes``."""
         ...
 
+    @property
+    def registry(self) -> VendorRegistry:
+        """How job requests are parsed into pods (the device settings it runs with, ``--device-config``)."""
+        ...
+
     def submit(self, job: Job) -> Job:
         """Accept a job (already validated by :meth:`validate`) into the queue."""
         ...
 
     def validate(self, job: Job) -> None:
-        """Raise ``ValueError("where: why")`` if the job could never run here (even on the empty cluster, or
-        beyond its tenant's quota)."""
+        """Raise ``ValueError("where: why")`` if the job can never be turned into pods, or could never run here
+        (even on the empty cluster, or beyond its tenant's quota: :func:`gpucluster.jobs.never_fits`)."""
         ...
 
     def restore(self, job: Job) -> None:

@@ -4,7 +4,12 @@ Durability: every accepted job is committed before the API answers 201, so a res
 finds it. The journal is WAL with ``synchronous=NORMAL``: a commit is in the WAL file before it returns, which
 survives the process dying at any point; only a crash of the whole machine (power loss) could lose the last
 commits. Pass ``durable=True`` for ``synchronous=FULL`` (an fsync per commit) when that matters more than
-latency. Tokens are stored as SHA-256 hashes, never in clear.
+latency. Tokens are stored as SHA-256 hashes, never in clear; revoking one takes effect on the next request
+(the lookup cache is cleared with it). The database file is created mode 0600 (SQLite gives its ``-wal`` and
+``-shm`` files the same mode) in a directory of mode 0700.
+
+Rows are read defensively: a job row that cannot be turned back into a job (hand-edited, written by a buggy
+version) is reported by :meth:`Store.load_jobs` and skipped, never a reason not to start.
 """
 
 from __future__ import annotations
@@ -12,14 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucluster.jobs import JobSpec, JobState, job_spec
+from gpucluster.devices import VendorRegistry
+from gpucluster.jobs import JobSpec, JobState, JobStatus, job_spec
 from gpucluster.service.runtime import Job, JobEvent
 
 SCHEMA = """
@@ -42,7 +51,23 @@ CREATE INDEX IF NOT EXISTS events_job ON events (job_id);
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
     target TEXT NOT NULL DEFAULT '', detail TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS idempotency (
+    owner TEXT NOT NULL, key TEXT NOT NULL, job_id TEXT NOT NULL, request_hash TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (owner, key));
 """
+MIGRATIONS = (
+    ("tenants", "max_priority", "ALTER TABLE tenants ADD COLUMN max_priority INTEGER"),
+    ("jobs", "options", "ALTER TABLE jobs ADD COLUMN options TEXT NOT NULL DEFAULT '{}'"),
+)
+"""(table, column, statement) applied when an older database lacks the column."""
+
+
+@dataclass(frozen=True, slots=True)
+class BadRow:
+    """A stored job that could not be read back: its id and why."""
+
+    job_id: str
+    why: str
 
 
 def token_hash(token: str) -> str:
@@ -53,19 +78,26 @@ class Store:
     """A small synchronous wrapper over one SQLite connection (callers serialise; a lock guards anyway)."""
 
     def __init__(self, path: Path, durable: bool = False) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
         self._token_cache: dict[str, tuple[str, str | None]] = {}
-        """Token hash -> (role, tenant); tokens are only ever added, so positive answers can be kept."""
+        """Token hash -> (role, tenant); cleared whenever a token is revoked."""
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)  # also an older file created with the umask's mode
+        for suffix in ("-wal", "-shm"):
+            side = path.with_name(path.name + suffix)
+            if side.exists():
+                os.chmod(side, 0o600)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._db.executescript(SCHEMA)
-        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(jobs)").fetchall()}
-        if "options" not in columns:  # a store written before jobs had gpu_type, node_selector, kind, preemptible
-            self._db.execute("ALTER TABLE jobs ADD COLUMN options TEXT NOT NULL DEFAULT '{}'")
+        for table, column, statement in MIGRATIONS:
+            have = {str(r["name"]) for r in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                self._db.execute(statement)
 
     def close(self) -> None:
         with self._lock:
@@ -88,53 +120,91 @@ class Store:
             self._db.execute("INSERT OR REPLACE INTO tokens(hash, tenant, role, label, created) VALUES(?,?,?,?,?)",
                              (token_hash(token), tenant, role, label, time.time()))
 
+    def replace_tokens(self, token: str, role: str, tenant: str | None, label: str = "") -> int:
+        """Make ``token`` the only token of ``role`` (and ``tenant``): every other one is revoked at once, in
+        the same transaction. Returns how many were revoked."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._db.execute("DELETE FROM tokens WHERE role=? AND tenant IS ? AND hash<>?",
+                                       (role, tenant, token_hash(token)))
+                self._db.execute("INSERT OR REPLACE INTO tokens(hash, tenant, role, label, created) "
+                                 "VALUES(?,?,?,?,?)", (token_hash(token), tenant, role, label, time.time()))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._token_cache.clear()
+        return int(cur.rowcount)
+
+    def revoke_tokens(self, role: str, tenant: str | None) -> int:
+        """Revoke every token of ``role`` for ``tenant``; returns how many."""
+        with self._lock:
+            cur = self._db.execute("DELETE FROM tokens WHERE role=? AND tenant IS ?", (role, tenant))
+            self._token_cache.clear()
+        return int(cur.rowcount)
+
     def lookup_token(self, token: str) -> tuple[str, str | None] | None:
-        """``(role, tenant)`` for a token, or None."""
+        """``(role, tenant)`` for a token, or None. Revoked tokens are gone from the cache as from the table."""
         digest = token_hash(token)
         found = self._token_cache.get(digest)
         if found is not None:
             return found
         with self._lock:
-            row = self._db.execute("SELECT role, tenant FROM tokens WHERE hash=?", (digest,)).fetchone()
-        if row is None:
-            return None
-        found = (str(row["role"]), row["tenant"])
-        self._token_cache[digest] = found
+            row = self._db.execute("SELECT hash, role, tenant FROM tokens WHERE hash=?", (digest,)).fetchone()
+            if row is None or not secrets.compare_digest(str(row["hash"]), digest):
+                return None
+            found = (str(row["role"]), row["tenant"])
+            self._token_cache[digest] = found
         return found
 
-    def upsert_tenant(self, name: str, quota_gpus: float | None, weight: float) -> None:
+    def upsert_tenant(self, name: str, quota_gpus: float | None, weight: float,
+                      max_priority: int | None = None) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT INTO tenants(name, quota_gpus, weight, created) VALUES(?,?,?,?) ON CONFLICT(name) DO "
-                "UPDATE SET quota_gpus=excluded.quota_gpus, weight=excluded.weight",
-                (name, quota_gpus, weight, time.time()))
+                "INSERT INTO tenants(name, quota_gpus, weight, max_priority, created) VALUES(?,?,?,?,?) ON "
+                "CONFLICT(name) DO UPDATE SET quota_gpus=excluded.quota_gpus, weight=excluded.weight, "
+                "max_priority=excluded.max_priority",
+                (name, quota_gpus, weight, max_priority, time.time()))
+
+    def ensure_tenant(self, name: str) -> None:
+        """Create ``name`` with the defaults unless it exists."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO tenants(name, quota_gpus, weight, created) VALUES(?,?,?,?)",
+                             (name, None, 1.0, time.time()))
 
     def tenants(self) -> list[dict[str, Any]]:
         with self._lock:
-            rows = self._db.execute("SELECT name, quota_gpus, weight, created FROM tenants ORDER BY name").fetchall()
+            rows = self._db.execute("SELECT name, quota_gpus, weight, max_priority, created FROM tenants "
+                                    "ORDER BY name").fetchall()
         return [dict(r) for r in rows]
 
     def tenant(self, name: str) -> dict[str, Any] | None:
         with self._lock:
-            row = self._db.execute("SELECT name, quota_gpus, weight, created FROM tenants WHERE name=?",
+            row = self._db.execute("SELECT name, quota_gpus, weight, max_priority, created FROM tenants WHERE name=?",
                                    (name,)).fetchone()
         return None if row is None else dict(row)
 
     # ------------------------------------------------------------------ jobs
-    def insert_job(self, job: Job, actor: str) -> None:
-        """Persist a newly accepted job with its first event and an audit line, in one transaction."""
+    def insert_job(self, job: Job, actor: str, idempotency: tuple[str, str, str] | None = None) -> None:
+        """Persist a newly accepted job with its first event and an audit line, in one transaction; with
+        ``idempotency = (owner, key, request hash)`` the key is recorded in the same transaction."""
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if idempotency is not None:
+                    owner, key, digest = idempotency
+                    self._db.execute("INSERT INTO idempotency(owner, key, job_id, request_hash, created) "
+                                     "VALUES(?,?,?,?,?)", (owner, key, job.id, digest, now))
                 self._db.execute(
                     "INSERT INTO jobs(id, name, tenant, replicas, resources, duration_s, priority, status, "
                     "message, submitted_at, updated_at, options) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
                     (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.spec.resources)),
-                     _duration(job.spec), job.priority, job.status, job.message, job.spec.submitted_at, now,
+                     _duration(job.spec), job.priority, job.status.value, job.message, job.spec.submitted_at, now,
                      json.dumps(_options(job.spec))))
                 self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
-                                 (job.id, now, job.submitted_t, "submitted", job.status, "accepted"))
+                                 (job.id, now, job.submitted_t, "submitted", job.status.value, "accepted"))
                 self._db.execute("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
                                  (now, actor, "job.submit", job.id, job.name))
                 self._db.execute("COMMIT")
@@ -163,16 +233,77 @@ class Store:
                 raise
         return n
 
-    def load_jobs(self) -> list[Job]:
+    def idempotent_job(self, owner: str, key: str) -> tuple[str, str] | None:
+        """``(job id, request hash)`` recorded for ``owner``'s ``Idempotency-Key``, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT job_id, request_hash FROM idempotency WHERE owner=? AND key=?",
+                                   (owner, key)).fetchone()
+        return None if row is None else (str(row["job_id"]), str(row["request_hash"]))
+
+    def load_jobs(self, bad: list[BadRow] | None = None, registry: VendorRegistry | None = None) -> list[Job]:
+        """Every stored job in submission order, its request parsed with ``registry`` (the runtime's; default the
+        configured vendors); rows that cannot be read are appended to ``bad`` and skipped."""
         with self._lock:
             rows = self._db.execute("SELECT * FROM jobs ORDER BY submitted_at, id").fetchall()
-        return [_job(r) for r in rows]
+        out: list[Job] = []
+        for r in rows:
+            try:
+                out.append(_job(r, registry))
+            except (ValueError, TypeError, OverflowError) as exc:
+                if bad is not None:
+                    bad.append(BadRow(str(r["id"]), f"{type(exc).__name__}: {exc}"[:300]))
+        return out
+
+    def max_event_t(self) -> float | None:
+        """The latest runtime clock time any event was recorded at (the clock never restarts below it)."""
+        with self._lock:
+            row = self._db.execute("SELECT MAX(t) AS t FROM events").fetchone()
+        return None if row is None or row["t"] is None else float(row["t"])
 
     def job_events(self, job_id: str) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute("SELECT at, t, kind, status, message FROM events WHERE job_id=? ORDER BY id",
                                     (job_id,)).fetchall()
         return [dict(r) for r in rows]
+
+    def events_page(self, after: int | None, limit: int, tenant: str | None = None,
+                    job_id: str | None = None) -> list[dict[str, Any]]:
+        """Job events with their job's name and tenant, oldest first: those after event id ``after``, or (with
+        None) the newest ``limit``. ``tenant``/``job_id`` filter."""
+        where: list[str] = []
+        args: list[int | str] = []
+        if after is not None:
+            where.append("e.id > ?")
+            args.append(after)
+        if tenant is not None:
+            where.append("j.tenant = ?")
+            args.append(tenant)
+        if job_id is not None:
+            where.append("e.job_id = ?")
+            args.append(job_id)
+        sql = ("SELECT e.id, e.job_id, e.at, e.t, e.kind, e.status, e.message, j.name, j.tenant FROM events e "
+               "JOIN jobs j ON j.id = e.job_id" + (" WHERE " + " AND ".join(where) if where else "")
+               + (" ORDER BY e.id LIMIT ?" if after is not None else " ORDER BY e.id DESC LIMIT ?"))
+        with self._lock:
+            rows = [dict(r) for r in self._db.execute(sql, (*args, limit)).fetchall()]
+        return rows if after is not None else rows[::-1]
+
+    def audit_page(self, after: int | None, limit: int, actors: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Audit lines of ``actors`` with their id, oldest first: after id ``after``, or the newest ``limit``."""
+        marks = ",".join("?" * len(actors))
+        sql = (f"SELECT id, at, actor, action, target, detail FROM audit WHERE actor IN ({marks})"
+               + (" AND id > ? ORDER BY id LIMIT ?" if after is not None else " ORDER BY id DESC LIMIT ?"))
+        args = (*actors, after, limit) if after is not None else (*actors, limit)
+        with self._lock:
+            rows = [dict(r) for r in self._db.execute(sql, args).fetchall()]
+        return rows if after is not None else rows[::-1]
+
+    def last_ids(self) -> tuple[int, int]:
+        """The newest job event id and audit id (0 when none): a cursor at "now"."""
+        with self._lock:
+            e = self._db.execute("SELECT COALESCE(MAX(id), 0) AS n FROM events").fetchone()["n"]
+            a = self._db.execute("SELECT COALESCE(MAX(id), 0) AS n FROM audit").fetchone()["n"]
+        return int(e), int(a)
 
     # ------------------------------------------------------------------ audit
     def audit(self, actor: str, action: str, target: str = "", detail: str = "") -> None:
@@ -209,22 +340,30 @@ def _options(spec: JobSpec) -> dict[str, Any]:
             "preemptible": spec.preemptible}
 
 
-def _job(r: sqlite3.Row) -> Job:
+def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
     """A stored job as a new record: live jobs start over (the runtime re-queues them), ended ones keep their
-    status and message. A job whose request no longer parses is restored as failed, saying why."""
-    opts = json.loads(r["options"] or "{}")
+    status and message. Raises ``ValueError``/``TypeError`` for a row that cannot be read; an ended job whose
+    request no longer parses keeps its record (a placeholder spec), a live one cannot be run and raises."""
     resources = json.loads(r["resources"])
-    status = str(r["status"])
+    if not isinstance(resources, dict):
+        raise ValueError("resources is not a mapping")
+    opts = json.loads(r["options"] or "{}")
+    if not isinstance(opts, dict):
+        raise ValueError("options is not a mapping")
+    status = JobStatus(str(r["status"]))
+    duration = None if r["duration_s"] is None else float(r["duration_s"])
+    submitted_at = float(r["submitted_at"])
     try:
-        spec = job_spec(r["id"], name=r["name"], tenant=r["tenant"], replicas=int(r["replicas"]),
-                        resources=resources, duration_s=r["duration_s"], submit_s=0.0,
-                        priority=int(r["priority"]), gpu_type=str(opts.get("gpu_type", "")),
-                        node_selector=opts.get("node_selector") or {}, kind=str(opts.get("kind", "train")),
-                        preemptible=bool(opts.get("preemptible", True)), submitted_at=float(r["submitted_at"]))
-    except ValueError as exc:
-        spec = JobSpec(r["id"], 0.0, 1, math.inf, tenant=r["tenant"], name=r["name"], resources=resources,
-                       submitted_at=float(r["submitted_at"]))
-        return Job(spec, JobState.FAILED, message=f"cannot be restored: {exc}")
-    if status in ("pending", "running"):
+        spec = job_spec(str(r["id"]), name=str(r["name"]), tenant=str(r["tenant"]), replicas=int(r["replicas"]),
+                        resources=resources, duration_s=duration, submit_s=0.0, priority=int(r["priority"]),
+                        gpu_type=str(opts.get("gpu_type", "")), node_selector=dict(opts.get("node_selector") or {}),
+                        kind=str(opts.get("kind", "train")), preemptible=bool(opts.get("preemptible", True)),
+                        submitted_at=submitted_at, registry=registry)
+    except ValueError:
+        if not status.terminal:
+            raise
+        spec = JobSpec(str(r["id"]), 0.0, 1, math.inf, tenant=str(r["tenant"]), name=str(r["name"]),
+                       resources=resources, submitted_at=submitted_at)
+    if not status.terminal:
         return Job(spec)
-    return Job(spec, JobState(status), message=r["message"])
+    return Job(spec, JobState(status.value), message=str(r["message"]))

@@ -34,6 +34,9 @@ class DeviceSample:
     total_energy_mj: float | None = None
     """Counter since the source started (mJ)."""
     pcie_replay_total: float | None = None
+    pcie_tx_throughput_kb: float | None = None
+    """PCIe transmit throughput, KB (what NVML's ``nvmlDeviceGetPcieThroughput`` gives DCGM)."""
+    pcie_rx_throughput_kb: float | None = None
     gpu_util_pct: float | None = None
     mem_copy_util_pct: float | None = None
     enc_util_pct: float | None = None
@@ -42,6 +45,8 @@ class DeviceSample:
     """Last XID error seen (0 = none)."""
     fb_used_mib: float | None = None
     fb_free_mib: float | None = None
+    fb_reserved_mib: float | None = None
+    vgpu_license_status: float | None = None
     nvlink_bytes_total: float | None = None
     nvlink_crc_errors_total: float | None = None
     ecc_dbe_total: float | None = None

@@ -121,6 +121,10 @@ class NvmlSource:
                     power_w=None if power_mw is None else power_mw / 1000.0,
                     total_energy_mj=_f(self._get(nv.nvmlDeviceGetTotalEnergyConsumption, h)),
                     pcie_replay_total=_f(self._get(nv.nvmlDeviceGetPcieReplayCounter, h)),
+                    pcie_tx_throughput_kb=_f(self._get(nv.nvmlDeviceGetPcieThroughput, h,
+                                                       nv.NVML_PCIE_UTIL_TX_BYTES)),
+                    pcie_rx_throughput_kb=_f(self._get(nv.nvmlDeviceGetPcieThroughput, h,
+                                                       nv.NVML_PCIE_UTIL_RX_BYTES)),
                     gpu_util_pct=None if util is None else float(util.gpu),
                     mem_copy_util_pct=None if util is None else float(util.memory),
                     enc_util_pct=_first(self._get(nv.nvmlDeviceGetEncoderUtilization, h)),
@@ -128,6 +132,8 @@ class NvmlSource:
                     xid=self._last_xid[i],
                     fb_used_mib=None if mem is None else mem.used / 1048576.0,
                     fb_free_mib=None if mem is None else mem.free / 1048576.0,
+                    fb_reserved_mib=None if getattr(mem, "reserved", None) is None
+                    else float(mem.reserved) / 1048576.0,
                     ecc_dbe_total=_f(
                         self._get(nv.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                                   nv.NVML_VOLATILE_ECC)

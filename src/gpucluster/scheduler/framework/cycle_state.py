@@ -10,12 +10,14 @@ from gpucluster.model import DeviceGrant
 class CycleState:
     """A dict keyed by plugin name, valid for one pod's scheduling cycle."""
 
-    __slots__ = ("_data", "grants", "skip_filter", "skip_score")
+    __slots__ = ("_data", "grants", "init_grants", "skip_filter", "skip_score")
 
     def __init__(self) -> None:
         self._data: dict[str, Any] = {}
         self.grants: tuple[tuple[DeviceGrant, ...], ...] = ()
         """Devices chosen per container by Reserve on the chosen node (empty until then)."""
+        self.init_grants: tuple[tuple[DeviceGrant, ...], ...] = ()
+        """Devices chosen per init container (each fitted on its own, HAMi's way)."""
         self.skip_filter: set[str] = set()
         """Plugins whose PreFilter returned SKIP."""
         self.skip_score: set[str] = set()

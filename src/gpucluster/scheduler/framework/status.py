@@ -47,9 +47,15 @@ class Reason(enum.IntEnum):
     """Placeholder a vectorised Filter may return; the plugin's ``explain`` replaces it when reasons are reported."""
     NodeNameMismatch = 21
     """The pod is bound for another node (``gpucluster.io/node-name``, Kubernetes' ``spec.nodeName``)."""
-    NodeSelectorMismatch = 22
+    GPUCordoned = 22
+    """The fitting devices are cordoned (HAMi's ``hami.io/device-cordon`` node annotation, ``CardCordoned``)."""
+    NumaConstraint = 23
+    """``nvidia.com/numa-bind``: no NUMA node holds enough fitting devices (HAMi's ``NumaNotFit``)."""
+    InsufficientExtendedResource = 24
+    """The node does not offer (enough of) an extended resource the pod asks for."""
+    NodeSelectorMismatch = 25
     """The node lacks a label the pod's node selector asks for."""
-    GangModelMismatch = 23
+    GangModelMismatch = 26
     """A gang member would land on another GPU model than the members already placed (or on a model that
     cannot hold the whole gang)."""
 
@@ -63,7 +69,7 @@ _UNRESOLVABLE = frozenset(
     {
         Reason.NodeUnschedulable, Reason.NodeNotReady, Reason.NoDevicesOfVendor, Reason.InsufficientGPUCount,
         Reason.GPUTypeMismatch, Reason.GPUUUIDMismatch, Reason.NodeHandshakeTimeout, Reason.NodeNameMismatch,
-        Reason.NodeSelectorMismatch,
+        Reason.GPUCordoned, Reason.InsufficientExtendedResource, Reason.NodeSelectorMismatch,
     }
 )
 

@@ -19,6 +19,7 @@ import csv
 import functools
 import json
 import math
+import pickle
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -334,16 +335,50 @@ def _load_trace(trace_dir: str, workload: str) -> tuple[tuple[OpenbNode, ...], t
 
 
 def run_sweep_task(task: SweepTask) -> tuple[SweepTask, float]:
-    """Run one (workload, policy, seed) and write its JSON; returns the task and its seconds."""
+    """Run one (workload, policy, seed) from the trace files and write its JSON; returns the task and its
+    seconds."""
     t0 = time.perf_counter()
     nodes, pods, tgt = _load_trace(task.trace_dir, task.workload)
-    res = run_seed(nodes, pods, PolicyName(task.policy), task.seed, task.inflation, tgt)
+    write_sweep_result(task, _seed_json(task, nodes, pods, tgt))
+    return task, time.perf_counter() - t0
+
+
+def _seed_json(task: SweepTask, nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], tgt: TargetWorkload) -> str:
+    return json.dumps(run_seed(nodes, pods, PolicyName(task.policy), task.seed, task.inflation, tgt).to_json())
+
+
+def sweep_payload(trace_dir: Path, workloads: Sequence[str]) -> dict[str, bytes]:
+    """Per workload, its nodes, pods and target workload packed for workers that may not see ``trace_dir``
+    (a Ray cluster): sent once, unpacked once per worker."""
+    nodes = tuple(load_nodes(trace_dir / NODE_FILE))
+    out = {}
+    for w in workloads:
+        pods = tuple(load_pods(trace_dir / f"openb_pod_list_{w}.csv"))
+        out[w] = pickle.dumps((nodes, pods, target_workload(pods)), protocol=pickle.HIGHEST_PROTOCOL)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _unpack(blob: bytes) -> tuple[tuple[OpenbNode, ...], tuple[OpenbPod, ...], TargetWorkload]:
+    data: tuple[tuple[OpenbNode, ...], tuple[OpenbPod, ...], TargetWorkload] = pickle.loads(blob)
+    return data
+
+
+def compute_sweep_task(task: SweepTask, payload: dict[str, bytes]) -> tuple[SweepTask, str, float]:
+    """Run one (workload, policy, seed) on its :func:`sweep_payload`; returns the task, the run's JSON (what
+    :func:`write_sweep_result` keeps) and its seconds. Writes nothing: it may run on another machine."""
+    t0 = time.perf_counter()
+    nodes, pods, tgt = _unpack(payload[task.workload])
+    return task, _seed_json(task, nodes, pods, tgt), time.perf_counter() - t0
+
+
+def write_sweep_result(task: SweepTask, text: str) -> None:
+    """Keep one finished run (atomically: a sweep stopped half-way resumes from the runs on disk)."""
     out = Path(task.out_file)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res.to_json()))
+    tmp.write_text(text)
     tmp.replace(out)
-    return task, time.perf_counter() - t0
 
 
 def sweep_tasks(trace_dir: Path, out_dir: Path, workloads: Sequence[str], policies: Sequence[str],

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucluster.jobs.model import JobKind, JobSpec
+from gpucluster.model.limits import MAX_TRACE_GPUS
 from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator.traces.fields import decoded, seconds, whole
 
 _NEED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time")
 
@@ -31,22 +33,19 @@ def load_openb_jobs(path: Path, skipped: OpenbSkipped | None = None) -> list[Job
         raise TraceError(f"{path}: no such file")
     skipped = skipped if skipped is not None else OpenbSkipped()
     jobs: list[JobSpec] = []
-    with path.open(newline="") as fh:
+    with path.open(newline="", encoding="utf-8") as fh, decoded(path):
         reader = csv.DictReader(fh)
         missing = [c for c in _NEED if c not in (reader.fieldnames or [])]
         if missing:
             raise TraceError(f"{path}:1: missing column {missing[0]!r}")
         for row in reader:
             where = f"{path}:{reader.line_num}"
-            try:
-                gpus = int(row["num_gpu"])
-                milli = int(row["gpu_milli"] or 0)
-                cpu = int(row["cpu_milli"])
-                mem = int(row["memory_mib"])
-                created = float(row["creation_time"])
-                deleted = float(row["deletion_time"]) if row["deletion_time"] else created
-            except (TypeError, ValueError):
-                raise TraceError(f"{where}: numeric fields must be numbers") from None
+            gpus = whole(row["num_gpu"], where, "num_gpu", MAX_TRACE_GPUS)
+            milli = whole(row["gpu_milli"] or 0, where, "gpu_milli")
+            cpu = whole(row["cpu_milli"], where, "cpu_milli")
+            mem = whole(row["memory_mib"], where, "memory_mib")
+            created = seconds(row["creation_time"], where, "creation_time")
+            deleted = seconds(row["deletion_time"], where, "deletion_time") if row["deletion_time"] else created
             if gpus == 0:
                 skipped.cpu_only += 1
                 continue

@@ -25,7 +25,9 @@ import yaml
 
 from gpucluster.jobs.model import JobKind, JobSpec
 from gpucluster.jobs.speed import describe
+from gpucluster.model.limits import MAX_JOB_SPEEDUP, MAX_JOB_TOKENS, MAX_TRACE_GPUS, MAX_WHOLE_NUMBER
 from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator.traces.fields import amount, decoded, seconds, whole
 
 _REQUIRED = ("id", "submit_s", "gpus", "duration_s")
 _FLOATS = ("submit_s", "duration_s", "checkpoint_interval_s", "tokens")
@@ -37,13 +39,14 @@ _KNOWN = set(_FLOATS) | set(_INTS) | set(_STRS) | {"speedup"}
 def load_jobs(path: Path) -> list[JobSpec]:
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
-    if path.suffix.lower() in (".yaml", ".yml"):
-        return _from_yaml(path)
-    return _from_csv(path)
+    with decoded(path):
+        if path.suffix.lower() in (".yaml", ".yml"):
+            return _from_yaml(path)
+        return _from_csv(path)
 
 
 def _from_csv(path: Path) -> list[JobSpec]:
-    with path.open(newline="") as fh:
+    with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None:
             raise TraceError(f"{path}:1: empty file (expected a header line)")
@@ -54,7 +57,7 @@ def _from_csv(path: Path) -> list[JobSpec]:
 
 
 def _from_yaml(path: Path) -> list[JobSpec]:
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -98,19 +101,14 @@ def job_from_record(rec: Mapping[str, Any], where: str) -> JobSpec:
             continue
         if key == "speedup":
             vals[key] = _speedup(raw, where)
-            continue
-        try:
-            if key in _FLOATS:
-                vals[key] = float(raw)
-            elif key in _INTS:
-                f = float(raw)
-                if f != int(f):
-                    raise ValueError(f"not a whole number: {raw!r}")
-                vals[key] = int(f)
-            else:
-                vals[key] = str(raw)
-        except ValueError:
-            raise TraceError(f"{where}: {key}: not a number: {raw!r}") from None
+        elif key == "tokens":
+            vals[key] = amount(raw, where, key, MAX_JOB_TOKENS)
+        elif key in _FLOATS:
+            vals[key] = seconds(raw, where, key)
+        elif key in _INTS:
+            vals[key] = whole(raw, where, key, MAX_TRACE_GPUS if key in ("gpus", "gpus_per_task") else MAX_WHOLE_NUMBER)
+        else:
+            vals[key] = str(raw)
     kind = vals.get("kind", "train")
     if kind not in ("train", "infer"):
         raise TraceError(f"{where}: kind: must be train or infer, not {kind!r}")
@@ -151,10 +149,7 @@ def _speedup(raw: Any, where: str) -> dict[str, float]:
         raise TraceError(f"{where}: speedup: expected a mapping of GPU model to speed, not {raw!r}")
     out: dict[str, float] = {}
     for name, value in items:
-        try:
-            out[name] = float(value)
-        except (TypeError, ValueError):
-            raise TraceError(f"{where}: speedup.{name}: not a number: {value!r}") from None
+        out[name] = amount(value, where, f"speedup.{name}", MAX_JOB_SPEEDUP)
     return out
 
 

@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from gpucluster.model import ContainerRequest, DeviceConstraints, DeviceRequest, DeviceSpec, Fabric, NodeSpec, Pod
 from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator.traces.fields import decoded, whole
 from gpucluster.spec import Cluster
 
 MILLI = 1000
@@ -78,16 +79,7 @@ class OpenbPod:
 def _int(path: Path, line: int, column: str, raw: str | None, minimum: int = 0) -> int:
     if raw is None or raw.strip() == "":
         raise TraceError(f"{path}:{line}: column {column!r} is empty")
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        try:
-            as_float = float(raw.strip())
-        except ValueError:
-            raise TraceError(f"{path}:{line}: column {column!r}: {raw!r} is not a number") from None
-        if not as_float.is_integer():
-            raise TraceError(f"{path}:{line}: column {column!r}: {raw!r} is not a whole number") from None
-        value = int(as_float)
+    value = whole(raw, f"{path}:{line}", f"column {column!r}", error=TraceError)
     if value < minimum:
         raise TraceError(f"{path}:{line}: column {column!r}: {value} must be >= {minimum}")
     return value
@@ -98,7 +90,7 @@ def _rows(path: Path, required: Sequence[str]) -> Iterable[tuple[int, dict[str, 
         handle = path.open(newline="", encoding="utf-8")
     except OSError as exc:
         raise TraceError(f"{path}:0: cannot open: {exc.strerror}") from None
-    with handle:
+    with handle, decoded(path, TraceError):
         reader = csv.DictReader(handle)
         header = reader.fieldnames
         if not header:

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.jobs.model import JobSpec
+from gpucluster.model.limits import MAX_TRACE_GPUS
 from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator.traces.fields import decoded, seconds, whole
 
 THROUGHPUTS = "oracle_throughputs.json"
 REF_GPU = "V100"
@@ -75,7 +77,7 @@ def load_philly(path: Path, throughputs: Path | None = None, worker: str = "v100
     jobs: list[JobSpec] = []
     for f in trace_files(path):
         vc = f.stem
-        with f.open() as fh:
+        with f.open(encoding="utf-8") as fh, decoded(f):
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
@@ -109,12 +111,9 @@ def _parse(line: str, f: Path, lineno: int, vc: str, table: dict[str, float],
     rate = table.get(job_type)
     if rate is None:
         raise TraceError(f"{where}: job type {job_type!r} has no throughput in the table")
-    try:
-        steps = int(parts[4])
-        arrival = float(parts[5])
-        gpus = int(parts[6])
-    except ValueError as exc:
-        raise TraceError(f"{where}: {exc}") from None
+    steps = whole(parts[4], where, "total_steps")
+    arrival = seconds(parts[5], where, "arrival_time_s")
+    gpus = whole(parts[6], where, "scale_factor", MAX_TRACE_GPUS)
     if steps <= 0 or gpus <= 0 or arrival < 0:
         raise TraceError(f"{where}: total_steps and scale_factor must be > 0, arrival >= 0")
     return JobSpec(

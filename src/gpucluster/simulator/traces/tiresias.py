@@ -13,7 +13,9 @@ import csv
 from pathlib import Path
 
 from gpucluster.jobs.model import JobSpec
+from gpucluster.model.limits import MAX_TRACE_GPUS
 from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator.traces.fields import decoded, seconds, whole
 
 _NEED = ("job_id", "num_gpu", "submit_time", "duration")
 REF_GPU = "V100"
@@ -24,7 +26,7 @@ def load_tiresias(path: Path) -> list[JobSpec]:
         raise TraceError(f"{path}: no such file")
     jobs: list[JobSpec] = []
     seen: set[str] = set()
-    with path.open(newline="") as fh:
+    with path.open(newline="", encoding="utf-8") as fh, decoded(path):
         reader = csv.DictReader(fh)
         missing = [c for c in _NEED if c not in (reader.fieldnames or [])]
         if missing:
@@ -37,12 +39,9 @@ def load_tiresias(path: Path) -> list[JobSpec]:
             if jid in seen:
                 continue
             seen.add(jid)
-            try:
-                gpus = int(row["num_gpu"])
-                submit = float(row["submit_time"])
-                duration = float(row["duration"])
-            except (TypeError, ValueError):
-                raise TraceError(f"{where}: num_gpu, submit_time and duration must be numbers") from None
+            gpus = whole(row["num_gpu"], where, "num_gpu", MAX_TRACE_GPUS)
+            submit = seconds(row["submit_time"], where, "submit_time")
+            duration = seconds(row["duration"], where, "duration")
             try:
                 jobs.append(JobSpec(job_id=f"tiresias-{jid}", submit_s=submit, num_gpus=gpus, duration_s=duration,
                                     model=(row.get("model_name") or "").strip(), ref_gpu=REF_GPU))

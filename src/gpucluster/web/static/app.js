@@ -3,7 +3,8 @@
 
 const POLL_MS = 2000;
 const S = { token: localStorage.getItem("gpucluster.token") || "", me: null, page: "overview", inited: {},
-  drawer: null, timer: null, busy: false, lastOk: 0 };
+  drawer: null, timer: null, busy: false, lastOk: 0, pendingNode: null, range: 1200, alertTab: "firing",
+  schema: null };
 const $ = (sel, root) => (root || document).querySelector(sel);
 const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
 
@@ -37,9 +38,23 @@ function heat(f) {
   return "rgb(183,242,90)";
 }
 function bar(frac, cls = "") {
+  // allocation is not an error: a full GPU is drawn in a neutral colour; warn/crit only when the caller says so
   const f = Math.max(0, Math.min(1, frac || 0));
-  const c = cls || (f > 0.9 ? "crit" : f > 0.75 ? "warn" : "");
+  const c = cls || (f >= 0.999 ? "full" : "");
   return `<div class="bar ${c}"><span style="width:${(100 * f).toFixed(1)}%"></span></div>`;
+}
+function sparkline(values, opts = {}) {
+  // a small inline SVG line of the non-null values (oldest first)
+  const W = opts.width || 90, H = opts.height || 18;
+  const pts = values.map((v, i) => [i, v]).filter((p) => p[1] !== null && p[1] !== undefined);
+  if (pts.length < 2) return `<svg class="spark" width="${W}" height="${H}"></svg>`;
+  const n = values.length - 1 || 1, max = opts.max || Math.max(1e-9, ...pts.map((p) => p[1]));
+  const d = pts.map((p, k) => `${k ? "L" : "M"}${(p[0] / n * (W - 2) + 1).toFixed(1)},${(H - 1 - (Math.min(p[1], max) / max) * (H - 2)).toFixed(1)}`).join("");
+  return `<svg class="spark" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" preserveAspectRatio="none"><path d="${d}" fill="none" stroke="${opts.color || "#3fb6ff"}" stroke-width="1.5"/></svg>`;
+}
+function shareText(d) {
+  // a device share: "whole" when the pod holds all of the GPU, else its compute and memory
+  return d.whole ? "whole" : `${d.cores}%${d.memory_mib ? ` · ${num(d.memory_mib / 1024, 1)} GiB` : ""}`;
 }
 const statusPill = (s) => `<span class="status st-${esc(s)}">${esc(s)}</span>`;
 
@@ -69,6 +84,18 @@ async function api(method, path, body) {
   if (r.status === 401) { logout("Your token was not accepted; sign in again."); }
   if (!r.ok) throw new ApiError(r.status, data);
   return data;
+}
+
+async function jobSchema() {
+  // the POST /jobs body's schema (to send only the fields this server takes); fetched once per sign-in
+  if (S.schema === null) {
+    try {
+      const r = await fetch("/openapi.json");
+      const doc = await r.json();
+      S.schema = ((doc.components || {}).schemas || {}).JobIn || {};
+    } catch (e) { S.schema = {}; }
+  }
+  return S.schema;
 }
 
 /* ------------------------------------------------------------------ charts (SVG) */
@@ -103,22 +130,30 @@ function lineChart(series, opts) {
 
 /* ------------------------------------------------------------------ pages */
 const pages = {};
+const RANGES = [[300, "5 min"], [900, "15 min"], [1200, "20 min"], [3600, "1 h"], [21600, "6 h"], [86400, "24 h"]];
+function rangePicker(id) {
+  // the time range of a chart, in runtime-clock seconds (shared by every chart)
+  return `<label class="range">range <select id="${id}" data-testid="${id}">${RANGES.map(([s, l]) =>
+    `<option value="${s}"${s === S.range ? " selected" : ""}>${l}</option>`).join("")}</select></label>`;
+}
 
 pages.overview = {
   title: "Overview",
   init(el) {
     el.innerHTML = `<div id="ov-kpis" class="grid kpis"></div>
       <div class="grid cols2 section">
-        <div class="card"><h3>Allocation over time</h3><div id="ov-chart"></div></div>
+        <div class="card"><div class="card-head"><h3>Allocation over time</h3>${rangePicker("ov-range")}</div><div id="ov-chart"></div></div>
         <div class="card"><h3>By GPU model</h3><div id="ov-models"></div><h3 style="margin-top:16px">Jobs</h3><div id="ov-jobs"></div></div>
       </div>
       <div class="grid cols2e section">
         <div class="card"><h3>Firing alerts</h3><div id="ov-alerts"></div></div>
         <div class="card"><h3>Recent remediation</h3><div id="ov-remed"></div></div>
       </div>`;
+    $("#ov-range").addEventListener("change", (e) => { S.range = parseFloat(e.target.value); this.refresh(); });
   },
   async refresh() {
-    const [o, a] = await Promise.all([api("GET", "/api/v1/overview"), api("GET", "/api/v1/alerts")]);
+    const [o, a, h] = await Promise.all([api("GET", "/api/v1/overview"), api("GET", "/api/v1/alerts"),
+      api("GET", `/api/v1/history?range_s=${S.range}`)]);
     const k = (label, value, sub, b, id) => `<div class="card kpi" data-testid="${id}"><h3>${label}</h3>
       <div class="value">${value}</div><div class="sub">${sub}</div>${b || ""}</div>`;
     $("#ov-kpis").innerHTML = [
@@ -129,7 +164,7 @@ pages.overview = {
       k("Nodes", num(o.nodes), `${o.nodes_cordoned} cordoned · ${o.devices_unhealthy} GPUs unhealthy`, "", "kpi-nodes"),
       k("Alerts", num(o.alerts_firing), o.alerts_firing ? "firing now" : "all clear", "", "kpi-alerts"),
     ].join("");
-    const hist = o.history || [];
+    const hist = h.points || [];
     $("#ov-chart").innerHTML = lineChart([
       { name: "GPU compute", color: "#76b900", fill: true, points: hist.map((p) => [p.t, p.gpu_alloc]) },
       { name: "GPU memory", color: "#3fb6ff", points: hist.map((p) => [p.t, p.mem_alloc]) },
@@ -142,9 +177,9 @@ pages.overview = {
     $("#ov-jobs").innerHTML = `<div class="kv" style="grid-template-columns:1fr auto">
       ${["pending", "running", "succeeded", "cancelled", "failed"].map((s) => `<div>${statusPill(s)}</div><div>${num(js[s])}</div>`).join("")}
       </div><div class="muted small">your jobs · plus ${num(o.jobs.running - js.running)} background jobs running</div>`;
-    const firing = a.alerts.filter((x) => x.state === "firing");
+    const firing = a.alerts.filter((x) => x.state === "firing" && !x.silenced);
     $("#ov-alerts").innerHTML = firing.length ? alertTable(firing.slice(0, 6)) : `<div class="empty">No alerts firing</div>`;
-    $("#ov-remed").innerHTML = a.remediations.length ? remedList(a.remediations.slice(0, 6)) : `<div class="empty">Nothing to remediate yet</div>`;
+    $("#ov-remed").innerHTML = a.remediations.length ? remedList(a.remediations.slice(0, 6), []) : `<div class="empty">Nothing to remediate yet</div>`;
     return o;
   },
 };
@@ -186,7 +221,9 @@ pages.racks = {
       const all = Object.values(racks).flat();
       const used = all.reduce((s, n) => s + n.dev_core_used.reduce((a, b) => a + b, 0), 0);
       const cap = all.reduce((s, n) => s + 1000 * n.gpus, 0) || 1;
-      html += `<div class="leaf-title"><b>${esc(leaf)}</b><span>${Object.keys(racks).length} racks · ${all.length} nodes · ${pct(used / cap)} allocated</span></div><div class="racks">`;
+      // one row of racks per leaf: as many columns as the leaf has racks (never a lone rack on a second row)
+      html += `<div class="leaf-title"><b>${esc(leaf)}</b><span>${Object.keys(racks).length} racks · ${all.length} nodes · ${pct(used / cap)} allocated</span></div>
+        <div class="racks" data-testid="leaf-${esc(leaf)}" style="grid-template-columns:repeat(${Object.keys(racks).length},minmax(128px,1fr))">`;
       for (const rack of Object.keys(racks).sort()) {
         const nodes = racks[rack];
         html += `<div class="rack"><div class="rack-head"><span>${esc(rack)}</span><span>${nodes.length}</span></div>`;
@@ -196,7 +233,7 @@ pages.racks = {
             return `<div class="cell${n.dev_healthy[i] ? "" : " bad"}" style="background:${heat(f)}" title="GPU ${i}: ${(c / 10).toFixed(0)}% compute, ${n.dev_mem_pct[i]}% memory"></div>`;
           }).join("");
           const cls = (n.schedulable ? "" : " cordoned") + (S.drawer === n.name ? " selected" : "");
-          html += `<div class="node-row${cls}" data-node="${esc(n.name)}" data-testid="node-${esc(n.name)}" title="${esc(n.name)} · ${esc(n.model)}">${cells}</div>`;
+          html += `<div class="node-row${cls}" data-node="${esc(n.name)}" data-testid="node-${esc(n.name)}" title="${esc(n.name)} · ${esc(n.model)}"><span class="nname">${esc(n.name)}</span><div class="cells">${cells}</div></div>`;
         }
         html += `</div>`;
       }
@@ -217,15 +254,39 @@ async function openNode(name) {
 async function refreshDrawer() {
   if (!S.drawer) return;
   if (S.drawerKind === "job") return refreshJobDrawer();
-  const n = await api("GET", `/api/v1/nodes/${encodeURIComponent(S.drawer)}`);
+  const name = S.drawer;
+  const [n, u] = await Promise.all([api("GET", `/api/v1/nodes/${encodeURIComponent(name)}`),
+    api("GET", `/api/v1/nodes/${encodeURIComponent(name)}/usage`).catch(() => ({ available: false, devices: [] }))]);
+  if (S.drawer !== name || S.drawerKind !== "node") return;  // closed or replaced meanwhile
+  const use = {};
+  for (const d of u.devices || []) use[d.index] = d;
   const state = n.schedulable ? "schedulable" : "cordoned";
-  const devs = n.devices.map((d) => `<div class="device${d.healthy ? "" : " bad"}" data-testid="device-${d.index}">
-    <div class="dhead"><span>GPU ${d.index}</span><span class="muted">${d.healthy ? (d.nvlink_domain >= 0 ? `NVLink ${d.nvlink_domain}` : "PCIe") : "XID 79 · unhealthy"}</span></div>
+  const col = (d, k) => (d && d.history ? d.history.points.map((p) => p[k]) : []);
+  const usage = (d) => {
+    if (!u.available || !d) return `<div class="muted small">no device metrics on this backend</div>`;
+    if (!d.reporting) return `<div class="usage bad-text">not reporting (fell off the bus?)</div>`;
+    return `<div class="usage" data-testid="usage">
+      <div class="row"><span>util</span>${sparkline(col(d, 0), { max: 100, color: "#76b900" })}<span data-testid="util">${num(d.util_pct)}%</span></div>
+      <div class="row"><span>memory</span>${sparkline(col(d, 1), { max: d.mem_total_mib || undefined })}<span>${num((d.mem_used_mib || 0) / 1024, 1)} GiB</span></div>
+      <div class="row"><span>temp</span>${sparkline(col(d, 2), { max: 100, color: "#f0b429" })}<span>${num(d.temp_c)} °C</span></div>
+      <div class="row"><span>power</span>${sparkline(col(d, 3), { color: "#e8590c" })}<span>${num(d.power_w)} W</span></div>
+      <div class="row"><span>XID</span><span class="${d.xid ? "bad-text" : "muted"}" data-testid="xid">${d.xid ? `XID ${d.xid}` : "none"}</span><span></span></div>
+    </div>`;
+  };
+  const devs = n.devices.map((d) => {
+    const du = use[d.index];
+    const full = d.core_used >= d.core_cap || d.memory_used_mib >= d.memory_mib;
+    const head = d.healthy ? (d.nvlink_domain >= 0 ? `NVLink ${d.nvlink_domain}` : "PCIe") : `unhealthy${du && du.xid ? ` · XID ${du.xid}` : ""}`;
+    return `<div class="device${d.healthy ? "" : " bad"}" data-testid="device-${d.index}">
+    <div class="dhead"><span>GPU ${d.index}${full ? ` <span class="tag full-tag">full</span>` : ""}</span><span class="muted">${head}</span></div>
+    <div class="subhead muted">allocated</div>
     <div class="row"><span>compute</span>${bar(d.core_used / d.core_cap)}<span>${(d.core_used / 10).toFixed(0)}%</span></div>
-    <div class="row"><span>memory</span>${bar(d.memory_used_mib / d.memory_mib, "blue")}<span>${num(d.memory_used_mib / 1024, 1)} GiB</span></div>
+    <div class="row"><span>memory</span>${bar(d.memory_used_mib / d.memory_mib, d.memory_used_mib >= d.memory_mib ? "" : "blue")}<span>${num(d.memory_used_mib / 1024, 1)} GiB</span></div>
     <div class="row"><span>tasks</span><span>${d.tasks} / ${d.max_tasks}</span><span></span></div>
-    ${d.pods.length ? `<ul>${d.pods.map((p) => `<li><span class="mono">${esc(p.job_name || p.pod)}</span> · ${esc(p.tenant)} · ${p.cores}% · ${num(p.memory_mib / 1024, 1)} GiB</li>`).join("")}</ul>` : `<div class="muted" style="margin-top:6px">idle</div>`}
-  </div>`).join("");
+    <div class="subhead muted">in use (collector)</div>${usage(du)}
+    ${d.pods.length ? `<ul>${d.pods.map((p) => `<li><span class="mono">${esc(p.job_name || p.pod)}</span> · ${esc(p.tenant)} · <span data-testid="share">${esc(shareText(p))}</span></li>`).join("")}</ul>` : `<div class="muted" style="margin-top:6px">idle</div>`}
+  </div>`;
+  }).join("");
   $("#drawer-body").innerHTML = `<div class="kv">
       <div>Model</div><div>${esc(n.model)} × ${n.gpus}</div>
       <div>Rack / leaf</div><div>${esc(n.rack)} · ${esc(n.leaf)} · ${esc(n.spine)}</div>
@@ -237,6 +298,7 @@ async function refreshDrawer() {
 }
 function closeDrawer() {
   S.drawer = null;
+  S.drawerKind = null;
   $("#drawer").classList.add("hidden");
   $$(".node-row.selected").forEach((r) => r.classList.remove("selected"));
 }
@@ -308,10 +370,14 @@ pages.jobs = {
         <div><label for="jf-name">Name</label><input id="jf-name" required pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" value="train-${Math.random().toString(36).slice(2, 6)}"></div>
         ${admin ? `<div><label for="jf-tenant">Tenant</label><input id="jf-tenant" value="default"></div>` : ""}
         <div><label for="jf-replicas">Replicas (gang)</label><input id="jf-replicas" type="number" min="1" max="256" value="1"></div>
+        <div><label for="jf-type">GPU type</label><select id="jf-type" data-testid="jf-type"><option value="">any</option></select></div>
+        <div><label for="jf-priority">Priority</label><input id="jf-priority" type="number" min="0" max="1000" value="0"></div>
         <div><label for="jf-gpus">GPUs per replica</label><input id="jf-gpus" type="number" min="0" max="16" value="1"></div>
         <div><label for="jf-cores">Compute % per GPU</label><input id="jf-cores" type="number" min="1" max="100" value="100"></div>
         <div><label for="jf-mem">GPU memory MiB (opt.)</label><input id="jf-mem" type="number" min="1" placeholder="whole GPU"></div>
         <div><label for="jf-duration">Duration s (opt.)</label><input id="jf-duration" type="number" min="1" step="any" value="120"></div>
+        <div><label for="jf-kind">Kind</label><select id="jf-kind" data-testid="jf-kind"><option value="train">train</option><option value="infer">infer</option></select></div>
+        <div><label for="jf-preemptible"><input id="jf-preemptible" type="checkbox" checked> Preemptible</label></div>
         <div><button class="primary" type="submit" id="jf-submit">Submit</button></div>
       </form><div id="jf-error" class="error-text"></div></div>
       <div class="card section">
@@ -324,10 +390,26 @@ pages.jobs = {
         </div>
         <div id="jl-table"></div></div>`;
     $("#job-form").addEventListener("submit", (e) => { e.preventDefault(); this.submit(); });
+    this.gpuTypes();
     for (const id of ["#jl-status", "#jl-tenant", "#jl-q", "#jl-synth"]) {
       const x = $(id);
       if (x) x.addEventListener(x.tagName === "INPUT" && x.type !== "checkbox" ? "input" : "change", () => this.refresh());
     }
+  },
+  async gpuTypes() {
+    // GPU types the cluster has; the field is sent only when this server's API takes it (its OpenAPI schema says)
+    const schema = await jobSchema();
+    const prop = schema && schema.properties && schema.properties.gpu_type;
+    const sel = $("#jf-type");
+    let types = [];
+    if (prop && Array.isArray(prop.enum)) types = prop.enum;
+    else {
+      const o = await api("GET", "/api/v1/overview").catch(() => ({ models: {} }));
+      types = Object.keys(o.models || {}).sort();
+    }
+    sel.innerHTML = `<option value="">any</option>` + types.map((m) => `<option>${esc(m)}</option>`).join("");
+    sel.disabled = !prop;
+    sel.title = prop ? "Run on this GPU model only" : "This server does not take a GPU type yet: the job may land on any model";
   },
   async submit() {
     const v = (id) => ($(id) ? $(id).value.trim() : "");
@@ -342,6 +424,12 @@ pages.jobs = {
     const body = { name: v("#jf-name"), replicas: parseInt(v("#jf-replicas") || "1", 10), resources: res };
     if (v("#jf-tenant")) body.tenant = v("#jf-tenant");
     if (v("#jf-duration")) body.duration_s = parseFloat(v("#jf-duration"));
+    if (v("#jf-priority") && parseInt(v("#jf-priority"), 10) > 0) body.priority = parseInt(v("#jf-priority"), 10);
+    if (v("#jf-type") && !$("#jf-type").disabled) body.gpu_type = v("#jf-type");
+    const schema = await jobSchema();  // kind and preemptible only where this server's API takes them
+    const props = (schema && schema.properties) || {};
+    if (props.kind && v("#jf-kind") && v("#jf-kind") !== "train") body.kind = v("#jf-kind");
+    if (props.preemptible && $("#jf-preemptible") && !$("#jf-preemptible").checked) body.preemptible = false;
     $("#jf-error").textContent = "";
     try {
       const job = await api("POST", "/api/v1/jobs", body);
@@ -389,7 +477,7 @@ async function refreshJobDrawer() {
   $("#drawer-title").innerHTML = `${esc(j.name)} ${statusPill(j.status)}`;
   const res = Object.entries(j.resources).map(([k, v]) => `<code>${esc(k)}: ${esc(v)}</code>`).join(" ");
   const pl = j.placements.map((p) => `<tr><td class="mono">${esc(p.pod)}</td><td><a href="#racks" data-node="${esc(p.node)}">${esc(p.node)}</a></td>
-    <td>${p.devices.map((d) => `GPU ${d.index} (${d.cores}%)`).join(", ")}</td></tr>`).join("");
+    <td data-testid="placement-devices">${p.devices.map((d) => `GPU ${d.index} (${esc(shareText(d))})`).join(", ")}</td></tr>`).join("");
   const ev = (j.events || []).map((e) => `<li><span class="muted">${clockText(e.t)}</span><span class="tag">${esc(e.kind)}</span><span>${esc(e.message)}</span></li>`).join("");
   $("#drawer-body").innerHTML = `<div class="kv">
     <div>ID</div><div class="mono">${esc(j.id)}</div><div>Tenant</div><div>${esc(j.tenant)}</div>
@@ -404,7 +492,11 @@ async function refreshJobDrawer() {
     try { await api("DELETE", `/api/v1/jobs/${encodeURIComponent(j.id)}`); toast(`Cancelled ${j.name}`); await refreshJobDrawer(); }
     catch (e) { toast(e.message, true); }
   });
-  $$("a[data-node]", $("#drawer-body")).forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); location.hash = "#racks"; openNode(a.dataset.node); }));
+  $$("a[data-node]", $("#drawer-body")).forEach((a) => a.addEventListener("click", (e) => {
+    e.preventDefault();
+    S.pendingNode = a.dataset.node;  // opened by route() once the racks page is shown
+    if (location.hash === "#racks") route(); else location.hash = "#racks";
+  }));
 }
 
 pages.tenants = {
@@ -437,33 +529,67 @@ pages.tenants = {
     const rows = d.tenants.map((t) => `<tr><td><b>${esc(t.name)}</b></td>
       <td>${t.quota_gpus === null ? `<span class="muted">none</span>` : num(t.quota_gpus, 2)}</td><td>${num(t.weight, 2)}</td>
       <td>${num(t.fair_share_gpus, 1)}</td>
-      <td style="min-width:200px"><div style="display:flex;justify-content:space-between"><span>${num(t.gpus, 2)} GPUs</span><span class="muted">${pct(t.share_used)} of share</span></div>${bar(t.share_used)}</td>
+      <td style="min-width:200px"><div style="display:flex;justify-content:space-between"><span>${num(t.gpus, 2)} GPUs</span><span class="muted">${pct(t.share_used)} of share</span></div>${bar(t.share_used, t.share_used > 1 ? "warn" : "")}</td>
       <td>${t.running}</td><td>${t.pending}${t.pending_gpus ? ` <span class="muted">(${num(t.pending_gpus, 1)} GPUs)</span>` : ""}</td></tr>`).join("");
     $("#tn-table").innerHTML = `<table><thead><tr><th>Tenant</th><th>Quota</th><th>Weight</th><th>Fair share</th><th>Using</th><th>Running</th><th>Pending</th></tr></thead><tbody>${rows}</tbody></table>`;
   },
 };
 
-function alertTable(items) {
-  return `<table><thead><tr><th>Severity</th><th>Alert</th><th>Target</th><th>Summary</th><th>Since</th></tr></thead><tbody>${items.map((a) => `<tr>
-    <td><span class="sev sev-${a.state === "resolved" ? "resolved" : esc(a.severity)}">${a.state === "resolved" ? "resolved" : esc(a.severity)}</span></td>
+function alertTable(items, actions = false) {
+  // every row says its state (firing, pending, resolved) and whether it is silenced
+  return `<table data-testid="alert-table"><thead><tr><th>State</th><th>Severity</th><th>Alert</th><th>Target</th><th>Summary</th><th>Since</th>${actions ? "<th></th>" : ""}</tr></thead><tbody>${items.map((a) => `<tr data-alert="${esc(a.name)}" data-target="${esc(a.target)}">
+    <td><span class="state st-${esc(a.state)}" data-testid="alert-state">${esc(a.state)}</span>${a.silenced ? ` <span class="tag" title="silenced">silenced</span>` : ""}</td>
+    <td><span class="sev sev-${esc(a.severity)}">${esc(a.severity)}</span></td>
     <td><b>${esc(a.name)}</b></td><td class="mono">${esc(a.target)}</td><td>${esc(a.summary)}</td>
-    <td class="muted">${clockText(a.since)}${a.resolved ? ` → ${clockText(a.resolved)}` : ""}</td></tr>`).join("")}</tbody></table>`;
+    <td class="muted">${clockText(a.since)}${a.resolved ? ` → ${clockText(a.resolved)}` : ""}</td>
+    ${actions ? `<td>${a.silenced ? `<button class="ghost small-btn" data-unsilence="${esc(a.silence)}">unsilence</button>` : a.state !== "resolved" ? `<button class="small-btn" data-silence="1">silence</button>` : ""}</td>` : ""}</tr>`).join("")}</tbody></table>`;
 }
-function remedList(items) {
-  return `<ul class="timeline">${items.map((r) => `<li><span class="muted">${clockText(r.t)}</span><span><span class="tag">${esc(r.action)}</span> <span class="mono">${esc(r.target)}</span></span><span>${esc(r.detail)}</span></li>`).join("")}</ul>`;
+function remedList(items, planned) {
+  const keys = new Set((planned || []).map((r) => `${r.t}|${r.action}|${r.target}`));
+  return `<ul class="timeline">${items.map((r) => {
+    const isPlanned = r.outcome === "dry-run";
+    const pending = keys.has(`${r.t}|${r.action}|${r.target}`);
+    return `<li class="${isPlanned ? "planned" : ""}"><span class="muted">${clockText(r.t)}</span><span><span class="tag">${esc(r.action)}</span> <span class="mono">${esc(r.target)}</span>${isPlanned ? ` <span class="tag plan-tag" title="not carried out: this action is not switched on">${pending ? "planned" : "dry run"}</span>` : ""}</span><span>${esc(r.detail)}</span></li>`;
+  }).join("")}</ul>`;
+}
+const ALERT_TABS = [["firing", "Firing"], ["pending", "Pending"], ["resolved", "Resolved"], ["silenced", "Silenced"]];
+function alertTab(a, tab) {
+  if (tab === "silenced") return a.silenced;
+  return a.state === tab && !a.silenced;
 }
 
 pages.alerts = {
   title: "Alerts",
   init(el) {
     const admin = S.me && S.me.role === "admin";
-    el.innerHTML = `<div class="card"><h3>Alerts</h3><div id="al-table"></div></div>
-      <div class="grid cols2e section"><div class="card"><h3>Remediation log</h3><div id="al-remed"></div></div>
+    el.innerHTML = `<div class="card"><div class="card-head"><div class="tabs" id="al-tabs" role="tablist">${ALERT_TABS.map(([k, l]) =>
+        `<button class="tab${k === S.alertTab ? " active" : ""}" data-tab="${k}" role="tab" data-testid="tab-${k}">${l} <span class="count" data-count="${k}">0</span></button>`).join("")}</div>
+        ${admin ? `<label class="range">silence for <select id="al-for"><option value="3600">1 h</option><option value="14400">4 h</option><option value="86400">24 h</option></select></label>` : ""}</div>
+        <div id="al-table"></div><div id="al-sil"></div></div>
+      <div class="grid cols2e section"><div class="card"><h3>Automatic remediation</h3><div id="al-modes"></div><h3 style="margin-top:14px">Planned, not carried out</h3><div id="al-planned"></div>
+        <h3 style="margin-top:14px">Log</h3><div id="al-remed"></div></div>
       ${admin ? `<div class="card"><h3>Fault drill</h3><p class="muted">Make a GPU report XID 79 (fallen off the bus) and watch the alert fire and the
-        remediation cordon and drain the node, then reset it ten clock-minutes later.</p>
+        remediation cordon the node (and drain it, when drains are switched on), then reset it ten clock-minutes later.</p>
         <form id="al-form" class="form-grid"><div><label for="al-node">Node</label><input id="al-node" value="train-0000"></div>
         <div><label for="al-dev">GPU</label><input id="al-dev" type="number" min="0" value="0"></div>
         <div><button class="danger" type="submit">Inject XID 79</button></div></form><div id="al-error" class="error-text"></div></div>` : ""}</div>`;
+    $$("#al-tabs .tab").forEach((b) => b.addEventListener("click", () => { S.alertTab = b.dataset.tab; this.render(); }));
+    $("#al-table").addEventListener("click", async (e) => {
+      const b = e.target.closest("button");
+      if (!b) return;
+      try {
+        if (b.dataset.unsilence) {
+          await api("DELETE", `/api/v1/silences/${encodeURIComponent(b.dataset.unsilence)}`);
+          toast("Silence ended");
+        } else if (b.dataset.silence) {
+          const tr = b.closest("tr");
+          await api("POST", "/api/v1/silences", { alert: tr.dataset.alert, target: tr.dataset.target,
+            duration_s: parseFloat($("#al-for").value), comment: "from the dashboard" });
+          toast(`Silenced ${tr.dataset.alert} on ${tr.dataset.target}`);
+        }
+        await this.refresh();
+      } catch (err) { toast(err.message, true); }
+    });
     const f = $("#al-form");
     if (f) f.addEventListener("submit", async (e) => {
       e.preventDefault();
@@ -476,9 +602,62 @@ pages.alerts = {
     });
   },
   async refresh() {
-    const a = await api("GET", "/api/v1/alerts");
-    $("#al-table").innerHTML = a.alerts.length ? alertTable(a.alerts) : `<div class="empty">No alerts</div>`;
-    $("#al-remed").innerHTML = a.remediations.length ? remedList(a.remediations) : `<div class="empty">No remediation actions yet</div>`;
+    const [a, r, s] = await Promise.all([api("GET", "/api/v1/alerts"), api("GET", "/api/v1/remediations"),
+      api("GET", "/api/v1/silences")]);
+    this.data = a;
+    this.silences = s.silences;
+    this.render();
+    const modes = Object.entries(r.modes || {});
+    $("#al-modes").innerHTML = modes.length ? `<div class="modes" data-testid="remediation-modes">${modes.map(([k, m]) =>
+      `<span class="mode mode-${esc(m)}" data-action="${esc(k)}">${esc(k)}: <b>${m === "on" ? "on" : m === "dry-run" ? "planned only" : "off"}</b></span>`).join("")}</div>
+      ${modes.some(([, m]) => m === "dry-run") ? `<div class="muted small" style="margin-top:6px">Disruptive actions are opt-in: <code>gpucluster up --remediate drain,defragment</code> carries them out.</div>` : ""}`
+      : `<div class="muted">This backend does not remediate on its own.</div>`;
+    $("#al-planned").innerHTML = r.planned.length ? remedList(r.planned, r.planned) : `<div class="empty">Nothing planned</div>`;
+    $("#al-remed").innerHTML = r.log.length ? remedList(r.log.slice(0, 60), r.planned) : `<div class="empty">No remediation actions yet</div>`;
+  },
+  render() {
+    const a = this.data;
+    if (!a) return;
+    const admin = S.me && S.me.role === "admin";
+    for (const [k] of ALERT_TABS) {
+      const n = a.alerts.filter((x) => alertTab(x, k)).length;
+      const c = $(`#al-tabs [data-count="${k}"]`);
+      if (c) c.textContent = n;
+    }
+    $$("#al-tabs .tab").forEach((b) => b.classList.toggle("active", b.dataset.tab === S.alertTab));
+    const shown = a.alerts.filter((x) => alertTab(x, S.alertTab));
+    $("#al-table").innerHTML = shown.length ? alertTable(shown, admin) : `<div class="empty">No ${S.alertTab} alerts</div>`;
+    const sil = this.silences || [];
+    $("#al-sil").innerHTML = sil.length ? `<div class="muted small" style="margin-top:10px" data-testid="silences">Active silences: ${sil.map((x) =>
+      `<span class="tag">${esc(x.alert || "any alert")} on ${esc(x.target || "any target")} until ${clockText(x.ends_t)}</span>`).join(" ")}</div>` : "";
+  },
+};
+
+pages.queue = {
+  title: "Queue",
+  init(el) {
+    const admin = S.me && S.me.role === "admin";
+    el.innerHTML = `<div class="card"><div class="card-head"><h3>Pending jobs, in the order they will be tried</h3>
+      ${admin ? `<label class="check"><input type="checkbox" id="q-synth"> background workload</label>` : ""}</div>
+      <div id="q-table"></div>
+      <div class="muted small" style="margin-top:8px">Estimated start: when enough GPU-equivalents free up as running jobs with a duration end, handed out in queue order
+      (shapes and fragmentation ignored); "unknown" when jobs without a duration hold the rest.</div></div>`;
+    const x = $("#q-synth");
+    if (x) x.addEventListener("change", () => this.refresh());
+  },
+  async refresh() {
+    const synth = $("#q-synth") && $("#q-synth").checked;
+    const q = await api("GET", `/api/v1/queue${synth ? "?include_synthetic=true" : ""}`);
+    const now = q.t;
+    const rows = q.jobs.map((j) => `<tr class="clickable" data-job="${esc(j.id)}" data-testid="queue-row-${esc(j.name)}">
+      <td data-testid="queue-pos">${j.position}</td><td><b>${esc(j.name)}</b><div class="muted mono">${esc(j.id)}</div></td><td>${esc(j.tenant)}</td>
+      <td>${num(j.gpus, 2)}</td><td>${j.priority}</td><td class="muted">${dur(j.waiting_s)}</td>
+      <td data-testid="queue-est">${j.est_start_t === null ? `<span class="muted">unknown</span>` : j.est_wait_s < 1 ? "now" : `in ${dur(j.est_wait_s)} <span class="muted">(${clockText(j.est_start_t)})</span>`}</td>
+      <td class="small" data-testid="queue-why" style="max-width:420px">${esc(j.why)}</td></tr>`).join("");
+    $("#q-table").innerHTML = q.jobs.length ? `<table><thead><tr><th>#</th><th>Job</th><th>Tenant</th><th>GPUs</th><th>Priority</th><th>Waiting</th><th>Est. start</th><th>Why it waits</th></tr></thead><tbody>${rows}</tbody></table>
+      <div class="muted small" style="margin-top:8px">${q.total} pending job(s) in the whole queue · ${num(q.free_gpus, 1)} GPU-equivalents free now · clock ${clockText(now)}</div>`
+      : `<div class="empty">Nothing is waiting.</div>`;
+    $$("tr[data-job]", $("#q-table")).forEach((r) => r.addEventListener("click", () => openJob(r.dataset.job)));
   },
 };
 
@@ -590,18 +769,26 @@ pages.experiments = {
 function route() {
   const p = (location.hash || "#overview").slice(1);
   S.page = pages[p] ? p : "overview";
+  closeDrawer();  // a drawer belongs to the page it was opened on
   $$("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === S.page));
   $$(".page").forEach((s) => s.classList.toggle("hidden", s.id !== `page-${S.page}`));
   $("#page-title").textContent = pages[S.page].title;
   const el = $(`#page-${S.page}`);
   if (!S.inited[S.page] && pages[S.page].init) pages[S.page].init(el);
   S.inited[S.page] = true;
+  if (S.pendingNode) {
+    const node = S.pendingNode;
+    S.pendingNode = null;
+    openNode(node);
+  }
   tick();
 }
 
 async function tick() {
-  if (S.busy || !S.me) return;
+  if (!S.me) return;
+  if (S.busy) { S.again = true; return; }  // a page switched meanwhile: refresh once this tick is done
   S.busy = true;
+  S.again = false;
   try {
     const h = await fetch("/healthz").then((r) => r.json());
     $("#clock").textContent = `${clockText(h.t)} · x${S.me.speed}`;
@@ -619,6 +806,7 @@ async function tick() {
     if (!(e instanceof ApiError)) console.warn(e);
   } finally {
     S.busy = false;
+    if (S.again) setTimeout(tick, 0);
   }
 }
 
@@ -635,6 +823,7 @@ async function login(token) {
   $("#app").classList.remove("hidden");
   $("#who").innerHTML = S.me.role === "admin" ? `signed in as <b>admin</b> · ${esc(S.me.backend)}` : `tenant <b>${esc(S.me.tenant)}</b> · ${esc(S.me.backend)}`;
   S.inited = {};
+  S.schema = null;
   route();
   clearInterval(S.timer);
   S.timer = setInterval(tick, POLL_MS);

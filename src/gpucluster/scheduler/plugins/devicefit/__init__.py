@@ -1,32 +1,43 @@
 """Device fit: enough devices of the right vendor and model, each with the memory, cores and task slot asked.
 
-Semantics (HAMi's, with our choices where HAMi is vague; see ``docs/scheduling.md``):
+Semantics are HAMi v2.10's (its vendors' ``Fit``; ``docs/hami-compatibility.md`` lists where we differ):
 
 * A request for ``count`` devices needs ``count`` *distinct* devices of its vendor on one node.
 * Memory per device is ``memory_mib`` or ``memory_pct`` % of that device's schedulable memory (physical x
   overcommit). Cores are core milli (HAMi percent x 10).
-* A request for a whole device's cores (100 %) is exclusive: the device must have no task at all.
-* A request for 0 cores may not go on a device whose cores are fully taken.
+* A request for a whole device's cores (100 %) on a device of 100 % is exclusive: the device must have no task.
+  A request for 0 cores may not go on a device whose cores are fully taken.
 * Each device holds at most ``max_tasks`` tasks (HAMi ``deviceSplitCount``).
-* ``use-gputype`` / ``nouse-gputype`` match model-name substrings, case-insensitively; ``use-gpuuuid`` /
-  ``nouse-gpuuuid`` match UUIDs exactly. Unhealthy devices are never used.
+* ``use-gputype`` / ``nouse-gputype`` (and Hygon's ``use-dcutype``) match the device's full type string
+  (``NVIDIA-A100``, ``DCU-K100_AI``) as case-insensitive substrings; ``use-gpuuuid`` / ``nouse-gpuuuid`` match
+  UUIDs exactly; ``nvidia.com/vgpu-mode`` keeps devices whose mode it names. Unhealthy and cordoned
+  (``hami.io/device-cordon``) devices take no new pod.
+* ``hami.io/gpu-scheduler-policy: mutex``: only devices with no task. ``nvidia.com/numa-bind: true``: all GPUs of
+  a request on one NUMA node. ``topology-aware``: among fitting GPUs, the set with the best pair scores.
+* Init containers each fit on their own against the node as it is (they run one at a time); the app containers
+  fit together. The pod then holds, per device, the larger of the two (see ``Allocation.device_usage``).
 
 Filter checks every request of the pod against all nodes at once (each request on its own; for pods with
 several device requests, Reserve then checks them together on the chosen node and the core tries the next
 node if they do not fit jointly). Reserve chooses the devices on the chosen node in the order the profile's
-DeviceScore plugins prefer, keeping a multi-device request inside one NVLink domain when one can hold it.
+DeviceScore plugins prefer (HAMi's order under the binpack/spread policies), keeping a multi-device request
+inside one NVLink domain when one can hold it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from gpucluster.devices import DeviceInputError, hami
 from gpucluster.model import DeviceGrant, DeviceRequest, Pod, Snapshot
+from gpucluster.model.resources import CORE_MILLI_PER_DEVICE, VENDOR_NVIDIA
 from gpucluster.scheduler.framework import (
     BoolArray,
     CycleState,
@@ -40,44 +51,112 @@ from gpucluster.scheduler.framework.status import SKIP
 from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
 
 NAME = "DeviceFit"
+TAKEN_KEY = "DeviceFit/taken"
+"""CycleState key: ``(core milli, MiB, tasks)`` arrays ([D]) already given to earlier requests of the pod on the
+chosen node, for DeviceScore plugins that score usage after them (HAMi's device score does)."""
+OPTIONS_KEY = "DeviceFit/options"
+"""CycleState key: the pod's :class:`PodOptions`."""
+
+_MAX_COMBINATIONS = 200_000
+"""``topology-aware`` with more candidate sets than this keeps the first ones in preference order."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodOptions:
+    """The pod's HAMi device-policy annotations, read once per cycle."""
+
+    policy: tuple[str, ...] = ()
+    """``hami.io/gpu-scheduler-policy`` tokens (empty: the pod names none)."""
+    numa_bind: bool = False
+    weights: hami.ScoringWeights = hami.DEFAULT_WEIGHTS
+
+    @property
+    def mutex(self) -> bool:
+        return hami.POLICY_MUTEX in self.policy
+
+    @property
+    def topology(self) -> bool:
+        return hami.POLICY_TOPOLOGY in self.policy
+
+
+def pod_options(pod: Pod) -> PodOptions:
+    """Read a pod's HAMi policy annotations (already validated when the pod was parsed)."""
+    a = pod.annotations
+    policy: tuple[str, ...] = ()
+    if hami.GPU_POLICY_ANNOTATION in a:
+        policy = hami.parse_gpu_policy(a[hami.GPU_POLICY_ANNOTATION], "gpu policy")
+    elif pod.gpu_policy is not None:
+        policy = (pod.gpu_policy.value,)
+    numa = hami.NUMA_BIND_ANNOTATION in a and hami.parse_bool(a[hami.NUMA_BIND_ANNOTATION], "")
+    weights = hami.DEFAULT_WEIGHTS
+    if hami.SCORING_WEIGHTS_ANNOTATION in a:
+        weights = hami.parse_scoring_weights(a[hami.SCORING_WEIGHTS_ANNOTATION], "weights")
+    return PodOptions(policy, numa, weights)
 
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
     requests: tuple[tuple[int, DeviceRequest], ...]
     vendor_ids: tuple[int, ...]
+    init_requests: tuple[tuple[int, DeviceRequest], ...]
+    init_vendor_ids: tuple[int, ...]
     allowed: BoolArray | None
-    """[N, D] devices the pod's type/UUID annotations allow (None = all)."""
+    """[N, D] devices the pod's type/UUID/mode annotations allow (None = all)."""
     type_bad: BoolArray | None
-    """[N, D] devices excluded by model annotations (to tell type from UUID mismatches)."""
+    """[N, D] devices excluded by model or mode annotations (to tell type from UUID mismatches)."""
+    options: PodOptions
+
+    def all_requests(self) -> Sequence[tuple[DeviceRequest, int]]:
+        return [(r, v) for (_, r), v in zip(self.requests + self.init_requests,
+                                            self.vendor_ids + self.init_vendor_ids, strict=True)]
+
+
+def _type_matches(type_string: str, use: Sequence[str], nouse: Sequence[str]) -> bool:
+    upper = type_string.upper()
+    if use and not any(t.upper() in upper for t in use):
+        return False
+    return not any(t.upper() in upper for t in nouse)
 
 
 def allowed_devices(pod: Pod, snap: Snapshot) -> tuple[BoolArray | None, BoolArray | None]:
-    """Devices allowed by the pod's model and UUID annotations, and those excluded by model alone."""
+    """Devices allowed by the pod's model, UUID and mode annotations, and those excluded by model or mode."""
     c = pod.constraints
-    if c.empty:
+    mode = pod.annotations.get(hami.VGPU_MODE_ANNOTATION)
+    if c.empty and mode is None:
         return None, None
-    allowed = np.ones(snap.dev_valid.shape, np.bool_)
-    type_bad: BoolArray | None = None
-    if c.use_types or c.nouse_types:
-        lowered = [m.lower() for m in snap.models]
-        ok = np.ones(len(lowered) + 1, np.bool_)  # last slot serves padding (model id -1)
-        for k, name in enumerate(lowered):
-            if c.use_types and not any(t.lower() in name for t in c.use_types):
-                ok[k] = False
-            if any(t.lower() in name for t in c.nouse_types):
-                ok[k] = False
-        type_ok = ok[snap.dev_model]
-        type_bad = ~type_ok
-        allowed &= type_ok
-    if c.use_uuids or c.nouse_uuids:
-        use, nouse = set(c.use_uuids), set(c.nouse_uuids)
-        uuid_ok = np.zeros(snap.dev_valid.shape, np.bool_)
-        for i, uuids in enumerate(snap.dev_uuid):
-            for j, u in enumerate(uuids):
-                uuid_ok[i, j] = (not use or u in use) and u not in nouse
-        allowed &= uuid_ok
-    return allowed, type_bad
+    shape = snap.dev_valid.shape
+    type_bad = np.zeros(shape, np.bool_)
+    uuid_bad = np.zeros(shape, np.bool_)
+    for vid, vendor in enumerate(snap.vendors):
+        cv = c.for_vendor(vendor)
+        mine = snap.dev_vendor == vid
+        if cv.use_types or cv.nouse_types:
+            ok = np.array([_type_matches(t, cv.use_types, cv.nouse_types) for t in snap.types] + [True],
+                          np.bool_)  # the last slot serves padding (type id -1)
+            type_bad |= mine & ~ok[snap.dev_type]
+        if cv.use_uuids or cv.nouse_uuids:
+            use, nouse = set(cv.use_uuids), set(cv.nouse_uuids)
+            for i, uuids in enumerate(snap.dev_uuid):
+                for j, u in enumerate(uuids):
+                    if mine[i, j] and ((use and u not in use) or u in nouse):
+                        uuid_bad[i, j] = True
+    if mode is not None:
+        for i, node in enumerate(snap.nodes):
+            for dev in node.devices:
+                if dev.vendor == VENDOR_NVIDIA and dev.mode not in mode:
+                    type_bad[i, dev.index] = True
+    return ~(type_bad | uuid_bad), type_bad
+
+
+def _numa_groups(snap: Snapshot, rows: slice | IntArray | int, m: BoolArray, count: int) -> BoolArray:
+    """Devices of ``m`` whose NUMA node holds at least ``count`` devices of ``m`` (per row)."""
+    numa = snap.dev_numa[rows]
+    out = np.zeros(m.shape, np.bool_)
+    for v in np.unique(numa[m]):
+        in_group = m & (numa == v)
+        enough = np.count_nonzero(in_group, axis=-1) >= count
+        out |= in_group & np.expand_dims(enough, -1)
+    return out
 
 
 def device_stages(
@@ -90,17 +169,21 @@ def device_stages(
     taken_core: IntArray | None = None,
     taken_mem: IntArray | None = None,
     taken_tasks: IntArray | None = None,
+    options: PodOptions | None = None,
 ) -> list[tuple[Reason, BoolArray]]:
     """Cumulative masks of the devices (rows x D) that pass each check, in order, with the check's reason.
 
     Checks that cannot reject anything for this request are skipped (no memory asked, one vendor in the
-    cluster, a request below every device's capacity cannot be exclusive), which keeps Filter cheap."""
+    cluster, a request below a whole device cannot be exclusive), which keeps Filter cheap."""
+    opts = options or PodOptions()
     valid = snap.dev_valid[rows]
     if len(snap.vendors) > 1:
         valid = valid & (snap.dev_vendor[rows] == vendor_id)
     stages: list[tuple[Reason, BoolArray]] = [(Reason.InsufficientGPUCount, valid)]
     m = valid & snap.dev_healthy[rows]
     stages.append((Reason.GPUUnhealthy, m))
+    m = m & ~snap.dev_cordoned[rows]
+    stages.append((Reason.GPUCordoned, m))
     if allowed is not None:
         if type_bad is not None:
             m = m & ~type_bad[rows]
@@ -110,6 +193,9 @@ def device_stages(
     tasks = snap.dev_tasks[rows] if taken_tasks is None else snap.dev_tasks[rows] + taken_tasks
     m = m & (tasks < snap.dev_max_tasks[rows])
     stages.append((Reason.GPUTaskLimit, m))
+    if opts.mutex:
+        m = m & (tasks == 0)
+        stages.append((Reason.GPUExclusiveBusy, m))
     if request.memory_pct or request.memory_mib:
         mem_free = snap.dev_mem_free[rows] if taken_mem is None else snap.dev_mem_free[rows] - taken_mem
         if request.memory_pct is not None:
@@ -121,9 +207,12 @@ def device_stages(
     need = request.core_milli
     m = m & (core_free > 0) if need == 0 else m & (core_free >= need)
     stages.append((Reason.InsufficientGPUCores, m))
-    if need >= snap.min_core_cap:
-        m = m & ((need < snap.dev_core_cap[rows]) | (tasks == 0))
+    if need >= CORE_MILLI_PER_DEVICE:
+        m = m & ((snap.dev_core_cap[rows] != CORE_MILLI_PER_DEVICE) | (tasks == 0))
         stages.append((Reason.GPUExclusiveBusy, m))
+    if opts.numa_bind and request.vendor == VENDOR_NVIDIA and request.count > 1:
+        m = _numa_groups(snap, rows, m, request.count)
+        stages.append((Reason.NumaConstraint, m))
     return stages
 
 
@@ -143,17 +232,25 @@ class DeviceFit:
 
     def pre_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> Status:
         requests = tuple(pod.device_requests)
-        if not requests:
-            state.write(NAME, _Prepared((), (), None, None))
+        init_requests = tuple(pod.init_device_requests)
+        if not requests and not init_requests:
+            state.write(NAME, _Prepared((), (), (), (), None, None, PodOptions()))
             return SKIP
-        vendor_ids = []
-        for _, r in requests:
-            vid = snap.vendor_ids.get(r.vendor)
-            if vid is None:
-                return Status.unschedulable(NAME, f"no node has {r.vendor} devices", unresolvable=True)
-            vendor_ids.append(vid)
+        vendor_ids: list[list[int]] = [[], []]
+        for k, group in enumerate((requests, init_requests)):
+            for _, r in group:
+                vid = snap.vendor_ids.get(r.vendor)
+                if vid is None:
+                    return Status.unschedulable(NAME, f"no node has {r.vendor} devices", unresolvable=True)
+                vendor_ids[k].append(vid)
+        try:
+            options = pod_options(pod)
+        except DeviceInputError as exc:  # a pod built without the parser's checks
+            return Status.error(NAME, str(exc))
         allowed, type_bad = allowed_devices(pod, snap)
-        state.write(NAME, _Prepared(requests, tuple(vendor_ids), allowed, type_bad))
+        state.write(NAME, _Prepared(requests, tuple(vendor_ids[0]), init_requests, tuple(vendor_ids[1]),
+                                    allowed, type_bad, options))
+        state.write(OPTIONS_KEY, options)
         return Status.success()
 
     def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
@@ -161,8 +258,9 @@ class DeviceFit:
         prep: _Prepared = state.read(NAME)
         out = np.zeros(snap.n_nodes, np.int16)
         everything = slice(None)
-        for (_, req), vid in zip(prep.requests, prep.vendor_ids, strict=True):
-            final = device_stages(snap, everything, vid, req, prep.allowed, prep.type_bad)[-1][1]
+        for req, vid in prep.all_requests():
+            final = device_stages(snap, everything, vid, req, prep.allowed, prep.type_bad,
+                                  options=prep.options)[-1][1]
             out[np.count_nonzero(final, axis=1) < req.count] = Reason.DeviceDoesNotFit
         return out
 
@@ -170,9 +268,10 @@ class DeviceFit:
         """For rejected ``nodes``, the first device check that left too few devices (per node)."""
         prep: _Prepared = state.read(NAME)
         out = np.zeros(nodes.size, np.int16)
-        for (_, req), vid in zip(prep.requests, prep.vendor_ids, strict=True):
+        for req, vid in prep.all_requests():
             undecided = out == 0
-            for k, (reason, mask) in enumerate(device_stages(snap, nodes, vid, req, prep.allowed, prep.type_bad)):
+            stages = device_stages(snap, nodes, vid, req, prep.allowed, prep.type_bad, options=prep.options)
+            for k, (reason, mask) in enumerate(stages):
                 have = np.count_nonzero(mask, axis=1)
                 hit = undecided & (have < req.count)
                 out[hit] = reason
@@ -184,56 +283,136 @@ class DeviceFit:
     # ------------------------------------------------------------------------------------------ reserve
     def reserve(self, state: CycleState, pod: Pod, snap: Snapshot, node: int) -> Status:
         prep: _Prepared = state.read(NAME)
-        if not prep.requests:
+        if not prep.requests and not prep.init_requests:
             state.grants = tuple(() for _ in pod.containers)
+            state.init_grants = tuple(() for _ in pod.init_containers)
             return Status.success()
+        init_grants: list[tuple[DeviceGrant, ...]] = []
+        for ci in range(len(pod.init_containers)):
+            mine = [(r, v) for (c, r), v in zip(prep.init_requests, prep.init_vendor_ids, strict=True) if c == ci]
+            # each init container runs alone on the node as it is: a fresh ledger per container
+            grants = self._fit_group(state, pod, snap, node, prep, mine, _Ledger(snap.device_slots))
+            if isinstance(grants, Status):
+                return grants
+            init_grants.append(tuple(grants))
+        ledger = _Ledger(snap.device_slots)
+        per_container: list[tuple[DeviceGrant, ...]] = []
+        for ci in range(len(pod.containers)):
+            mine = [(r, v) for (c, r), v in zip(prep.requests, prep.vendor_ids, strict=True) if c == ci]
+            grants = self._fit_group(state, pod, snap, node, prep, mine, ledger)
+            if isinstance(grants, Status):
+                return grants
+            per_container.append(tuple(grants))
+        state.grants = tuple(per_container)
+        state.init_grants = tuple(init_grants)
+        return Status.success()
+
+    def _fit_group(self, state: CycleState, pod: Pod, snap: Snapshot, node: int, prep: _Prepared,
+                   requests: Sequence[tuple[DeviceRequest, int]], ledger: _Ledger) -> list[DeviceGrant] | Status:
+        """Devices for one container's requests, booked in ``ledger`` as they are chosen."""
         fw = self._handle.framework
-        d = snap.device_slots
-        taken_core = np.zeros(d, np.int64)
-        taken_mem = np.zeros(d, np.int64)
-        taken_tasks = np.zeros(d, np.int64)
-        per_container: list[list[DeviceGrant]] = [[] for _ in pod.containers]
-        for (ci, req), vid in zip(prep.requests, prep.vendor_ids, strict=True):
-            stages = device_stages(snap, node, vid, req, prep.allowed, prep.type_bad,
-                                   taken_core, taken_mem, taken_tasks)
+        out: list[DeviceGrant] = []
+        for req, vid in requests:
+            stages = device_stages(snap, node, vid, req, prep.allowed, prep.type_bad, ledger.core, ledger.mem,
+                                   ledger.tasks, prep.options)
             feasible = stages[-1][1]
             if int(feasible.sum()) < req.count:
                 reason = next(r for r, m in stages if int(m.sum()) < req.count)
                 return Status.unschedulable(NAME, reason.name)
-            scores = fw.score_devices(state, pod, snap, node, req, feasible, taken_core)
-            chosen = self._choose(snap, node, feasible, scores, req.count)
+            state.write(TAKEN_KEY, (ledger.core, ledger.mem, ledger.tasks))
+            scores = fw.score_devices(state, pod, snap, node, req, feasible, ledger.core)
+            if prep.options.topology and req.vendor == VENDOR_NVIDIA:
+                chosen = _choose_topology(snap, node, feasible, scores, req.count)
+            else:
+                chosen = _choose(snap, node, feasible, scores, req.count,
+                                 numa_bind=prep.options.numa_bind and req.vendor == VENDOR_NVIDIA)
             vendor = snap.vendors[vid]
             for j in chosen:
                 mem = request_memory(snap, node, j, req)
-                per_container[ci].append(DeviceGrant(int(j), snap.dev_uuid[node][j], vendor, mem, req.core_milli))
-                taken_core[j] += req.core_milli
-                taken_mem[j] += mem
-                taken_tasks[j] += 1
-        state.grants = tuple(tuple(g) for g in per_container)
-        return Status.success()
-
-    @staticmethod
-    def _choose(snap: Snapshot, node: int, feasible: BoolArray, scores: npt.NDArray[np.float64],
-                count: int) -> list[int]:
-        idx = np.flatnonzero(feasible)
-        # highest score first; ties to the lower index (stable sort on the negated score)
-        order = idx[np.argsort(-scores[idx], kind="stable")]
-        if count == 1:
-            return [int(order[0])]
-        domains = snap.dev_nvlink[node, order]
-        best: list[int] | None = None
-        best_score = -np.inf
-        for dom in np.unique(domains[domains >= 0]):
-            members = order[domains == dom]
-            if members.size >= count:
-                pick = members[:count]
-                total = float(scores[pick].sum())
-                if total > best_score:
-                    best, best_score = [int(x) for x in pick], total
-        return best if best is not None else [int(x) for x in order[:count]]
+                out.append(DeviceGrant(int(j), snap.dev_uuid[node][j], vendor, mem, req.core_milli))
+                ledger.book(j, mem, req.core_milli)
+        return out
 
     def unreserve(self, state: CycleState, pod: Pod, snap: Snapshot, node: int) -> None:
         state.grants = ()
+        state.init_grants = ()
+
+
+class _Ledger:
+    """What earlier requests of the pod took on the chosen node's devices, per device slot."""
+
+    __slots__ = ("core", "mem", "tasks")
+
+    def __init__(self, slots: int) -> None:
+        self.core = np.zeros(slots, np.int64)
+        self.mem = np.zeros(slots, np.int64)
+        self.tasks = np.zeros(slots, np.int64)
+
+    def book(self, device: int, mem: int, core: int) -> None:
+        self.core[device] += core
+        self.mem[device] += mem
+        self.tasks[device] += 1
+
+
+def _preference(feasible: BoolArray, scores: npt.NDArray[np.float64]) -> IntArray:
+    """Feasible device slots, most preferred first (ties to the lower slot)."""
+    idx = np.flatnonzero(feasible)
+    return idx[np.argsort(-scores[idx], kind="stable")]
+
+
+def _choose(snap: Snapshot, node: int, feasible: BoolArray, scores: npt.NDArray[np.float64], count: int,
+            numa_bind: bool = False) -> list[int]:
+    order = _preference(feasible, scores)
+    if count == 1:
+        return [int(order[0])]
+    if numa_bind:
+        # HAMi walks its preference order and restarts at each NUMA change: the first NUMA node to gather
+        # ``count`` devices wins (the filter made sure one can)
+        groups: dict[int, list[int]] = {}
+        for j in order:
+            group = groups.setdefault(int(snap.dev_numa[node, j]), [])
+            group.append(int(j))
+            if len(group) == count:
+                return group
+    domains = snap.dev_nvlink[node, order]
+    best: list[int] | None = None
+    best_score = -np.inf
+    for dom in np.unique(domains[domains >= 0]):
+        members = order[domains == dom]
+        if members.size >= count:
+            pick = members[:count]
+            total = float(scores[pick].sum())
+            if total > best_score:
+                best, best_score = [int(x) for x in pick], total
+    return best if best is not None else [int(x) for x in order[:count]]
+
+
+def _choose_topology(snap: Snapshot, node: int, feasible: BoolArray, scores: npt.NDArray[np.float64],
+                     count: int) -> list[int]:
+    """HAMi's ``topology-aware``: one GPU -> the one worst linked to the other candidates (keeping the better
+    linked ones for multi-GPU pods); several -> the set with the highest sum of pair scores. Candidates are
+    taken in preference order; ties keep the earlier."""
+    order = [int(j) for j in _preference(feasible, scores)]
+    uuids = snap.dev_uuid[node]
+    pairs: Mapping[str, Mapping[str, int]] = snap.nodes[node].pair_scores
+
+    def link(a: int, b: int) -> int:
+        return pairs.get(uuids[a], {}).get(uuids[b], 0)
+
+    if count == 1:
+        worst, worst_score = order[0], math.inf
+        for a in order:
+            total = sum(link(a, b) for b in order if b != a)
+            if total < worst_score:
+                worst, worst_score = a, total
+        return [worst]
+    best: tuple[int, ...] = tuple(order[:count])
+    best_score = -math.inf
+    for combo in itertools.islice(itertools.combinations(order, count), _MAX_COMBINATIONS):
+        total = sum(link(a, b) for a, b in itertools.combinations(combo, 2))
+        if total > best_score:
+            best, best_score = combo, total
+    return list(best)
 
 
 class _NoArgs(PluginArgs):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,21 +34,25 @@ from gpucluster.scheduler.framework import (
     Status,
 )
 from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
+from gpucluster.scheduler.plugins.fragmentation.incremental import IncrementalScores, NodeMirror, Scorer
 from gpucluster.scheduler.plugins.fragmentation.measure import (
     MILLI,
+    Drops,
     NodeArrays,
     Shape,
-    ShapeCache,
     Stranding,
     TargetWorkload,
     build_target_workload,
     cpu_per_gpu_milli,
+    fgd_drops,
     fgd_scores,
     fragmentation,
     model_capacity,
     model_scarcity,
     node_fragmentation,
+    placement_diff,
     pod_shape,
+    target_from_counts,
 )
 
 __all__ = [
@@ -84,6 +89,9 @@ class FGDArgs(PluginArgs):
     """Share of pods the learned target's most frequent shapes must cover."""
     refresh: int = Field(default=256, ge=1)
     """Rebuild the learned target every ``refresh`` observed pods."""
+    incremental: bool = True
+    """Keep scores across rebuilds of a learned target where a bound proves them unchanged (same decisions,
+    less work; ``fragmentation/incremental.py``). False recomputes every node after each rebuild."""
 
 
 class StrandingFGDArgs(FGDArgs):
@@ -98,17 +106,33 @@ def target_from_args(shapes: list[TargetShapeArgs]) -> TargetWorkload:
     return TargetWorkload(tuple((s.cpu_milli, s.gpu_milli, s.gpu_count, s.gpu_models) for s in shapes), w / w.sum())
 
 
+@dataclass(frozen=True, slots=True)
+class _Chosen:
+    """Per scored candidate (sorted node indices), the GPU a sharing pod would take there."""
+
+    candidates: IntArray
+    gpus: IntArray
+
+    def gpu_on(self, node: int) -> int:
+        k = int(np.searchsorted(self.candidates, node))
+        return int(self.gpus[k]) if k < self.candidates.size and self.candidates[k] == node else -1
+
+
 class FGDScore:
     name = "FGDScore"
 
-    def __init__(self, target: TargetWorkload | None, coverage: float = 0.95, refresh: int = 256) -> None:
+    def __init__(self, target: TargetWorkload | None, coverage: float = 0.95, refresh: int = 256,
+                 incremental: bool = True) -> None:
         self.fixed = target is not None
         self.target = target
         self.coverage = coverage
         self.refresh = refresh
+        self.incremental = incremental
         self._counts: Counter[Shape] = Counter()
         self._seen = 0
-        self._cache = ShapeCache(0)
+        self._cache = IncrementalScores(0, False)
+        self._nodes = NodeMirror()
+        self._target_changed = True
         self._access: BoolArray | None = None
         self._models = -1
         self.stranding: Stranding | None = None
@@ -123,43 +147,67 @@ class FGDScore:
             self._counts[pod_shape(pod)] += 1
             self._seen += 1
             if self.target is None or self._seen % self.refresh == 0:
-                self.target = build_target_workload(self._counts.elements(), self.coverage)
-                self._access = None
+                self.target = target_from_counts(self._counts, self.coverage)
+                self._target_changed = True
         return Status.success()
 
-    def _prepare(self, snap: Snapshot) -> None:
-        if self._access is None or self._models != len(snap.models) or self._cache.n != snap.n_nodes:
-            assert self.target is not None
-            self._access = self.target.access(list(snap.models))
+    def _new_cache(self, snap: Snapshot) -> IncrementalScores:
+        return IncrementalScores(snap.n_nodes, bounds=self.incremental and not self.fixed)
+
+    def _prepare(self, snap: Snapshot, view: NodeArrays) -> None:
+        assert self.target is not None
+        if self._models != len(snap.models) or self._cache.n != snap.n_nodes:
+            self._cache = self._new_cache(snap)
             self._models = len(snap.models)
-            self._cache = ShapeCache(snap.n_nodes)
-            self.stranding = self._stranding(self.target, NodeArrays.from_snapshot(snap))
+            self._target_changed = True
+        if self._target_changed:
+            self._target_changed = False
+            models = list(snap.models)
+            if not self._cache.set_target(self.target, models):
+                return
+            if not self.incremental:  # the straightforward way: forget every score when the target moves
+                self._cache = self._new_cache(snap)
+                self._cache.set_target(self.target, models)
+            self._access = self.target.access(models)
+            self.stranding = self._stranding(self.target, view)
 
     def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
         if self.target is None:
             self.target = build_target_workload([pod_shape(pod)], self.coverage)
-        self._prepare(snap)
+            self._target_changed = True
+        view = self._nodes.sync(snap)
+        self._prepare(snap, view)
         assert self._access is not None
-        target, access = self.target, self._access
+        target, access, stranding, universe = self.target, self._access, self.stranding, self._cache.universe
         cpu, milli, num, models = pod_shape(pod)
-        view = NodeArrays.from_snapshot(snap)
-        stranding = self.stranding
+        any_model = not models
+        idle = self._nodes.idle
 
-        def compute(rows: IntArray) -> tuple[FloatArray, IntArray]:
-            return fgd_scores(view, rows, cpu, milli, num, target, access, stranding=stranding,
-                              any_model=not models)
+        def compute(rows: IntArray) -> Drops:
+            return fgd_drops(view, rows, cpu, milli, num, target, access, stranding=stranding, any_model=any_model,
+                             universe=universe)
 
-        key = (cpu, milli, num, bool(models))
-        scores, gpus = self._cache.lookup(key, candidates, np.asarray(snap.node_generation), compute)
-        state.write(self.name, dict(zip(candidates.tolist(), gpus.tolist(), strict=True)))
-        return scores.astype(np.float64)
+        def inputs(rows: IntArray) -> tuple[FloatArray | None, FloatArray]:
+            gain = (stranding.gain(view.cpu_left[rows], idle[rows], view.model[rows], cpu, milli * num, any_model)
+                    if stranding is not None else None)
+            return gain, idle[rows].astype(np.float64)
+
+        def complete(rows: IntArray, gpus: IntArray, shapes: TargetWorkload, acc: BoolArray) -> FloatArray:
+            return placement_diff(view, rows, gpus, cpu, milli, num, shapes, acc)
+
+        sharing = num == 1 and 0 < milli < MILLI
+        scorer = Scorer(compute, sharing, inputs, complete) if universe is not None else Scorer(compute, sharing)
+        scores, gpus = self._cache.lookup((cpu, milli, num, any_model), candidates,
+                                          np.asarray(snap.node_generation), scorer)
+        state.write(self.name, _Chosen(candidates, gpus))
+        return scores
 
     def score_devices(self, state: CycleState, pod: Pod, snap: Snapshot, node: int, request: DeviceRequest,
                       feasible: BoolArray, taken: IntArray) -> FloatArray:
         out = np.zeros(snap.device_slots, np.float64)
         if request.count == 1 and 0 < request.core_milli < MILLI:
-            chosen: dict[int, int] = state.get(self.name) or {}
-            j = chosen.get(node, -1)
+            chosen: _Chosen | None = state.get(self.name)
+            j = chosen.gpu_on(node) if chosen is not None else -1
             if j >= 0 and feasible[j]:
                 out[j] = 100.0
         return out
@@ -171,8 +219,8 @@ class StrandingFGDScore(FGDScore):
     name = "StrandingFGDScore"
 
     def __init__(self, target: TargetWorkload | None, coverage: float = 0.95, refresh: int = 256,
-                 cpu_weight: float = 1.0, scarcity_weight: float = 1.0) -> None:
-        super().__init__(target, coverage, refresh)
+                 cpu_weight: float = 1.0, scarcity_weight: float = 1.0, incremental: bool = True) -> None:
+        super().__init__(target, coverage, refresh, incremental)
         self.cpu_weight = cpu_weight
         self.scarcity_weight = scarcity_weight
 
@@ -184,12 +232,12 @@ class StrandingFGDScore(FGDScore):
 def new_stranding_fgd_score(args: Mapping[str, Any], handle: Handle) -> StrandingFGDScore:
     a = parse_args(StrandingFGDArgs, StrandingFGDScore.name, args)
     return StrandingFGDScore(target_from_args(a.target) if a.target else None, a.coverage, a.refresh,
-                             a.cpu_weight, a.scarcity_weight)
+                             a.cpu_weight, a.scarcity_weight, a.incremental)
 
 
 def new_fgd_score(args: Mapping[str, Any], handle: Handle) -> FGDScore:
     a = parse_args(FGDArgs, FGDScore.name, args)
-    return FGDScore(target_from_args(a.target) if a.target else None, a.coverage, a.refresh)
+    return FGDScore(target_from_args(a.target) if a.target else None, a.coverage, a.refresh, a.incremental)
 
 
 def register(reg: PluginRegistry) -> None:

@@ -15,7 +15,7 @@ from a :class:`~gpucluster.model.Snapshot`) and the fast experiment path.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,11 +44,22 @@ class TargetWorkload:
     cpu: IntArray = field(init=False)
     milli: IntArray = field(init=False)
     num: IntArray = field(init=False)
+    gpu_shapes: IntArray = field(init=False)
+    """Indices of the shapes that ask for GPU (``milli > 0``)."""
+    thresholds: IntArray = field(init=False)
+    """The distinct per-GPU milli of those shapes (ascending)."""
+    threshold_of: IntArray = field(init=False)
+    """Per GPU shape (in ``gpu_shapes`` order), its index into ``thresholds``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cpu", np.array([s[0] for s in self.shapes], np.int64))
         object.__setattr__(self, "milli", np.array([s[1] for s in self.shapes], np.int64))
         object.__setattr__(self, "num", np.array([s[2] for s in self.shapes], np.int64))
+        gs = np.flatnonzero(self.milli > 0)
+        thresholds, inverse = np.unique(self.milli[gs], return_inverse=True)
+        object.__setattr__(self, "gpu_shapes", gs)
+        object.__setattr__(self, "thresholds", thresholds.astype(np.int64))
+        object.__setattr__(self, "threshold_of", inverse.reshape(-1).astype(np.int64))
 
     def access(self, model_names: Sequence[str]) -> BoolArray:
         """``[S, M + 1]``: may shape s run on model m (column M = a node without GPUs)."""
@@ -74,7 +85,11 @@ def build_target_workload(shapes: Iterable[Shape], coverage: float = 0.95) -> Ta
 
     Ties in frequency are ordered by the shape itself, larger first (as the FGD simulator sorts them).
     """
-    counts = Counter(shapes)
+    return target_from_counts(Counter(shapes), coverage)
+
+
+def target_from_counts(counts: Mapping[Shape, int], coverage: float = 0.95) -> TargetWorkload:
+    """:func:`build_target_workload` from shape counts (what an online learner keeps)."""
     if not counts:
         raise ValueError("target workload: no pods to learn shapes from")
     total = float(sum(counts.values()))
@@ -109,15 +124,74 @@ class NodeArrays:
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot) -> NodeArrays:
-        usable = snap.dev_valid & snap.dev_healthy
-        left = np.where(usable, snap.dev_core_cap - snap.dev_core_used, 0).astype(np.int64)
-        d = left.shape[1]
-        model = snap.dev_model[:, 0].astype(np.int64) if d else np.full(snap.n_nodes, -1, np.int64)
+        return cls.rows_of(snap, slice(None))
+
+    @classmethod
+    def rows_of(cls, snap: Snapshot, rows: IntArray | slice) -> NodeArrays:
+        """The view of only ``rows`` of ``snap`` (row k of the result is node ``rows[k]``)."""
+        usable = snap.dev_valid[rows] & snap.dev_healthy[rows]
+        left = np.where(usable, snap.dev_core_cap[rows] - snap.dev_core_used[rows], 0).astype(np.int64)
+        n, d = left.shape
+        model = np.array(snap.dev_model[rows, 0], np.int64) if d else np.full(n, -1, np.int64)
         return cls(
-            cpu_left=(snap.cpu_cap - snap.cpu_used).astype(np.int64), cpu_cap=np.asarray(snap.cpu_cap, np.int64),
-            mem_left=(snap.mem_cap - snap.mem_used).astype(np.int64), gpu_left=left,
-            gpu_count=np.asarray(snap.dev_count, np.int64), model=model, model_names=list(snap.models),
+            cpu_left=(snap.cpu_cap[rows] - snap.cpu_used[rows]).astype(np.int64),
+            cpu_cap=np.array(snap.cpu_cap[rows], np.int64),
+            mem_left=(snap.mem_cap[rows] - snap.mem_used[rows]).astype(np.int64), gpu_left=left,
+            gpu_count=np.array(snap.dev_count[rows], np.int64), model=model, model_names=list(snap.models),
         )
+
+
+def fragment_amounts(cpu_left: IntArray, gpu_left: IntArray, model: IntArray, target: TargetWorkload,
+                     access: BoolArray, mem_left: IntArray | None = None) -> FloatArray:
+    """``[B, S]``: per node state and target shape, the GPU milli fragmented for that shape (whole numbers).
+
+    :func:`fragmentation` is these amounts weighted by the target's shares. The GPUs are compared once per
+    distinct per-GPU milli of the target (shapes that differ only in CPU or count share the comparison).
+    """
+    total = gpu_left.sum(axis=1)
+    count, below = _threshold_stats(gpu_left, total, target)
+    return _amounts(total, count, below, cpu_left, model, target, access, mem_left)
+
+
+def _threshold_stats(gpu_left: IntArray, total: IntArray, target: TargetWorkload) -> tuple[IntArray, IntArray]:
+    """Per row and target threshold u: how many GPUs have at least u milli left, and the milli on the others."""
+    u = target.thresholds
+    ge = gpu_left[:, None, :] >= u[None, :, None]  # [B, U, D]
+    count = ge.sum(axis=2)
+    below = total[:, None] - np.where(ge, gpu_left[:, None, :], 0).sum(axis=2)
+    return count, below
+
+
+def _amounts(total: IntArray, count: IntArray, below: IntArray, cpu_left: IntArray, model: IntArray,
+             target: TargetWorkload, access: BoolArray, mem_left: IntArray | None) -> FloatArray:
+    b = total.shape[0]
+    amount = np.empty((b, len(target.shapes)), np.float64)
+    amount[:] = total[:, None]
+    gs = target.gpu_shapes
+    if gs.size and b:
+        inv = target.threshold_of
+        ok = count[:, inv] >= target.num[gs]
+        ok &= cpu_left[:, None] >= target.cpu[gs]
+        ok &= access[gs].T[model]
+        if mem_left is not None and target.mem is not None:
+            ok &= mem_left[:, None] >= target.mem[gs][None, :]
+        amount[:, gs] = np.where(ok, below[:, inv], total[:, None])
+    return amount
+
+
+def _shared_amounts(cpu_after: IntArray, gpu_left: IntArray, total: IntArray, count: IntArray, below: IntArray,
+                    rows: IntArray, gpus: IntArray, milli: int, model: IntArray, target: TargetWorkload,
+                    access: BoolArray, mem_after: IntArray | None) -> FloatArray:
+    """The amounts after a sharing pod takes ``milli`` of GPU ``gpus[k]`` on row ``rows[k]`` (one row each),
+    from the rows' threshold statistics: only that GPU changes, so only its side of each threshold can."""
+    v = gpu_left[rows, gpus][:, None]
+    u = target.thresholds[None, :]
+    cross = (v >= u) & (v - milli < u)  # the GPU drops below u
+    under = v < u  # it was below u already and loses milli there
+    count_a = count[rows] - cross
+    below_a = below[rows] - milli * under + (v - milli) * cross
+    return _amounts(total[rows] - milli, count_a, below_a, cpu_after[rows], model[rows], target, access,
+                    mem_after[rows] if mem_after is not None else None)
 
 
 def fragmentation(cpu_left: IntArray, gpu_left: IntArray, model: IntArray, target: TargetWorkload,
@@ -126,23 +200,14 @@ def fragmentation(cpu_left: IntArray, gpu_left: IntArray, model: IntArray, targe
 
     With ``mem_left`` and a target that carries memory, a shape also needs its memory to fit.
     """
-    b = cpu_left.shape[0]
-    if b == 0:
+    if cpu_left.shape[0] == 0:
         return np.zeros(0, np.float64)
-    total = gpu_left.sum(axis=1)
-    gpu_shapes = target.milli > 0
-    amount = np.empty((b, len(target.shapes)), np.float64)
-    amount[:, ~gpu_shapes] = total[:, None]
-    gs = np.flatnonzero(gpu_shapes)
-    if gs.size:
-        milli = target.milli[gs]
-        ge = gpu_left[:, None, :] >= milli[None, :, None]  # [B, S', D]
-        fits = ge.sum(axis=2) >= target.num[gs][None, :]
-        below = np.where(ge, 0, gpu_left[:, None, :]).sum(axis=2)
-        ok = fits & (cpu_left[:, None] >= target.cpu[gs][None, :]) & access[gs][:, model].T
-        if mem_left is not None and target.mem is not None:
-            ok &= mem_left[:, None] >= target.mem[gs][None, :]
-        amount[:, gs] = np.where(ok, below, total[:, None])
+    return _weighted(fragment_amounts(cpu_left, gpu_left, model, target, access, mem_left), target)
+
+
+def _weighted(amount: FloatArray, target: TargetWorkload) -> FloatArray:
+    if amount.shape[0] == 0:
+        return np.zeros(0, np.float64)
     return np.asarray(amount @ target.weight, np.float64)
 
 
@@ -241,6 +306,132 @@ def sigmoid_score(before: FloatArray, after: FloatArray) -> IntArray:
     return np.trunc(1.0 / (1.0 + np.exp(-x)) * 100.0).astype(np.int64)
 
 
+def _sigmoid_of(drop: FloatArray) -> FloatArray:
+    with np.errstate(over="ignore"):
+        return sigmoid_score(drop, np.zeros_like(drop)).astype(np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class Drops:
+    """What placing one pod shape does on each node of a batch, before it is turned into a score.
+
+    ``x[r, c]`` is the fragmentation drop (before - after, against the target's weights) on row r for choice c:
+    for a sharing pod, c is the GPU it would share (``-inf`` where that GPU cannot hold it); otherwise there is
+    one choice (the whole idle GPUs in index order, ``gpu``). ``gain`` is the stranding term added to it
+    (:class:`Stranding`).
+
+    With a ``universe`` of shapes (:func:`fgd_drops`), ``diff[k]`` is, for the k-th feasible choice (row
+    ``choice_row[k]``, choice ``choice_col[k]``, row-major order), the change of each universe shape's
+    fragmented amount (before - after): whole numbers that do not depend on the weights, so that ``x`` under
+    other weights is ``diff @ weights``.
+    """
+
+    x: FloatArray
+    gain: FloatArray | None
+    gpu: IntArray
+    sharing: bool
+    diff: FloatArray | None = None
+    choice_row: IntArray | None = None
+    choice_col: IntArray | None = None
+    choice_left: IntArray | None = None
+    """GPU milli left on each feasible choice's GPU (sharing pods): choices with equal values are the same
+    placement for every shape."""
+
+    def drop(self) -> FloatArray:
+        """``[R, C]``: the whole drop (``x`` plus the stranding gain)."""
+        return self.x if self.gain is None else self.x + self.gain[:, None]
+
+    def scores(self, continuous: bool = False) -> tuple[FloatArray, IntArray]:
+        """Per row, the best choice's score and its GPU (the first on ties)."""
+        drop = self.drop()
+        if not self.sharing:
+            col = drop[:, 0]
+            return (np.asarray(col, np.float64) if continuous else _sigmoid_of(col)), self.gpu
+        with np.errstate(invalid="ignore"):
+            score = np.where(np.isfinite(self.x), drop if continuous else _sigmoid_of(drop), -np.inf)
+        best = np.argmax(score, axis=1)
+        return np.asarray(score[np.arange(score.shape[0]), best], np.float64), best.astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Universe:
+    """Shapes to measure amounts for beyond a target (a superset of it, in a fixed order), see :class:`Drops`."""
+
+    shapes: TargetWorkload
+    """The universe's shapes (weights unused)."""
+    access: BoolArray
+    columns: IntArray
+    """Per target shape, its column in the universe."""
+
+
+def fgd_drops(view: NodeArrays, rows: IntArray, cpu: int, milli: int, num: int, target: TargetWorkload,
+              access: BoolArray, *, mem: int = 0, stranding: Stranding | None = None, any_model: bool = True,
+              universe: Universe | None = None) -> Drops:
+    """The :class:`Drops` of placing a pod on each node in ``rows`` (see :func:`fgd_scores`)."""
+    cl, gl, md = view.cpu_left[rows], view.gpu_left[rows], view.model[rows]
+    shapes, acc = (target, access) if universe is None else (universe.shapes, universe.access)
+    ml = view.mem_left[rows] if shapes.mem is not None else None
+
+    def weighted(amount: FloatArray) -> FloatArray:
+        return _weighted(amount if universe is None else amount[:, universe.columns], target)
+
+    b, d = gl.shape
+    total = gl.sum(axis=1)
+    count, below = _threshold_stats(gl, total, shapes)
+    amount_b = _amounts(total, count, below, cl, md, shapes, acc, ml)
+    before = weighted(amount_b)
+    gain: FloatArray | None = None
+    if stranding is not None:
+        gain = stranding.gain(cl, total, md, cpu, milli * num, any_model)
+    if num == 1 and 0 < milli < MILLI:
+        can = gl >= milli  # [B, D]
+        r, j = np.nonzero(can)  # row-major: the order of the flattened [B * D] choices
+        amount_a = _shared_amounts(cl - cpu, gl, total, count, below, r, j, milli, md, shapes, acc,
+                                   ml - mem if ml is not None else None)
+        after = np.full(b * d, np.inf)
+        after[can.reshape(-1)] = weighted(amount_a)
+        x = (np.repeat(before, d) - after).reshape(b, d)
+        diff = amount_b[r] - amount_a if universe is not None else None
+        return Drops(x, gain, np.zeros(b, np.int64), True, diff, r.astype(np.int64), j.astype(np.int64), gl[r, j])
+    new, gpu = _take_whole(gl, num)
+    amount_a = fragment_amounts(cl - cpu, new, md, shapes, acc, ml - mem if ml is not None else None)
+    x = (before - weighted(amount_a))[:, None]
+    if universe is None:
+        return Drops(x, gain, gpu, False)
+    return Drops(x, gain, gpu, False, amount_b - amount_a, np.arange(b, dtype=np.int64), np.zeros(b, np.int64))
+
+
+def _take_whole(gpu_left: IntArray, num: int) -> tuple[IntArray, IntArray]:
+    """GPUs left after a pod takes ``num`` whole idle GPUs in index order, and the first one it takes."""
+    new = gpu_left.copy()
+    gpu = np.full(gpu_left.shape[0], -1, np.int64)
+    if num > 0:
+        free = gpu_left >= MILLI
+        rank = np.cumsum(free, axis=1)
+        take = free & (rank <= num)
+        new[take] = 0
+        gpu = np.argmax(free, axis=1).astype(np.int64)
+    return new, gpu
+
+
+def placement_diff(view: NodeArrays, rows: IntArray, gpus: IntArray, cpu: int, milli: int, num: int,
+                   shapes: TargetWorkload, access: BoolArray, *, mem: int = 0) -> FloatArray:
+    """``[R, S]``: per row, how much placing the pod there (a sharing pod on GPU ``gpus[k]``) lowers each of
+    ``shapes``' fragmented amount (the ``diff`` of :class:`Drops`, for one chosen placement per row)."""
+    cl, gl, md = view.cpu_left[rows], view.gpu_left[rows], view.model[rows]
+    ml = view.mem_left[rows] if shapes.mem is not None else None
+    total = gl.sum(axis=1)
+    count, below = _threshold_stats(gl, total, shapes)
+    amount_b = _amounts(total, count, below, cl, md, shapes, access, ml)
+    ml_after = ml - mem if ml is not None else None
+    if num == 1 and 0 < milli < MILLI:
+        amount_a = _shared_amounts(cl - cpu, gl, total, count, below, np.arange(rows.size), gpus, milli, md,
+                                   shapes, access, ml_after)
+    else:
+        amount_a = fragment_amounts(cl - cpu, _take_whole(gl, num)[0], md, shapes, access, ml_after)
+    return amount_b - amount_a
+
+
 def fgd_scores(view: NodeArrays, rows: IntArray, cpu: int, milli: int, num: int, target: TargetWorkload,
                access: BoolArray, *, mem: int = 0, continuous: bool = False,
                stranding: Stranding | None = None, any_model: bool = True) -> tuple[FloatArray, IntArray]:
@@ -254,46 +445,8 @@ def fgd_scores(view: NodeArrays, rows: IntArray, cpu: int, milli: int, num: int,
     With ``stranding`` the drop also counts the GPU milli the placement strands by CPU and, for a pod that may
     run on ``any_model``, the scarce-model GPU milli it takes (see :class:`Stranding`).
     """
-    cl, gl, md = view.cpu_left[rows], view.gpu_left[rows], view.model[rows]
-    ml = view.mem_left[rows] if target.mem is not None else None
-    before = fragmentation(cl, gl, md, target, access, ml)
-    d = gl.shape[1]
-    gain: FloatArray | None = None
-    if stranding is not None:
-        gain = stranding.gain(cl, gl.sum(axis=1), md, cpu, milli * num, any_model)
-
-    def scored(b4: FloatArray, after: FloatArray, extra: FloatArray | None) -> FloatArray:
-        drop = b4 - after if extra is None else b4 - after + extra
-        if continuous:
-            return np.asarray(drop, np.float64)
-        return sigmoid_score(drop, np.zeros_like(drop)).astype(np.float64)
-
-    if num == 1 and 0 < milli < MILLI:
-        b = rows.size
-        can = gl >= milli  # [B, D]
-        hyp = np.repeat(gl[:, None, :], d, axis=1)  # [B, D(choice), D]
-        idx = np.arange(d)
-        hyp[:, idx, idx] -= milli
-        flat = hyp.reshape(b * d, d)
-        sel = can.reshape(-1)
-        after = np.full(b * d, np.inf)
-        mrep = np.repeat(ml - mem, d)[sel] if ml is not None else None
-        after[sel] = fragmentation(np.repeat(cl - cpu, d)[sel], flat[sel], np.repeat(md, d)[sel], target, access, mrep)
-        rep_gain = np.repeat(gain, d) if gain is not None else None
-        with np.errstate(invalid="ignore"):
-            score = np.where(can, scored(np.repeat(before, d), after, rep_gain).reshape(b, d), -np.inf)
-        best = np.argmax(score, axis=1)
-        return np.asarray(score[np.arange(b), best], np.float64), best.astype(np.int64)
-    new = gl.copy()
-    gpu = np.full(rows.size, -1, np.int64)
-    if num > 0:
-        free = gl >= MILLI
-        rank = np.cumsum(free, axis=1)
-        take = free & (rank <= num)
-        new[take] = 0
-        gpu = np.argmax(free, axis=1).astype(np.int64)
-    after = fragmentation(cl - cpu, new, md, target, access, ml - mem if ml is not None else None)
-    return scored(before, after, gain), gpu
+    return fgd_drops(view, rows, cpu, milli, num, target, access, mem=mem, stranding=stranding,
+                     any_model=any_model).scores(continuous)
 
 
 class ShapeCache:

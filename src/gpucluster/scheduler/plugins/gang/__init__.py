@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucluster.model import CORE_MILLI_PER_DEVICE, Pod, Snapshot
+from gpucluster.model import Pod, Snapshot
 from gpucluster.scheduler.framework import Code, CycleState, Handle, PluginRegistry, Reason, ReasonArray, Status
 from gpucluster.scheduler.framework.status import SKIP
 from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
@@ -56,7 +56,7 @@ class Gang:
         if not pod.gang:
             return SKIP
         missing = max(pod.gang_min_member - self.reserved(pod.gang), 1)
-        whole = [r for _, r in pod.device_requests if r.core_milli >= CORE_MILLI_PER_DEVICE]
+        whole = [r for _, r in pod.device_requests if r.whole]
         if whole:
             need = missing * sum(r.count for r in whole)
             if free_whole_devices(snap) < need:
@@ -73,7 +73,7 @@ class Gang:
             anchor = int(models[next(iter(members.values()))])
             out[models != anchor] = Reason.GangModelMismatch
             return out
-        whole = [r for _, r in pod.device_requests if r.core_milli >= CORE_MILLI_PER_DEVICE]
+        whole = [r for _, r in pod.device_requests if r.whole]
         if whole:  # the first member: only models whose free whole devices could take the whole gang
             per_pod = sum(r.count for r in whole)
             free = (snap.dev_usable & (snap.dev_tasks == 0) & (snap.dev_core_used == 0)).sum(axis=1)

@@ -1,5 +1,7 @@
-"""Node-level checks: the node is schedulable, the pod is not bound for another node, and its free CPU and
-memory hold the pod."""
+"""Node-level checks: the node is schedulable, the pod is not bound for another node, its free CPU and memory
+hold the pod, and it offers the extended resources the pod asks for (``example.com/foo``; device vendors'
+resources are DeviceFit's). An extended resource no node offers (a typo such as ``nvidia.com/gpus``) makes the
+pod unschedulable with ``Insufficient <name>`` on every node, as kube-scheduler says it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from gpucluster.model import Pod, Snapshot
-from gpucluster.scheduler.framework import CycleState, Handle, Reason, ReasonArray
+from gpucluster.scheduler.framework import CycleState, Handle, Reason, ReasonArray, Status
 from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
 
 
@@ -46,12 +48,33 @@ class NodeName:
 
 
 class NodeResourcesFit:
-    """Host CPU and memory: the pod's total requests must fit the node's free CPU and memory."""
+    """Host CPU and memory: the pod's total requests must fit the node's free CPU and memory; extended
+    resources: the node must offer at least what the pod asks (checked against the node's allocatable)."""
 
     name = "NodeResourcesFit"
 
+    def pre_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> Status:
+        wanted = pod.extended
+        if not wanted:
+            state.write(self.name, None)
+            return Status.success()
+        short = np.zeros(snap.n_nodes, np.bool_)
+        missing = []
+        for res, n in sorted(wanted.items()):
+            lacking = np.array([node.extended.get(res, 0) < n for node in snap.nodes], np.bool_)
+            if lacking.size == 0 or lacking[np.asarray(snap.present)].all():
+                missing.append(f"Insufficient {res}")
+            short |= lacking
+        if missing:
+            return Status.unschedulable(self.name, *missing, unresolvable=True)
+        state.write(self.name, short)
+        return Status.success()
+
     def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
         out = np.zeros(snap.n_nodes, np.int16)
+        short = state.get(self.name)
+        if short is not None:
+            out[short] = Reason.InsufficientExtendedResource
         cpu, mem = pod.cpu_milli, pod.memory_mib
         if mem:
             out[snap.mem_free < mem] = Reason.InsufficientMemory

@@ -1,0 +1,107 @@
+"""The cluster: overview, nodes, one node, fault drill, topology, alerts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from gpucluster.service.api.deps import Auth, Svc, admin_only, cached_json
+from gpucluster.service.api.models import ERRORS, Alerts, FaultOut, NodeDetail, NodeList, Overview, Topology
+from gpucluster.service.api.ops import get_ops
+from gpucluster.service.errors import ApiError
+from gpucluster.service.runtime import FaultDrill, JobEvent, JobStatus
+
+router = APIRouter(tags=["cluster"])
+
+NodeName = Annotated[str, Path(max_length=253)]
+
+
+@router.get("/api/v1/overview", response_model=Overview, responses=ERRORS)
+async def overview(request: Request, who: Auth, service: Svc) -> Any:
+    def compute() -> dict[str, Any]:
+        out = dict(service.cached("overview-raw", service.runtime.overview))
+        out["speed"] = service.config.speed
+        if "alerts_firing" in out:  # silenced alerts do not count
+            out["alerts_firing"] = get_ops(request).alerts(service.runtime.now)[1]
+        return out
+
+    if who.is_admin:
+        return cached_json(service, "overview-admin", compute)
+    out = dict(service.cached("overview+speed", compute))
+    counts = {st.value: 0 for st in JobStatus}  # "your jobs" are the tenant's own
+    for job in service.user_jobs_newest_first():
+        if job.tenant == who.tenant:
+            counts[job.status.value] += 1
+    out["user_jobs"] = counts
+    return out
+
+
+@router.get("/api/v1/nodes", response_model=NodeList, responses=ERRORS)
+async def nodes(who: Auth, service: Svc) -> Response:
+    def compute() -> dict[str, Any]:
+        rows = service.runtime.nodes()
+        return {"total": len(rows), "t": service.runtime.now, "nodes": rows}
+
+    return cached_json(service, "nodes", compute)
+
+
+@router.get("/api/v1/nodes/{name}", response_model=NodeDetail, responses=ERRORS)
+async def node(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
+    found = service.runtime.node(name)
+    if found is None:
+        raise ApiError(404, "path.name", f"no node {name[:64]!r}")
+    if not who.is_admin:
+        for dev in found.get("devices", []):
+            for pod in dev["pods"]:
+                if pod["tenant"] != who.tenant:
+                    pod.update(pod="(other tenant)", job="", job_name="", tenant="other")
+    return found
+
+
+@router.post("/api/v1/nodes/{name}/devices/{index}/fault", response_model=FaultOut, responses=ERRORS)
+async def inject_fault(
+    name: NodeName, index: Annotated[int, Path(ge=0, le=1023)], who: Auth, service: Svc,
+    xid: Annotated[int, Query(ge=1, le=999, description="The XID the device reports (79: fallen off the "
+                                                         "bus; 46/48/64/79/94/95 are critical).")] = 79,
+) -> dict[str, Any]:
+    """Admin: make a device report an XID through the simulated collector (embedded backend) and evaluate
+    the alert rules for its node at once, to watch alerting and automatic remediation."""
+    admin_only(who)
+    found = service.runtime.node(name)
+    if found is None:
+        raise ApiError(404, "path.name", f"no node {name[:64]!r}")
+    if not 0 <= index < int(found["gpus"]):
+        raise ApiError(422, "path.index", f"node {name} has devices 0..{int(found['gpus']) - 1}")
+    runtime = service.runtime
+    if not isinstance(runtime, FaultDrill):
+        raise ApiError(409, "backend", f"the {runtime.backend} backend cannot inject faults")
+    service.store.audit(who.actor, "device.fault", f"{name}/{index}", f"XID {xid} injected")
+    events: list[JobEvent] = []
+    runtime.inject_fault(name, index, events, xid=xid)
+    service.changed()
+    if events:
+        service.store.record_events(events)
+    service.persist_remediation()
+    return {"ok": True, "evicted_user_jobs": sum(1 for e in events if e.kind == "evicted")}
+
+
+@router.get("/api/v1/topology", response_model=Topology, responses=ERRORS)
+async def topology(who: Auth, service: Svc) -> Response:
+    return cached_json(service, "topology", service.runtime.topology)
+
+
+@router.get("/api/v1/alerts", response_model=Alerts, responses=ERRORS)
+async def alerts(request: Request, who: Auth, service: Svc) -> Response:
+    """Active alerts (firing, then pending), then recently resolved ones, each with ``state`` and ``silenced``;
+    ``firing`` counts the firing alerts nobody silenced; ``counts`` per state."""
+    def compute() -> dict[str, Any]:
+        items, firing = get_ops(request).alerts(service.runtime.now)
+        counts = {s: sum(1 for a in items if a["state"] == s) for s in ("firing", "pending", "resolved")}
+        counts["silenced"] = sum(1 for a in items if a["silenced"])
+        return {"firing": firing, "counts": counts, "alerts": items, "remediations": service.runtime.remediations()}
+
+    return cached_json(service, "alerts", compute)
+
+
+__all__ = ["router"]

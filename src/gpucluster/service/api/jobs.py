@@ -1,0 +1,171 @@
+"""Jobs: submit (admitted in full before it is committed), list, read, cancel."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+
+from gpucluster.jobs import job_spec, transition
+from gpucluster.jobs.transitions import Fail
+from gpucluster.model.limits import DEFAULT_TENANT_MAX_PRIORITY
+from gpucluster.service.api.deps import Auth, Svc, job_or_404, visible
+from gpucluster.service.api.models import ERRORS, JobDetail, JobIn, JobList, JobOut
+from gpucluster.service.auth import Principal
+from gpucluster.service.core import SYNTHETIC_TENANT, Service
+from gpucluster.service.errors import ApiError
+from gpucluster.service.limits import MAX_IDEMPOTENCY_KEY_CHARS, TokenBucket
+from gpucluster.service.runtime import Job, JobEvent, JobState, JobStatus
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["jobs"])
+
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", max_length=MAX_IDEMPOTENCY_KEY_CHARS, pattern=r"^[\x21-\x7e]+$",
+    description="A client-chosen key: a retry with the same key and body answers 200 with the job the first "
+                "request created instead of creating another (the same key with another body is 409).")]
+
+
+def _tenant_of(body: JobIn, who: Principal) -> str:
+    if who.is_admin:
+        tenant = body.tenant or "default"
+        if tenant == SYNTHETIC_TENANT:
+            raise ApiError(422, "tenant", f"{SYNTHETIC_TENANT!r} is reserved for the background workload")
+        return tenant
+    if body.tenant is not None and body.tenant != who.tenant:
+        raise ApiError(403, "tenant", f"your token is for tenant {who.tenant!r}, not {body.tenant!r}")
+    assert who.tenant is not None
+    return who.tenant
+
+
+def check_rate(service: Service, who: Principal, what: str) -> None:
+    """Spend one of the caller's submissions (tenants only); 429 with Retry-After when there is none left."""
+    if who.is_admin or who.tenant is None:
+        return
+    wait = service.limiter.take(who.tenant)
+    if wait > 0:
+        raise ApiError(429, "tenant", f"tenant {who.tenant} is over its rate of {service.config.rates.submit_per_s:g} "
+                                      f"{what} per second; retry in {wait:.1f} s",
+                       {"Retry-After": TokenBucket.retry_after(wait)})
+
+
+def _admit_priority(service: Service, who: Principal, tenant: str, priority: int) -> None:
+    if who.is_admin:
+        return
+    row = service.store.tenant(tenant)
+    most = row["max_priority"] if row is not None and row["max_priority"] is not None else DEFAULT_TENANT_MAX_PRIORITY
+    if priority > most:
+        raise ApiError(422, "priority", f"tenant {tenant} may use priorities up to {most}, got {priority}")
+
+
+@router.post("/api/v1/jobs", status_code=201, response_model=JobOut,
+             responses={200: {"model": JobOut, "description": "A retry with a known Idempotency-Key: the job "
+                                                                "the first request created."}, **ERRORS})
+async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
+                     idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
+    """Accept a job: validated, checked against the cluster (a job that can never fit is 422 with the reason)
+    and the tenant's quota and priority, then committed to the store before this answers 201."""
+    tenant = _tenant_of(body, who)
+    idem: tuple[str, str, str] | None = None
+    if idempotency_key is not None:
+        digest = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+        idem = (who.actor, idempotency_key, digest)
+        found = service.store.idempotent_job(who.actor, idempotency_key)
+        if found is not None:
+            if found[1] != digest:
+                raise ApiError(409, "headers.Idempotency-Key", "this key was used for another request body")
+            earlier = service.find_job(found[0])
+            if earlier is not None:
+                response.status_code = 200
+                response.headers["Idempotent-Replayed"] = "true"
+                return earlier.to_dict()
+    check_rate(service, who, "submissions")
+    _admit_priority(service, who, tenant, body.priority)
+    try:
+        job = Job(job_spec(f"j-{uuid.uuid4().hex[:12]}", name=body.name, tenant=tenant, replicas=body.replicas,
+                           resources=dict(body.resources), duration_s=body.duration_s,
+                           submit_s=service.runtime.now, priority=body.priority, gpu_type=body.gpu_types(),
+                           node_selector=body.node_selector, kind=body.kind, preemptible=body.preemptible,
+                           submitted_at=time.time(), registry=service.runtime.registry))
+        service.runtime.validate(job)
+    except ValueError as exc:
+        where, _, why = str(exc).partition(": ")
+        raise ApiError(422, where if why else "resources", why or str(exc)) from None
+    service.store.ensure_tenant(tenant)
+    service.store.insert_job(job, who.actor, idem)
+    service.order.append(job.id)
+    service.changed()
+    try:
+        service.runtime.submit(job)
+    except Exception as exc:  # validate built the same pods, so this is a bug: fail the job, keep serving
+        log.exception("job %s was committed but the runtime refused it", job.id)
+        events = transition(job, Fail(f"accepted but could not be queued: {type(exc).__name__}"), service.runtime.now)
+        service.archive[job.id] = job
+        service.store.record_events(events)
+    return job.to_dict()
+
+
+@router.get("/api/v1/jobs", response_model=JobList, responses=ERRORS)
+async def list_jobs(
+    who: Auth,
+    service: Svc,
+    tenant: Annotated[str | None, Query(max_length=63)] = None,
+    status: Annotated[JobStatus | None, Query(description="Filter by status.")] = None,
+    q: Annotated[str | None, Query(max_length=100, description="Substring of name or id.")] = None,
+    include_synthetic: bool = False,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+) -> dict[str, Any]:
+    """Newest first. Tenants only ever see their own jobs."""
+    if not who.is_admin:
+        tenant = tenant if tenant == who.tenant else (who.tenant if tenant is None else "\0none")
+    if include_synthetic or tenant == SYNTHETIC_TENANT:
+        pool = sorted(service.all_jobs(), key=lambda j: (j.submitted_at or 0.0, j.submitted_t, j.id),
+                      reverse=True)
+        source: Any = pool
+    else:
+        source = service.user_jobs_newest_first()
+    if who.is_admin and not (tenant or status or q or include_synthetic):
+        newest = [j.to_dict() for _, j in zip(range(limit), source, strict=False)]
+        return {"total": len(service.order), "t": service.runtime.now, "jobs": newest}
+    out: list[dict[str, Any]] = []
+    total = 0
+    for j in source:
+        if (tenant and j.tenant != tenant) or (status is not None and j.status != status) \
+                or (q and q not in j.name and q not in j.id) or not visible(who, j):
+            continue
+        total += 1
+        if len(out) < limit:
+            out.append(j.to_dict())
+    return {"total": total, "t": service.runtime.now, "jobs": out}
+
+
+@router.get("/api/v1/jobs/{job_id}", response_model=JobDetail, responses=ERRORS)
+async def get_job(job_id: str, who: Auth, service: Svc) -> dict[str, Any]:
+    job = job_or_404(service, who, job_id)
+    out = job.to_dict()
+    out["events"] = [] if job.synthetic else service.store.job_events(job.id)
+    return out
+
+
+@router.delete("/api/v1/jobs/{job_id}", response_model=JobOut, responses=ERRORS)
+async def cancel_job(job_id: str, who: Auth, service: Svc) -> dict[str, Any]:
+    """Cancel a pending or running job (409 if it already finished)."""
+    job = job_or_404(service, who, job_id)
+    if job.status.terminal:
+        raise ApiError(409, "path.id", f"job {job_id} already {job.status.value}")
+    cancelled = service.runtime.cancel(job_id)
+    if cancelled is None:  # a terminal job from the archive is caught above; a live one is in the runtime
+        raise ApiError(409, "path.id", f"job {job_id} is not running here")
+    service.changed()
+    if not cancelled.synthetic:
+        service.store.record_events([JobEvent(job_id, service.runtime.now, "cancelled", JobState.CANCELLED,
+                                              f"cancelled by {who.actor}")])
+        service.store.audit(who.actor, "job.cancel", job_id, cancelled.name)
+    return cancelled.to_dict()
+
+
+__all__ = ["check_rate", "router"]

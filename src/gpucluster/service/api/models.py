@@ -1,0 +1,453 @@
+"""Request and response models of the REST API: what the OpenAPI schema at ``/openapi.json`` documents.
+
+Requests are strict (unknown fields are 422) and bounded (``service.limits``, ``model.limits``); responses list
+the keys every backend answers with, and allow more (a backend may add its own, e.g. the Kubernetes overview's
+``kubernetes`` block).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from gpucluster.model.limits import (
+    MAX_JOB_DURATION_S,
+    MAX_PRIORITY,
+    MAX_REPLICAS,
+)
+from gpucluster.service.limits import (
+    MAX_RESOURCE_KEYS,
+    MAX_RESOURCE_NAME_CHARS,
+    MAX_RESOURCE_VALUE_CHARS,
+)
+
+NAME_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+RESOURCE_NAME_RE = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+MAX_QUOTA_GPUS = 1_000_000.0
+MAX_GPU_TYPES = 16
+"""GPU models one job may list in ``gpu_type``."""
+MAX_SELECTOR_LABELS = 32
+"""Labels one job's ``node_selector`` may ask for."""
+LABEL_KEY_RE = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+LABEL_VALUE_RE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+
+Name = Annotated[str, StringConstraints(pattern=NAME_RE, max_length=63)]
+ResourceName = Annotated[str, StringConstraints(pattern=RESOURCE_NAME_RE, max_length=MAX_RESOURCE_NAME_CHARS)]
+GpuModel = Annotated[str, StringConstraints(max_length=64, pattern=r"^[^\x00-\x1f]*$")]
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_RE, max_length=317)]
+LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_RE, max_length=63)]
+MAX_RESOURCE_INT = 2**53
+"""Largest integer resource value taken from JSON (exactly representable everywhere); each resource has its own,
+tighter bound (``model.limits``) checked when the job is turned into pods."""
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ---------------------------------------------------------------------------------------------- requests
+class JobIn(_In):
+    """A job: ``replicas`` identical pods, each with these HAMi-style container limits."""
+
+    name: Name = Field(description="DNS-label job name.")
+    tenant: Name | None = Field(None, description="Tenant; defaults to the caller's tenant.")
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Pods placed all-or-nothing (a gang).")
+    resources: dict[ResourceName, int | str] = Field(
+        max_length=MAX_RESOURCE_KEYS,
+        description='Per-pod limits, e.g. {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, '
+                    '"nvidia.com/gpumem": 20000, "cpu": "4", "memory": "16Gi"}.')
+    duration_s: float | None = Field(None, gt=0, le=MAX_JOB_DURATION_S,
+                                     description="Run time; omit to run until deleted.")
+    priority: int = Field(0, ge=0, le=MAX_PRIORITY,
+                          description="Queue priority; a tenant may use up to its max_priority.")
+    gpu_type: Annotated[str, StringConstraints(max_length=MAX_GPU_TYPES * 65)] | list[GpuModel] | None = Field(
+        None, description="GPU models the job may use (HAMi nvidia.com/use-gputype: model-name substrings, a "
+                          "comma list or a list); omit for any. A gang stays on one model either way.")
+    node_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=MAX_SELECTOR_LABELS,
+        description="Node labels every pod's node must carry (Kubernetes nodeSelector).")
+    kind: Literal["train", "infer"] = Field("train", description="Training or inference job.")
+    preemptible: bool = Field(True, description="False: never stopped to make room for another job.")
+
+    def gpu_types(self) -> str:
+        """``gpu_type`` as HAMi's comma list (empty = any)."""
+        raw = self.gpu_type if isinstance(self.gpu_type, list) else [self.gpu_type or ""]
+        return ",".join(t.strip() for t in raw if t and t.strip())
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _few_types(cls, value: str | list[str] | None) -> str | list[str] | None:
+        items = value if isinstance(value, list) else (value or "").split(",")
+        if len([t for t in items if t.strip()]) > MAX_GPU_TYPES:
+            raise ValueError(f"at most {MAX_GPU_TYPES} GPU models")
+        return value
+
+    @field_validator("resources")
+    @classmethod
+    def _bounded_values(cls, value: dict[str, int | str]) -> dict[str, int | str]:
+        for key, item in value.items():
+            if isinstance(item, int) and not 0 <= item <= MAX_RESOURCE_INT:
+                raise ValueError(f"{key}: must be within 0..{MAX_RESOURCE_INT}")
+            if isinstance(item, str) and len(item) > MAX_RESOURCE_VALUE_CHARS:
+                raise ValueError(f"{key}: at most {MAX_RESOURCE_VALUE_CHARS} characters")
+        return value
+
+
+class TenantIn(_In):
+    name: Name
+    quota_gpus: float | None = Field(None, ge=0, le=MAX_QUOTA_GPUS,
+                                     description="GPU-equivalents the tenant may hold; omit = none.")
+    weight: float = Field(1.0, gt=0, le=1000, description="Fair-share weight.")
+    max_priority: int | None = Field(None, ge=0, le=MAX_PRIORITY,
+                                     description="Highest job priority the tenant may ask for; omit = the "
+                                                 "default (100).")
+
+
+class ExperimentIn(_In):
+    policies: list[Annotated[str, StringConstraints(max_length=64)]] = Field(
+        default_factory=lambda: ["stranding-fgd", "binpack", "spread"], min_length=1, max_length=4)
+    jobs: int = Field(3000, ge=10, le=20000)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+# ---------------------------------------------------------------------------------------------- responses
+class ErrorOut(BaseModel):
+    error: str = Field(description="Why.")
+    where: str = Field(description="The field, header or path part at fault.")
+    status: int
+    problems: list[dict[str, str]] | None = Field(None, description="Every invalid field (422 only).")
+
+
+class Placement(_Out):
+    pod: str
+    node: str
+    devices: list[dict[str, Any]]
+
+
+class JobOut(_Out):
+    id: str
+    name: str
+    tenant: str
+    replicas: int
+    resources: dict[str, Any]
+    duration_s: float | None
+    priority: int
+    gpu_type: str = Field("", description="GPU models the job may use (comma list); empty = any.")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    kind: str = Field("train", description="train or infer.")
+    preemptible: bool = True
+    status: str
+    message: str
+    synthetic: bool
+    submitted_at: float
+    submitted_t: float
+    started_t: float | None
+    finished_t: float | None
+    gpus: float = Field(description="GPU-equivalents: held while running, the least it could hold before.")
+    placements: list[Placement]
+
+
+class JobEventOut(_Out):
+    at: float
+    t: float
+    kind: str
+    status: str
+    message: str
+
+
+class JobDetail(JobOut):
+    events: list[JobEventOut]
+
+
+class JobList(_Out):
+    total: int
+    t: float
+    jobs: list[JobOut]
+
+
+class Health(_Out):
+    ok: bool
+    backend: str
+    t: float
+    ticks: int
+    loop_error: str | None = Field(description="Why the scheduling loop fails (details for the admin only).")
+    version: str
+
+
+class WhoAmI(_Out):
+    role: str
+    tenant: str | None
+    backend: str
+    speed: float
+    design: bool
+
+
+class Overview(_Out):
+    backend: str
+    t: float
+    nodes: int
+    devices: int
+    gpu_alloc: float
+    queue: int
+    jobs: dict[str, int]
+    user_jobs: dict[str, int]
+    speed: float
+
+
+class NodeRow(_Out):
+    name: str
+    rack: str
+    leaf: str
+    gpus: int
+    pods: int
+    schedulable: bool
+    dev_core_used: list[int]
+    dev_mem_pct: list[float]
+    dev_healthy: list[bool]
+
+
+class NodeList(_Out):
+    total: int
+    t: float
+    nodes: list[NodeRow]
+
+
+class NodeDetail(NodeRow):
+    devices: list[dict[str, Any]]
+
+
+class FaultOut(_Out):
+    ok: bool
+    evicted_user_jobs: int
+
+
+class Topology(_Out):
+    fabric: dict[str, Any]
+    spines: list[dict[str, Any]]
+
+
+class Alerts(_Out):
+    firing: int
+    alerts: list[dict[str, Any]]
+    remediations: list[dict[str, Any]]
+
+
+class TenantRow(_Out):
+    name: str
+    quota_gpus: float | None
+    weight: float
+    max_priority: int = Field(description="Highest job priority the tenant may ask for.")
+    created: float | None
+    fair_share_gpus: float
+    gpus: float = Field(description="GPU-equivalents its running jobs hold (model.share).")
+    pending_gpus: float
+    running: int
+    pending: int
+    share_used: float
+
+
+class TenantList(_Out):
+    total_gpus: float
+    tenants: list[TenantRow]
+
+
+class TenantCreated(_Out):
+    name: str
+    quota_gpus: float | None
+    weight: float
+    max_priority: int
+    token: str = Field(description="The tenant's new token, shown once; its previous tokens are revoked.")
+
+
+class TokenIssued(_Out):
+    name: str
+    token: str = Field(description="The new token, shown once; the previous ones are revoked.")
+    revoked: int = Field(description="Tokens revoked by this call.")
+
+
+class TokensRevoked(_Out):
+    name: str
+    revoked: int
+
+
+class AuditEntry(_Out):
+    at: float
+    actor: str
+    action: str
+    target: str
+    detail: str
+
+
+class AuditLog(_Out):
+    entries: list[AuditEntry]
+
+
+class TaskOut(_Out):
+    id: str
+    kind: str
+    status: str
+    progress: float
+    stage: str
+    created: float
+    result: dict[str, Any] | None
+    error: dict[str, str] | None
+    files: list[str]
+
+
+class TaskList(_Out):
+    experiments: list[TaskOut]
+
+
+class EventOut(_Out):
+    id: str = Field(description="``e<n>`` (a job event) or ``a<n>`` (a cluster event from the audit log).")
+    at: float = Field(description="Wall-clock (Unix) time it was recorded.")
+    t: float | None = Field(description="Runtime clock time (job events).")
+    type: str = Field(description="``job``, ``remediation`` or ``alert``.")
+    kind: str = Field(description="Job: submitted, running, unschedulable, evicted, migrated, succeeded ...; "
+                                  "remediation: the action; alert: firing or resolved.")
+    object: str = Field(description="``job/<id>``, ``node/<name>`` or ``cluster``.")
+    name: str
+    tenant: str
+    status: str
+    message: str
+
+
+class EventList(_Out):
+    events: list[EventOut]
+    cursor: str = Field(description="Pass back as ``?cursor=`` for the events after these.")
+
+
+class QueueRow(_Out):
+    position: int = Field(description="1 = tried next.")
+    id: str
+    name: str
+    tenant: str
+    synthetic: bool
+    priority: int
+    replicas: int
+    gpus: float
+    waiting_s: float
+    why: str = Field(description="Why it waits (the scheduler's counted reasons, quota ...).")
+    est_start_t: float | None = Field(description="Rough start estimate (runtime clock); null = unknown.")
+    est_wait_s: float | None
+
+
+class QueueView(_Out):
+    t: float
+    total: int = Field(description="Pending jobs in the whole queue (rows may be fewer: a tenant sees its own).")
+    free_gpus: float
+    jobs: list[QueueRow]
+
+
+class RemediationPlan(_Out):
+    available: bool = Field(description="False where the backend does not remediate on its own.")
+    modes: dict[str, str] = Field(description="Per action: on, dry-run (planned only) or off.")
+    planned: list[dict[str, Any]] = Field(description="Planned (dry-run) actions whose alert still fires.")
+    log: list[dict[str, Any]] = Field(description="Every decision, newest first.")
+
+
+class HistoryOut(_Out):
+    t: float
+    range_s: float
+    points: list[dict[str, float]]
+
+
+class DeviceUsage(_Out):
+    index: int
+    reporting: bool
+    util_pct: float | None
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+    temp_c: float | None
+    power_w: float | None
+    xid: int | None
+    history: dict[str, Any]
+
+
+class NodeUsage(_Out):
+    name: str
+    t: float
+    available: bool = Field(description="False where the backend has no device collector.")
+    devices: list[DeviceUsage]
+
+
+class SilenceIn(_In):
+    alert: Annotated[str, StringConstraints(max_length=128)] = Field(
+        "", description="Alert name (e.g. GpuXidCritical); empty = any alert.")
+    target: Annotated[str, StringConstraints(max_length=300)] = Field(
+        "", description="node, node/gpuN or cluster; empty = any target. A node also covers its GPUs.")
+    duration_s: float = Field(3600.0, gt=0, le=30 * 86400, description="How long, in runtime clock seconds.")
+    comment: Annotated[str, StringConstraints(max_length=500)] = ""
+
+
+class SilenceOut(_Out):
+    id: str
+    alert: str
+    target: str
+    starts_t: float
+    ends_t: float
+    comment: str
+    created_by: str
+
+
+class SilenceList(_Out):
+    t: float
+    silences: list[SilenceOut]
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": why} for code, why in (
+        (400, "The body is not UTF-8 JSON, or a header is malformed."),
+        (401, "Missing or unknown bearer token."),
+        (403, "The token may not do this."),
+        (404, "No such object (a tenant cannot tell others' objects from missing ones)."),
+        (409, "Conflict with the object's state (already finished, key reused, token not rotatable here)."),
+        (413, "Request body too large."),
+        (422, "Invalid request: where and why."),
+        (429, "Too many submissions: retry after Retry-After seconds."),
+    )
+}
+"""Error answers shared by every route (documented in the schema)."""
+
+__all__ = [
+    "ERRORS",
+    "NAME_RE",
+    "Alerts",
+    "AuditLog",
+    "DeviceUsage",
+    "ErrorOut",
+    "EventList",
+    "EventOut",
+    "ExperimentIn",
+    "FaultOut",
+    "Health",
+    "HistoryOut",
+    "JobDetail",
+    "JobIn",
+    "JobList",
+    "JobOut",
+    "NodeDetail",
+    "NodeList",
+    "NodeUsage",
+    "Overview",
+    "QueueRow",
+    "QueueView",
+    "RemediationPlan",
+    "SilenceIn",
+    "SilenceList",
+    "SilenceOut",
+    "TaskList",
+    "TaskOut",
+    "TenantCreated",
+    "TenantIn",
+    "TenantList",
+    "TokenIssued",
+    "TokensRevoked",
+    "Topology",
+    "WhoAmI",
+]

@@ -1,0 +1,115 @@
+"""Tenants and their tokens, and the audit log."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from gpucluster.model.limits import DEFAULT_TENANT_MAX_PRIORITY
+from gpucluster.service.api.deps import Auth, Svc, admin_only
+from gpucluster.service.api.models import (
+    ERRORS,
+    NAME_RE,
+    AuditLog,
+    TenantCreated,
+    TenantIn,
+    TenantList,
+    TokenIssued,
+    TokensRevoked,
+)
+from gpucluster.service.auth import Principal, new_tenant_token
+from gpucluster.service.core import SYNTHETIC_TENANT, Service
+from gpucluster.service.errors import ApiError
+
+router = APIRouter(tags=["tenants"])
+
+TenantName = Annotated[str, Path(pattern=NAME_RE, max_length=63)]
+
+
+def _max_priority(row: dict[str, Any]) -> int:
+    value = row.get("max_priority")
+    return DEFAULT_TENANT_MAX_PRIORITY if value is None else int(value)
+
+
+@router.get("/api/v1/tenants", response_model=TenantList, responses=ERRORS)
+async def tenants(who: Auth, service: Svc) -> dict[str, Any]:
+    """Quota, weight, fair share (weight / total weight x GPUs), maximum priority and current use per tenant.
+    ``gpus`` is what its running jobs hold, each device counted max(compute share, memory share), the figure
+    quota admission uses."""
+    rows = {t["name"]: dict(t) for t in service.cached("tenant_rows", service.store.tenants)}
+    usage = service.cached("usage", service.runtime.usage_by_tenant)
+    for name in usage:
+        rows.setdefault(name, {"name": name, "quota_gpus": None, "weight": 1.0, "max_priority": None,
+                               "created": None})
+    total_gpus = float(service.cached("overview", service.runtime.overview)["devices"])
+    total_weight = sum(float(r["weight"]) for r in rows.values()) or 1.0
+    out = []
+    for name, r in sorted(rows.items()):
+        if not who.is_admin and name != who.tenant:
+            continue
+        u = usage.get(name, {})
+        share = float(r["weight"]) / total_weight * total_gpus
+        out.append({**r, "max_priority": _max_priority(r), "fair_share_gpus": round(share, 2),
+                    "gpus": round(u.get("gpus", 0.0), 2), "pending_gpus": round(u.get("pending_gpus", 0.0), 2),
+                    "running": int(u.get("running", 0)), "pending": int(u.get("pending", 0)),
+                    "share_used": round(u.get("gpus", 0.0) / share, 3) if share else 0.0})
+    return {"total_gpus": total_gpus, "tenants": out}
+
+
+@router.post("/api/v1/tenants", status_code=201, response_model=TenantCreated, responses=ERRORS)
+async def create_tenant(body: TenantIn, who: Auth, service: Svc) -> dict[str, Any]:
+    """Admin: create or update a tenant and issue it a new token (shown once); its previous tokens are
+    revoked at once."""
+    admin_only(who)
+    if body.name == SYNTHETIC_TENANT:
+        raise ApiError(422, "name", f"{SYNTHETIC_TENANT!r} is reserved for the background workload")
+    service.store.upsert_tenant(body.name, body.quota_gpus, body.weight, body.max_priority)
+    token = new_tenant_token(body.name)
+    revoked = service.store.replace_tokens(token, "tenant", body.name, body.name)
+    service.store.audit(who.actor, "tenant.upsert", body.name,
+                        f"quota={body.quota_gpus} weight={body.weight} max_priority={body.max_priority}; token "
+                        f"issued, {revoked} revoked")
+    service.sync_quotas()
+    service.changed()
+    max_priority = DEFAULT_TENANT_MAX_PRIORITY if body.max_priority is None else body.max_priority
+    return {"name": body.name, "quota_gpus": body.quota_gpus, "weight": body.weight, "max_priority": max_priority,
+            "token": token}
+
+
+def _own_tenant(service: Service, who: Principal, name: str) -> None:
+    """The admin, or the tenant itself, for a tenant that exists (404 otherwise, as for a missing one)."""
+    if not who.is_admin and who.tenant != name:
+        raise ApiError(404, "path.name", f"no tenant {name!r}")
+    if service.store.tenant(name) is None:
+        raise ApiError(404, "path.name", f"no tenant {name!r}")
+
+
+@router.post("/api/v1/tenants/{name}/tokens", status_code=201, response_model=TokenIssued, responses=ERRORS)
+async def issue_token(name: TenantName, who: Auth, service: Svc) -> dict[str, Any]:
+    """Issue the tenant a new token (shown once) and revoke its previous ones at once: the admin for any
+    tenant, a tenant for itself (its current token stops working with this answer)."""
+    _own_tenant(service, who, name)
+    token = new_tenant_token(name)
+    revoked = service.store.replace_tokens(token, "tenant", name, name)
+    service.store.audit(who.actor, "tenant.token-issue", name, f"{revoked} token(s) revoked")
+    return {"name": name, "token": token, "revoked": revoked}
+
+
+@router.delete("/api/v1/tenants/{name}/tokens", response_model=TokensRevoked, responses=ERRORS)
+async def revoke_tokens(name: TenantName, who: Auth, service: Svc) -> dict[str, Any]:
+    """Revoke every token of the tenant at once (its jobs keep running): the admin for any tenant, a tenant
+    for itself."""
+    _own_tenant(service, who, name)
+    revoked = service.store.revoke_tokens("tenant", name)
+    service.store.audit(who.actor, "tenant.token-revoke", name, f"{revoked} token(s) revoked")
+    return {"name": name, "revoked": revoked}
+
+
+@router.get("/api/v1/audit", response_model=AuditLog, responses=ERRORS)
+async def audit(who: Auth, service: Svc, limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict[str, Any]:
+    admin_only(who)
+    return {"entries": service.store.audit_log(limit)}
+
+
+__all__ = ["router"]

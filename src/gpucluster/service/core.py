@@ -1,0 +1,216 @@
+"""The control plane's state behind the API: runtime, store, clock, tasks, and opening a data directory.
+
+Concurrency model: every request handler is ``async`` and the scheduling loop is an asyncio task, so the runtime
+and the store are only touched from the event loop thread, one call at a time (the Runtime contract). Design and
+experiment work runs on worker threads and never touches either.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucluster.jobs import transition
+from gpucluster.jobs.transitions import Fail
+from gpucluster.monitoring import describe_record
+from gpucluster.service.auth import AdminToken, resolve_admin_token
+from gpucluster.service.limits import RateLimits, TokenBucket
+from gpucluster.service.lock import DataDirLock
+from gpucluster.service.logs import EVENTS_LOGGER, log_event
+from gpucluster.service.runtime import Job, JobEvent, JobState, RemediationAudit, Runtime
+from gpucluster.service.store import BadRow, Store
+from gpucluster.service.tasks import TaskManager
+
+log = logging.getLogger(__name__)
+events_log = logging.getLogger(EVENTS_LOGGER)
+
+SYNTHETIC_TENANT = "synthetic"
+REMEDIATION_ACTOR = "remediation"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    """How ``gpucluster up`` runs."""
+
+    data_dir: Path
+    """Where the SQLite store (``gpucluster.db``), the lock and the generated admin token live."""
+    speed: float = 1.0
+    """Runtime clock seconds per wall-clock second."""
+    tick_s: float = 0.25
+    """Wall-clock seconds between scheduling-loop ticks."""
+    admin_token: str | None = None
+    """Admin bearer token; None = ``$GPUCLUSTER_ADMIN_TOKEN``, else the one saved under data_dir, else new."""
+    rates: RateLimits = field(default_factory=RateLimits)
+    """Per-tenant submission rate limit."""
+    legacy_metrics: bool = False
+    """``/metrics`` also carries HAMi's legacy metric names (``GPUDeviceMemoryAllocated`` ...)."""
+
+
+@dataclass
+class Service:
+    """State shared by the handlers: runtime, store, clock, tasks."""
+
+    runtime: Runtime
+    store: Store
+    config: ServiceConfig
+    admin_token: str
+    admin_source: str = "generated"
+    """Where the admin token came from (``auth.AdminToken.source``)."""
+    lock: DataDirLock | None = None
+    tasks: TaskManager = field(default_factory=TaskManager)
+    archive: dict[str, Job] = field(default_factory=dict)
+    """Terminal jobs recovered from the store (the runtime only holds live ones after a restart)."""
+    started_wall: float = field(default_factory=time.monotonic)
+    clock_origin: float = 0.0
+    ticks: int = 0
+    loop_error: str | None = None
+    order: list[str] = field(default_factory=list)
+    """Persisted (user) job ids in submission order: the job list reads it backwards, newest first."""
+    version: int = 0
+    """Bumped by every tick and every mutation; cached views are valid for one version."""
+    limiter: TokenBucket = field(default_factory=lambda: TokenBucket(0.0, 0))
+    persisted_clock: float = -1.0
+    """The clock value last written to the store; the runtime never runs ahead of it."""
+    tick_hooks: list[Callable[[list[JobEvent]], None]] = field(default_factory=list)
+    """Called after every tick with its events (``service.ops``: logs, alert transitions, history)."""
+    _cache: dict[str, Any] = field(default_factory=dict)
+    _cache_version: int = -1
+
+    def cached(self, key: str, compute: Callable[[], Any]) -> Any:
+        """A view computed at most once per version (many requests share one tick's overview or node list)."""
+        if self._cache_version != self.version:
+            self._cache.clear()
+            self._cache_version = self.version
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def changed(self) -> None:
+        self.version += 1
+
+    def clock(self) -> float:
+        return self.clock_origin + (time.monotonic() - self.started_wall) * self.config.speed
+
+    def tick(self) -> list[JobEvent]:
+        """Advance the runtime to the clock. The clock is committed to the store *before* the runtime moves,
+        so whatever time a client has seen, a restart (even after ``kill -9``) resumes at or after it."""
+        t = self.clock()
+        if t > self.persisted_clock:
+            self.store.set_meta("clock", repr(t))
+            self.persisted_clock = t
+        events = self.runtime.advance(t)
+        self.ticks += 1
+        self.version += 1
+        if events:
+            self.store.record_events(events)
+        self.persist_remediation()
+        for hook in self.tick_hooks:
+            hook(events)
+        return events
+
+    def persist_remediation(self) -> None:
+        """Write the runtime's new remediation audit records to the audit log (actor ``remediation``)."""
+        if not isinstance(self.runtime, RemediationAudit):
+            return
+        records = self.runtime.take_audit_records()
+        for r in records:
+            log_event(events_log, f"remediation {r.action} {r.target}: {r.outcome}", event="remediation",
+                      action=r.action, target=r.target, outcome=r.outcome, alert=r.alert,
+                      detail=describe_record(r))
+        if records:
+            self.store.audit_many((REMEDIATION_ACTOR, f"remediation.{r.action}", r.target, describe_record(r))
+                                  for r in records)
+
+    def find_job(self, job_id: str) -> Job | None:
+        return self.runtime.job(job_id) or self.archive.get(job_id)
+
+    def all_jobs(self) -> list[Job]:
+        live = self.runtime.jobs()
+        seen = {j.id for j in live}
+        return live + [j for j in self.archive.values() if j.id not in seen]
+
+    def user_jobs_newest_first(self) -> Iterator[Job]:
+        for jid in reversed(self.order):
+            job = self.find_job(jid)
+            if job is not None:
+                yield job
+
+    def sync_quotas(self) -> None:
+        self.runtime.set_quotas({t["name"]: float(t["quota_gpus"]) for t in self.store.tenants()
+                                 if t["quota_gpus"] is not None})
+
+    def close(self) -> None:
+        """Save the clock, close the store and give the data directory back."""
+        self.store.set_meta("clock", repr(max(self.runtime.now, self.persisted_clock)))
+        self.store.close()
+        if self.lock is not None:
+            self.lock.release()
+
+
+def _fail_unrestorable(store: Store, job_id: str, t: float, why: str) -> JobEvent:
+    log.warning("job %s not restored: %s", job_id, why)
+    store.audit("system", "service.restore-skipped", job_id, why)
+    return JobEvent(job_id, t, "failed", JobState.FAILED, f"not restored after a control-plane restart: {why}")
+
+
+def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | None = None) -> tuple[Service, bool]:
+    """Lock the data directory (unless ``lock`` is already held), open the store, install the admin token
+    (revoking any other), resume the clock and recover persisted jobs into the runtime. Returns the service and
+    whether the admin token was generated now. A stored job that cannot be restored is marked failed with the
+    reason (and audited); it never stops the start.
+
+    Raises ``lock.DataDirLockedError`` and ``auth.TokenError``."""
+    lock = (lock or DataDirLock(config.data_dir)).acquire()
+    try:
+        admin: AdminToken = resolve_admin_token(config.data_dir, config.admin_token)
+        store = Store(config.data_dir / "gpucluster.db")
+    except BaseException:
+        lock.release()
+        raise
+    store.replace_tokens(admin.token, "admin", None, "admin")
+    svc = Service(runtime=runtime, store=store, config=config, admin_token=admin.token, admin_source=admin.source,
+                  lock=lock, limiter=TokenBucket(config.rates.submit_per_s, config.rates.submit_burst))
+    saved = store.get_meta("clock")
+    candidates = [runtime.now, store.max_event_t() or 0.0]
+    try:
+        candidates.append(float(saved) if saved else 0.0)
+    except ValueError:
+        log.warning("stored clock %r is not a number; resuming from the events", saved)
+    svc.clock_origin = max(t for t in candidates if math.isfinite(t))
+    svc.persisted_clock = svc.clock_origin
+    if svc.clock_origin > runtime.now:
+        runtime.advance(svc.clock_origin)
+    svc.sync_quotas()
+    recovered: list[JobEvent] = []
+    bad: list[BadRow] = []
+    for job in store.load_jobs(bad, runtime.registry):
+        svc.order.append(job.id)
+        if job.status.terminal:
+            svc.archive[job.id] = job
+            continue
+        try:
+            runtime.validate(job)
+            runtime.restore(job)
+        except Exception as exc:  # a row this version cannot run: fail it, say why, go on
+            recovered.append(_fail_unrestorable(store, job.id, runtime.now, str(exc)[:300]))
+            if not job.done:
+                transition(job, Fail(recovered[-1].message), runtime.now)
+            svc.archive[job.id] = job
+            continue
+        recovered.append(JobEvent(job.id, runtime.now, "requeued", JobState.QUEUED,
+                                  "re-queued after a control-plane restart"))
+    for row in bad:
+        recovered.append(_fail_unrestorable(store, row.job_id, runtime.now, f"unreadable row: {row.why}"))
+    if recovered:
+        store.record_events(recovered)
+    live = sum(1 for e in recovered if e.kind == "requeued")
+    store.audit("system", "service.start", "", f"{live} live job(s) recovered, {len(recovered) - live} not restored")
+    return svc, admin.source == "generated"
+
+
+__all__ = ["REMEDIATION_ACTOR", "SYNTHETIC_TENANT", "Service", "ServiceConfig", "open_service"]

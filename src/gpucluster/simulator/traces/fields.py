@@ -1,0 +1,52 @@
+"""The parsing edge every trace loader shares: numbers through the one bounded parser
+(``gpucluster.devices.quantity``), NaN and infinity refused, and undecodable files reported as a
+:class:`~gpucluster.simulator.traces.TraceError` (``FILE:LINE: column: why``) instead of a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+from gpucluster.devices.quantity import finite_number, whole_number
+from gpucluster.model.limits import MAX_TRACE_SECONDS, MAX_WHOLE_NUMBER
+from gpucluster.simulator.traces import TraceError
+
+
+def whole(raw: object, where: str, column: str, upper: int = MAX_WHOLE_NUMBER,
+          error: type[ValueError] = TraceError) -> int:
+    """A non-negative whole number within ``upper`` (``"8"``, ``"8.0"``, ``8``); ``error`` is raised otherwise."""
+    try:
+        finite_number(raw, -math.inf)  # junk says "not a number", NaN and infinity "must be a finite number"
+        return whole_number(raw.strip() if isinstance(raw, str) else raw, upper)
+    except ValueError as exc:
+        raise error(f"{where}: {column}: {exc}") from None
+
+
+def seconds(raw: object, where: str, column: str, lower: float = 0.0) -> float:
+    """A finite time or duration within ``lower..MAX_TRACE_SECONDS``."""
+    try:
+        return finite_number(raw, lower, MAX_TRACE_SECONDS)
+    except ValueError as exc:
+        raise TraceError(f"{where}: {column}: {exc}") from None
+
+
+def amount(raw: object, where: str, column: str, upper: float) -> float:
+    """A finite non-negative amount within ``upper`` (``tokens``)."""
+    try:
+        return finite_number(raw, 0.0, upper)
+    except ValueError as exc:
+        raise TraceError(f"{where}: {column}: {exc}") from None
+
+
+@contextlib.contextmanager
+def decoded(path: Path, error: type[ValueError] = TraceError) -> Iterator[None]:
+    """Turn a file that is not UTF-8 text into a TraceError naming the file and the byte."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: byte {exc.start}: not UTF-8 text") from None
+
+
+__all__ = ["amount", "decoded", "seconds", "whole"]
