@@ -56,6 +56,21 @@ def describe(spec: JobSpec, model: SpeedModel | None = None) -> JobSpeed | None:
         measured=dict(spec.speedup))
 
 
+_FIELDS = {"speed": "speedup", "kind": "kind", "ref_gpu": "ref_gpu", "work_class": "work_class"}
+
+
+def check_speed_fields(spec: JobSpec, model: SpeedModel | None = None) -> None:
+    """Raise ``ValueError("field: why")`` naming the job's request field (``ref_gpu``, ``work_class``,
+    ``speedup.<MODEL>``) when its speed fields do not describe a speed (unknown GPU model or work class, a
+    speed that is not > 0, speeds without a ``ref_gpu``)."""
+    try:
+        describe(spec, model)
+    except ValueError as exc:
+        where, _, why = str(exc).partition(": ")
+        head, dot, rest = where.partition(".")
+        raise ValueError(f"{_FIELDS.get(head, head)}{dot}{rest}: {why}") from None
+
+
 class GpuSpeeds:
     """Job speeds on the GPU models of one cluster state (see the module docstring)."""
 
