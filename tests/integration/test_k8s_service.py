@@ -246,7 +246,14 @@ def test_restarted_control_plane_adopts_running_pods(kube_control_plane: Any, ku
             job_id = resp.json()["id"]
             wait_until(lambda: _status_is(api, job_id, "running"), 30, "the job to run")
         selector = f"{JOB_LABEL}={job_id}"
-        before = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"]) for p in _pods(core, selector)}
+
+        def bound() -> dict[str, tuple[str, str]] | None:  # the writer thread creates and binds after "running"
+            pods = _pods(core, selector)
+            if len(pods) != 2 or not all(p["spec"].get("nodeName") for p in pods):
+                return None
+            return {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"]) for p in pods}
+
+        before = wait_until(bound, 30, "both pods to be bound")
         assert len(before) == 2
         first.stop()
 
