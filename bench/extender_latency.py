@@ -201,7 +201,8 @@ def throughput(nodes: int, pods: int) -> None:
         plain = {"apiVersion": "kubescheduler.config.k8s.io/v1beta1", "kind": "KubeSchedulerConfiguration",
                  "percentageOfNodesToScore": 100, "profiles": [{"schedulerName": "plain"}]}
         start_scheduler(d, plain, "plain")
-        start_scheduler(d, scheduler_config(f"http://127.0.0.1:{port}", reg, "gpucluster"), "withext")
+        start_scheduler(d, scheduler_config(f"http://127.0.0.1:{port}", reg, "gpucluster",
+                                            kube_version="1.20"), "withext")
         for ns, sched, devices in (("plain", "plain", False), ("ext", "gpucluster", True)):
             core.create_namespace({"metadata": {"name": ns}})
             items = [dict(pod(f"p{i:05d}", sched, devices, vendor=i, run="tp"), metadata={"name": f"p{i:05d}"})

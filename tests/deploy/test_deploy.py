@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
@@ -111,4 +110,3 @@ def test_preflight_cli_exit_code(fake_path: Path) -> None:
 def test_parse_version() -> None:
     assert parse_version("Client Version: v1.20.2") == (1, 20, 2)
     assert parse_version("no digits") is None
-    assert os.sep  # keep the import used on every platform

@@ -20,8 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port
 from polling import wait_until
+
+from conftest import free_port
 
 pytestmark = pytest.mark.integration
 

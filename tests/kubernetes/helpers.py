@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.kubernetes.register import node_manifest
-from gpucluster.model import DeviceSpec, NodeSpec
+from gpucluster.model import Allocation, DeviceSpec, NodeSpec, Pod
+from gpucluster.scheduler.framework import Status
 
 
 def registry() -> VendorRegistry:
@@ -42,3 +44,52 @@ def pod_obj(name: str, count: int = 1, mem: int = 4000, cores: int = 25, namespa
                                 for i in range(containers)]},
         "status": {"phase": phase},
     }
+
+
+class RecordingBinder:
+    """A fake of the Bind plugin port (``KubeBinder`` in production, which writes the Binding): it records what
+    it was asked to bind and answers a Status, nothing else. Confirming or forgetting the assumed allocation is
+    the scheduler's work (``Scheduler.bind``), so a test through this fake breaks when that work goes.
+    ``fail`` answers an error, as an API server that refuses the Binding would."""
+
+    name = "KubeBinder"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.bound: list[tuple[str, str]] = []
+        self.refused: list[str] = []
+        self._lock = threading.Lock()
+
+    def bind(self, pod: Pod, allocation: Allocation) -> Status:
+        with self._lock:
+            if self.fail:
+                self.refused.append(pod.key)
+                return Status.error(self.name, "API server said no")
+            self.bound.append((pod.key, allocation.node))
+        return Status.success()
+
+
+RENDEZVOUS_S = 2.0
+"""How long the first thread at the rendezvous waits for a second one (only correct code pays it, and once)."""
+
+
+class Rendezvous:
+    """Holds the first thread that reaches it until a second one does, at most ``timeout`` seconds. Once a wait
+    has timed out (the locks kept every other thread out), later arrivals pass at once."""
+
+    def __init__(self, timeout: float = RENDEZVOUS_S) -> None:
+        self.timeout = timeout
+        self.cond = threading.Condition()
+        self.arrived = 0
+        self.met = False
+        self.gave_up = False
+
+    def __call__(self) -> None:
+        with self.cond:
+            self.arrived += 1
+            if self.arrived >= 2:
+                self.met = True
+                self.cond.notify_all()
+                return
+            if not self.gave_up and not self.cond.wait_for(lambda: self.arrived >= 2, self.timeout):
+                self.gave_up = True

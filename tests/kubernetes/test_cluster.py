@@ -26,7 +26,7 @@ def make(n: int = 3, clock: Clock | None = None, **kw: object) -> KubeCluster:
     return c
 
 
-def test_decide_assumes_and_concurrent_decisions_never_overcommit() -> None:
+def test_decide_assumes_and_concurrent_decisions_never_overcommit(fast_switching: None) -> None:
     c = make(3)
     reg = registry()
     # 3 nodes x 4 devices x 4 tasks = 48 slots; 25 % cores -> 4 per device as well

@@ -10,40 +10,25 @@ import pytest
 
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.extender import ExtenderError, ExtenderLogic, ExtenderServer
-from gpucluster.scheduler import Decision
-from gpucluster.scheduler.framework import Status
 
-from .helpers import node_obj, pod_obj, registry
-
-
-class RecordingBinder:
-    """The bind port of the extender, recording what it was asked to bind (no API server here)."""
-
-    def __init__(self, cluster: KubeCluster, fail: bool = False) -> None:
-        self.cluster = cluster
-        self.fail = fail
-        self.bound: list[tuple[str, str]] = []
-
-    def __call__(self, d: Decision) -> Status:
-        if self.fail:
-            self.cluster.scheduler.cache.forget(d.pod.key)
-            return Status.error("test", "API server said no")
-        assert d.node is not None
-        self.bound.append((d.pod.key, d.node))
-        self.cluster.scheduler.cache.confirm(d.pod.key)
-        return Status.success()
+from .helpers import RecordingBinder, node_obj, pod_obj, registry
 
 
 @pytest.fixture
-def cluster() -> KubeCluster:
-    c = KubeCluster(registry(), "binpack")
+def binder() -> RecordingBinder:
+    return RecordingBinder()
+
+
+@pytest.fixture
+def cluster(binder: RecordingBinder) -> KubeCluster:
+    """4 nodes x 4 GPUs; binds go through the scheduler's binding cycle to the recording Bind plugin."""
+    c = KubeCluster(registry(), "binpack", binder=binder)
     c.set_nodes([node_obj(f"n{i}") for i in range(4)])
     return c
 
 
-def test_filter_chooses_one_node_and_bind_binds_it(cluster: KubeCluster) -> None:
-    binder = RecordingBinder(cluster)
-    logic = ExtenderLogic(cluster, bind=binder)
+def test_filter_chooses_one_node_and_bind_binds_it(cluster: KubeCluster, binder: RecordingBinder) -> None:
+    logic = ExtenderLogic(cluster)
     names = ["n0", "n1", "n2", "n3"]
     out = logic.filter({"Pod": pod_obj("p"), "NodeNames": names})
     assert len(out["nodenames"]) == 1
@@ -55,6 +40,10 @@ def test_filter_chooses_one_node_and_bind_binds_it(cluster: KubeCluster) -> None
         "error": ""}
     assert binder.bound == [("default/p", chosen)]
     assert not cluster.scheduler.cache.is_assumed("default/p")
+    # kube-scheduler retries a bind it did not hear back from: answered, not bound twice
+    assert logic.bind({"PodName": "p", "PodNamespace": "default", "PodUID": "uid-p", "Node": chosen}) == {
+        "error": ""}
+    assert binder.bound == [("default/p", chosen)]
 
 
 def test_filter_without_node_cache_returns_node_objects(cluster: KubeCluster) -> None:
@@ -76,18 +65,50 @@ def test_unschedulable_pod_gets_counted_reasons(cluster: KubeCluster) -> None:
     assert set(out["failedAndUnresolvableNodes"].values()) == {"GPUTypeMismatch"}
 
 
-def test_failed_bind_gives_the_devices_back(cluster: KubeCluster) -> None:
-    logic = ExtenderLogic(cluster, bind=RecordingBinder(cluster, fail=True))
-    out = logic.filter({"Pod": pod_obj("p"), "NodeNames": ["n0"]})
-    assert out["nodenames"] == ["n0"]
+def test_failed_bind_gives_the_devices_back() -> None:
+    """The API server refuses the Binding: the scheduler forgets the assumed allocation, so the device is free
+    for the next pod at once (not after the assume TTL), and the refused pod can be filtered again."""
+    binder = RecordingBinder(fail=True)
+    cluster = KubeCluster(registry(), "binpack", binder=binder, assume_ttl=3600)
+    cluster.set_nodes([node_obj("n0", gpus=1)])
+    logic = ExtenderLogic(cluster)
+    whole = {"cores": 100, "mem": 1000}
+    assert logic.filter({"Pod": pod_obj("p", **whole), "NodeNames": ["n0"]})["nodenames"] == ["n0"]
     res = logic.bind({"PodName": "p", "PodNamespace": "default", "Node": "n0"})
-    assert "API server said no" in res["error"]
-    assert "default/p" not in cluster.state.allocations
+    assert res["error"] == "API server said no"
+    assert binder.refused == ["default/p"]
+    assert "default/p" not in cluster.state.allocations and not cluster.scheduler.cache.is_assumed("default/p")
+    assert cluster.summary()["core_used_milli"] == 0 and cluster.summary()["assumed"] == 0
+    binder.fail = False
+    assert logic.filter({"Pod": pod_obj("q", **whole), "NodeNames": ["n0"]})["nodenames"] == ["n0"]
+    assert logic.bind({"PodName": "q", "PodNamespace": "default", "Node": "n0"}) == {"error": ""}
+    assert binder.bound == [("default/q", "n0")]
+    refused = logic.filter({"Pod": pod_obj("p", **whole), "NodeNames": ["n0"]})
+    assert refused["error"] == "0/1 nodes are available: 1 InsufficientGPUCores."
 
 
-def test_bind_after_restart_redecides_on_the_given_node(cluster: KubeCluster) -> None:
-    binder = RecordingBinder(cluster)
-    logic = ExtenderLogic(cluster, read_pod=lambda ns, name: pod_obj(name, namespace=ns), bind=binder)
+def test_a_bound_pod_is_confirmed_and_never_expires() -> None:
+    """After a successful bind the allocation is confirmed: the assume TTL (0 here: every unbound assumption
+    expires at the next decision) no longer applies to it, while an unbound one does expire."""
+    binder = RecordingBinder()
+    cluster = KubeCluster(registry(), "binpack", binder=binder, assume_ttl=0.0)
+    cluster.set_nodes([node_obj("n0", gpus=2)])
+    logic = ExtenderLogic(cluster)
+    whole = {"cores": 100, "mem": 1000}
+    assert logic.filter({"Pod": pod_obj("bound", **whole), "NodeNames": ["n0"]})["nodenames"] == ["n0"]
+    assert logic.bind({"PodName": "bound", "PodNamespace": "default", "Node": "n0"}) == {"error": ""}
+    assert not cluster.scheduler.cache.is_assumed("default/bound")
+    assert logic.filter({"Pod": pod_obj("unbound", **whole), "NodeNames": ["n0"]})["nodenames"] == ["n0"]
+    # the next decision expires "unbound" (never bound) but keeps "bound"
+    assert logic.filter({"Pod": pod_obj("third", **whole), "NodeNames": ["n0"]})["nodenames"] == ["n0"]
+    assert set(cluster.state.allocations) == {"default/bound", "default/third"}
+    full = logic.filter({"Pod": pod_obj("fourth", **whole), "NodeNames": ["n0"]})
+    assert full["nodenames"] == ["n0"]  # "third" expired in turn
+    assert set(cluster.state.allocations) == {"default/bound", "default/fourth"}
+
+
+def test_bind_after_restart_redecides_on_the_given_node(cluster: KubeCluster, binder: RecordingBinder) -> None:
+    logic = ExtenderLogic(cluster, read_pod=lambda ns, name: pod_obj(name, namespace=ns))
     assert logic.bind({"PodName": "q", "PodNamespace": "default", "Node": "n2"})["error"] == ""
     assert binder.bound == [("default/q", "n2")]
     assert cluster.state.allocations["default/q"].node == "n2"
@@ -111,7 +132,7 @@ def test_bad_requests_name_the_field(cluster: KubeCluster) -> None:
         logic.bind({"PodNamespace": "x"})
 
 
-def test_concurrent_filters_never_share_a_device(cluster: KubeCluster) -> None:
+def test_concurrent_filters_never_share_a_device(cluster: KubeCluster, fast_switching: None) -> None:
     logic = ExtenderLogic(cluster)
     names = [f"n{i}" for i in range(4)]
     # 4 nodes x 4 devices, each pod takes a whole device (100 % cores): 16 fit
@@ -136,7 +157,7 @@ def test_concurrent_filters_never_share_a_device(cluster: KubeCluster) -> None:
 
 @pytest.fixture
 def server(cluster: KubeCluster) -> Iterator[ExtenderServer]:
-    srv = ExtenderServer(ExtenderLogic(cluster, bind=RecordingBinder(cluster)), "127.0.0.1", 0)
+    srv = ExtenderServer(ExtenderLogic(cluster), "127.0.0.1", 0)
     srv.start()
     try:
         yield srv
@@ -182,9 +203,9 @@ def _prio(obj: dict[str, Any], priority: int) -> dict[str, Any]:
 @pytest.fixture
 def full_node() -> tuple[KubeCluster, ExtenderLogic]:
     """One node, four 80 GB GPUs, each held by one 60 GB pod of priority 0..3."""
-    c = KubeCluster(registry(), "binpack")
+    c = KubeCluster(registry(), "binpack", binder=RecordingBinder())
     c.set_nodes([node_obj("n0")])
-    logic = ExtenderLogic(c, bind=RecordingBinder(c))
+    logic = ExtenderLogic(c)
     for i in range(4):
         out = logic.filter({"Pod": _prio(pod_obj(f"low-{i}", mem=60000), i), "NodeNames": ["n0"]})
         assert out["nodenames"] == ["n0"]

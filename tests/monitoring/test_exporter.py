@@ -123,21 +123,30 @@ def test_allocation_totals_add_up(requests: list[tuple[int, int, int, str]]) -> 
     assert np.all((frag >= 0) & (frag <= 1))
 
 
-def test_control_plane_metrics() -> None:
+def test_control_plane_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
     reg = CollectorRegistry()
     waiting = [3]
     cp = ControlPlaneMetrics(reg, lambda: QueueStats(waiting[0], 42.0))
     cp.observe("scheduled", 0.002)
     cp.observe("scheduled", 0.004)
     cp.observe("unschedulable", 0.5)
-    assert cp.timed(lambda: "scheduled") == "scheduled"
+    # ``timed`` measures the call it wraps: here a decision that takes 3 ms on a clock the test moves
+    clock = [1000.0]
+    monkeypatch.setattr("gpucluster.monitoring.exporter.time.perf_counter", lambda: clock[0])
+
+    def decide() -> str:
+        clock[0] += 0.003
+        return "scheduled"
+
+    assert cp.timed(decide) == "scheduled"
     got = scrape(reg)
     assert got[m.QUEUE_PENDING] == [({}, 3.0)] and got[m.QUEUE_OLDEST_PENDING] == [({}, 42.0)]
     decisions = {lab["result"]: v for lab, v in got[m.SCHEDULING_DECISIONS + "_total"]}
     assert decisions == {"scheduled": 3.0, "unschedulable": 1.0}
     assert got[m.SCHEDULING_LATENCY + "_count"] == [({}, 4.0)]
+    assert got[m.SCHEDULING_LATENCY + "_sum"][0][1] == pytest.approx(0.002 + 0.004 + 0.5 + 0.003)
     le = {lab["le"]: v for lab, v in got[m.SCHEDULING_LATENCY + "_bucket"]}
-    assert le["0.0025"] == 2.0 and le["+Inf"] == 4.0
+    assert (le["0.0025"], le["0.005"], le["0.25"], le["0.5"], le["+Inf"]) == (1.0, 3.0, 3.0, 4.0, 4.0)
     waiting[0] = 0
     assert scrape(reg)[m.QUEUE_PENDING] == [({}, 0.0)]
 

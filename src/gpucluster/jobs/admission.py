@@ -106,6 +106,12 @@ def user_submission(spec: JobSpec, now: float) -> JobSpec:
     return replace(spec, submit_s=max(spec.submit_s, now), priority=max(spec.priority, USER_PRIORITY))
 
 
+def restored_submission(spec: JobSpec, now: float) -> JobSpec:
+    """A user's job recovered after a control-plane restart: it keeps its submission time (never later than
+    ``now``: queue order and waiting time carry over) and at least :data:`USER_PRIORITY`; it arrives ``now``."""
+    return replace(spec, submit_s=min(spec.submit_s, now), priority=max(spec.priority, USER_PRIORITY))
+
+
 def never_fits(spec: JobSpec, state: ClusterState, quota: QuotaTree | None = None) -> Infeasible | None:
     """Why the job could never run here, even on the empty cluster (``scheduler.feasibility.never_fits`` on its
     pods: devices, models, node selector, CPU, memory, room for the whole gang), or beyond a limit of its

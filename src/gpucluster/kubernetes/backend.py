@@ -66,7 +66,7 @@ from gpucluster.jobs import (
     job_profile,
     make_policy,
 )
-from gpucluster.jobs.admission import user_submission
+from gpucluster.jobs.admission import restored_submission
 from gpucluster.jobs.front import EngineFront
 from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client
 from gpucluster.kubernetes.convert import BIND_TIME_ANNOTATION, pod_key, pod_node, pod_phase
@@ -370,7 +370,7 @@ class KubeRuntime(EngineFront):
     # ------------------------------------------------------------------ jobs
     def restore(self, job: Job) -> None:
         """Adopt the job's pods when all of them are still bound; else delete what is left and queue it."""
-        job.spec = user_submission(job.spec, self.now)
+        job.spec = restored_submission(job.spec, self.now)
         with self._lock:
             mine = {k: p for k, p in self._seen.items() if p.job_id == job.id}
         with self.cluster.lock:

@@ -11,7 +11,8 @@ capacity generously, so a job it lets through may still have to wait, but a job 
 * more device memory or compute per device than the largest device of that vendor;
 * more devices (of a vendor, per pod) than any node has that are large enough;
 * more CPU or host memory than any node has, or no node that has all of it at once (counted reasons);
-* more pods (a gang) than the whole cluster could hold at once;
+* more pods (a gang) than the whole cluster could hold at once, or than the nodes of any one GPU model could
+  (a gang stays on one model, the Gang plugin);
 * more GPU-equivalents (:mod:`gpucluster.model.share`) than the tenant's quota, even on the largest devices.
 
 Vectorised over nodes (numpy); one call per distinct pod shape of the job.
@@ -68,8 +69,10 @@ def _device_need(state: ClusterState, req: DeviceRequest, vid: int) -> tuple[np.
     return eligible, np.where(eligible, slots, 0)
 
 
-def _one_shape(pod: Pod, replicas: int, state: ClusterState) -> Infeasible | None:
-    present = state.present
+def _one_shape(pod: Pod, replicas: int, state: ClusterState, within: np.ndarray | None = None) -> Infeasible | None:
+    """Why ``replicas`` pods like ``pod`` could never run at once on the present nodes (only those in ``within``
+    when given), or None."""
+    present = state.present if within is None else state.present & within
     n = int(present.sum())
     if n == 0:
         return Infeasible("resources", "the cluster has no nodes")
@@ -154,6 +157,9 @@ def never_fits(pods: Sequence[Pod], state: ClusterState, quota_gpus: float | Non
         found = _one_shape(group[0], len(group), state)
         if found is not None:
             return found
+    found = _one_model(pods, groups, state)
+    if found is not None:
+        return found
     if quota_gpus is not None:
         largest = largest_devices(state)
         least = sum(pod_gpus_at_least(p, largest) for p in pods)
@@ -161,6 +167,26 @@ def never_fits(pods: Sequence[Pod], state: ClusterState, quota_gpus: float | Non
             return Infeasible("quota", f"holds at least {least:g} GPUs (each device counts max(compute share, "
                                            f"memory share)); tenant {tenant or '?'}'s quota is {quota_gpus:g}")
     return None
+
+
+def _one_model(pods: Sequence[Pod], groups: dict[tuple[object, ...], list[Pod]],
+               state: ClusterState) -> Infeasible | None:
+    """A gang with devices stays on one GPU model (the Gang plugin's Filter): on a cluster of several models,
+    the nodes of at least one model must be able to hold all of it."""
+    if len(pods) < 2 or not all(p.gang and p.device_requests for p in pods):
+        return None
+    models = np.asarray(state.dev_model[:, 0], np.int64) if state.dev_model.shape[1] else np.full(state.n_nodes, -1)
+    present = models[state.present]
+    kinds = np.unique(present[present >= 0])
+    if kinds.size <= 1:
+        return None
+    for m in kinds:
+        within = models == m
+        if all(_one_shape(g[0], len(g), state, within) is None for g in groups.values()):
+            return None
+    names = ", ".join(sorted(state.models.names[int(m)] for m in kinds))
+    return Infeasible("replicas", f"a gang stays on one GPU model and no model of the cluster ({names}) could ever "
+                                  f"hold all {len(pods)} pods at once")
 
 
 __all__ = ["Infeasible", "never_fits"]

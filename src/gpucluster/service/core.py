@@ -106,12 +106,17 @@ class Service:
         events = self.runtime.advance(t)
         self.ticks += 1
         self.version += 1
-        if events:
-            self.store.record_events(events)
+        self.record(events)
         self.persist_remediation()
         for hook in self.tick_hooks:
             hook(events)
         return events
+
+    def record(self, events: list[JobEvent]) -> None:
+        """Persist events and, whole, the persisted jobs they are about (status, message, run fields)."""
+        if events:
+            jobs = {e.job_id: job for e in events if (job := self.find_job(e.job_id)) is not None}
+            self.store.record_events(events, jobs)
 
     def persist_remediation(self) -> None:
         """Write the runtime's new remediation audit records to the audit log (actor ``remediation``)."""

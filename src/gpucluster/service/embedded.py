@@ -24,7 +24,7 @@ import numpy as np
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.jobs import DEFAULT_POLICY as DEFAULT_QUEUE_POLICY
 from gpucluster.jobs import Job, JobEvent, JobState, job_spec
-from gpucluster.jobs.admission import user_submission
+from gpucluster.jobs.admission import restored_submission
 from gpucluster.jobs.front import EngineFront
 from gpucluster.model import Allocation, views
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
@@ -127,7 +127,7 @@ class EmbeddedRuntime(EngineFront):
 
     def restore(self, job: Job) -> None:
         """Queue a live job recovered from the store (a new record, as :func:`gpucluster.service.store` builds)."""
-        job.spec = user_submission(job.spec, self.now)
+        job.spec = restored_submission(job.spec, self.now)
         self.engine.submit(job)
         self.sim.speeds.note(job.spec)
         job.message = "re-queued after a control-plane restart"

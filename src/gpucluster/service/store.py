@@ -8,6 +8,11 @@ latency. Tokens are stored as SHA-256 hashes, never in clear; revoking one takes
 (the lookup cache is cleared with it). The database file is created mode 0600 (SQLite gives its ``-wal`` and
 ``-shm`` files the same mode) in a directory of mode 0700.
 
+A job row keeps what the user asked for (name, tenant, replicas, resources, duration, priority, submission time)
+and what its last run looked like (runtime clock times of submission, start and end, GPU-equivalents held,
+placements, attempts, preemptions): a job that ended before a restart reads back exactly as it was; a live one
+is queued again and its run fields are re-created when it is placed.
+
 Rows are read defensively: a job row that cannot be turned back into a job (hand-edited, written by a buggy
 version) is reported by :meth:`Store.load_jobs` and skipped, never a reason not to start.
 """
@@ -22,13 +27,14 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpucluster.devices import VendorRegistry
 from gpucluster.jobs import JobSpec, JobState, JobStatus, job_spec
+from gpucluster.model import Pod
 from gpucluster.service.runtime import Job, JobEvent
 
 SCHEMA = """
@@ -58,6 +64,13 @@ CREATE TABLE IF NOT EXISTS idempotency (
 MIGRATIONS = (
     ("tenants", "max_priority", "ALTER TABLE tenants ADD COLUMN max_priority INTEGER"),
     ("jobs", "options", "ALTER TABLE jobs ADD COLUMN options TEXT NOT NULL DEFAULT '{}'"),
+    ("jobs", "submitted_t", "ALTER TABLE jobs ADD COLUMN submitted_t REAL"),
+    ("jobs", "started_t", "ALTER TABLE jobs ADD COLUMN started_t REAL"),
+    ("jobs", "finished_t", "ALTER TABLE jobs ADD COLUMN finished_t REAL"),
+    ("jobs", "gpus", "ALTER TABLE jobs ADD COLUMN gpus REAL"),
+    ("jobs", "placements", "ALTER TABLE jobs ADD COLUMN placements TEXT"),
+    ("jobs", "attempts", "ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "preemptions", "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0"),
 )
 """(table, column, statement) applied when an older database lacks the column."""
 
@@ -68,6 +81,10 @@ class BadRow:
 
     job_id: str
     why: str
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def token_hash(token: str) -> str:
@@ -199,10 +216,11 @@ class Store:
                                      "VALUES(?,?,?,?,?)", (owner, key, job.id, digest, now))
                 self._db.execute(
                     "INSERT INTO jobs(id, name, tenant, replicas, resources, duration_s, priority, status, "
-                    "message, submitted_at, updated_at, options) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "message, submitted_at, updated_at, options, submitted_t, gpus) "
+                    "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.spec.resources)),
                      _duration(job.spec), job.priority, job.status.value, job.message, job.spec.submitted_at, now,
-                     json.dumps(_options(job.spec))))
+                     json.dumps(_options(job.spec)), job.submitted_t, job.gpus))
                 self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
                                  (job.id, now, job.submitted_t, "submitted", job.status.value, "accepted"))
                 self._db.execute("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
@@ -212,10 +230,14 @@ class Store:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def record_events(self, events: Iterable[JobEvent]) -> int:
-        """Apply runtime events to persisted jobs (unknown ids, e.g. synthetic jobs, are skipped)."""
+    def record_events(self, events: Iterable[JobEvent], jobs: Mapping[str, Job] | None = None) -> int:
+        """Apply runtime events to persisted jobs (unknown ids, e.g. synthetic jobs, are skipped). A job found in
+        ``jobs`` (id -> the job as the runtime holds it after these events) is saved whole: its status, message,
+        priority and run fields; otherwise the event's status and message are."""
         now = time.time()
         n = 0
+        jobs = jobs or {}
+        events = list(events)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -227,6 +249,11 @@ class Store:
                             "INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
                             (ev.job_id, now, ev.t, ev.kind, ev.status, ev.message))
                         n += 1
+                self._db.executemany(
+                    "UPDATE jobs SET status=?, message=?, priority=?, submitted_t=?, started_t=?, finished_t=?, "
+                    "gpus=?, placements=?, attempts=?, preemptions=? WHERE id=?",
+                    [(j.status.value, j.message, j.priority, j.submitted_t, j.started_t, j.finished_t, j.gpus,
+                      json.dumps(j.placements), j.attempts, j.preemptions, j.id) for j in jobs.values()])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -342,21 +369,26 @@ def _options(spec: JobSpec) -> dict[str, Any]:
 
 
 def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
-    """A stored job as a new record: live jobs start over (the runtime re-queues them), ended ones keep their
-    status and message. Raises ``ValueError``/``TypeError`` for a row that cannot be read; an ended job whose
-    request no longer parses keeps its record (a placeholder spec), a live one cannot be run and raises."""
+    """A stored job as a new record: live jobs start over (the runtime re-queues them; they keep their submission
+    time), ended ones read back as they were (status, message, start and end, GPU-equivalents, placements).
+    Raises ``ValueError``/``TypeError`` for a row that cannot be read; an ended job whose request no longer parses
+    keeps its record (a placeholder spec), a live one cannot be run and raises."""
     resources = json.loads(r["resources"])
     if not isinstance(resources, dict):
         raise ValueError("resources is not a mapping")
     opts = json.loads(r["options"] or "{}")
     if not isinstance(opts, dict):
         raise ValueError("options is not a mapping")
+    placements = json.loads(r["placements"]) if r["placements"] else []
+    if not isinstance(placements, list):
+        raise ValueError("placements is not a list")
     status = JobStatus(str(r["status"]))
-    duration = None if r["duration_s"] is None else float(r["duration_s"])
+    duration = _opt_float(r["duration_s"])
     submitted_at = float(r["submitted_at"])
+    submit_s = max(_opt_float(r["submitted_t"]) or 0.0, 0.0)
     try:
         spec = job_spec(str(r["id"]), name=str(r["name"]), tenant=str(r["tenant"]), replicas=int(r["replicas"]),
-                        resources=resources, duration_s=duration, submit_s=0.0, priority=int(r["priority"]),
+                        resources=resources, duration_s=duration, submit_s=submit_s, priority=int(r["priority"]),
                         gpu_type=str(opts.get("gpu_type", "")), node_selector=dict(opts.get("node_selector") or {}),
                         kind=str(opts.get("kind", "train")), preemptible=bool(opts.get("preemptible", True)),
                         submitted_at=submitted_at, registry=registry, ref_gpu=str(opts.get("ref_gpu", "")),
@@ -365,8 +397,20 @@ def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
     except ValueError:
         if not status.terminal:
             raise
-        spec = JobSpec(str(r["id"]), 0.0, 1, math.inf, tenant=str(r["tenant"]), name=str(r["name"]),
-                       resources=resources, submitted_at=submitted_at)
+        # a placeholder that keeps what the row says (replicas) and asks for no device
+        spec = JobSpec(str(r["id"]), submit_s, 0, math.inf, tenant=str(r["tenant"]), name=str(r["name"]),
+                       template=Pod(str(r["id"]), namespace=str(r["tenant"])), replicas=int(r["replicas"]),
+                       resources=resources, submitted_at=submitted_at, priority=int(r["priority"]))
     if not status.terminal:
-        return Job(spec)
-    return Job(spec, JobState(status.value), message=str(r["message"]))
+        return Job(spec, message=str(r["message"]))
+    started, finished = _opt_float(r["started_t"]), _opt_float(r["finished_t"])
+    job = Job(spec, JobState(status.value), message=str(r["message"]), placements=placements,
+              attempt=int(r["attempts"] or 0), preemptions=int(r["preemptions"] or 0))
+    if started is not None:
+        job.first_start_s = job.run_start_s = started
+    if finished is not None:
+        job.finish_s = finished
+    gpus = _opt_float(r["gpus"])
+    if gpus is not None:
+        job.least_gpus = gpus
+    return job

@@ -100,7 +100,7 @@ def _book(state: ClusterState, i: int, j: int, tasks: int, mem: int, core: int) 
     state.node_tasks[i] += tasks
     state.node_dmem_used[i] += mem
     state.node_core_used[i] += core
-    state.generation += 1
+    state._touch(i)  # the derived free arrays and the node's generation follow the ledger
 
 
 def hami_request(nums: int, memreq: int = 0, pct: int = 101, cores: int = 0, vendor: str = "nvidia") -> DeviceRequest:

@@ -80,8 +80,7 @@ async def inject_fault(
     events: list[JobEvent] = []
     runtime.inject_fault(name, index, events, xid=xid)
     service.changed()
-    if events:
-        service.store.record_events(events)
+    service.record(events)
     service.persist_remediation()
     return {"ok": True, "evicted_user_jobs": sum(1 for e in events if e.kind == "evicted")}
 

@@ -163,8 +163,8 @@ async def cancel_job(job_id: str, who: Auth, service: Svc) -> dict[str, Any]:
         raise ApiError(409, "path.id", f"job {job_id} is not running here")
     service.changed()
     if not cancelled.synthetic:
-        service.store.record_events([JobEvent(job_id, service.runtime.now, "cancelled", JobState.CANCELLED,
-                                              f"cancelled by {who.actor}")])
+        cancelled.message = f"cancelled by {who.actor}"
+        service.record([JobEvent(job_id, service.runtime.now, "cancelled", JobState.CANCELLED, cancelled.message)])
         service.store.audit(who.actor, "job.cancel", job_id, cancelled.name)
     return cancelled.to_dict()
 
