@@ -2,6 +2,11 @@
 pass binds none of it, holds nothing for it (no assumption left to expire later), and the GPU the first member
 had been given goes to the next pod at once.
 
+Two nodes with one GPU each, of one model (a gang stays on one model): ``wide`` has 32 cores, ``narrow`` 16, of
+which a CPU-only blocker takes 14. Both GPUs are free and whole, so the gang's capacity check passes and its first
+member (4 cores) is reserved on ``wide``; the second fits neither node (``wide``'s GPU is taken, ``narrow`` has 2
+cores left).
+
 The scheduler runs in this process (its passes called by the test, so nothing depends on timing); the informer,
 the Bindings, the Events and the PodScheduled conditions are the real API server's. The nodes have GPU models
 unique to this run and the pods ask for those models, so nodes other tests registered do not matter.
@@ -28,12 +33,14 @@ class Rig:
     def __init__(self, kube_client: Any, run: str) -> None:
         self.run = run
         self.name = f"pg-{run}"
-        self.small, self.big = f"pg-{run}-small", f"pg-{run}-big"
+        self.wide, self.narrow = f"pg-{run}-wide", f"pg-{run}-narrow"
         nodes = [
-            NodeSpec(name=self.small, cpu_milli=32000, memory_mib=65536, labels={"gpucluster.io/run": run},
-                     devices=(DeviceSpec(f"GPU-{run}-s", 0, "nvidia", f"SMALL-{run}", 16384),)),
-            NodeSpec(name=self.big, cpu_milli=32000, memory_mib=65536, labels={"gpucluster.io/run": run},
-                     devices=(DeviceSpec(f"GPU-{run}-b", 0, "nvidia", f"BIG-{run}", 81920),)),
+            NodeSpec(name=self.wide, cpu_milli=32000, memory_mib=65536,
+                     labels={"gpucluster.io/run": run, "gpucluster.io/pool": "wide"},
+                     devices=(DeviceSpec(f"GPU-{run}-w", 0, "nvidia", f"MODEL-{run}", 81920),)),
+            NodeSpec(name=self.narrow, cpu_milli=16000, memory_mib=65536,
+                     labels={"gpucluster.io/run": run, "gpucluster.io/pool": "narrow"},
+                     devices=(DeviceSpec(f"GPU-{run}-n", 0, "nvidia", f"MODEL-{run}", 81920),)),
         ]
         self.registrar = NodeRegistrar(kube_client, nodes, registry())
         self.registrar.register()
@@ -43,11 +50,19 @@ class Rig:
         self.informer.pod_listeners.append(self.scheduler.on_pod)
         self.informer.start()
         assert self.informer.wait_synced(30), "the informer did not sync"
-        wait_until(lambda: {self.small, self.big} <= set(self.cluster.state.node_index), 30, "both nodes")
+        wait_until(lambda: {self.wide, self.narrow} <= set(self.cluster.state.node_index), 30, "both nodes")
 
-    def pod(self, name: str, **kw: Any) -> dict[str, Any]:
-        types = {"nvidia.com/use-gputype": f"SMALL-{self.run},BIG-{self.run}"}
-        return gpu_pod(name, self.name, annotations={**types, **kw.pop("annotations", {})}, run=self.run, **kw)
+    def pod(self, name: str, cpu: str, **kw: Any) -> dict[str, Any]:
+        types = {"nvidia.com/use-gputype": f"MODEL-{self.run}"}
+        out = gpu_pod(name, self.name, annotations={**types, **kw.pop("annotations", {})}, run=self.run, **kw)
+        out["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+        return out
+
+    def cpu_pod(self, name: str, cpu: str, pool: str) -> dict[str, Any]:
+        out = gpu_pod(name, self.name, run=self.run)
+        out["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "16Mi"}}
+        out["spec"]["nodeSelector"]["gpucluster.io/pool"] = pool
+        return out
 
     def wait_pending(self, names: set[str]) -> None:
         wait_until(lambda: names <= {k.split("/")[1] for k in self.scheduler.pending}, 30, f"{names} pending")
@@ -75,33 +90,33 @@ def _held(rig: Rig, namespace: str) -> dict[str, tuple[str, bool]]:
 
 def test_a_gang_that_fits_only_in_part_binds_and_holds_nothing(kube_client: Any, rig: Rig, namespace: str) -> None:
     core = core_api(kube_client)
-    # 40 GB and 10 % of a GPU: only the big node has the memory
-    create_pods(core, namespace, [rig.pod("blocker", mem=40000, cores=10)])
+    # 14 of narrow's 16 cores, no GPU
+    create_pods(core, namespace, [rig.cpu_pod("blocker", "14", "narrow")])
     rig.wait_pending({"blocker"})
     assert rig.scheduler.run_pass() == 1
-    assert bound(list_pods(core, namespace)) == {"blocker": rig.big}
-    # two whole GPUs: the first member fits the small node, the second fits nowhere (the big GPU is 10 % used)
+    assert bound(list_pods(core, namespace)) == {"blocker": rig.narrow}
+    # a whole GPU and 4 cores each: the first member fits wide, the second fits nowhere now
     gang = {"gpucluster.io/gang": "train", "gpucluster.io/gang-min-member": "2"}
-    create_pods(core, namespace, [rig.pod(f"w{i}", cores=100, mem=1000, annotations=gang) for i in range(2)])
+    create_pods(core, namespace, [rig.pod(f"w{i}", "4", cores=100, mem=1000, annotations=gang) for i in range(2)])
     rig.wait_pending({"w0", "w1"})
     assert rig.scheduler.run_pass() == 0
-    assert bound(list_pods(core, namespace)) == {"blocker": rig.big}
-    assert _held(rig, namespace) == {"blocker": (rig.big, False)}
+    assert bound(list_pods(core, namespace)) == {"blocker": rig.narrow}
+    assert _held(rig, namespace) == {"blocker": (rig.narrow, False)}
     assert rig.cluster.summary()["assumed"] == 0
     msgs = wait_until(lambda: (m := {p["metadata"]["name"]: c.get("message", "")
                                      for p in list_pods(core, namespace) for c in p["status"].get("conditions") or []
                                      if c["type"] == "PodScheduled" and c["status"] == "False"}) and len(m) == 2 and m,
                       30, "PodScheduled=False on both members")
-    assert all("gang train: pod w1 does not fit, so none of its 2 pods bind" in m for m in msgs.values()), msgs
-    # the small node's GPU is free again: a single whole-GPU pod binds there in the next pass
-    create_pods(core, namespace, [rig.pod("after", cores=100, mem=1000)])
+    assert all("gang train: none of its 2 pods bind" in m for m in msgs.values()), msgs
+    # wide's GPU is free again: a single whole-GPU pod with 3 cores binds there in the next pass
+    create_pods(core, namespace, [rig.pod("after", "3", cores=100, mem=1000)])
     rig.wait_pending({"after"})
     assert rig.scheduler.run_pass() == 1
-    assert bound(list_pods(core, namespace)) == {"blocker": rig.big, "after": rig.small}
+    assert bound(list_pods(core, namespace)) == {"blocker": rig.narrow, "after": rig.wide}
     assert rig.cluster.summary()["assumed"] == 0
     # room for both members (the others gone): the whole gang binds, one member per node
     core.delete_namespaced_pod("blocker", namespace, grace_period_seconds=0)
     core.delete_namespaced_pod("after", namespace, grace_period_seconds=0)
     wait_until(lambda: not _held(rig, namespace), 30, "the deleted pods to be released")
     assert rig.scheduler.run_pass() == 2
-    assert bound(list_pods(core, namespace)) in ({"w0": rig.small, "w1": rig.big}, {"w0": rig.big, "w1": rig.small})
+    assert bound(list_pods(core, namespace)) in ({"w0": rig.wide, "w1": rig.narrow}, {"w0": rig.narrow, "w1": rig.wide})

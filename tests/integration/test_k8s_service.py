@@ -301,9 +301,10 @@ def test_tenant_quota_on_kubernetes(kube_client: Any, fleet: list[NodeSpec], con
         headers = {"Authorization": f"Bearer {r.json()['token']}"}
         pair = api.post("/api/v1/jobs", json={"name": "pair", "replicas": 2, "resources": whole},
                         headers=headers).json()
+        # the default queue policy tries small jobs first: the second job comes once the first runs
+        wait_until(lambda: _status_is(api, pair["id"], "running"), 30, "the job at exactly its quota to run")
         extra = api.post("/api/v1/jobs", json={"name": "extra", "resources": whole}, headers=headers).json()
         assert (pair["tenant"], pair["gpus"], extra["gpus"]) == (tenant, 2.0, 1.0)
-        wait_until(lambda: _status_is(api, pair["id"], "running"), 30, "the job at exactly its quota to run")
 
         def waiting() -> dict[str, Any] | None:
             job = _job(api, extra["id"])

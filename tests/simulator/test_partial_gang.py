@@ -12,19 +12,19 @@ from gpucluster.spec import Cluster
 
 
 def _cluster() -> Cluster:
-    """``small``: one V100; ``big``: two A100s. Both have 64 cores."""
-    def node(name: str, model: str, gpus: int) -> NodeSpec:
-        return NodeSpec(name=name, cpu_milli=64000, memory_mib=1 << 20, leaf="l", spine="s",
-                        devices=tuple(DeviceSpec(f"{name}-g{j}", j, "nvidia", model, 32768) for j in range(gpus)))
-    return Cluster("partial", (node("small", "V100", 1), node("big", "A100", 2)), Fabric(), "test")
+    """``small``: one V100 and 16 cores; ``big``: two V100s and 64 cores (one model: a gang stays on one)."""
+    def node(name: str, cores: int, gpus: int) -> NodeSpec:
+        return NodeSpec(name=name, cpu_milli=cores * 1000, memory_mib=1 << 20, leaf="l", spine="s",
+                        devices=tuple(DeviceSpec(f"{name}-g{j}", j, "nvidia", "V100", 32768) for j in range(gpus)))
+    return Cluster("partial", (node("small", 16, 1), node("big", 64, 2)), Fabric(), "test")
 
 
 def test_a_gang_that_fits_only_in_part_holds_nothing() -> None:
     tree = QuotaTree([QueueSpec("team", limit={"gpu": 8})])
     sim = Simulation(_cluster(), "sjf", profile=jobs_profile(False, extra=[PluginConfig(name="Quota")]),
                      services={"quota": tree})
-    # t=0: an A100 job that takes 60 of big's 64 cores, until t=30
-    hog = sim.submit(JobSpec("hog", 0, 1, 30, tenant="team", gpu_type="A100", cpu_milli_per_gpu=60000))
+    # t=0: a one-GPU job of 60 cores (only big has them), until t=30
+    hog = sim.submit(JobSpec("hog", 0, 1, 30, tenant="team", cpu_milli_per_gpu=60000))
     # t=1: a gang of two one-GPU tasks of 8 cores (shortest, so tried first): the first fits "small", the second
     # fits nowhere (big has a free GPU but 4 free cores); then a one-GPU job that only "small" can take
     gang = sim.submit(JobSpec("gang", 1, 2, 20, tenant="team", gpus_per_task=1, cpu_milli_per_gpu=8000))
