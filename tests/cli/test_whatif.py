@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -85,9 +86,12 @@ def test_tolerance_decides_the_verdict(app: typer.Typer, designs: tuple[Path, Pa
 
 def test_verdict_ignores_designs_that_complete_fewer_jobs() -> None:
     rows = [
-        {"name": "tiny", "jobs_completed": 8, "avg_jct_s": 10.0, "owned_usd_per_year": 1.0, "gpus": 8},
-        {"name": "mid", "jobs_completed": 10, "avg_jct_s": 100.0, "owned_usd_per_year": 5.0, "gpus": 16},
-        {"name": "big", "jobs_completed": 10, "avg_jct_s": 95.0, "owned_usd_per_year": 9.0, "gpus": 32},
+        {"name": "tiny", "jobs_completed": 8, "avg_jct_s": 10.0, "owned_usd_per_year": 1.0, "gpus": 8,
+         "usd_per_ref_gpu_hour": 0.5},
+        {"name": "mid", "jobs_completed": 10, "avg_jct_s": 100.0, "owned_usd_per_year": 5.0, "gpus": 16,
+         "usd_per_ref_gpu_hour": 1.0},
+        {"name": "big", "jobs_completed": 10, "avg_jct_s": 95.0, "owned_usd_per_year": 9.0, "gpus": 32,
+         "usd_per_ref_gpu_hour": 1.8},
     ]
     v = verdict(rows, 10.0)
     assert v["design"] == "mid"
@@ -146,3 +150,108 @@ def test_bad_policy_exits_2(app: typer.Typer, designs: tuple[Path, Path]) -> Non
                         "--policy", "nope")
     assert code == 2
     assert "--queue-policy: unknown queue policy 'nope'" in err
+
+
+# ------------------------------------------------------------------ buyer units (issue 19)
+@pytest.fixture
+def gpu_designs(tmp_path: Path) -> tuple[Path, Path]:
+    h100 = tmp_path / "h100.yaml"
+    h100.write_text("name: h100\ngpu: H100\nservers: 4\n", encoding="utf-8")
+    l40s = tmp_path / "l40s.yaml"
+    l40s.write_text("name: l40s\ngpu: L40S\nservers: 4\n", encoding="utf-8")
+    return h100, l40s
+
+
+def _inference_trace(path: Path, model: str, n: int = 60) -> Path:
+    """``n`` inference jobs of ``model`` (H100 work, a token count each) arriving over two hours."""
+    lines = ["id,submit_s,gpus,duration_s,kind,model,ref_gpu,tokens"]
+    for i in range(n):
+        lines.append(f"i{i},{i * 120},{1 + i % 4},{900 + 60 * (i % 7)},infer,{model},H100,{5e6 * (1 + i % 3)}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _json(app: typer.Typer, *args: str) -> dict[str, Any]:
+    code, out, err = _run(app, *args, "--json")
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_training_is_not_sent_to_l40s(app: typer.Typer, gpu_designs: tuple[Path, Path]) -> None:
+    """The issue's case: a training trace on the same GPU count. The L40S cluster takes the catalog's ratio longer
+    and is not recommended within the default tolerance, whatever its cost per unit of work."""
+    h100, l40s = gpu_designs
+    data = _json(app, "--design", str(h100), "--design", str(l40s), "--trace", "synthetic:200:philly:0.6")
+    h, lo = data["designs"]
+    assert h["gpu_speed"] == 1.0 and 0.2 < lo["gpu_speed"] < 0.6  # H100 work; L40S 2-4x slower
+    assert h["work_ref_gpu_h"] == pytest.approx(lo["work_ref_gpu_h"])
+    assert lo["avg_jct_s"] > 1.5 * h["avg_jct_s"]
+    v = data["verdict"]
+    assert v["design"] == "h100"
+    assert "l40s" not in v["within"]
+    assert "H100" in v["text"] and f"{h['usd_per_ref_gpu_hour']:,.2f}" in v["text"]
+    # only a tolerance wide enough lets L40S in, and then only if it costs less per unit of work
+    wide = _json(app, "--design", str(h100), "--design", str(l40s), "--trace", "synthetic:200:philly:0.6",
+                 "--jct-tolerance", "10000")["verdict"]
+    assert wide["design"] == wide["cheapest_design"]
+
+
+def test_buyer_units_are_owned_and_cloud_side_by_side(app: typer.Typer, gpu_designs: tuple[Path, Path]) -> None:
+    h100, _ = gpu_designs
+    [row] = _json(app, "--design", str(h100), "--trace", "synthetic:120:philly:0.5",
+                  "--owned-utilization", "0.5")["designs"]
+    costs = row["costs"]
+    owned, od, spot = costs["owned"], costs["on_demand"], costs["spot"]
+    # owned: (capex / 4 + power) / (GPUs x 8760 x 0.5) per GPU-hour, at 1.0x speed per reference-GPU-hour
+    per_h = row["owned_usd_per_year"] / (row["gpus"] * 8760 * 0.5)
+    assert owned["usd_per_ref_gpu_hour"] == pytest.approx(per_h, rel=1e-3)
+    assert owned["usd_per_job"] == pytest.approx(owned["usd_total"] / row["jobs_completed"], rel=1e-3)
+    assert od["usd_per_ref_gpu_hour"] == pytest.approx(od["usd_per_gpu_hour"], rel=1e-3)
+    assert spot["usd_per_gpu_hour"] < od["usd_per_gpu_hour"]
+    assert spot["usd_per_ref_gpu_hour"] > spot["usd_per_gpu_hour"]  # interruptions cost work
+    assert 0 < spot["lost_work_share"] < 0.5 and spot["avg_jct_s"] > row["avg_jct_s"]
+    assert {c["region"] for c in costs["cloud"]} >= {"us-east-1", "eu-west-1"}
+    assert row["usd_per_ref_gpu_hour"] == owned["usd_per_ref_gpu_hour"]
+    assert row["spot_region"] == f"{spot['provider']} {spot['region']}"
+    only = _json(app, "--design", str(h100), "--trace", "synthetic:120:philly:0.5", "--region", "eu-west")
+    assert {c["region"] for c in only["designs"][0]["costs"]["cloud"]} == {"eu-west-1"}
+
+
+@pytest.mark.parametrize("model", ["llama-decode", "resnet-serve"])
+def test_inference_follows_the_catalog_and_the_price_sheet(app: typer.Typer, gpu_designs: tuple[Path, Path],
+                                                           tmp_path: Path, model: str) -> None:
+    """At one utilisation, owned cost per unit of work = price per GPU-hour / the speed model's speed, so the
+    verdict (cost decides at a wide tolerance) is whichever the catalog and the prices make cheaper."""
+    from gpucluster.perf import SpeedModel
+
+    h100, l40s = gpu_designs
+    trace = _inference_trace(tmp_path / "infer.csv", model)
+    data = _json(app, "--design", str(h100), "--design", str(l40s), "--trace", f"jobs:{trace}",
+                 "--owned-utilization", "0.6", "--jct-tolerance", "10000")
+    m = SpeedModel()
+    job = m.job(kind="inference", model=model, ref_gpu="H100")
+    expected = {}
+    for row in data["designs"]:
+        speed = m.factor(job, row["gpu"])
+        assert row["gpu_speed"] == pytest.approx(speed, rel=1e-3)
+        per_work = row["owned_usd_per_year"] / (row["gpus"] * 8760 * 0.6) / speed
+        assert row["usd_per_ref_gpu_hour"] == pytest.approx(per_work, rel=1e-3)
+        assert row["usd_per_million_tokens"] > 0
+        expected[row["name"]] = per_work
+    assert data["verdict"]["design"] == min(expected, key=lambda k: expected[k])
+
+
+def test_plot_writes_png_or_svg_and_refuses_other_suffixes(app: typer.Typer, gpu_designs: tuple[Path, Path],
+                                                           tmp_path: Path) -> None:
+    h100, l40s = gpu_designs
+    base = ("--design", str(h100), "--design", str(l40s), "--trace", "synthetic:60:philly:0.3")
+    code, _, err = _run(app, *base, "--plot", str(tmp_path / "p.svg"))
+    assert code == 0, err
+    assert (tmp_path / "p.svg").read_text(encoding="utf-8").lstrip().startswith("<?xml")
+    code, _, err = _run(app, *base, "--plot", str(tmp_path / "p.png"), "--json")
+    assert code == 0 and (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    code, _, err = _run(app, *base, "--plot", str(tmp_path / "p.gif"))
+    assert code == 2 and "--plot" in err and ".png or .svg" in err
+    code, _, err = _run(app, *base, "--owned-utilization", "1.5")
+    assert code == 2 and "--owned-utilization: must be within (0, 1]" in err

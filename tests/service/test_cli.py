@@ -118,3 +118,25 @@ def test_up_prints_the_url_and_a_generated_admin_token(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_submit_speed_flags_and_describe_shows_them(server: Server, tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: speed-job\ntenant: cli\nresources: {nvidia.com/gpu: 1}\nduration_s: 3600\n"
+                   "ref_gpu: A100\nspeedup: {L40S: 0.8}\n")
+    code, out, err = _cli(server, "submit", str(job), "--json", "--ref-gpu", "V100", "--work-class",
+                          "training/transformer", "--tokens", "1e6", "--speedup", "H100=3.1", "--speedup", "A100=2")
+    assert code == 0, err
+    sent = json.loads(out)
+    assert (sent["ref_gpu"], sent["work_class"], sent["tokens"]) == ("V100", "training/transformer", 1e6)
+    assert sent["speedup"] == {"L40S": 0.8, "H100": 3.1, "A100": 2.0}  # the flags add to the file's
+    code, out, err = _cli(server, "describe", "job", sent["id"])
+    assert code == 0, err
+    assert "V100" in out and "training/transformer" in out and "H100=3.1" in out and "1,000,000" in out
+    code, _, err = _cli(server, "submit", str(job), "--speedup", "H100")
+    assert code == 2 and "--speedup 'H100': expected MODEL=X" in err
+    code, _, err = _cli(server, "submit", str(job), "--speedup", "H100=-1")
+    assert code == 2 and "must be at least 0" in err
+    code, _, err = _cli(server, "submit", str(job), "--speedup", "X9=2")
+    assert code == 2 and "HTTP 422" in err and "speedup.X9" in err
+    assert _cli(server, "cancel", sent["id"])[0] == 0

@@ -35,11 +35,11 @@ nodePools:
 """
 
 
-def _start(tmp: Path, queue_policy: str) -> Server:
+def _start(tmp: Path, queue_policy: str, *more: str) -> Server:
     spec = tmp / "cluster.yaml"
     spec.write_text(SPEC)
     return start_server(tmp / "data", "--cluster", str(spec), "--speed", "50", "--background", "0",
-                        "--faults-per-hour", "0", "--queue-policy", queue_policy)
+                        "--faults-per-hour", "0", "--queue-policy", queue_policy, *more)
 
 
 @pytest.fixture(scope="module")
@@ -128,5 +128,29 @@ def test_other_queue_policies_schedule_jobs(tmp_path: Path, queue_policy: str) -
                 return all(api.get(f"/api/v1/jobs/{j}").json()["status"] == "succeeded" for j in ids)
 
             wait_for(done, f"every job to finish under {queue_policy}", timeout=60)
+    finally:
+        srv.stop()
+
+
+def test_up_runs_the_gavel_policies_and_gpu_speed(tmp_path: Path) -> None:
+    """``--queue-policy gavel --placement-policy gavel``: jobs are scheduled and finish; a job whose work is
+    V100 seconds runs faster than 1.0 on an H100 and says so (``gpu_speed``)."""
+    srv = _start(tmp_path, "gavel", "--placement-policy", "gavel")
+    try:
+        with srv.client() as api:
+            overview = api.get("/api/v1/overview").json()
+            assert (overview["queue_policy"], overview["policy"]) == ("gavel", "gavel")
+            ids = [_submit(api, name=f"g{i}", tenant=f"t{i % 2}", duration_s=100, ref_gpu="V100",
+                           kind="infer" if i % 2 else "train", resources={"nvidia.com/gpu": 4}) for i in range(4)]
+            fast = _submit(api, name="on-h100", tenant="t0", duration_s=100, ref_gpu="V100", gpu_type="H100",
+                           resources={"nvidia.com/gpu": 8})
+
+            def done() -> list[dict[str, Any]] | None:
+                jobs = [api.get(f"/api/v1/jobs/{j}").json() for j in [*ids, fast]]
+                return jobs if all(j["status"] == "succeeded" for j in jobs) else None
+
+            jobs = wait_for(done, "every job to finish under gavel", timeout=60)
+            assert jobs[-1]["gpu_speed"] > 1.5
+            assert jobs[-1]["finished_t"] - jobs[-1]["started_t"] == pytest.approx(100 / jobs[-1]["gpu_speed"])
     finally:
         srv.stop()

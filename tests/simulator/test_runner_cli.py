@@ -58,7 +58,7 @@ def test_policy_all_runs_every_policy_offers_included() -> None:
                               "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)["policies"]
-    assert set(data) == {"fifo", "sjf", "tiresias", "drf", "offers", "default"}
+    assert set(data) == {"fifo", "sjf", "tiresias", "drf", "offers", "gavel", "default"}
     assert all(d["jobs_completed"] == 40 and d["jobs_lost"] == 0 for d in data.values())
     assert data["offers"]["offers_accepted"] > 0 and data["fifo"]["offers_accepted"] == 0
 

@@ -207,6 +207,7 @@ def test_submit_form_gpu_type_priority_replicas_duration(page: Any, server: Serv
     if takes_type:  # the engine's job body: kind and preemptible too
         page.locator("#jf-kind").select_option("infer")
         page.locator("#jf-preemptible").uncheck()
+        page.locator("#jf-ref-gpu").fill("V100")
     page.get_by_role("button", name="Submit").click()
     expect(page.locator("[data-testid=job-row-ux-form]")).to_be_visible()
     body = sent[-1]
@@ -218,6 +219,7 @@ def test_submit_form_gpu_type_priority_replicas_duration(page: Any, server: Serv
     if takes_type:
         assert body["kind"] == "infer" and body["preemptible"] is False
         assert job["gpu_type"] == "L40S-48GB" and job["kind"] == "infer" and job["preemptible"] is False
+        assert body["ref_gpu"] == job["ref_gpu"] == "V100"
     shot(page, "29-submit-form")
 
 

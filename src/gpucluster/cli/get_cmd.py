@@ -403,9 +403,18 @@ def describe_job(job: dict[str, Any]) -> None:
                  + (" held" if job["status"] == "running" else " (at least, once placed)")),
     ]
     for key, label in (("gpu_type", "GPU type"), ("kind", "Kind"), ("preemptible", "Preemptible"),
-                       ("node_selector", "Node selector")):
+                       ("node_selector", "Node selector"), ("ref_gpu", "Reference GPU"),
+                       ("work_class", "Work class")):
         if job.get(key) not in (None, "", {}):
             pairs.append((label, job[key]))
+    if job.get("speedup"):
+        pairs.append(("Speedup", ", ".join(f"{k}={_num(v)}" for k, v in sorted(job["speedup"].items()))))
+    if job.get("tokens"):
+        pairs.append(("Tokens", f"{job['tokens']:,.0f}"))
+    if job.get("ref_gpu") and job.get("gpu_speed") is not None:
+        pairs.append(("GPU speed", f"{_num(job['gpu_speed'])}x {job['ref_gpu']} (work of {job['duration_s']:g}s "
+                                   f"on it takes {job['duration_s'] / job['gpu_speed']:g}s here)"
+                      if job.get("duration_s") else f"{_num(job['gpu_speed'])}x {job['ref_gpu']}"))
     pairs += [
         ("Duration", f"{job['duration_s']:g}s" if job.get("duration_s") else "until cancelled"),
         ("Submitted", f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(job['submitted_at']))} "

@@ -29,6 +29,7 @@ from gpucluster.cli.common import (
 )
 from gpucluster.cli.get_cmd import VIEWS, Resource
 from gpucluster.cli.output import print_table
+from gpucluster.devices.quantity import finite_number
 from gpucluster.monitoring import Action, RemediationPolicy
 
 PORT_ENV = "GPUCLUSTER_PORT"
@@ -244,6 +245,17 @@ def submit(
     idempotency_key: Annotated[str | None, typer.Option(
         "--idempotency-key", help="Send this Idempotency-Key: running the command again with the same key and file "
                                   "returns the job the first run created instead of a second one.")] = None,
+    ref_gpu: Annotated[str | None, typer.Option(
+        "--ref-gpu", help="GPU model duration_s was measured on (V100, A100, H100, L40S ...; overrides the file's "
+                          "ref_gpu): on another model the job runs duration_s / its speed there.")] = None,
+    work_class: Annotated[str | None, typer.Option(
+        "--work-class", help="Speed-model work class (training/cnn, inference/llm-decode ...; overrides the "
+                             "file's work_class).")] = None,
+    tokens: Annotated[float | None, typer.Option(
+        "--tokens", help="Tokens the job processes in all (inference cost per million tokens).")] = None,
+    speedup: Annotated[list[str] | None, typer.Option(
+        "--speedup", metavar="MODEL=X", help="Measured speed relative to --ref-gpu on MODEL (repeat for more "
+                                             "models; added to the file's speedup).")] = None,
 ) -> None:
     """Submit a job to a running control plane."""
     try:
@@ -254,6 +266,7 @@ def submit(
         fail(f"{job_file}: not valid YAML: {exc}")
     if not isinstance(doc, dict):
         fail(f"{job_file}: must be a mapping with name, resources, ...")
+    doc = with_speed_flags(doc, ref_gpu, work_class, tokens, speedup or [])
     with client(resolve(server, token, context)) as http:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         job = call(http, "POST", "/api/v1/jobs", json=doc, headers=headers)
@@ -262,6 +275,27 @@ def submit(
     else:
         console.print(f"job [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']}): {job['status']}",
                       soft_wrap=True)
+
+
+def with_speed_flags(doc: dict[str, Any], ref_gpu: str | None, work_class: str | None, tokens: float | None,
+                     speedup: list[str]) -> dict[str, Any]:
+    """The job body with the speed flags of ``gpucluster submit`` applied (a flag wins over the file's field)."""
+    out = dict(doc)
+    for key, value in (("ref_gpu", ref_gpu), ("work_class", work_class), ("tokens", tokens)):
+        if value is not None:
+            out[key] = value
+    if speedup:
+        merged = dict(out.get("speedup") or {}) if isinstance(out.get("speedup"), dict) else {}
+        for item in speedup:
+            name, sep, raw = item.partition("=")
+            if not sep or not name.strip():
+                fail(f"--speedup {item!r}: expected MODEL=X (e.g. H100=3.1)")
+            try:
+                merged[name.strip()] = finite_number(raw, 0.0)
+            except ValueError as exc:
+                fail(f"--speedup {item!r}: {exc}")
+        out["speedup"] = merged
+    return out
 
 
 def _list(res: Resource, params: dict[str, Any], server: str | None, token: str | None, context: str | None,

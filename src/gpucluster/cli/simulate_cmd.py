@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -36,7 +37,8 @@ from gpucluster.spec import Cluster
 
 FORMATS = ("philly-gavel", "alibaba-openb", "tiresias", "jobs", "synthetic")
 _KEYS = ("jobs", "jobs_completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
-         "gpu_utilization", "jain_fairness", "bytes_moved", "preemptions", "jobs_lost")
+         "gpu_utilization", "gpu_utilization_window", "avg_queue_len_window", "gpu_speed", "jain_fairness",
+         "bytes_moved", "preemptions", "jobs_lost")
 
 
 def load_trace(trace: str, cluster: Cluster, seed: int = 0) -> list[JobSpec]:
@@ -71,8 +73,33 @@ def load_trace(trace: str, cluster: Cluster, seed: int = 0) -> list[JobSpec]:
             raise TraceError(f"--trace {trace!r}: expected synthetic:N[:PROFILE[:LOAD]] with N a whole number "
                              "and LOAD a number") from None
         gpus = sum(len(n_.devices) for n_ in cluster.nodes)
-        return generate(n, gpus, profile=parts[1] if len(parts) > 1 else DEFAULT_PROFILE, load=load, seed=seed)
+        return generate(n, gpus, profile=parts[1] if len(parts) > 1 else DEFAULT_PROFILE, load=load, seed=seed,
+                        ref_gpu=main_gpu_model(cluster))
     raise TraceError(f"--trace {trace!r}: unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+def main_gpu_model(cluster: Cluster) -> str:
+    """The cluster's most common GPU model ('' without GPUs): what a synthetic trace's run times are on."""
+    counts = Counter(d.model for n in cluster.nodes for d in n.devices)
+    return counts.most_common(1)[0][0] if counts else ""
+
+
+def with_ref_gpu(jobs: list[JobSpec], ref_gpu: str | None) -> list[JobSpec]:
+    """Jobs that name no ``ref_gpu`` get ``ref_gpu`` (a ``--ref-gpu`` flag); raises TraceError for an unknown
+    model."""
+    if not ref_gpu:
+        return jobs
+    from gpucluster.jobs.speed import default_speed_model
+
+    if default_speed_model().catalog.resolve(ref_gpu) is None:
+        known = ", ".join(sorted(default_speed_model().catalog.gpus))
+        raise TraceError(f"--ref-gpu: unknown GPU model {ref_gpu!r}; known: {known}")
+    return [j if j.ref_gpu else replace(j, ref_gpu=ref_gpu) for j in jobs]
+
+
+REF_GPU_HELP = ("GPU model the work of jobs that name no ref_gpu is measured on (their duration_s is seconds on "
+                "it; other models run it at the speed model's speed). Philly/Tiresias traces say V100, synthetic "
+                "ones the cluster's main model; default for the rest: none (the same speed on every model)")
 
 
 class _QueueArgs(BaseModel):
@@ -155,6 +182,7 @@ def simulate(
     speedup: Annotated[float, typer.Option(
         "--arrival-speedup", help="Divide every arrival time by this (a load this many times higher, same jobs)")]
     = 1.0,
+    ref_gpu: Annotated[str | None, typer.Option("--ref-gpu", help=REF_GPU_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON")] = False,
     device_config: DeviceConfigOpt = None,
 ) -> None:
@@ -167,7 +195,7 @@ def simulate(
         fail("--arrival-speedup: must be > 0")
     cluster = load_cluster_or_fail(cluster_path, registry_or_fail(device_config))
     try:
-        jobs = load_trace(trace, cluster, seed)
+        jobs = with_ref_gpu(load_trace(trace, cluster, seed), ref_gpu)
     except TraceError as exc:
         fail(str(exc))
     queues: list[QueueSpec] | None = None
@@ -196,7 +224,7 @@ def simulate(
     for key in (*_KEYS, "wall_s"):
         row = [key]
         for name in names:
-            v = results[name][key]
+            v = results[name].get(key, "")
             row.append(f"{v:.3f}" if isinstance(v, float) and v < 10 else
                        f"{v:,.0f}" if isinstance(v, float) else str(v))
         rows.append(row)

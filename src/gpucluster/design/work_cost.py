@@ -52,7 +52,7 @@ class SpotRisk:
         """GPU-hours paid per hour of work done (>= 1) for a job that runs ``run_h`` hours uninterrupted."""
         c = self.checkpoint_interval_h if run_h is None else min(self.checkpoint_interval_h, max(run_h, 1e-9))
         r = self.interruptions_per_hour
-        if r * c == 0.0:  # no interruptions (or so rare that r x c underflows): only the checkpoint stalls
+        if r * c < 1e-12:  # no (or vanishingly rare) interruptions: the limit, without dividing by ~0
             return (c + self.checkpoint_cost_h) / c
         return math.exp(r * self.restart_h) * math.expm1(r * (c + self.checkpoint_cost_h)) / (r * c)
 

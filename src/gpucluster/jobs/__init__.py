@@ -13,6 +13,8 @@ Kubernetes run.
 * :mod:`~gpucluster.jobs.preemption`: preemption and reclaim as pure planners;
 * :mod:`~gpucluster.jobs.offers`: Mesos-style offers with DRF arbitration;
 * :mod:`~gpucluster.jobs.engine`: :class:`JobEngine`, the queue, the scheduling pass and the clock;
+* :mod:`~gpucluster.jobs.speed`: :class:`GpuSpeeds`, a job's speed on the GPU models it got (work is seconds on
+  its ``ref_gpu``; :mod:`gpucluster.perf`);
 * :mod:`~gpucluster.jobs.kernel`: the event heap the engine's clock runs on;
 * :mod:`~gpucluster.jobs.front`: :class:`EngineFront`, the job-facing half every control-plane runtime shares.
 
@@ -40,6 +42,7 @@ from gpucluster.jobs.model import (
 )
 from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
 from gpucluster.jobs.policies import DEFAULT_POLICY, POLICIES, QueuePolicy, make_policy
+from gpucluster.jobs.speed import GpuSpeeds
 from gpucluster.jobs.transitions import InvalidTransitionError, transition
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "STATUSES",
     "EngineFront",
     "EngineOptions",
+    "GpuSpeeds",
     "InvalidTransitionError",
     "Job",
     "JobEngine",

@@ -22,7 +22,9 @@ from typing import Any
 
 from gpucluster.devices import DeviceInputError, VendorRegistry
 from gpucluster.jobs.model import JobKind, JobSpec, split_types, task_pods
+from gpucluster.jobs.speed import check_speed_fields
 from gpucluster.model import ClusterState, DeviceConstraints, Pod
+from gpucluster.model.limits import MAX_JOB_SPEEDUP, MAX_JOB_TOKENS
 from gpucluster.model.share import largest_devices, pod_gpus_at_least
 from gpucluster.scheduler import feasibility
 from gpucluster.scheduler.feasibility import Infeasible
@@ -62,23 +64,36 @@ def _rest(c: DeviceConstraints) -> tuple[tuple[str, ...], tuple[str, ...], tuple
 def job_spec(job_id: str, *, name: str, tenant: str, replicas: int, resources: Mapping[str, Any],
              duration_s: float | None, submit_s: float, priority: int = 0, gpu_type: str = "",
              node_selector: Mapping[str, str] | None = None, kind: str = "train", preemptible: bool = True,
-             submitted_at: float = 0.0, synthetic: bool = False,
-             registry: VendorRegistry | None = None) -> JobSpec:
+             submitted_at: float = 0.0, synthetic: bool = False, registry: VendorRegistry | None = None,
+             ref_gpu: str = "", work_class: str = "", speedup: Mapping[str, float] | None = None,
+             tokens: float = 0.0) -> JobSpec:
     """A control-plane job: ``replicas`` copies of the pod ``resources`` describe, run ``duration_s`` seconds
-    (None = until cancelled) from when all of them are placed. ``ValueError("where: why")`` on bad input."""
+    (None = until cancelled) from when all of them are placed. ``ValueError("where: why")`` on bad input.
+
+    Speed fields (:mod:`gpucluster.jobs.speed`): ``duration_s`` is seconds of work on ``ref_gpu`` (a catalog
+    GPU model; empty = the same on every model), ``work_class`` the speed model's class (empty: from ``kind``),
+    ``speedup`` measured speeds relative to ``ref_gpu`` per model, ``tokens`` an inference job's token count."""
     if replicas <= 0:
         raise ValueError("replicas: must be > 0")
     try:
         job_kind = JobKind(kind)
     except ValueError:
         raise ValueError(f"kind: must be train or infer, got {kind!r}") from None
+    if not 0.0 <= tokens <= MAX_JOB_TOKENS:  # NaN fails too
+        raise ValueError(f"tokens: must be within 0..{MAX_JOB_TOKENS:g}, got {tokens!r}")
+    for model, value in (speedup or {}).items():
+        if not 0.0 < value <= MAX_JOB_SPEEDUP:
+            raise ValueError(f"speedup.{model}: must be > 0 and at most {MAX_JOB_SPEEDUP:g}, got {value!r}")
     template = template_pod(resources, tenant=tenant, priority=priority, gpu_type=gpu_type,
                             node_selector=node_selector, registry=registry)
-    return JobSpec(
+    spec = JobSpec(
         job_id, submit_s, template.device_count * replicas, duration_s if duration_s is not None else math.inf,
         tenant=tenant, priority=priority, kind=job_kind, gpu_type=gpu_type, checkpoint_interval_s=0.0,
         name=name, preemptible=preemptible, node_selector=dict(node_selector or {}), template=template,
-        replicas=replicas, resources=dict(resources), submitted_at=submitted_at, synthetic=synthetic)
+        replicas=replicas, resources=dict(resources), submitted_at=submitted_at, synthetic=synthetic,
+        ref_gpu=ref_gpu, work_class=work_class, speedup=dict(speedup or {}), tokens=tokens)
+    check_speed_fields(spec)
+    return spec
 
 
 USER_PRIORITY = 10

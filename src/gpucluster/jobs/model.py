@@ -137,6 +137,17 @@ class JobSpec:
     """Wall-clock (Unix) time a control-plane job was accepted."""
     synthetic: bool = False
     """Part of the control plane's background workload (not persisted, not reported)."""
+    ref_gpu: str = ""
+    """GPU model ``duration_s`` was measured on (a :mod:`gpucluster.perf` catalog name or alias): on another model
+    the job runs at the speed model's speed relative to it (:mod:`gpucluster.jobs.speed`); empty = the same speed
+    on every model."""
+    work_class: str = ""
+    """Speed-model work class (``training/cnn``, ``inference/llm-decode`` ...); empty = chosen from ``kind`` and
+    ``model``."""
+    speedup: Mapping[str, float] = field(default_factory=dict)
+    """Measured speed relative to ``ref_gpu`` per GPU model (overrides the speed model for those models)."""
+    tokens: float = 0.0
+    """Tokens an inference job processes in all (cost per million tokens); 0 = not given."""
     # derived in __post_init__ (read in the scheduling pass for every queued job, so computed once)
     task_gpus: int = field(init=False, default=0)
     num_tasks: int = field(init=False, default=0)
@@ -162,6 +173,8 @@ class JobSpec:
             raise ValueError(f"job {self.job_id}: submit time must be >= 0")
         if not 0 < self.gpu_milli <= 1000:
             raise ValueError(f"job {self.job_id}: gpu_milli must be within 1..1000")
+        if not self.tokens >= 0:
+            raise ValueError(f"job {self.job_id}: tokens must be >= 0")
         if self.gpus_per_task and self.num_gpus % self.gpus_per_task:
             raise ValueError(f"job {self.job_id}: {self.num_gpus} GPUs do not split into tasks of "
                              f"{self.gpus_per_task}")
@@ -371,6 +384,11 @@ class Job:
             "node_selector": dict(spec.node_selector),
             "kind": spec.kind.value,
             "preemptible": spec.preemptible,
+            "ref_gpu": spec.ref_gpu,
+            "work_class": spec.work_class,
+            "speedup": dict(spec.speedup),
+            "tokens": spec.tokens,
+            "gpu_speed": self.extra.get("speed"),
             "status": self.status.value,
             "message": self.message,
             "synthetic": spec.synthetic,

@@ -4,7 +4,8 @@ Profile: a placement policy (``gpucluster.scheduler.PROFILES``: ``default`` = st
 ``spread``, ``fgd`` ...) or, when none is named, the queue policy's own (:func:`jobs_profile`: fit, gang and
 binpack for nodes and devices, as the simulator has always measured), plus the job plugins every engine
 needs: ``Gang`` (all or nothing, one GPU model), ``NodeSelector``, ``Topology`` for topology-aware queue
-policies (``default``), ``Quota`` when tenants have queues, ``NodeName`` for the ``offers`` policy.
+policies (``default``), ``Quota`` when tenants have queues, ``NodeName`` for the ``offers`` policy. The ``gavel``
+queue policy's own placement is the ``gavel`` profile (``GpuSpeed``: Gavel's effective throughput, then binpack).
 
 Placer: where the engine's decisions go. :class:`SchedulerPlacer` binds in memory (the simulator and the
 embedded control plane); ``gpucluster.kubernetes`` supplies one that creates and binds real pods.
@@ -24,6 +25,8 @@ from gpucluster.scheduler.framework import PluginConfig, Profile
 JOB_PLACEMENT = "jobs"
 """Placement name of the queue policy's own profile (:func:`jobs_profile`); ``None`` means the same."""
 TOPOLOGY_WEIGHT = 2.0
+SPEED_PLACEMENT = "gavel"
+"""The placement of speed-aware queue policies (``gavel``): GPU speed decides the model."""
 
 
 def placement_names() -> list[str]:
@@ -53,6 +56,8 @@ def job_profile(placement: str | None, policy: QueuePolicy, seed: int = 0, *, qu
     """The profile a job engine schedules with (see the module docstring); ``ValueError`` for an unknown
     placement name."""
     extra = [PluginConfig(name="Quota")] if quota else []
+    if (placement is None or placement == JOB_PLACEMENT) and getattr(policy, "speed_aware", False):
+        placement = SPEED_PLACEMENT
     if placement is None or placement == JOB_PLACEMENT:
         prof = jobs_profile(policy.topology_aware, seed, extra)
     else:

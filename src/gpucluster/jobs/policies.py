@@ -15,6 +15,7 @@ save a checkpoint and return to the queue with their progress.
 | ``tiresias`` | 2D-LAS: queue by attained GPU-s, FIFO inside, starvation promotion | yes | yes | binpack |
 | ``drf`` | tenant under its guarantee first, dominant share beyond it, arrival | yes | reclaim only | binpack |
 | ``offers`` | DRF offers to tenant frameworks, arrival inside one, delay scheduling | yes | no | accepted nodes |
+| ``gavel`` | least work done (reference-GPU-seconds) first | yes | no | ``gavel``: GPU speed, then binpack |
 | ``default`` | 3-queue 2D-LAS, small first on top, 2 h lease, starvation + age guards | yes | yes | gang + topology |
 
 Reclaim (``reclaim``, on for ``drf``): with a ``QuotaTree`` of hierarchical queues (``services={"quota": tree}``),
@@ -246,6 +247,27 @@ class Offers(Fifo):
     ``locality_delay_s``, when set, wins)."""
 
 
+@dataclass(slots=True)
+class HeterogeneityAware(_StaticKey):
+    """Gavel's idea (OSDI'20) on the engine: fair in *normalised* throughput, placed by effective throughput.
+
+    Order: the job that has done the least work so far, counted in reference-GPU-seconds (GPUs x seconds of work
+    on its ``ref_gpu``, :mod:`gpucluster.jobs.speed`), first; a job that ran on slow GPUs got less done for
+    the same time, so it comes back first (least attained *work*, not time). Placement: the ``gavel`` profile
+    (the ``GpuSpeed`` plugin: the model where the job's speed relative to its best option, compared with the
+    other jobs', is highest; binpack inside it). Backfills; does not preempt. ``gpu_type`` lists the models a
+    job accepts.
+    """
+
+    name: str = "gavel"
+    backfill: bool = True
+    speed_aware: bool = True
+    """Place through the ``gavel`` profile (GPU speed decides the model)."""
+
+    def key(self, job: Job, view: PolicyView) -> Key:
+        return (-job.spec.priority, job.work_done_s * job.spec.gpu_share, job.spec.submit_s)
+
+
 def default_policy() -> TwoDimensionalLAS:
     """The project's default: 2D-LAS with three queues (thresholds at 10 and 800 GPU-hours) and the smallest
     jobs first among the short ones, a two-hour lease before a job may be preempted, a starvation guard
@@ -277,6 +299,8 @@ POLICIES: Mapping[str, PolicyInfo] = {
     "tiresias": PolicyInfo(TwoDimensionalLAS, "Tiresias 2D-LAS, two queues, preemptive"),
     "drf": PolicyInfo(DominantResourceFairness, "DRF fair share across tenants, reclaim by guarantee"),
     "offers": PolicyInfo(Offers, "Mesos-style offers to tenant frameworks, DRF arbitration, delay scheduling"),
+    "gavel": PolicyInfo(HeterogeneityAware, "heterogeneity-aware (Gavel): least work done first, placed on the GPU "
+                                            "model where the job's relative speed is highest"),
     "default": PolicyInfo(default_policy, "the project's default: 3-queue 2D-LAS, small first, lease, age guard, "
                                           "gang/topology"),
 }

@@ -35,6 +35,10 @@ DEFAULT_TENANT_MAX_PRIORITY: Final = 100
 """A tenant's maximum job priority unless the admin sets another."""
 MAX_JOB_DURATION_S: Final = 30 * 86400.0
 """Longest ``duration_s`` of a job submitted to the control plane (30 days)."""
+MAX_JOB_TOKENS: Final = 1e16
+"""Tokens one inference job may say it processes (``tokens``; ten quadrillion, far above any real job)."""
+MAX_JOB_SPEEDUP: Final = 1000.0
+"""Largest measured speed of a job on one GPU model relative to its reference GPU (``speedup``)."""
 
 # ---------------------------------------------------------------------------------------------- clusters
 MAX_NODES: Final = 50_000
@@ -59,6 +63,8 @@ __all__ = [
     "MAX_DEVICES_PER_REQUEST",
     "MAX_DEVICE_MEMORY_MIB",
     "MAX_JOB_DURATION_S",
+    "MAX_JOB_SPEEDUP",
+    "MAX_JOB_TOKENS",
     "MAX_LINK_GBPS",
     "MAX_MEMORY_MIB",
     "MAX_NODES",

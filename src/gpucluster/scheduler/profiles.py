@@ -84,6 +84,17 @@ def stranding_fgd_profile(seed: int = 0, fgd_args: Mapping[str, Any] | None = No
     )
 
 
+SPEED_WEIGHT = 10.0
+"""Weight of ``GpuSpeed`` in the ``gavel`` profile: the GPU model decides, binpack only breaks ties within it."""
+
+
+def gavel_profile(seed: int = 0) -> Profile:
+    """``gavel``: heterogeneity-aware placement (Gavel's effective throughput, the ``GpuSpeed`` plugin) with node
+    and device binpack inside the model it picks. Without a speed service it is plain binpack."""
+    base = binpack_spread_profile(Policy.BINPACK, Policy.BINPACK, seed)
+    return base.model_copy(update={"plugins": [*base.plugins, PluginConfig(name="GpuSpeed", weight=SPEED_WEIGHT)]})
+
+
 ProfileBuilder = Callable[[int], Profile]
 
 PROFILES: Mapping[str, ProfileBuilder] = {
@@ -92,6 +103,7 @@ PROFILES: Mapping[str, ProfileBuilder] = {
     "spread": lambda seed: binpack_spread_profile(Policy.SPREAD, Policy.SPREAD, seed),
     **{p: (lambda seed, p=p: fgd_paper_profile(p, seed)) for p in FGD_PAPER_POLICIES},  # type: ignore[misc]
     "stranding-fgd": stranding_fgd_profile,
+    "gavel": gavel_profile,
     "default": lambda seed: profile_for(DEFAULT_POLICY, seed),
 }
 """Policy name -> profile builder (taking a seed)."""

@@ -7,8 +7,9 @@ faults (XID 79) go into ``gpucluster.monitoring``'s simulated collector, its rul
 through :class:`EmbeddedTarget` (drain = evict the node's jobs back to the queue, release = cancel the job,
 defragmentation = move a pod); the simulated technician repairs a faulted GPU :data:`REPAIR_AFTER_S` later.
 Queue order, quota (a ``QuotaTree`` fed by :meth:`set_quotas`), gang placement and preemption are the engine's,
-exactly as ``gpucluster simulate`` measures them (jobs run ``duration_s`` wherever they land: no network
-slowdown). Single-threaded by contract.
+exactly as ``gpucluster simulate`` measures them, GPU speed included: a job with a ``ref_gpu`` runs its
+``duration_s`` of work at the speed model's speed on the GPUs it got (``gpu_speed`` in its view), one without runs
+``duration_s`` wherever it lands; no network slowdown. Single-threaded by contract.
 """
 
 from __future__ import annotations
@@ -118,12 +119,19 @@ class EmbeddedRuntime(EngineFront):
             self._synthetic_done.append(ev.job_id)
 
     # ------------------------------------------------------------------ jobs
+    def submit(self, job: Job) -> Job:
+        """Queue a user's job now; its speed fields join the workload mix the ``gavel`` placement compares."""
+        out = super().submit(job)
+        self.sim.speeds.note(job.spec)
+        return out
+
     def restore(self, job: Job) -> None:
         """Queue a live job recovered from the store (a new record, as :func:`gpucluster.service.store` builds)
         and try it at once: jobs are placed in the order the service restores them (those that ran before the
         restart first, so they get their room back whatever the queue policy would prefer among them)."""
         job.spec = restored_submission(job.spec, self.now)
         self.engine.submit(job)
+        self.sim.speeds.note(job.spec)
         job.message = "re-queued after a control-plane restart"
         self.sim.run_until(self.now)
 

@@ -370,7 +370,8 @@ def _duration(spec: JobSpec) -> float | None:
 
 def _options(spec: JobSpec) -> dict[str, Any]:
     return {"gpu_type": spec.gpu_type, "node_selector": dict(spec.node_selector), "kind": spec.kind.value,
-            "preemptible": spec.preemptible}
+            "preemptible": spec.preemptible, "ref_gpu": spec.ref_gpu, "work_class": spec.work_class,
+            "speedup": dict(spec.speedup), "tokens": spec.tokens}
 
 
 def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
@@ -396,7 +397,9 @@ def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
                         resources=resources, duration_s=duration, submit_s=submit_s, priority=int(r["priority"]),
                         gpu_type=str(opts.get("gpu_type", "")), node_selector=dict(opts.get("node_selector") or {}),
                         kind=str(opts.get("kind", "train")), preemptible=bool(opts.get("preemptible", True)),
-                        submitted_at=submitted_at, registry=registry)
+                        submitted_at=submitted_at, registry=registry, ref_gpu=str(opts.get("ref_gpu", "")),
+                        work_class=str(opts.get("work_class", "")), tokens=float(opts.get("tokens", 0.0)),
+                        speedup={str(k): float(v) for k, v in dict(opts.get("speedup") or {}).items()})
     except ValueError:
         if not status.terminal:
             raise

@@ -11,6 +11,12 @@ Definitions:
   ``offers_accepted`` / ``offers_declined`` = the ``offers`` policy's framework decisions.
 * ``jobs_lost`` = submitted jobs that neither completed, were cancelled nor rejected, nor are still queued
   or running when the run ended early (``run_until``); a complete run must report 0.
+* ``arrival_window_s``, ``offered_load``, ``gpu_utilization_window``, ``avg_queue_len_window``: over the arrival
+  window (first to last submission; :mod:`gpucluster.simulator.load`), when the run recorded its series.
+* ``avg_placement_slowdown`` = mean over completed jobs of the network model's factor (>= 1) of their last run.
+* ``work_ref_gpu_h`` = work of the completed jobs in reference-GPU-hours (GPUs x ``duration_s``, which is seconds
+  on the job's ``ref_gpu``); ``gpu_speed`` = that work over the GPU-hours it took at the speeds the jobs ran
+  at (a work-weighted harmonic mean of their last runs' speeds; 1.0 when no job names a ``ref_gpu``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucluster.jobs import Job, JobState
+from gpucluster.jobs.speed import SPEED_KEY
 
 if TYPE_CHECKING:
     from gpucluster.simulator.runner import Simulation
@@ -58,7 +65,10 @@ def summarize(sim: Simulation) -> dict[str, Any]:
     by_tenant: dict[str, list[float]] = {}
     for j in done:
         by_tenant.setdefault(j.spec.tenant, []).append(j.spec.duration_s / max(j.jct_s, 1e-9))
-    slow = np.asarray([j.slowdown for j in done], np.float64)
+    speed = np.asarray([j.extra.get(SPEED_KEY, 1.0) for j in done], np.float64)
+    slow = np.asarray([j.slowdown for j in done], np.float64) * speed  # the placement's (network) part
+    work = np.asarray([j.spec.gpu_share * j.spec.duration_s for j in done], np.float64)
+    spent = float(np.sum(work / speed)) if work.size else 0.0
     return {
         "policy": sim.policy.name,
         "jobs": len(jobs),
@@ -79,18 +89,32 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         "evictions": tot.evictions,
         "lost_work_s": float(sum(j.lost_work_s for j in jobs)),
         "avg_placement_slowdown": float(slow.mean()) if slow.size else 1.0,
+        "work_ref_gpu_h": float(work.sum()) / 3600.0,
+        "gpu_speed": float(work.sum()) / spent if spent > 0 else 1.0,
         "jobs_lost": lost,
         "scheduling_passes": tot.passes,
         "schedule_calls": tot.schedule_calls,
         "offers_accepted": tot.offers_accepted,
         "offers_declined": tot.offers_declined,
         "sim_time_s": sim.now,
+        **_window(sim, jobs),
     }
+
+
+def _window(sim: Simulation, jobs: list[Job]) -> dict[str, float]:
+    """Figures over the arrival window (:func:`gpucluster.simulator.load.window_figures`; needs the series)."""
+    if not sim.series or not jobs:
+        return {}
+    from gpucluster.simulator.load import window_figures
+
+    series = sim.series
+    return window_figures([j.spec for j in jobs], sim.totals.gpus, [p.time for p in series],
+                          [p.busy_gpus for p in series], [p.queued_jobs for p in series])
 
 
 CSV_FIELDS = (
     "job_id", "tenant", "model", "num_gpus", "submit_s", "first_start_s", "finish_s", "duration_s", "jct_s",
-    "queue_s", "state", "preemptions", "failures", "lost_work_s", "slowdown", "nodes",
+    "queue_s", "state", "preemptions", "failures", "lost_work_s", "slowdown", "nodes", "speed",
 )
 
 
@@ -101,6 +125,7 @@ def job_row(j: Job) -> dict[str, Any]:
         "duration_s": j.spec.duration_s, "jct_s": j.jct_s, "queue_s": round(j.queue_s, 3),
         "state": j.state.value, "preemptions": j.preemptions, "failures": j.failures,
         "lost_work_s": round(j.lost_work_s, 3), "slowdown": round(j.slowdown, 4), "nodes": " ".join(j.nodes),
+        "speed": round(j.extra.get(SPEED_KEY, 1.0), 4),
     }
 
 

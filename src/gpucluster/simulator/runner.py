@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from gpucluster.jobs import EngineOptions, Job, JobEngine, JobEvent, JobSpec, SchedulerPlacer, job_profile
-from gpucluster.jobs.engine import SeriesPoint, Timer, Totals
+from gpucluster.jobs import EngineOptions, GpuSpeeds, Job, JobEngine, JobEvent, JobSpec, SchedulerPlacer, job_profile
+from gpucluster.jobs.engine import SeriesPoint, Timer, Totals, no_slowdown
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.placement import jobs_profile
 from gpucluster.jobs.policies import QueuePolicy, make_policy
@@ -43,7 +43,9 @@ class Simulation:
     see :func:`gpucluster.jobs.job_profile`); ``profile`` overrides it with a ready profile. ``services``: a
     ``QuotaTree`` as ``quota`` (limits through the ``Quota`` plugin, guarantees for DRF and reclaim) and a
     ``DataCatalog`` as ``datasets``. ``network=None`` is the fabric's :class:`NetworkModel`; ``slowdown=False``
-    runs every job at full speed wherever it lands (the control plane's jobs say how long they run).
+    runs every job without the network model's slowdown (the control plane's jobs say how long they run). Either
+way a job's GPU speed applies (:attr:`speeds`): its ``duration_s`` is work in seconds on its ``ref_gpu``, and a
+job without one runs the same on every GPU model.
     """
 
     def __init__(
@@ -67,7 +69,9 @@ class Simulation:
         self.state = cluster.state() if isinstance(cluster, Cluster) else cluster
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self.network = network or NetworkModel(self.state.fabric)
-        handle = Handle(rng=np.random.default_rng(seed), services=dict(services or {}))
+        self.speeds = GpuSpeeds(self.state)
+        """Job speeds on this cluster's GPU models (a job's work is seconds on its ``ref_gpu``)."""
+        handle = Handle(rng=np.random.default_rng(seed), services={"gpu_speeds": self.speeds, **(services or {})})
         quota = handle.services.get("quota")
         if quota is not None and not isinstance(quota, QuotaTree):
             raise TypeError("services['quota'] must be a QuotaTree")
@@ -79,11 +83,12 @@ class Simulation:
         self._levels: dict[str, float] = {}
         self.engine = JobEngine(
             SchedulerPlacer(self.scheduler), self.policy, quota=quota, catalog=handle.services.get("datasets"),
-            slowdown=self._slowdown if slowdown else (lambda job, devices: (1.0, None)),
+            slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown),
             options=EngineOptions(restart_overhead_s=restart_overhead_s, tenant_weights=dict(tenant_weights or {}),
                                   locality_delay_s=locality_delay_s, record_series=record_series,
                                   describe=describe),
             kernel=kernel)
+        self.speeds.jobs = self.engine.jobs
 
     # ================================================================================ the engine's API
     @property
@@ -126,12 +131,17 @@ class Simulation:
         return self.engine.job(job_id)
 
     def submit(self, spec: JobSpec | Job) -> Job:
-        """Add a job; it arrives at ``max(spec.submit_s, now)``. Raises ``ValueError`` on a duplicate id."""
-        return self.engine.submit(spec)
+        """Add a job; it arrives at ``max(spec.submit_s, now)``. Raises ``ValueError`` on a duplicate id or bad
+        speed fields (``ref_gpu``, ``work_class``, ``speedup``)."""
+        record = spec if isinstance(spec, JobSpec) else spec.spec
+        self.speeds.check(record)
+        job = self.engine.submit(spec)
+        self.speeds.note(record)
+        return job
 
     def submit_many(self, specs: Iterable[JobSpec]) -> None:
         for spec in specs:
-            self.engine.submit(spec)
+            self.submit(spec)
 
     def cancel(self, job_id: str, why: str = "cancelled by request") -> bool:
         """Cancel a job wherever it is; False if it had already ended."""

@@ -9,6 +9,7 @@ from gpucluster.scheduler.plugins import (
     devicefit,
     fragmentation,
     gang,
+    gpuspeed,
     noderesources,
     nodeselector,
     policy,
@@ -26,6 +27,6 @@ def builtin_registry() -> PluginRegistry:
     reg.register("DeviceFit", devicefit.new_device_fit)
     reg.register("NodePolicy", policy.new_node_policy)
     reg.register("DevicePolicy", policy.new_device_policy)
-    for package in (fragmentation, baselines, gang, topology, quota, datalocality, nodeselector):
+    for package in (fragmentation, baselines, gang, topology, quota, datalocality, nodeselector, gpuspeed):
         package.register(reg)
     return reg

@@ -90,7 +90,8 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
                            resources=dict(body.resources), duration_s=body.duration_s,
                            submit_s=service.runtime.now, priority=body.priority, gpu_type=body.gpu_types(),
                            node_selector=body.node_selector, kind=body.kind, preemptible=body.preemptible,
-                           submitted_at=time.time(), registry=service.runtime.registry))
+                           submitted_at=time.time(), registry=service.runtime.registry, ref_gpu=body.ref_gpu,
+                           work_class=body.work_class, speedup=dict(body.speedup), tokens=body.tokens))
         service.runtime.validate(job)
     except ValueError as exc:
         where, _, why = str(exc).partition(": ")

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from gpucluster.model.limits import (
     MAX_JOB_DURATION_S,
+    MAX_JOB_SPEEDUP,
+    MAX_JOB_TOKENS,
     MAX_PRIORITY,
     MAX_REPLICAS,
 )
@@ -27,6 +29,8 @@ RESOURCE_NAME_RE = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_
 MAX_QUOTA_GPUS = 1_000_000.0
 MAX_GPU_TYPES = 16
 """GPU models one job may list in ``gpu_type``."""
+MAX_SPEEDUP_MODELS = 64
+"""GPU models one job may give a measured ``speedup`` for."""
 MAX_SELECTOR_LABELS = 32
 """Labels one job's ``node_selector`` may ask for."""
 LABEL_KEY_RE = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -35,6 +39,7 @@ LABEL_VALUE_RE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 Name = Annotated[str, StringConstraints(pattern=NAME_RE, max_length=63)]
 ResourceName = Annotated[str, StringConstraints(pattern=RESOURCE_NAME_RE, max_length=MAX_RESOURCE_NAME_CHARS)]
 GpuModel = Annotated[str, StringConstraints(max_length=64, pattern=r"^[^\x00-\x1f]*$")]
+WorkClassName = Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_./]*$")]
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_RE, max_length=317)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_RE, max_length=63)]
 MAX_RESOURCE_INT = 2**53
@@ -73,6 +78,20 @@ class JobIn(_In):
         description="Node labels every pod's node must carry (Kubernetes nodeSelector).")
     kind: Literal["train", "infer"] = Field("train", description="Training or inference job.")
     preemptible: bool = Field(True, description="False: never stopped to make room for another job.")
+    ref_gpu: GpuModel = Field(
+        "", description="GPU model duration_s was measured on (a catalog model or alias: V100, H100, L40S ...): on "
+                        "another model the job runs for duration_s / its speed there (the speed model, "
+                        "docs/gpu-speed.md); empty = the same run time on every model.")
+    work_class: WorkClassName | Literal[""] = Field(
+        "", description="Speed-model work class (training/cnn, inference/llm-decode ...); empty = chosen from "
+                        "kind.")
+    speedup: dict[GpuModel, float] = Field(
+        default_factory=dict, max_length=MAX_SPEEDUP_MODELS,
+        description="Measured speed relative to ref_gpu per GPU model (e.g. {\"H100\": 3.1}); overrides the speed "
+                    "model on those models. Needs ref_gpu.")
+    tokens: float = Field(0.0, ge=0, le=MAX_JOB_TOKENS,
+                          description="Tokens an inference job processes in all (cost per million tokens); 0 = "
+                                      "not given.")
 
     def gpu_types(self) -> str:
         """``gpu_type`` as HAMi's comma list (empty = any)."""
@@ -85,6 +104,14 @@ class JobIn(_In):
         items = value if isinstance(value, list) else (value or "").split(",")
         if len([t for t in items if t.strip()]) > MAX_GPU_TYPES:
             raise ValueError(f"at most {MAX_GPU_TYPES} GPU models")
+        return value
+
+    @field_validator("speedup")
+    @classmethod
+    def _positive_speeds(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, speed in value.items():
+            if not 0 < speed <= MAX_JOB_SPEEDUP:
+                raise ValueError(f"{key}: must be > 0 and at most {MAX_JOB_SPEEDUP:g}, got {speed!r}")
         return value
 
     @field_validator("resources")
@@ -141,6 +168,12 @@ class JobOut(_Out):
     node_selector: dict[str, str] = Field(default_factory=dict)
     kind: str = Field("train", description="train or infer.")
     preemptible: bool = True
+    ref_gpu: str = Field("", description="GPU model duration_s is measured on; empty = the same everywhere.")
+    work_class: str = Field("", description="Speed-model work class; empty = chosen from kind.")
+    speedup: dict[str, float] = Field(default_factory=dict, description="Measured speeds relative to ref_gpu.")
+    tokens: float = Field(0.0, description="Tokens the job processes in all; 0 = not given.")
+    gpu_speed: float | None = Field(None, description="Speed of the current (or last) run relative to ref_gpu "
+                                                      "(its slowest GPU); None before it first ran.")
     status: str
     message: str
     synthetic: bool

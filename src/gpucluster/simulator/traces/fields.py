@@ -32,6 +32,14 @@ def seconds(raw: object, where: str, column: str, lower: float = 0.0) -> float:
         raise TraceError(f"{where}: {column}: {exc}") from None
 
 
+def amount(raw: object, where: str, column: str, upper: float) -> float:
+    """A finite non-negative amount within ``upper`` (``tokens``)."""
+    try:
+        return finite_number(raw, 0.0, upper)
+    except ValueError as exc:
+        raise TraceError(f"{where}: {column}: {exc}") from None
+
+
 @contextlib.contextmanager
 def decoded(path: Path, error: type[ValueError] = TraceError) -> Iterator[None]:
     """Turn a file that is not UTF-8 text into a TraceError naming the file and the byte."""
@@ -41,4 +49,4 @@ def decoded(path: Path, error: type[ValueError] = TraceError) -> Iterator[None]:
         raise error(f"{path}: byte {exc.start}: not UTF-8 text") from None
 
 
-__all__ = ["decoded", "seconds", "whole"]
+__all__ = ["amount", "decoded", "seconds", "whole"]

@@ -4,12 +4,17 @@ Fields: ``job_type, command, num_steps_arg, needs_data_dir, total_steps, arrival
 Duration on a V100 = ``total_steps / oracle_throughputs["v100"][job_type]["null"]`` (steps per second on one
 GPU; the same whatever the GPU count, as Gavel's simulator of that time counts steps once). The VC (file
 name) becomes the job's tenant.
+
+GPU speed (docs/gpu-speed.md): the work is V100 seconds, so every job has ``ref_gpu`` ``V100`` (:data:`REF_GPU`)
+and kind ``train``; its ``speedup`` carries Gavel's measured throughput on the P100 and the K80 relative to the
+V100 for its job type (the per-job override of the speed model; other models follow the model).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from gpucluster.jobs.model import JobSpec
 from gpucluster.model.limits import MAX_TRACE_GPUS
@@ -17,6 +22,10 @@ from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import decoded, seconds, whole
 
 THROUGHPUTS = "oracle_throughputs.json"
+REF_GPU = "V100"
+"""The GPU the Philly/Gavel work is measured on (Gavel's V100 worker)."""
+MEASURED = {"v100": "V100-SXM2-16GB", "p100": "P100-PCIe-16GB", "k80": "K80"}
+"""Gavel's worker types -> catalog GPU models (``speedup`` keys)."""
 
 
 def find_throughputs(path: Path) -> Path:
@@ -27,11 +36,16 @@ def find_throughputs(path: Path) -> Path:
     raise TraceError(f"{path}: no {THROUGHPUTS} found next to the trace or in a parent folder")
 
 
-def load_throughputs(path: Path, worker: str = "v100") -> dict[str, float]:
+def _read_table(path: Path) -> dict[str, Any]:
     try:
-        table = json.loads(path.read_text())
+        table: dict[str, Any] = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise TraceError(f"{path}: cannot read the throughput table: {exc}") from None
+    return table
+
+
+def load_throughputs(path: Path, worker: str = "v100", table: dict[str, Any] | None = None) -> dict[str, float]:
+    table = _read_table(path) if table is None else table
     if worker not in table:
         raise TraceError(f"{path}: no worker type {worker!r} (have {', '.join(sorted(table))})")
     out: dict[str, float] = {}
@@ -55,7 +69,11 @@ def trace_files(path: Path) -> list[Path]:
 def load_philly(path: Path, throughputs: Path | None = None, worker: str = "v100",
                 limit: int | None = None) -> list[JobSpec]:
     """All jobs of one ``.trace`` file or of every ``.trace`` file in a folder, sorted by arrival."""
-    table = load_throughputs(throughputs or find_throughputs(path), worker)
+    table_path = throughputs or find_throughputs(path)
+    raw = _read_table(table_path)
+    table = load_throughputs(table_path, worker, raw)
+    speedups = _speedups(raw, worker, table)
+    ref_gpu = (REF_GPU if worker == "v100" else MEASURED[worker]) if worker in MEASURED else ""
     jobs: list[JobSpec] = []
     for f in trace_files(path):
         vc = f.stem
@@ -63,12 +81,28 @@ def load_philly(path: Path, throughputs: Path | None = None, worker: str = "v100
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
-                jobs.append(_parse(line, f, lineno, vc, table))
+                jobs.append(_parse(line, f, lineno, vc, table, speedups, ref_gpu))
     jobs.sort(key=lambda j: (j.submit_s, j.job_id))
     return jobs[:limit] if limit is not None else jobs
 
 
-def _parse(line: str, f: Path, lineno: int, vc: str, table: dict[str, float]) -> JobSpec:
+def _speedups(raw: dict[str, Any], worker: str, table: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Job type -> measured speed relative to ``worker`` on each of Gavel's GPUs (catalog names)."""
+    if worker not in MEASURED:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for job_type, ref in table.items():
+        row = {}
+        for w, gpu in MEASURED.items():
+            v = raw.get(w, {}).get(job_type, {})
+            if isinstance(v, dict) and isinstance(v.get("null"), int | float) and v["null"] > 0:
+                row[gpu] = float(v["null"]) / ref
+        out[job_type] = row
+    return out
+
+
+def _parse(line: str, f: Path, lineno: int, vc: str, table: dict[str, float],
+           speedups: dict[str, dict[str, float]], ref_gpu: str) -> JobSpec:
     where = f"{f}:{lineno}"
     parts = line.rstrip("\n").split("\t")
     if len(parts) != 7:
@@ -85,4 +119,5 @@ def _parse(line: str, f: Path, lineno: int, vc: str, table: dict[str, float]) ->
     return JobSpec(
         job_id=f"{vc}-{lineno:05d}", submit_s=arrival, num_gpus=gpus, duration_s=steps / rate,
         tenant=vc, model=job_type, dataset=job_type.split(" ")[0] if parts[3] == "1" else "",
+        ref_gpu=ref_gpu, speedup=speedups.get(job_type, {}),
     )

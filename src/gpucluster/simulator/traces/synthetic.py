@@ -28,6 +28,11 @@ grows) so that the offered load over it is exactly ``load`` for the drawn jobs. 
 2,000 Philly jobs hold 1.5 x 1,920 GPUs for about three minutes, 20,000 hold 0.7 x 1,920 for about 2.7 days.
 When the jobs together ask for fewer GPUs than ``load`` x the cluster's, no window can reach it:
 :class:`TraceError` says so and how many jobs would.
+
+GPU speed: the run times are what the jobs take on the cluster the trace is sized for, so ``ref_gpu`` names that
+cluster's GPU model (``gpucluster simulate`` and ``whatif`` pass its most common model; the load is then
+``load`` x its GPUs at that model's speed, and another design runs the same work faster or slower). Jobs are
+training jobs (kind ``train``); their model names pick the speed model's work class.
 """
 
 from __future__ import annotations
@@ -93,8 +98,10 @@ def generate(
     tenants: int = 8,
     seed: int = 0,
     max_gpus: int | None = None,
+    ref_gpu: str = "",
 ) -> list[JobSpec]:
     """``n`` jobs that offer ``load`` x ``cluster_gpus`` over their arrival window. Deterministic for a seed.
+    ``ref_gpu``: the GPU model the run times are on (empty: the same on every model).
 
     Raises TraceError for a bad argument, or when the ``n`` jobs together ask for fewer GPUs than the load needs.
     """
@@ -125,7 +132,7 @@ def generate(
         JobSpec(
             job_id=f"syn-{k:06d}", submit_s=round(float(arrivals[k]), 3), num_gpus=int(gpus[k]),
             duration_s=round(float(runs[k]), 3), tenant=f"team-{int(tenant_of[k])}",
-            model=_MODELS[int(model_of[k])],
+            model=_MODELS[int(model_of[k])], ref_gpu=ref_gpu,
         )
         for k in range(n)
     ]

@@ -3,6 +3,8 @@
 Columns used: ``job_id``, ``num_gpu``, ``submit_time`` (s), ``duration`` (s), and ``model_name`` when present.
 Rows with the same ``job_id`` (``tf_job.csv`` repeats them) are kept once. Cluster shape files
 (``n256g8.csv``: switches, nodes per switch, GPUs per node, CPUs, memory GB) load with :func:`load_shape`.
+The traces are Philly-derived training jobs: kind ``train``, work in V100 seconds (``ref_gpu`` :data:`REF_GPU`,
+docs/gpu-speed.md).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import decoded, seconds, whole
 
 _NEED = ("job_id", "num_gpu", "submit_time", "duration")
+REF_GPU = "V100"
 
 
 def load_tiresias(path: Path) -> list[JobSpec]:
@@ -41,7 +44,7 @@ def load_tiresias(path: Path) -> list[JobSpec]:
             duration = seconds(row["duration"], where, "duration")
             try:
                 jobs.append(JobSpec(job_id=f"tiresias-{jid}", submit_s=submit, num_gpus=gpus, duration_s=duration,
-                                    model=(row.get("model_name") or "").strip()))
+                                    model=(row.get("model_name") or "").strip(), ref_gpu=REF_GPU))
             except ValueError as exc:
                 raise TraceError(f"{where}: {exc}") from None
     jobs.sort(key=lambda j: j.submit_s)

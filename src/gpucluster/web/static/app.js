@@ -377,6 +377,7 @@ pages.jobs = {
         <div><label for="jf-mem">GPU memory MiB (opt.)</label><input id="jf-mem" type="number" min="1" placeholder="whole GPU"></div>
         <div><label for="jf-duration">Duration s (opt.)</label><input id="jf-duration" type="number" min="1" step="any" value="120"></div>
         <div><label for="jf-kind">Kind</label><select id="jf-kind" data-testid="jf-kind"><option value="train">train</option><option value="infer">infer</option></select></div>
+        <div><label for="jf-ref-gpu">Reference GPU (opt.)</label><input id="jf-ref-gpu" data-testid="jf-ref-gpu" maxlength="64" placeholder="V100, A100, H100 ..." title="GPU model the duration is measured on: elsewhere the job runs its work at the speed model's speed"></div>
         <div><label for="jf-preemptible"><input id="jf-preemptible" type="checkbox" checked> Preemptible</label></div>
         <div><button class="primary" type="submit" id="jf-submit">Submit</button></div>
       </form><div id="jf-error" class="error-text"></div></div>
@@ -430,6 +431,7 @@ pages.jobs = {
     const props = (schema && schema.properties) || {};
     if (props.kind && v("#jf-kind") && v("#jf-kind") !== "train") body.kind = v("#jf-kind");
     if (props.preemptible && $("#jf-preemptible") && !$("#jf-preemptible").checked) body.preemptible = false;
+    if (props.ref_gpu && v("#jf-ref-gpu")) body.ref_gpu = v("#jf-ref-gpu");
     $("#jf-error").textContent = "";
     try {
       const job = await api("POST", "/api/v1/jobs", body);

@@ -1,0 +1,197 @@
+"""GPU speed in the job engine: a job's work is seconds on its reference GPU, its run time on the GPUs it got is
+that work over the speed model's factor (:mod:`gpucluster.perf`), times the placement's network slowdown.
+
+:class:`GpuSpeeds` binds a :class:`~gpucluster.perf.SpeedModel` to a cluster's state: it reads the GPU model of
+each device a job was given (``ClusterState.dev_model``) and answers the job's speed there (a gang spread over
+several models runs at its slowest member's pace). A job with no ``ref_gpu`` and no ``speedup`` runs at 1.0
+everywhere (the behaviour before the speed model); so does a job on a GPU model the catalog does not know
+(listed in :attr:`GpuSpeeds.unknown`). :meth:`GpuSpeeds.wrap` turns an engine ``Slowdown`` (the network model's)
+into one that also applies the speed: the engine then stretches (or shortens) the run by ``slowdown / speed``
+and records the speed in ``job.extra["speed"]``.
+
+Speeds are cached per (job speed description, GPU model), so starting a job costs a few dictionary look-ups.
+
+It is also the ``gpu_speeds`` service of the ``GpuSpeed`` placement plugin (:meth:`GpuSpeeds.model_scores`:
+Gavel's effective throughput, the ``gavel`` queue and placement policies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from gpucluster.jobs.model import JOB_LABEL, Job, JobKind, JobSpec
+from gpucluster.model import ClusterState, Pod
+from gpucluster.perf import JobSpeed, SpeedModel
+
+SPEED_KEY = "speed"
+"""``Job.extra`` key of the speed factor of the job's current (or last) run."""
+KINDS = {JobKind.TRAIN: "training", JobKind.INFER: "inference"}
+"""Job kind -> the speed model's kind."""
+
+Slowdown = Callable[[Job, list[tuple[int, int]]], tuple[float, float | None]]
+SpeedKey = tuple[Any, ...]
+
+
+@lru_cache(maxsize=1)
+def default_speed_model() -> SpeedModel:
+    """The speed model over the bundled catalog (loaded once per process)."""
+    return SpeedModel()
+
+
+def speed_key(spec: JobSpec) -> SpeedKey | None:
+    """What a job's speed depends on; None when it runs the same on every GPU model."""
+    if not spec.ref_gpu and not spec.speedup:
+        return None
+    return (spec.kind, spec.model, spec.ref_gpu, spec.work_class, tuple(sorted(spec.speedup.items())))
+
+
+def describe(spec: JobSpec, model: SpeedModel | None = None) -> JobSpeed | None:
+    """The job's speed description (None: the same on every model). Raises ValueError naming the field."""
+    if speed_key(spec) is None:
+        return None
+    return (model or default_speed_model()).job(
+        kind=KINDS[spec.kind], model=spec.model, ref_gpu=spec.ref_gpu or None, work_class=spec.work_class or None,
+        measured=dict(spec.speedup))
+
+
+_FIELDS = {"speed": "speedup", "kind": "kind", "ref_gpu": "ref_gpu", "work_class": "work_class"}
+
+
+def check_speed_fields(spec: JobSpec, model: SpeedModel | None = None) -> None:
+    """Raise ``ValueError("field: why")`` naming the job's request field (``ref_gpu``, ``work_class``,
+    ``speedup.<MODEL>``) when its speed fields do not describe a speed (unknown GPU model or work class, a
+    speed that is not > 0, speeds without a ``ref_gpu``)."""
+    try:
+        describe(spec, model)
+    except ValueError as exc:
+        where, _, why = str(exc).partition(": ")
+        head, dot, rest = where.partition(".")
+        raise ValueError(f"{_FIELDS.get(head, head)}{dot}{rest}: {why}") from None
+
+
+class GpuSpeeds:
+    """Job speeds on the GPU models of one cluster state (see the module docstring)."""
+
+    def __init__(self, state: ClusterState, model: SpeedModel | None = None) -> None:
+        self.state = state
+        self.model = model if model is not None else default_speed_model()
+        self._jobs: dict[SpeedKey, JobSpeed] = {}
+        self._factors: dict[tuple[SpeedKey, str], float] = {}
+        self.jobs: Mapping[str, Job] | None = None
+        """The engine's jobs (set by the driver), for :meth:`model_scores` to find a pod's job."""
+        self._mix: dict[SpeedKey, int] = {}
+        self._mix_specs: dict[SpeedKey, JobSpec] = {}
+        self._scores: dict[tuple[SpeedKey, tuple[str, ...]], list[float]] = {}
+
+    @property
+    def unknown(self) -> set[str]:
+        """GPU models of the cluster the catalog does not know (jobs ran there at their reference speed)."""
+        return self.model.unknown
+
+    def job_speed(self, spec: JobSpec) -> JobSpeed | None:
+        """The job's speed description (None: the same on every model). Raises ValueError naming the field."""
+        key = speed_key(spec)
+        if key is None:
+            return None
+        found = self._jobs.get(key)
+        if found is None:
+            made = describe(spec, self.model)
+            assert made is not None
+            found = self._jobs[key] = made
+        return found
+
+    def check(self, spec: JobSpec) -> None:
+        """Raise ValueError (``job ID: field: why``) if the job's speed fields are wrong."""
+        try:
+            self.job_speed(spec)
+        except ValueError as exc:
+            raise ValueError(f"job {spec.job_id}: {exc}") from None
+
+    def factor(self, spec: JobSpec, gpu_model: str) -> float:
+        """Speed of ``spec`` on ``gpu_model`` relative to its reference GPU (1.0 without one)."""
+        key = speed_key(spec)
+        if key is None:
+            return 1.0
+        cached = self._factors.get((key, gpu_model))
+        if cached is None:
+            job = self.job_speed(spec)
+            assert job is not None
+            cached = self._factors[(key, gpu_model)] = self.model.factor(job, gpu_model)
+        return cached
+
+    def gang_factor(self, spec: JobSpec, gpu_models: Iterable[str]) -> float:
+        """Pace of a job over these models: its slowest member's speed (1.0 for none)."""
+        return min((self.factor(spec, m) for m in gpu_models), default=1.0)
+
+    def models_of(self, devices: Sequence[tuple[int, int]]) -> set[str]:
+        """GPU model names of ``(node index, device index)`` pairs."""
+        names = self.state.models.names
+        ids = {int(self.state.dev_model[n, d]) for n, d in devices}
+        return {names[i] for i in ids if i >= 0}
+
+    def on_devices(self, spec: JobSpec, devices: Sequence[tuple[int, int]]) -> float:
+        """Speed of ``spec`` on the devices of its placement."""
+        if speed_key(spec) is None:
+            return 1.0
+        return self.gang_factor(spec, self.models_of(devices))
+
+    # ------------------------------------------------------------------ heterogeneity-aware placement
+    def note(self, spec: JobSpec) -> None:
+        """Count a submitted job in the workload mix :meth:`model_scores` compares against."""
+        key = speed_key(spec)
+        if key is not None:
+            self._mix[key] = self._mix.get(key, 0) + 1
+            self._mix_specs.setdefault(key, spec)
+            self._scores.clear()
+
+    def normalized(self, spec: JobSpec, models: Sequence[str]) -> list[float]:
+        """The job's speed on each model over its speed on the best of them (1.0 = its best option)."""
+        speeds = [self.factor(spec, m) for m in models]
+        best = max(speeds, default=1.0)
+        return [s / best for s in speeds]
+
+    def model_scores(self, pod: Pod, models: Sequence[str]) -> list[float] | None:
+        """Gavel's effective throughput for the pod's job, per model, 0..1 (the ``GpuSpeed`` plugin's oracle).
+
+        The job's normalised speed on each model (over its best) divided by the mean normalised speed of the
+        submitted jobs on that model (its *comparative* advantage there), scaled so that the best model scores 1:
+        a job that loses little on a slower model goes there and leaves the fast one to jobs that lose much.
+        None for a job that runs the same everywhere."""
+        job = self.jobs.get(pod.labels.get(JOB_LABEL, "")) if self.jobs is not None else None
+        if job is None:
+            return None
+        key = speed_key(job.spec)
+        if key is None:
+            return None
+        names = tuple(models)
+        found = self._scores.get((key, names))
+        if found is None:
+            mine = self.normalized(job.spec, names)
+            mix = self._mix_mean(names)
+            adv = [n / m if m > 0 else n for n, m in zip(mine, mix, strict=True)]
+            top = max(adv, default=1.0) or 1.0
+            found = self._scores[(key, names)] = [a / top for a in adv]
+        return found
+
+    def _mix_mean(self, models: tuple[str, ...]) -> list[float]:
+        total = sum(self._mix.values())
+        if not total:
+            return [1.0] * len(models)
+        acc = [0.0] * len(models)
+        for key, count in self._mix.items():
+            for i, n in enumerate(self.normalized(self._mix_specs[key], models)):
+                acc[i] += count * n
+        return [a / total for a in acc]
+
+    def wrap(self, slowdown: Slowdown) -> Slowdown:
+        """``slowdown`` (the network model's) with the job's speed applied: ``(network / speed, level)``."""
+
+        def with_speed(job: Job, devices: list[tuple[int, int]]) -> tuple[float, float | None]:
+            factor, level = slowdown(job, devices)
+            speed = self.on_devices(job.spec, devices)
+            job.extra[SPEED_KEY] = speed
+            return (factor / speed if speed != 1.0 else factor), level
+
+        return with_speed
