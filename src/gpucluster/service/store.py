@@ -10,8 +10,8 @@ latency. Tokens are stored as SHA-256 hashes, never in clear; revoking one takes
 
 A job row keeps what the user asked for (name, tenant, replicas, resources, duration, priority, submission time)
 and what its last run looked like (runtime clock times of submission, start and end, GPU-equivalents held,
-placements, attempts, preemptions): a job that ended before a restart reads back exactly as it was; a live one
-is queued again and its run fields are re-created when it is placed.
+placements, attempts, preemptions, GPU speed): a job that ended before a restart reads back exactly as it was; a
+live one is queued again and its run fields are re-created when it is placed.
 
 Rows are read defensively: a job row that cannot be turned back into a job (hand-edited, written by a buggy
 version) is reported by :meth:`Store.load_jobs` and skipped, never a reason not to start.
@@ -34,6 +34,7 @@ from typing import Any
 
 from gpucluster.devices import VendorRegistry
 from gpucluster.jobs import JobSpec, JobState, JobStatus, job_spec
+from gpucluster.jobs.speed import SPEED_KEY
 from gpucluster.model import Pod
 from gpucluster.service.runtime import Job, JobEvent
 
@@ -71,6 +72,7 @@ MIGRATIONS = (
     ("jobs", "placements", "ALTER TABLE jobs ADD COLUMN placements TEXT"),
     ("jobs", "attempts", "ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "preemptions", "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "gpu_speed", "ALTER TABLE jobs ADD COLUMN gpu_speed REAL"),
 )
 """(table, column, statement) applied when an older database lacks the column."""
 
@@ -251,9 +253,10 @@ class Store:
                         n += 1
                 self._db.executemany(
                     "UPDATE jobs SET status=?, message=?, priority=?, submitted_t=?, started_t=?, finished_t=?, "
-                    "gpus=?, placements=?, attempts=?, preemptions=? WHERE id=?",
+                    "gpus=?, placements=?, attempts=?, preemptions=?, gpu_speed=? WHERE id=?",
                     [(j.status.value, j.message, j.priority, j.submitted_t, j.started_t, j.finished_t, j.gpus,
-                      json.dumps(j.placements), j.attempts, j.preemptions, j.id) for j in jobs.values()])
+                      json.dumps(j.placements), j.attempts, j.preemptions, j.extra.get(SPEED_KEY), j.id)
+                     for j in jobs.values()])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -419,4 +422,7 @@ def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
     gpus = _opt_float(r["gpus"])
     if gpus is not None:
         job.least_gpus = gpus
+    speed = _opt_float(r["gpu_speed"])
+    if speed is not None:
+        job.extra[SPEED_KEY] = speed
     return job
