@@ -103,6 +103,18 @@ def _sim_nodes(state: ClusterState, nodes: list[str]) -> list[str]:
     return nodes
 
 
+def _emit(text: str, out: Path | None, what: str) -> None:
+    """Write ``text`` to stdout, or to ``out`` with a line on stderr saying what was written where."""
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"--out {out}: {exc.strerror}")
+    typer.echo(f"wrote {what} to {out}", err=True)
+
+
 def register(app: typer.Typer) -> None:
     monitor = typer.Typer(help="Monitoring: alert rules, fault drills.", no_args_is_help=True)
     analyze_app = typer.Typer(help="Analyse workloads from their metrics.", no_args_is_help=True)
@@ -214,15 +226,7 @@ def register(app: typer.Typer) -> None:
                  "action": str(r.action), "summary": r.summary} for r in default_rules()
             ]})
             return
-        text = rule_file()
-        if out is None:
-            typer.echo(text, nl=False)
-            return
-        try:
-            out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            fail(f"--out {out}: {exc.strerror}")
-        typer.echo(f"wrote {len(default_rules())} rules to {out}", err=True)
+        _emit(rule_file(), out, f"{len(default_rules())} rules")
 
     @monitor.command("dashboard")
     def dashboard_cmd(
@@ -232,15 +236,7 @@ def register(app: typer.Typer) -> None:
         panels, HAMi's allocation view, latency); import it in Grafana or let the chart's ConfigMap load it."""
         from gpucluster.monitoring.dashboard import dashboard_json
 
-        text = dashboard_json()
-        if out is None:
-            typer.echo(text, nl=False)
-            return
-        try:
-            out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            fail(f"--out {out}: {exc.strerror}")
-        typer.echo(f"wrote the dashboard to {out}", err=True)
+        _emit(dashboard_json(), out, "the dashboard")
 
     @monitor.command("fault")
     def fault(
