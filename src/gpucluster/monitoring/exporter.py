@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,11 +101,8 @@ class DeviceCollector(Collector):
         self.fields = DEVICE_FIELDS if fields is None else tuple(f for f in DEVICE_FIELDS if f[0] in fields)
 
     def collect(self) -> Iterator[Metric]:
-        if self.lock is None:
+        with self.lock or nullcontext():
             samples = self.source.sample()
-        else:
-            with self.lock:
-                samples = self.source.sample()
         labels = [device_labels(s) for s in samples]
         for name, attr, typ, doc in self.fields:
             fam = _family(name, doc, typ, m.DCGM_LABELS)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Final
 
 import numpy as np
@@ -259,11 +260,8 @@ class HamiHostCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        if self.lock is None:
+        with self.lock or nullcontext():
             samples = self.source.sample()
-        else:
-            with self.lock:
-                samples = self.source.sample()
         g = GaugeMetricFamily
         mem = g(HOST_GPU_MEMORY_USED, "GPU device memory usage in bytes", labels=HOST_LABELS)
         util = g(HOST_GPU_UTILIZATION, "GPU core utilization ratio (0-100)", labels=HOST_LABELS)
