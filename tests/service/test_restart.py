@@ -77,11 +77,15 @@ def _status(server: Server, job_id: str) -> str:
 
 
 def _settled(server: Server, ids: dict[str, str]) -> dict[str, Any] | None:
-    """Every job, by id, once each has the status the plan expects (else None)."""
+    """Every job, by id, once each has the status the plan expects and each waiting job has been tried (its
+    message says it waits for its tenant's quota; a job just submitted is pending before its first pass, and
+    that pass adds an event), else None."""
     with server.client() as admin:
         jobs = {j["id"]: j for j in admin.get("/api/v1/jobs", params={"limit": 100}).json()["jobs"]}
     ok = all(jobs.get(jid, {}).get("status") == EXPECTED[name] for name, jid in ids.items())
-    return jobs if ok else None
+    tried = all(str(jobs[jid].get("message", "")).startswith("waiting for quota")
+                for name, jid in ids.items() if ok and EXPECTED[name] == "pending")
+    return jobs if ok and tried else None
 
 
 def _view(server: Server, tokens: dict[str, str], ids: dict[str, str]) -> dict[str, Any]:
