@@ -11,6 +11,7 @@ the nodes that changed.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from gpucluster.model.workload import Pod
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+_STATE_UIDS = itertools.count(1)
 
 
 class AllocationError(ValueError):
@@ -131,6 +133,9 @@ class ClusterState:
         self.node_index: dict[str, int] = {}
         self.allocations: dict[str, Allocation] = {}
         self.pods_on_node: list[set[str]] = []
+        self.uid = next(_STATE_UIDS)
+        """Unique among the states of this process (``id()`` may be reused): a cache keyed by
+        ``node_generation`` is valid only for the state it was filled from."""
         self.generation = 0
         self.min_core_cap = 1 << 62
         """The smallest compute capacity of any device (a request at least this large may be exclusive)."""
@@ -422,6 +427,8 @@ class Snapshot:
 
     def __init__(self, state: ClusterState) -> None:
         self._state = state
+        self.state_uid = state.uid
+        """The viewed state's :attr:`ClusterState.uid`."""
         self.generation = state.generation
         self.nodes: Sequence[NodeSpec] = state.nodes
         self.node_index = state.node_index

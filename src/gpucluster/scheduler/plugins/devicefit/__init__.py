@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpucluster.devices import DeviceInputError, hami
-from gpucluster.model import DeviceGrant, DeviceRequest, Pod, Snapshot
+from gpucluster.model import DeviceConstraints, DeviceGrant, DeviceRequest, Pod, Snapshot
 from gpucluster.model.resources import CORE_MILLI_PER_DEVICE, VENDOR_NVIDIA
 from gpucluster.scheduler.framework import (
     BoolArray,
@@ -105,6 +105,8 @@ class _Prepared:
     type_bad: BoolArray | None
     """[N, D] devices excluded by model or mode annotations (to tell type from UUID mismatches)."""
     options: PodOptions
+    selection: tuple[Any, ...] = ()
+    """The annotations ``allowed`` derives from, as a hashable key (what :class:`_FitCache` keys on)."""
 
     def all_requests(self) -> Sequence[tuple[DeviceRequest, int]]:
         return [(r, v) for (_, r), v in zip(self.requests + self.init_requests,
@@ -116,6 +118,17 @@ def _type_matches(type_string: str, use: Sequence[str], nouse: Sequence[str]) ->
     if use and not any(t.upper() in upper for t in use):
         return False
     return not any(t.upper() in upper for t in nouse)
+
+
+def _constraints_key(c: DeviceConstraints) -> tuple[Any, ...]:
+    return (c.use_types, c.nouse_types, c.use_uuids, c.nouse_uuids,
+            tuple(sorted((v, _constraints_key(own)) for v, own in c.per_vendor.items())))
+
+
+def selection_key(pod: Pod) -> tuple[Any, ...]:
+    """What of ``pod`` :func:`allowed_devices` reads, as a hashable key: pods with equal keys are allowed the
+    same devices of any node (the masks change only when a node's devices do, i.e. with its generation)."""
+    return (_constraints_key(pod.constraints), pod.annotations.get(hami.VGPU_MODE_ANNOTATION))
 
 
 def allowed_devices(pod: Pod, snap: Snapshot) -> tuple[BoolArray | None, BoolArray | None]:
@@ -222,6 +235,46 @@ def request_memory(snap: Snapshot, node: int, device: int, request: DeviceReques
     return request.memory_mib
 
 
+_FIT_KEYS = 256
+"""Request kinds :class:`_FitCache` keeps at most (the oldest is dropped first)."""
+
+
+class _FitCache:
+    """Per request kind (vendor, request, exclusive, NUMA-bound), whether each node has enough devices that pass
+    every check of :func:`device_stages`, kept per ``node_generation`` so that Filter recomputes only the nodes
+    that changed since the kind was last asked for (one or two per decision in a busy cluster, instead of every
+    device of every node). Pods that name devices (UUIDs, types, vGPU modes) are not cached: their masks are
+    their own. Valid for one :class:`~gpucluster.model.ClusterState` (its ``uid``) and shape; any other resets it.
+    """
+
+    def __init__(self) -> None:
+        self._owner: tuple[int, int, int] = (-1, -1, -1)
+        self._entries: dict[tuple[Any, ...], tuple[BoolArray, IntArray]] = {}
+
+    def fits(self, snap: Snapshot, vid: int, req: DeviceRequest, prep: _Prepared) -> BoolArray:
+        owner = (snap.state_uid, snap.n_nodes, snap.device_slots)
+        if owner != self._owner:
+            self._owner = owner
+            self._entries.clear()
+        options = prep.options
+        key = (vid, req, options.mutex, options.numa_bind, prep.selection)
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            if len(self._entries) >= _FIT_KEYS:
+                del self._entries[next(iter(self._entries))]
+            entry = (np.zeros(snap.n_nodes, np.bool_), np.full(snap.n_nodes, -1, np.int64))
+        self._entries[key] = entry  # most recently used last
+        ok, stamp = entry
+        gen = np.asarray(snap.node_generation)
+        stale = np.flatnonzero(stamp != gen)
+        if stale.size:
+            rows: slice | IntArray = slice(None) if stale.size == snap.n_nodes else stale
+            final = device_stages(snap, rows, vid, req, prep.allowed, prep.type_bad, options=options)[-1][1]
+            ok[rows] = np.count_nonzero(final, axis=1) >= req.count
+            stamp[rows] = gen[rows]
+        return ok
+
+
 class DeviceFit:
     """Filter and Reserve for device requests (all vendors)."""
 
@@ -229,6 +282,7 @@ class DeviceFit:
 
     def __init__(self, handle: Handle) -> None:
         self._handle = handle
+        self._fit = _FitCache()
 
     def pre_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> Status:
         requests = tuple(pod.device_requests)
@@ -249,7 +303,7 @@ class DeviceFit:
             return Status.error(NAME, str(exc))
         allowed, type_bad = allowed_devices(pod, snap)
         state.write(NAME, _Prepared(requests, tuple(vendor_ids[0]), init_requests, tuple(vendor_ids[1]),
-                                    allowed, type_bad, options))
+                                    allowed, type_bad, options, selection_key(pod)))
         state.write(OPTIONS_KEY, options)
         return Status.success()
 
@@ -257,11 +311,8 @@ class DeviceFit:
         """Nodes short of fitting devices get ``DeviceDoesNotFit``; ``explain`` says which check failed."""
         prep: _Prepared = state.read(NAME)
         out = np.zeros(snap.n_nodes, np.int16)
-        everything = slice(None)
         for req, vid in prep.all_requests():
-            final = device_stages(snap, everything, vid, req, prep.allowed, prep.type_bad,
-                                  options=prep.options)[-1][1]
-            out[np.count_nonzero(final, axis=1) < req.count] = Reason.DeviceDoesNotFit
+            out[~self._fit.fits(snap, vid, req, prep)] = Reason.DeviceDoesNotFit
         return out
 
     def explain(self, state: CycleState, pod: Pod, snap: Snapshot, nodes: IntArray) -> ReasonArray:

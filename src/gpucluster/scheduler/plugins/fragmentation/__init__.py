@@ -135,6 +135,8 @@ class FGDScore:
         self._target_changed = True
         self._access: BoolArray | None = None
         self._models = -1
+        self._uid = -1
+        """The state the cached scores were computed on (``Snapshot.state_uid``)."""
         self.stranding: Stranding | None = None
 
     def _stranding(self, target: TargetWorkload, view: NodeArrays) -> Stranding | None:
@@ -156,9 +158,10 @@ class FGDScore:
 
     def _prepare(self, snap: Snapshot, view: NodeArrays) -> None:
         assert self.target is not None
-        if self._models != len(snap.models) or self._cache.n != snap.n_nodes:
+        if self._models != len(snap.models) or self._cache.n != snap.n_nodes or self._uid != snap.state_uid:
             self._cache = self._new_cache(snap)
             self._models = len(snap.models)
+            self._uid = snap.state_uid
             self._target_changed = True
         if self._target_changed:
             self._target_changed = False

@@ -319,10 +319,10 @@ class NodeMirror:
         self.view: NodeArrays | None = None
         self.idle = np.zeros(0, np.int64)
         self._stamp = np.zeros(0, np.int64)
-        self._shape: tuple[int, int, int] = (-1, -1, -1)
+        self._shape: tuple[int, int, int, int] = (-1, -1, -1, -1)
 
     def sync(self, snap: Snapshot) -> NodeArrays:
-        shape = (snap.n_nodes, snap.device_slots, len(snap.models))
+        shape = (snap.state_uid, snap.n_nodes, snap.device_slots, len(snap.models))
         gen = np.asarray(snap.node_generation)
         if self.view is None or shape != self._shape:
             self.view = NodeArrays.from_snapshot(snap)
