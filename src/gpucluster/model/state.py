@@ -145,6 +145,8 @@ class ClusterState:
 
     # ------------------------------------------------------------------ arrays
     def _alloc_arrays(self, n: int, d: int) -> None:
+        self._views: dict[str, npt.NDArray[Any]] = {}
+        """Read-only views of the arrays for snapshots (:meth:`readonly_views`); emptied when arrays are replaced."""
         self.cpu_cap: IntArray = np.zeros(n, np.int64)
         self.cpu_used: IntArray = np.zeros(n, np.int64)
         self.mem_cap: IntArray = np.zeros(n, np.int64)
@@ -206,6 +208,7 @@ class ClusterState:
         """Append one node row (and widen the device axis when a node brings more devices)."""
         d_old = self.dev_valid.shape[1]
         d_new = max(d_old, need_devices)
+        self._views = {}
         for name in self._NODE_ARRAYS:
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(1, arr.dtype)]))
@@ -375,6 +378,13 @@ class ClusterState:
     def snapshot(self) -> Snapshot:
         return Snapshot(self)
 
+    def readonly_views(self) -> dict[str, npt.NDArray[Any]]:
+        """Array name -> a read-only view of it, made once while the arrays stay the same objects (only
+        :meth:`add_node` replaces them): every snapshot shares them."""
+        if not self._views:
+            self._views = {name: _readonly(getattr(self, name)) for name in (*self._NODE_ARRAYS, *self._DEV_ARRAYS)}
+        return self._views
+
     def topology_level(self, a: int, b: int, dev_a: int = -1, dev_b: int = -1) -> TopologyLevel:
         """How far apart two placements are (node indices, optional device indices)."""
         if a == b:
@@ -437,41 +447,41 @@ class Snapshot:
         self.models: Sequence[str] = state.models.names
         self.types: Sequence[str] = state.types.names
         self.fabric = state.fabric
-        self.cpu_cap = _readonly(state.cpu_cap)
-        self.cpu_used = _readonly(state.cpu_used)
-        self.mem_cap = _readonly(state.mem_cap)
-        self.mem_used = _readonly(state.mem_used)
-        self.schedulable = _readonly(state.schedulable)
-        self.present = _readonly(state.present)
-        self.pod_count = _readonly(state.pod_count)
-        self.rack_id = _readonly(state.rack_id)
-        self.leaf_id = _readonly(state.leaf_id)
-        self.spine_id = _readonly(state.spine_id)
-        self.node_generation = _readonly(state.node_generation)
-        self.dev_count = _readonly(state.dev_count)
-        self.node_core_cap = _readonly(state.node_core_cap)
-        self.node_core_used = _readonly(state.node_core_used)
-        self.node_dmem_cap = _readonly(state.node_dmem_cap)
-        self.node_dmem_used = _readonly(state.node_dmem_used)
-        self.node_task_cap = _readonly(state.node_task_cap)
-        self.node_tasks = _readonly(state.node_tasks)
-        self.dev_valid = _readonly(state.dev_valid)
-        self.dev_vendor = _readonly(state.dev_vendor)
-        self.dev_model = _readonly(state.dev_model)
-        self.dev_type = _readonly(state.dev_type)
-        self.dev_mem_cap = _readonly(state.dev_mem_cap)
-        self.dev_mem_used = _readonly(state.dev_mem_used)
-        self.dev_core_cap = _readonly(state.dev_core_cap)
-        self.dev_core_used = _readonly(state.dev_core_used)
-        self.dev_tasks = _readonly(state.dev_tasks)
-        self.dev_max_tasks = _readonly(state.dev_max_tasks)
-        self.dev_healthy = _readonly(state.dev_healthy)
-        self.dev_cordoned = _readonly(state.dev_cordoned)
-        self.dev_numa = _readonly(state.dev_numa)
-        self.dev_nvlink = _readonly(state.dev_nvlink)
+        v = self._views = state.readonly_views()
+        self.cpu_cap = v["cpu_cap"]
+        self.cpu_used = v["cpu_used"]
+        self.mem_cap = v["mem_cap"]
+        self.mem_used = v["mem_used"]
+        self.schedulable = v["schedulable"]
+        self.present = v["present"]
+        self.pod_count = v["pod_count"]
+        self.rack_id = v["rack_id"]
+        self.leaf_id = v["leaf_id"]
+        self.spine_id = v["spine_id"]
+        self.node_generation = v["node_generation"]
+        self.dev_count = v["dev_count"]
+        self.node_core_cap = v["node_core_cap"]
+        self.node_core_used = v["node_core_used"]
+        self.node_dmem_cap = v["node_dmem_cap"]
+        self.node_dmem_used = v["node_dmem_used"]
+        self.node_task_cap = v["node_task_cap"]
+        self.node_tasks = v["node_tasks"]
+        self.dev_valid = v["dev_valid"]
+        self.dev_vendor = v["dev_vendor"]
+        self.dev_model = v["dev_model"]
+        self.dev_type = v["dev_type"]
+        self.dev_mem_cap = v["dev_mem_cap"]
+        self.dev_mem_used = v["dev_mem_used"]
+        self.dev_core_cap = v["dev_core_cap"]
+        self.dev_core_used = v["dev_core_used"]
+        self.dev_tasks = v["dev_tasks"]
+        self.dev_max_tasks = v["dev_max_tasks"]
+        self.dev_healthy = v["dev_healthy"]
+        self.dev_cordoned = v["dev_cordoned"]
+        self.dev_numa = v["dev_numa"]
+        self.dev_nvlink = v["dev_nvlink"]
         self.dev_uuid: Sequence[Sequence[str]] = state.dev_uuid
         self.min_core_cap = state.min_core_cap
-        self._cache: dict[str, npt.NDArray[np.generic]] = {}
 
     @property
     def stale(self) -> bool:
@@ -485,35 +495,26 @@ class Snapshot:
     def device_slots(self) -> int:
         return int(self.dev_valid.shape[1])
 
-    def _derived(self, key: str, compute: object) -> npt.NDArray[np.generic]:
-        found = self._cache.get(key)
-        if found is None:
-            assert callable(compute)
-            found = compute()
-            found.flags.writeable = False
-            self._cache[key] = found
-        return found
-
     @property
     def cpu_free(self) -> IntArray:
-        return self._derived("cpu_free", lambda: _readonly(self._state.cpu_free))  # type: ignore[return-value]
+        return self._views["cpu_free"]
 
     @property
     def mem_free(self) -> IntArray:
-        return self._derived("mem_free", lambda: _readonly(self._state.mem_free))  # type: ignore[return-value]
+        return self._views["mem_free"]
 
     @property
     def dev_core_free(self) -> IntArray:
-        return self._derived("dev_core_free", lambda: _readonly(self._state.dev_core_free))  # type: ignore[return-value]
+        return self._views["dev_core_free"]
 
     @property
     def dev_mem_free(self) -> IntArray:
-        return self._derived("dev_mem_free", lambda: _readonly(self._state.dev_mem_free))  # type: ignore[return-value]
+        return self._views["dev_mem_free"]
 
     @property
     def dev_usable(self) -> BoolArray:
         """Devices that exist, are healthy and sit on a schedulable node."""
-        return self._derived("dev_usable", lambda: _readonly(self._state.dev_usable))  # type: ignore[return-value]
+        return self._views["dev_usable"]
 
     @property
     def allocations(self) -> dict[str, Allocation]:

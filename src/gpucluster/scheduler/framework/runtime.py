@@ -119,14 +119,16 @@ class Framework:
         return Status.success()
 
     def run_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
-        reasons = np.zeros(snap.n_nodes, np.int16)
+        reasons: ReasonArray | None = None
         for p in self.filters:
             if p.name in state.skip_filter:
                 continue
             verdict = p.filter(state, pod, snap)
-            # keep the first rejecting plugin's reason per node
-            np.copyto(reasons, verdict, where=reasons == 0)
-        return reasons
+            if reasons is None:  # a copy: the plugin may keep the array it returned
+                reasons = np.array(verdict, np.int16)
+            else:  # keep the first rejecting plugin's reason per node
+                np.copyto(reasons, verdict, where=reasons == 0)
+        return reasons if reasons is not None else np.zeros(snap.n_nodes, np.int16)
 
     def explain(self, state: CycleState, pod: Pod, snap: Snapshot, reasons: ReasonArray) -> None:
         """Replace generic ``DeviceDoesNotFit`` codes by the explaining plugins' precise reasons (in place)."""

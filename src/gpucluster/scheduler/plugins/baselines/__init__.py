@@ -150,15 +150,17 @@ class NodeRankTieBreak:
     def __init__(self, seed: int) -> None:
         self.seed = seed
         self._rank = np.zeros(0, np.int64)
+        self._score = np.zeros(0, np.float64)
 
     def rank(self, n: int) -> IntArray:
         if self._rank.size != n:
             self._rank = node_rank(self.seed, n)
+            self._score = 100.0 * (1.0 - self._rank / max(n, 1))  # per node, computed once per cluster size
         return self._rank
 
     def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
-        n = snap.n_nodes
-        return 100.0 * (1.0 - self.rank(n)[candidates] / max(n, 1))
+        self.rank(snap.n_nodes)
+        return self._score[candidates]
 
 
 def node_rank(seed: int, n: int) -> IntArray:

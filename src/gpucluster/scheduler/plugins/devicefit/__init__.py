@@ -249,9 +249,11 @@ class _FitCache:
 
     def __init__(self) -> None:
         self._owner: tuple[int, int, int] = (-1, -1, -1)
-        self._entries: dict[tuple[Any, ...], tuple[BoolArray, IntArray]] = {}
+        self._entries: dict[tuple[Any, ...], tuple[ReasonArray, IntArray]] = {}
 
-    def fits(self, snap: Snapshot, vid: int, req: DeviceRequest, prep: _Prepared) -> BoolArray:
+    def verdict(self, snap: Snapshot, vid: int, req: DeviceRequest, prep: _Prepared) -> ReasonArray:
+        """Per node, 0 where the request fits and ``DeviceDoesNotFit`` where it does not (a read-only view of
+        the kept array)."""
         owner = (snap.state_uid, snap.n_nodes, snap.device_slots)
         if owner != self._owner:
             self._owner = owner
@@ -262,17 +264,19 @@ class _FitCache:
         if entry is None:
             if len(self._entries) >= _FIT_KEYS:
                 del self._entries[next(iter(self._entries))]
-            entry = (np.zeros(snap.n_nodes, np.bool_), np.full(snap.n_nodes, -1, np.int64))
+            entry = (np.zeros(snap.n_nodes, np.int16), np.full(snap.n_nodes, -1, np.int64))
         self._entries[key] = entry  # most recently used last
-        ok, stamp = entry
+        out, stamp = entry
         gen = np.asarray(snap.node_generation)
         stale = np.flatnonzero(stamp != gen)
         if stale.size:
             rows: slice | IntArray = slice(None) if stale.size == snap.n_nodes else stale
             final = device_stages(snap, rows, vid, req, prep.allowed, prep.type_bad, options=options)[-1][1]
-            ok[rows] = np.count_nonzero(final, axis=1) >= req.count
+            out[rows] = np.where(final.sum(axis=1) >= req.count, 0, Reason.DeviceDoesNotFit)
             stamp[rows] = gen[rows]
-        return ok
+        view = out.view()
+        view.flags.writeable = False
+        return view
 
 
 class DeviceFit:
@@ -310,10 +314,10 @@ class DeviceFit:
     def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
         """Nodes short of fitting devices get ``DeviceDoesNotFit``; ``explain`` says which check failed."""
         prep: _Prepared = state.read(NAME)
-        out = np.zeros(snap.n_nodes, np.int16)
-        for req, vid in prep.all_requests():
-            out[~self._fit.fits(snap, vid, req, prep)] = Reason.DeviceDoesNotFit
-        return out
+        verdicts = [self._fit.verdict(snap, vid, req, prep) for req, vid in prep.all_requests()]
+        if len(verdicts) == 1:
+            return verdicts[0]
+        return np.maximum.reduce(verdicts) if verdicts else np.zeros(snap.n_nodes, np.int16)
 
     def explain(self, state: CycleState, pod: Pod, snap: Snapshot, nodes: IntArray) -> ReasonArray:
         """For rejected ``nodes``, the first device check that left too few devices (per node)."""

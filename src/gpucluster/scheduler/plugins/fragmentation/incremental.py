@@ -207,12 +207,15 @@ class IncrementalScores:
         """Keep what re-scoring ``rows`` under a later target needs."""
         assert d.diff is not None and d.choice_row is not None and d.choice_col is not None
         r_all = np.arange(rows.size)
-        best = gpu if d.sharing else np.zeros(rows.size, np.int64)
-        pos = np.full(d.x.shape, -1, np.int64)
-        pos[d.choice_row, d.choice_col] = np.arange(d.choice_row.size)
-        k = pos[r_all, best]
-        assert (k >= 0).all(), "every scored row has a feasible choice"
-        db = d.diff[k]
+        if d.sharing:
+            best = gpu
+            pos = np.full(d.x.shape, -1, np.int64)
+            pos[d.choice_row, d.choice_col] = np.arange(d.choice_row.size)
+            k = pos[r_all, best]
+            assert (k >= 0).all(), "every scored row has a feasible choice"
+            db = d.diff[k]
+        else:  # one choice per row, in row order
+            db = d.diff
         width = db.shape[1]
         t.widen(width)
         t.x_version[rows] = self.version

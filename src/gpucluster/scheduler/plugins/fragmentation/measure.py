@@ -50,6 +50,9 @@ class TargetWorkload:
     """The distinct per-GPU milli of those shapes (ascending)."""
     threshold_of: IntArray = field(init=False)
     """Per GPU shape (in ``gpu_shapes`` order), its index into ``thresholds``."""
+    threshold_all: IntArray = field(init=False)
+    """Per shape, its index into ``thresholds`` (0 for CPU-only shapes, which ``is_gpu`` masks out)."""
+    is_gpu: BoolArray = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cpu", np.array([s[0] for s in self.shapes], np.int64))
@@ -60,6 +63,10 @@ class TargetWorkload:
         object.__setattr__(self, "gpu_shapes", gs)
         object.__setattr__(self, "thresholds", thresholds.astype(np.int64))
         object.__setattr__(self, "threshold_of", inverse.reshape(-1).astype(np.int64))
+        every = np.zeros(len(self.shapes), np.int64)
+        every[gs] = self.threshold_of
+        object.__setattr__(self, "threshold_all", every)
+        object.__setattr__(self, "is_gpu", self.milli > 0)
 
     def access(self, model_names: Sequence[str]) -> BoolArray:
         """``[S, M + 1]``: may shape s run on model m (column M = a node without GPUs)."""
@@ -165,18 +172,19 @@ def _threshold_stats(gpu_left: IntArray, total: IntArray, target: TargetWorkload
 def _amounts(total: IntArray, count: IntArray, below: IntArray, cpu_left: IntArray, model: IntArray,
              target: TargetWorkload, access: BoolArray, mem_left: IntArray | None) -> FloatArray:
     b = total.shape[0]
-    amount = np.empty((b, len(target.shapes)), np.float64)
-    amount[:] = total[:, None]
-    gs = target.gpu_shapes
-    if gs.size and b:
-        inv = target.threshold_of
-        ok = count[:, inv] >= target.num[gs]
-        ok &= cpu_left[:, None] >= target.cpu[gs]
-        ok &= access[gs].T[model]
-        if mem_left is not None and target.mem is not None:
-            ok &= mem_left[:, None] >= target.mem[gs][None, :]
-        amount[:, gs] = np.where(ok, below[:, inv], total[:, None])
-    return amount
+    if not target.gpu_shapes.size or not b:
+        amount = np.empty((b, len(target.shapes)), np.float64)
+        amount[:] = total[:, None]
+        return amount
+    # every shape at once; a CPU-only shape never fits (``is_gpu``), so all of the idle milli counts for it
+    inv = target.threshold_all
+    ok = count[:, inv] >= target.num
+    ok &= cpu_left[:, None] >= target.cpu
+    ok &= access.T[model]
+    ok &= target.is_gpu
+    if mem_left is not None and target.mem is not None:
+        ok &= mem_left[:, None] >= target.mem
+    return np.where(ok, below[:, inv], total[:, None]).astype(np.float64, copy=False)
 
 
 def _shared_amounts(cpu_after: IntArray, gpu_left: IntArray, total: IntArray, count: IntArray, below: IntArray,
