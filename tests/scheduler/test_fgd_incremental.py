@@ -3,7 +3,9 @@ recomputation gives, and the scheduler makes the same decisions with them as wit
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pytest
@@ -210,3 +212,78 @@ def test_node_mirror_follows_the_snapshot() -> None:
     for field in ("cpu_left", "mem_left", "gpu_left", "gpu_count", "model"):
         assert getattr(got, field).tolist() == getattr(want, field).tolist(), field
     assert mirror.idle.tolist() == want.gpu_left.sum(axis=1).tolist()
+
+
+# ------------------------------------------------------------------------------------------ groups of equal nodes
+def _many_alike(rng: np.random.Generator, n: int) -> list[OpenbNode]:
+    """``n`` nodes of a few kinds (a replicated cluster): most free states are shared by many nodes."""
+    kinds = _random_nodes(rng, 5)
+    return [OpenbNode(f"m{i}", k.cpu_milli, k.memory_mib, k.gpus, k.model)
+            for i, k in enumerate(kinds[j] for j in rng.integers(0, len(kinds), n))]
+
+
+def _scored(nodes: list[OpenbNode], pods: list[OpenbPod], policy: str, incremental: bool) -> list[tuple[Any, ...]]:
+    """Every FGD lookup's scores and GPUs over a run of ``pods`` (some leave again)."""
+    seen: list[tuple[Any, ...]] = []
+    real = IncrementalScores.lookup
+
+    def recording(self: IncrementalScores, *args: Any, **kw: Any) -> tuple[FloatArray, IntArray]:
+        score, gpu = real(self, *args, **kw)
+        seen.append((args[1].tolist(), score.tolist(), gpu.tolist()))
+        return score, gpu
+
+    IncrementalScores.lookup = recording  # type: ignore[method-assign]
+    try:
+        _decisions(nodes, pods, policy, incremental, 4, 3)
+    finally:
+        IncrementalScores.lookup = real  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("policy", ["stranding-fgd", "fgd"])
+@pytest.mark.parametrize("incremental", [True, False])
+def test_nodes_in_the_same_free_state_are_computed_once_with_the_same_scores(
+        policy: str, incremental: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large batches are computed, and re-scored, once per distinct free state (``NodeMirror.group``); every
+    score and GPU is the one computing every row gives."""
+    import gpucluster.scheduler.plugins.fragmentation.incremental as inc
+
+    rng = np.random.default_rng(11)
+    nodes = _many_alike(rng, 400)
+    # pods of one GPU shape with different CPU (and the same memory): equal GPUs left, different CPU left
+    pods = [OpenbPod(p.name, p.cpu_milli * int(rng.integers(1, 3)), p.memory_mib, p.num_gpu, p.gpu_milli,
+                     p.gpu_spec) for p in _random_pods(rng, 500, 7)]
+    copied: Counter[str] = Counter()
+    real = inc._representatives
+
+    def counting(rows: IntArray, key: IntArray | None) -> tuple[IntArray, IntArray] | None:
+        out = real(rows, key)
+        if out is not None:
+            copied[inspect.stack()[1].function] += rows.size - out[0].size
+        return out
+
+    monkeypatch.setattr(inc, "_representatives", counting)
+    with_groups = _scored(nodes, pods, policy, incremental)
+    # rows copied from an equal node instead of computed, in both places when the target is learned
+    assert copied["lookup"] > 1000
+    assert copied["_rescore_grouped"] > (1000 if incremental else -1)
+    monkeypatch.setattr(inc, "_representatives", lambda rows, key: None)
+    every_row = _scored(nodes, pods, policy, incremental)
+    assert len(with_groups) == len(every_row) > 200
+    for k, (a, b) in enumerate(zip(with_groups, every_row, strict=True)):
+        assert a == b, f"lookup {k}"
+
+
+def test_node_mirror_groups_are_the_distinct_free_states() -> None:
+    rng = np.random.default_rng(4)
+    state = ClusterState(to_node_specs(_many_alike(rng, 50)))
+    sched = Scheduler(state, stranding_fgd_profile(0))
+    mirror = NodeMirror()
+    for i, p in enumerate(_random_pods(rng, 60, 5)):
+        sched.schedule_and_bind(to_pod(p, name=f"p{i}"))
+        view = mirror.sync(state.snapshot())
+        sig = np.concatenate([view.cpu_left[:, None], view.mem_left[:, None], view.model[:, None], view.gpu_left],
+                             axis=1)
+        same_state = (sig[:, None, :] == sig[None, :, :]).all(axis=2)
+        same_group = mirror.group[:, None] == mirror.group[None, :]
+        assert np.array_equal(same_state, same_group), i

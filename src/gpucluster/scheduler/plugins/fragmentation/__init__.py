@@ -201,7 +201,7 @@ class FGDScore:
         sharing = num == 1 and 0 < milli < MILLI
         scorer = Scorer(compute, sharing, inputs, complete) if universe is not None else Scorer(compute, sharing)
         scores, gpus = self._cache.lookup((cpu, milli, num, any_model), candidates,
-                                          np.asarray(snap.node_generation), scorer)
+                                          np.asarray(snap.node_generation), scorer, self._nodes.group)
         state.write(self.name, _Chosen(candidates, gpus))
         return scores
 

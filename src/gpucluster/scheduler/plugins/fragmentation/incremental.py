@@ -55,6 +55,10 @@ number of steps at or below ``y`` for any ``y`` farther than float rounding from
 _REGULAR = 30_000.0
 """Above this drop the float sigmoid rounds towards 1 irregularly (score 100 near 36,737): not re-scored."""
 _GROW = 16
+_REGROUP_AT = 4
+"""NodeMirror renumbers its groups once it has seen this many distinct states per node."""
+_GROUPED = 64
+"""A batch of at least this many rows is computed once per group of identical free states."""
 
 
 def _distinct(values: npt.NDArray[np.integer]) -> list[int]:
@@ -65,6 +69,21 @@ def _distinct(values: npt.NDArray[np.integer]) -> list[int]:
     if lo == int(values.max()):
         return [lo]
     return (np.flatnonzero(np.bincount(values - lo)) + lo).tolist()
+
+
+def _representatives(rows: IntArray, key: npt.NDArray[np.int64] | None) -> tuple[IntArray, IntArray] | None:
+    """For a large batch whose rows share few ``key`` values: one row per value (in row order) and, per row of
+    ``rows``, the representative it copies; None when grouping would not pay."""
+    if key is None or rows.size < _GROUPED:
+        return None
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if 2 * first.size > rows.size:
+        return None
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    reps = rows[first[order]]
+    return reps, reps[rank[inverse.reshape(-1)]]
 
 
 @dataclass(slots=True)
@@ -177,8 +196,12 @@ class IncrementalScores:
         return self._universe if self.bounds else None
 
     def lookup(self, key: Hashable, rows: IntArray, generation: IntArray, scorer: Scorer,
-               ) -> tuple[FloatArray, IntArray]:
-        """Scores and GPUs of ``rows`` for pod shape ``key``."""
+               groups: IntArray | None = None) -> tuple[FloatArray, IntArray]:
+        """Scores and GPUs of ``rows`` for pod shape ``key``.
+
+        ``groups`` (optional, per node) numbers the nodes' free states (:attr:`NodeMirror.group`): a large batch
+        is then computed or re-scored once per distinct state and copied to the other rows of that state.
+        """
         t = self._tables.get(key)
         if t is None:
             t = self._tables[key] = _Table.empty(self.n, len(self._shapes) + _GROW, self.bounds)
@@ -187,20 +210,68 @@ class IncrementalScores:
         if self.bounds and scorer.inputs is not None:
             behind = rows[fresh & (t.score_version[rows] != self.version)]
             if behind.size:
-                unsure = self._rescore(t, behind, scorer, *scorer.inputs(behind))
+                unsure = self._rescore_grouped(t, behind, scorer, groups)
                 if unsure.size:
                     exact = np.sort(np.concatenate([exact, unsure]))
         if exact.size:
-            d = scorer.compute(exact)
+            reps = _representatives(exact, groups[exact] if groups is not None else None)
+            todo = exact if reps is None else reps[0]
+            d = scorer.compute(todo)
             score, gpu = d.scores()
-            t.score[exact] = score
-            t.gpu[exact] = gpu
-            t.stamp[exact] = generation[exact]
-            t.score_version[exact] = self.version
+            t.score[todo] = score
+            t.gpu[todo] = gpu
+            t.score_version[todo] = self.version
             if self.bounds:
-                self._keep(t, exact, d, gpu)
+                self._keep(t, todo, d, gpu)
+            if reps is not None:
+                self._copy(t, exact, reps[1], kept=self.bounds)
+            t.stamp[exact] = generation[exact]
             self.recomputed += int(exact.size)
         return t.score[rows], t.gpu[rows]
+
+    @staticmethod
+    def _copy(t: _Table, rows: IntArray, src: IntArray, kept: bool, d_only: bool = False) -> None:
+        """Give ``rows`` the entries of ``src`` (rows of the same free state), except their stamps."""
+        if d_only:
+            t.d[rows] = t.d[src]
+            t.known[rows] = t.known[src]
+            t.zero[rows] = t.zero[src]
+            return
+        t.score[rows] = t.score[src]
+        t.gpu[rows] = t.gpu[src]
+        t.score_version[rows] = t.score_version[src]
+        if kept:
+            for a in (t.x_version, t.known, t.alt_before, t.alt_after, t.alt_d, t.alt_known, t.zero, t.d):
+                a[rows] = a[src]
+
+    def _rescore_grouped(self, t: _Table, rows: IntArray, scorer: Scorer, groups: IntArray | None) -> IntArray:
+        """:meth:`_rescore` once per distinct (free state, version the entry was computed under, measured
+        columns) of ``rows``: rows that agree on all three keep the same entry (drop, chosen GPU, bounds), so a
+        representative's outcome is theirs. (The state alone would give the same score, but a row computed under
+        other weights may have kept another of two equal GPUs, and its entry must stay the one of its own GPU.)"""
+        assert scorer.inputs is not None
+        reps = None
+        if groups is not None and rows.size >= _GROUPED:
+            width = len(self._shapes) + 1
+            bound = (int(groups.max(initial=0)) + 1) * (self.version + 1) * width * width
+            if bound < 2**62:  # one int64 key per row
+                key = ((groups[rows] * (self.version + 1) + t.x_version[rows]) * width
+                       + t.known[rows]) * width + t.alt_known[rows]
+                reps = _representatives(rows, key)
+        if reps is None:
+            return self._rescore(t, rows, scorer, *scorer.inputs(rows))
+        todo, src = reps
+        known = t.known[todo].copy()
+        unsure = self._rescore(t, todo, scorer, *scorer.inputs(todo))
+        if not np.array_equal(known, t.known[todo]):  # _complete measured more columns of the representatives
+            self._copy(t, rows, src, kept=True, d_only=True)
+        t.score[rows] = t.score[src]
+        t.score_version[rows] = t.score_version[src]
+        flag = np.zeros(self.n, np.bool_)
+        flag[unsure] = True
+        out: IntArray = rows[flag[src]]
+        self.rescored += (rows.size - out.size) - (todo.size - unsure.size)  # count every row, not just one per state
+        return out
 
     # ------------------------------------------------------------------------------------------ bounds
     def _keep(self, t: _Table, rows: IntArray, d: Drops, gpu: IntArray) -> None:
@@ -316,13 +387,18 @@ class NodeMirror:
     """The :class:`NodeArrays` of every node of a cluster, refreshed only for the nodes whose generation moved.
 
     Rows are built exactly as :meth:`NodeArrays.from_snapshot` builds them; ``idle`` is each row's idle GPU milli.
+    ``group`` numbers the distinct free states (CPU, memory, GPU model, GPU milli left per slot): rows with the
+    same number get the same FGD drops for any pod and target, so a large batch is computed once per group. The
+    numbers only hold until the next :meth:`sync` (they are renumbered when too many states have been seen).
     """
 
     def __init__(self) -> None:
         self.view: NodeArrays | None = None
         self.idle = np.zeros(0, np.int64)
+        self.group = np.zeros(0, np.int64)
         self._stamp = np.zeros(0, np.int64)
         self._shape: tuple[int, int, int, int] = (-1, -1, -1, -1)
+        self._groups: dict[bytes, int] = {}
 
     def sync(self, snap: Snapshot) -> NodeArrays:
         shape = (snap.state_uid, snap.n_nodes, snap.device_slots, len(snap.models))
@@ -332,6 +408,7 @@ class NodeMirror:
             self.idle = self.view.gpu_left.sum(axis=1)
             self._stamp = gen.copy()
             self._shape = shape
+            self._regroup()
             return self.view
         stale = np.flatnonzero(self._stamp != gen)
         if stale.size:
@@ -345,4 +422,21 @@ class NodeMirror:
             v.model[stale] = part.model
             self.idle[stale] = part.gpu_left.sum(axis=1)
             self._stamp[stale] = gen[stale]
+            if len(self._groups) > _REGROUP_AT * max(self.group.size, 1):
+                self._regroup()
+            else:
+                self._assign(stale)
         return self.view
+
+    def _regroup(self) -> None:
+        self._groups = {}
+        self.group = np.zeros(self.idle.size, np.int64)
+        self._assign(np.arange(self.idle.size))
+
+    def _assign(self, rows: IntArray) -> None:
+        v = self.view
+        assert v is not None
+        sig = np.concatenate([v.cpu_left[rows, None], v.mem_left[rows, None], v.model[rows, None],
+                              v.gpu_left[rows]], axis=1)
+        groups = self._groups
+        self.group[rows] = [groups.setdefault(row.tobytes(), len(groups)) for row in sig]
