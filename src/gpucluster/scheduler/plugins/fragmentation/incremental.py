@@ -21,6 +21,12 @@ FGD's score is ``trunc(sigmoid((x + gain) / 1000) * 100)``, monotone in ``x``. W
 new drop (plus the stranding gain, recomputed exactly for the new target) truncates to one integer at both
 ends, widened by ``MARGIN``, that integer is what the full computation gives and the node is re-scored without
 recomputation. The rest (a few percent once the target has settled) are recomputed exactly, in one batch.
+
+Since a node's entry depends only on its free state, a large batch (the first lookup of a shape, the re-scoring
+after a rebuild) is done once per distinct state (:attr:`NodeMirror.group`) and copied to the other nodes of
+that state: the openb cluster replicated to 9,704 nodes has a few hundred distinct states among its candidates
+even after 20,000 placements. Re-scoring groups by state *and* by the version and columns of the kept entry,
+so that every row of a group keeps an entry that is its own (see :meth:`IncrementalScores._rescore_grouped`).
 """
 
 from __future__ import annotations

@@ -172,19 +172,19 @@ def _threshold_stats(gpu_left: IntArray, total: IntArray, target: TargetWorkload
 def _amounts(total: IntArray, count: IntArray, below: IntArray, cpu_left: IntArray, model: IntArray,
              target: TargetWorkload, access: BoolArray, mem_left: IntArray | None) -> FloatArray:
     b = total.shape[0]
-    if not target.gpu_shapes.size or not b:
-        amount = np.empty((b, len(target.shapes)), np.float64)
-        amount[:] = total[:, None]
-        return amount
-    # every shape at once; a CPU-only shape never fits (``is_gpu``), so all of the idle milli counts for it
-    inv = target.threshold_all
-    ok = count[:, inv] >= target.num
-    ok &= cpu_left[:, None] >= target.cpu
-    ok &= access.T[model]
-    ok &= target.is_gpu
-    if mem_left is not None and target.mem is not None:
-        ok &= mem_left[:, None] >= target.mem
-    return np.where(ok, below[:, inv], total[:, None]).astype(np.float64, copy=False)
+    amount = np.empty((b, len(target.shapes)), np.float64)
+    amount[:] = total[:, None]
+    if target.gpu_shapes.size and b:
+        # every shape at once; a CPU-only shape never fits (``is_gpu``): all of the idle milli counts for it
+        inv = target.threshold_all
+        ok = count[:, inv] >= target.num
+        ok &= cpu_left[:, None] >= target.cpu
+        ok &= access.T[model]
+        ok &= target.is_gpu
+        if mem_left is not None and target.mem is not None:
+            ok &= mem_left[:, None] >= target.mem
+        np.copyto(amount, below[:, inv], where=ok)
+    return amount
 
 
 def _shared_amounts(cpu_after: IntArray, gpu_left: IntArray, total: IntArray, count: IntArray, below: IntArray,
