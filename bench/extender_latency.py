@@ -71,7 +71,8 @@ def pod(name: str, scheduler: str, devices: bool = True, vendor: int = 0, run: s
         res = [("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"),
                ("cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"),
                ("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores")][vendor % 3]
-        limits = {res[0]: "1", res[1]: "4000", res[2]: "10"}
+        # about 4 GiB of device memory each: Cambricon counts ``mlu.smlu.vmemory`` in 256 MiB units (HAMi)
+        limits = {res[0]: "1", res[1]: ("4000", "16", "4000")[vendor % 3], res[2]: "10"}
     else:
         limits = {"nvidia.com/gpu": "1"}
     return {"apiVersion": "v1", "kind": "Pod",
