@@ -124,3 +124,17 @@ def test_free_arrays_follow_every_change(ops: list[tuple[str, int]]) -> None:
     assert (snap.dev_core_free == state.dev_core_cap - state.dev_core_used).all()
     assert (snap.dev_mem_free == state.dev_mem_cap - state.dev_mem_used).all()
     assert (snap.dev_usable == (state.dev_valid & state.dev_healthy & state.schedulable[:, None])).all()
+
+
+def test_a_copied_state_snapshots_its_own_arrays() -> None:
+    """Snapshots share read-only views made once per state; a deep copy (or unpickled copy) must not reuse the
+    original's views, or its snapshots would show the original's arrays."""
+    import copy
+    import pickle
+
+    s = state_of(gpu_node("n0"))
+    s.snapshot()  # the views exist now
+    for twin in (copy.deepcopy(s), pickle.loads(pickle.dumps(s))):
+        twin.set_schedulable("n0", False)
+        assert not twin.snapshot().schedulable[0]
+        assert s.snapshot().schedulable[0]

@@ -378,6 +378,12 @@ class ClusterState:
     def snapshot(self) -> Snapshot:
         return Snapshot(self)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled or deep-copied without the cached views: they would be copies, not views of the new arrays."""
+        out = dict(self.__dict__)
+        out["_views"] = {}
+        return out
+
     def readonly_views(self) -> dict[str, npt.NDArray[Any]]:
         """Array name -> a read-only view of it, made once while the arrays stay the same objects (only
         :meth:`add_node` replaces them): every snapshot shares them."""
