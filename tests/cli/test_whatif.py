@@ -28,13 +28,15 @@ def app() -> typer.Typer:
     return root
 
 
+def _design(tmp_path: Path, name: str, gpu: str, servers: int) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\ngpu: {gpu}\nservers: {servers}\n", encoding="utf-8")
+    return path
+
+
 @pytest.fixture
 def designs(tmp_path: Path) -> tuple[Path, Path]:
-    small = tmp_path / "small.yaml"
-    small.write_text("name: small\ngpu: H100\nservers: 4\n", encoding="utf-8")
-    large = tmp_path / "large.yaml"
-    large.write_text("name: large\ngpu: H100\nservers: 8\n", encoding="utf-8")
-    return small, large
+    return _design(tmp_path, "small", "H100", 4), _design(tmp_path, "large", "H100", 8)
 
 
 def _run(app: typer.Typer, *args: str) -> tuple[int, str, str]:
@@ -155,11 +157,7 @@ def test_bad_policy_exits_2(app: typer.Typer, designs: tuple[Path, Path]) -> Non
 # ------------------------------------------------------------------ buyer units (issue 19)
 @pytest.fixture
 def gpu_designs(tmp_path: Path) -> tuple[Path, Path]:
-    h100 = tmp_path / "h100.yaml"
-    h100.write_text("name: h100\ngpu: H100\nservers: 4\n", encoding="utf-8")
-    l40s = tmp_path / "l40s.yaml"
-    l40s.write_text("name: l40s\ngpu: L40S\nservers: 4\n", encoding="utf-8")
-    return h100, l40s
+    return _design(tmp_path, "h100", "H100", 4), _design(tmp_path, "l40s", "L40S", 4)
 
 
 def _inference_trace(path: Path, model: str, n: int = 60) -> Path:

@@ -92,6 +92,12 @@ def _representatives(rows: IntArray, key: npt.NDArray[np.int64] | None) -> tuple
     return reps, reps[rank[inverse.reshape(-1)]]
 
 
+def _copy_rows(rows: IntArray, src: IntArray, *arrays: npt.NDArray[np.generic]) -> None:
+    """Give ``rows`` of each array the entries of ``src`` (rows of the same free state)."""
+    for a in arrays:
+        a[rows] = a[src]
+
+
 @dataclass(slots=True)
 class _Table:
     """One pod shape's per-node entries (index = node)."""
@@ -220,7 +226,7 @@ class IncrementalScores:
                 if unsure.size:
                     exact = np.sort(np.concatenate([exact, unsure]))
         if exact.size:
-            reps = _representatives(exact, groups[exact] if groups is not None else None)
+            reps = _representatives(exact, groups[exact]) if groups is not None and exact.size >= _GROUPED else None
             todo = exact if reps is None else reps[0]
             d = scorer.compute(todo)
             score, gpu = d.scores()
@@ -230,25 +236,11 @@ class IncrementalScores:
             if self.bounds:
                 self._keep(t, todo, d, gpu)
             if reps is not None:
-                self._copy(t, exact, reps[1], kept=self.bounds)
+                kept = (t.x_version, t.known, t.alt_before, t.alt_after, t.alt_d, t.alt_known, t.zero, t.d)
+                _copy_rows(exact, reps[1], t.score, t.gpu, t.score_version, *(kept if self.bounds else ()))
             t.stamp[exact] = generation[exact]
             self.recomputed += int(exact.size)
         return t.score[rows], t.gpu[rows]
-
-    @staticmethod
-    def _copy(t: _Table, rows: IntArray, src: IntArray, kept: bool, d_only: bool = False) -> None:
-        """Give ``rows`` the entries of ``src`` (rows of the same free state), except their stamps."""
-        if d_only:
-            t.d[rows] = t.d[src]
-            t.known[rows] = t.known[src]
-            t.zero[rows] = t.zero[src]
-            return
-        t.score[rows] = t.score[src]
-        t.gpu[rows] = t.gpu[src]
-        t.score_version[rows] = t.score_version[src]
-        if kept:
-            for a in (t.x_version, t.known, t.alt_before, t.alt_after, t.alt_d, t.alt_known, t.zero, t.d):
-                a[rows] = a[src]
 
     def _rescore_grouped(self, t: _Table, rows: IntArray, scorer: Scorer, groups: IntArray | None) -> IntArray:
         """:meth:`_rescore` once per distinct (free state, version the entry was computed under, measured
@@ -270,9 +262,8 @@ class IncrementalScores:
         known = t.known[todo].copy()
         unsure = self._rescore(t, todo, scorer, *scorer.inputs(todo))
         if not np.array_equal(known, t.known[todo]):  # _complete measured more columns of the representatives
-            self._copy(t, rows, src, kept=True, d_only=True)
-        t.score[rows] = t.score[src]
-        t.score_version[rows] = t.score_version[src]
+            _copy_rows(rows, src, t.d, t.known, t.zero)
+        _copy_rows(rows, src, t.score, t.score_version)
         flag = np.zeros(self.n, np.bool_)
         flag[unsure] = True
         out: IntArray = rows[flag[src]]
