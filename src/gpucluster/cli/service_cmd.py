@@ -237,7 +237,9 @@ def submit(
     job_file: Annotated[Path, typer.Argument(
         help="Job YAML (the POST /api/v1/jobs body): name, tenant, replicas, resources, duration_s, priority, "
              "gpu_type (model substrings, a comma list or a list), node_selector, kind (train|infer), "
-             "preemptible.")],
+             "preemptible; what the containers run on Kubernetes: image, command, args, env (value, or "
+             "secret/config_map + key), env_from (secret or config_map), working_dir, volumes (mount_path + "
+             "pvc, config_map or secret), service_account, tolerations (docs/kubernetes.md).")],
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,

@@ -23,6 +23,7 @@ from typing import Any
 from gpucluster.devices import DeviceInputError, VendorRegistry
 from gpucluster.jobs.model import JobKind, JobSpec, split_types, task_pods
 from gpucluster.jobs.speed import check_speed_fields
+from gpucluster.jobs.workload import Workload
 from gpucluster.model import ClusterState, DeviceConstraints, Pod
 from gpucluster.model.limits import MAX_JOB_SPEEDUP, MAX_JOB_TOKENS
 from gpucluster.model.share import largest_devices, pod_gpus_at_least
@@ -66,13 +67,14 @@ def job_spec(job_id: str, *, name: str, tenant: str, replicas: int, resources: M
              node_selector: Mapping[str, str] | None = None, kind: str = "train", preemptible: bool = True,
              submitted_at: float = 0.0, synthetic: bool = False, registry: VendorRegistry | None = None,
              ref_gpu: str = "", work_class: str = "", speedup: Mapping[str, float] | None = None,
-             tokens: float = 0.0) -> JobSpec:
+             tokens: float = 0.0, workload: Workload | Mapping[str, Any] | None = None) -> JobSpec:
     """A control-plane job: ``replicas`` copies of the pod ``resources`` describe, run ``duration_s`` seconds
     (None = until cancelled) from when all of them are placed. ``ValueError("where: why")`` on bad input.
 
     Speed fields (:mod:`gpucluster.jobs.speed`): ``duration_s`` is seconds of work on ``ref_gpu`` (a catalog
     GPU model; empty = the same on every model), ``work_class`` the speed model's class (empty: from ``kind``),
-    ``speedup`` measured speeds relative to ``ref_gpu`` per model, ``tokens`` an inference job's token count."""
+    ``speedup`` measured speeds relative to ``ref_gpu`` per model, ``tokens`` an inference job's token count.
+    ``workload``: what its containers run (:class:`~gpucluster.jobs.workload.Workload` or its dict form)."""
     if replicas <= 0:
         raise ValueError("replicas: must be > 0")
     try:
@@ -84,6 +86,7 @@ def job_spec(job_id: str, *, name: str, tenant: str, replicas: int, resources: M
     for model, value in (speedup or {}).items():
         if not 0.0 < value <= MAX_JOB_SPEEDUP:
             raise ValueError(f"speedup.{model}: must be > 0 and at most {MAX_JOB_SPEEDUP:g}, got {value!r}")
+    work = workload if isinstance(workload, Workload) else Workload.from_dict(workload)
     template = template_pod(resources, tenant=tenant, priority=priority, gpu_type=gpu_type,
                             node_selector=node_selector, registry=registry)
     spec = JobSpec(
@@ -91,7 +94,7 @@ def job_spec(job_id: str, *, name: str, tenant: str, replicas: int, resources: M
         tenant=tenant, priority=priority, kind=job_kind, gpu_type=gpu_type, checkpoint_interval_s=0.0,
         name=name, preemptible=preemptible, node_selector=dict(node_selector or {}), template=template,
         replicas=replicas, resources=dict(resources), submitted_at=submitted_at, synthetic=synthetic,
-        ref_gpu=ref_gpu, work_class=work_class, speedup=dict(speedup or {}), tokens=tokens)
+        ref_gpu=ref_gpu, work_class=work_class, speedup=dict(speedup or {}), tokens=tokens, workload=work)
     check_speed_fields(spec)
     return spec
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpucluster.jobs.workload import NO_WORKLOAD, Workload
 from gpucluster.model import CORE_MILLI_PER_DEVICE, ContainerRequest, DeviceConstraints, DeviceRequest, Pod
 
 MAX_TASK_GPUS = 8
@@ -148,6 +149,9 @@ class JobSpec:
     """Measured speed relative to ``ref_gpu`` per GPU model (overrides the speed model for those models)."""
     tokens: float = 0.0
     """Tokens an inference job processes in all (cost per million tokens); 0 = not given."""
+    workload: Workload = NO_WORKLOAD
+    """What its containers run (image, command, env, volumes ...): Kubernetes runs it; the simulated engine only
+    keeps it (:mod:`gpucluster.jobs.workload`)."""
     # derived in __post_init__ (read in the scheduling pass for every queued job, so computed once)
     task_gpus: int = field(init=False, default=0)
     num_tasks: int = field(init=False, default=0)
@@ -389,6 +393,7 @@ class Job:
             "speedup": dict(spec.speedup),
             "tokens": spec.tokens,
             "gpu_speed": self.extra.get("speed"),
+            **spec.workload.to_dict(),
             "status": self.status.value,
             "message": self.message,
             "synthetic": spec.synthetic,

@@ -374,7 +374,8 @@ def _duration(spec: JobSpec) -> float | None:
 def _options(spec: JobSpec) -> dict[str, Any]:
     return {"gpu_type": spec.gpu_type, "node_selector": dict(spec.node_selector), "kind": spec.kind.value,
             "preemptible": spec.preemptible, "ref_gpu": spec.ref_gpu, "work_class": spec.work_class,
-            "speedup": dict(spec.speedup), "tokens": spec.tokens}
+            "speedup": dict(spec.speedup), "tokens": spec.tokens,
+            **({"workload": spec.workload.to_dict()} if not spec.workload.empty else {})}
 
 
 def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
@@ -402,7 +403,8 @@ def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
                         kind=str(opts.get("kind", "train")), preemptible=bool(opts.get("preemptible", True)),
                         submitted_at=submitted_at, registry=registry, ref_gpu=str(opts.get("ref_gpu", "")),
                         work_class=str(opts.get("work_class", "")), tokens=float(opts.get("tokens", 0.0)),
-                        speedup={str(k): float(v) for k, v in dict(opts.get("speedup") or {}).items()})
+                        speedup={str(k): float(v) for k, v in dict(opts.get("speedup") or {}).items()},
+                        workload=opts.get("workload"))
     except ValueError:
         if not status.terminal:
             raise

@@ -91,7 +91,8 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
                            submit_s=service.runtime.now, priority=body.priority, gpu_type=body.gpu_types(),
                            node_selector=body.node_selector, kind=body.kind, preemptible=body.preemptible,
                            submitted_at=time.time(), registry=service.runtime.registry, ref_gpu=body.ref_gpu,
-                           work_class=body.work_class, speedup=dict(body.speedup), tokens=body.tokens))
+                           work_class=body.work_class, speedup=dict(body.speedup), tokens=body.tokens,
+                           workload=body.workload()))
         service.runtime.validate(job)
     except ValueError as exc:
         where, _, why = str(exc).partition(": ")

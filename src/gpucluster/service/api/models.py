@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from gpucluster.jobs import workload as wl
 from gpucluster.model.limits import (
     MAX_JOB_DURATION_S,
     MAX_JOB_SPEEDUP,
@@ -56,6 +57,52 @@ class _Out(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------- requests
+ObjectName = Annotated[str, StringConstraints(pattern=wl.OBJECT_NAME_RE, max_length=253)]
+"""A Secret, ConfigMap, PersistentVolumeClaim or ServiceAccount name (in the job's namespace on Kubernetes)."""
+Arg = Annotated[str, StringConstraints(max_length=wl.MAX_ARG_CHARS)]
+
+
+class EnvVarIn(_In):
+    """One environment variable: ``value``, or ``key`` of the Secret ``secret`` or the ConfigMap ``config_map``."""
+
+    name: Annotated[str, StringConstraints(pattern=wl.ENV_NAME_RE, max_length=253)]
+    value: Annotated[str, StringConstraints(max_length=wl.MAX_ENV_VALUE_CHARS)] | None = None
+    secret: ObjectName | None = Field(None, description="Read the value from this Secret's key.")
+    config_map: ObjectName | None = Field(None, description="Read the value from this ConfigMap's key.")
+    key: Annotated[str, StringConstraints(pattern=wl.KEY_RE, max_length=253)] | None = None
+    optional: bool | None = Field(None, description="Start even when the Secret/ConfigMap or its key is missing.")
+
+
+class EnvFromIn(_In):
+    """Every key of a Secret or a ConfigMap as environment variables."""
+
+    secret: ObjectName | None = None
+    config_map: ObjectName | None = None
+    prefix: Annotated[str, StringConstraints(pattern=wl.ENV_NAME_RE, max_length=253)] | None = None
+    optional: bool | None = None
+
+
+class VolumeIn(_In):
+    """A PersistentVolumeClaim (``pvc``), ConfigMap or Secret, by name, mounted at ``mount_path``."""
+
+    mount_path: Annotated[str, StringConstraints(pattern=r"^/", max_length=wl.MAX_PATH_CHARS)]
+    pvc: ObjectName | None = None
+    config_map: ObjectName | None = None
+    secret: ObjectName | None = None
+    read_only: bool | None = None
+    sub_path: Annotated[str, StringConstraints(max_length=wl.MAX_PATH_CHARS)] | None = None
+    name: Annotated[str, StringConstraints(pattern=wl.VOLUME_NAME_RE, max_length=63)] | None = Field(
+        None, description="Volume name in the pod (default vol-<index>).")
+
+
+class TolerationIn(_In):
+    key: Annotated[str, StringConstraints(pattern=wl.LABEL_KEY_RE, max_length=317)] | None = None
+    operator: Literal["Equal", "Exists"] | None = None
+    value: Annotated[str, StringConstraints(pattern=wl.LABEL_VALUE_RE, max_length=63)] | None = None
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(None, ge=0, le=2**31 - 1)
+
+
 class JobIn(_In):
     """A job: ``replicas`` identical pods, each with these HAMi-style container limits."""
 
@@ -92,6 +139,27 @@ class JobIn(_In):
     tokens: float = Field(0.0, ge=0, le=MAX_JOB_TOKENS,
                           description="Tokens an inference job processes in all (cost per million tokens); 0 = "
                                       "not given.")
+    # what the containers run (Kubernetes runs it; the embedded backend keeps it and simulates duration_s)
+    image: Annotated[str, StringConstraints(max_length=wl.MAX_IMAGE_CHARS)] | None = Field(
+        None, description="Container image (registry/path:tag). On Kubernetes omitted = a placeholder that sleeps "
+                          "duration_s; the embedded backend ignores it.")
+    command: list[Arg] | None = Field(None, max_length=wl.MAX_ARGS, description="Entrypoint (the image's if "
+                                                                                 "omitted).")
+    args: list[Arg] | None = Field(None, max_length=wl.MAX_ARGS, description="Arguments to the entrypoint.")
+    env: list[EnvVarIn] | None = Field(None, max_length=wl.MAX_ENV, description="Environment variables.")
+    env_from: list[EnvFromIn] | None = Field(None, max_length=wl.MAX_ENV_FROM,
+                                             description="Secrets and ConfigMaps whose keys become variables.")
+    working_dir: Annotated[str, StringConstraints(pattern=r"^/", max_length=wl.MAX_PATH_CHARS)] | None = Field(
+        None, description="Working directory (absolute path).")
+    volumes: list[VolumeIn] | None = Field(None, max_length=wl.MAX_VOLUMES,
+                                           description="PersistentVolumeClaims, ConfigMaps and Secrets to mount.")
+    service_account: ObjectName | None = Field(None, description="ServiceAccount the pods run as.")
+    tolerations: list[TolerationIn] | None = Field(None, max_length=wl.MAX_TOLERATIONS,
+                                                   description="Kubernetes tolerations of the pods.")
+
+    def workload(self) -> dict[str, Any]:
+        """The container fields as :meth:`gpucluster.jobs.workload.Workload.from_dict` reads them."""
+        return wl.workload_fields(self.model_dump(include=set(wl.FIELDS), exclude_none=True))
 
     def gpu_types(self) -> str:
         """``gpu_type`` as HAMi's comma list (empty = any)."""
@@ -174,6 +242,15 @@ class JobOut(_Out):
     tokens: float = Field(0.0, description="Tokens the job processes in all; 0 = not given.")
     gpu_speed: float | None = Field(None, description="Speed of the current (or last) run relative to ref_gpu "
                                                       "(its slowest GPU); None before it first ran.")
+    image: str = Field("", description="Container image; empty = none given.")
+    command: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list)
+    env: list[dict[str, Any]] = Field(default_factory=list)
+    env_from: list[dict[str, Any]] = Field(default_factory=list)
+    working_dir: str = ""
+    volumes: list[dict[str, Any]] = Field(default_factory=list)
+    service_account: str = ""
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
     status: str
     message: str
     synthetic: bool

@@ -380,6 +380,17 @@ pages.jobs = {
         <div><label for="jf-ref-gpu">Reference GPU (opt.)</label><input id="jf-ref-gpu" data-testid="jf-ref-gpu" maxlength="64" placeholder="V100, A100, H100 ..." title="GPU model the duration is measured on: elsewhere the job runs its work at the speed model's speed"></div>
         <div><label for="jf-preemptible"><input id="jf-preemptible" type="checkbox" checked> Preemptible</label></div>
         <div><button class="primary" type="submit" id="jf-submit">Submit</button></div>
+        <details class="span-all" id="jf-container" data-testid="jf-container"><summary>Container (what runs on Kubernetes; the simulated cluster ignores it)</summary>
+          <div class="form-grid">
+            <div><label for="jf-image">Image</label><input id="jf-image" maxlength="512" placeholder="registry/path:tag"></div>
+            <div><label for="jf-command">Command</label><input id="jf-command" placeholder='python -m train or ["sh", "-c", "..."]'></div>
+            <div><label for="jf-args">Args</label><input id="jf-args" placeholder="--epochs 3"></div>
+            <div><label for="jf-workdir">Working directory</label><input id="jf-workdir" placeholder="/workspace"></div>
+            <div><label for="jf-sa">Service account</label><input id="jf-sa" placeholder="default"></div>
+            <div class="span-2"><label for="jf-env">Environment, one a line</label><textarea id="jf-env" rows="3" placeholder="MODE=fast&#10;TOKEN=secret:hf-token/token&#10;LR=configmap:hparams/lr&#10;configmap:common (every key)"></textarea></div>
+            <div class="span-2"><label for="jf-volumes">Volumes, one a line</label><textarea id="jf-volumes" rows="3" placeholder="/data=pvc:datasets:ro&#10;/etc/cfg=configmap:train-cfg&#10;/secrets=secret:ssh-key"></textarea></div>
+            <div class="span-2"><label for="jf-tolerations">Tolerations, one a line</label><textarea id="jf-tolerations" rows="2" placeholder="nvidia.com/gpu:Exists:NoSchedule&#10;dedicated=ml:NoExecute"></textarea></div>
+          </div></details>
       </form><div id="jf-error" class="error-text"></div></div>
       <div class="card section">
         <div class="toolbar">
@@ -434,6 +445,12 @@ pages.jobs = {
     if (props.ref_gpu && v("#jf-ref-gpu")) body.ref_gpu = v("#jf-ref-gpu");
     $("#jf-error").textContent = "";
     try {
+      if (props.image) Object.assign(body, containerFields(v));
+    } catch (e) {
+      $("#jf-error").textContent = e.message;
+      return;
+    }
+    try {
       const job = await api("POST", "/api/v1/jobs", body);
       toast(`Submitted ${job.name} (${job.id})`);
       $("#jf-name").value = `train-${Math.random().toString(36).slice(2, 6)}`;
@@ -468,6 +485,67 @@ pages.jobs = {
   },
 };
 
+// ---- the submit form's container fields -> the job body's image, command, env, volumes ... (only those given)
+function words(text, what) {
+  // a JSON list, or words split on white space
+  if (!text) return [];
+  if (text.startsWith("[")) {
+    let list;
+    try { list = JSON.parse(text); } catch (e) { throw new Error(`${what}: not a JSON list of strings`); }
+    if (!Array.isArray(list) || list.some((x) => typeof x !== "string")) throw new Error(`${what}: not a JSON list of strings`);
+    return list;
+  }
+  return text.split(/\s+/).filter(Boolean);
+}
+function lines(id) { return ($(id).value || "").split("\n").map((x) => x.trim()).filter(Boolean); }
+function objectRef(text, where) {
+  // "secret:NAME" or "configmap:NAME" -> ["secret" | "config_map", NAME]
+  const m = /^(secret|configmap|config_map|pvc):(.+)$/.exec(text);
+  if (!m) throw new Error(`${where}: expected secret:NAME, configmap:NAME${where.startsWith("volume") ? " or pvc:NAME" : ""}`);
+  return [m[1] === "configmap" ? "config_map" : m[1], m[2]];
+}
+function containerFields(v) {
+  const out = {};
+  if (v("#jf-image")) out.image = v("#jf-image");
+  const cmd = words(v("#jf-command"), "command"), args = words(v("#jf-args"), "args");
+  if (cmd.length) out.command = cmd;
+  if (args.length) out.args = args;
+  if (v("#jf-workdir")) out.working_dir = v("#jf-workdir");
+  if (v("#jf-sa")) out.service_account = v("#jf-sa");
+  const env = [], envFrom = [];
+  lines("#jf-env").forEach((line, i) => {
+    const eq = line.indexOf("=");
+    if (eq < 0) { const [kind, name] = objectRef(line, `environment line ${i + 1}`); envFrom.push({ [kind]: name }); return; }
+    const name = line.slice(0, eq), value = line.slice(eq + 1);
+    const ref = /^(secret|configmap):([^/]+)\/(.+)$/.exec(value);
+    if (ref) env.push({ name, [ref[1] === "configmap" ? "config_map" : "secret"]: ref[2], key: ref[3] });
+    else env.push({ name, value });
+  });
+  if (env.length) out.env = env;
+  if (envFrom.length) out.env_from = envFrom;
+  const volumes = lines("#jf-volumes").map((line, i) => {
+    const eq = line.indexOf("=");
+    if (eq < 0) throw new Error(`volume line ${i + 1}: expected /mount/path=pvc:NAME (add :ro for read-only)`);
+    let ref = line.slice(eq + 1);
+    const ro = ref.endsWith(":ro");
+    if (ro) ref = ref.slice(0, -3);
+    const [kind, name] = objectRef(ref, `volume line ${i + 1}`);
+    return Object.assign({ mount_path: line.slice(0, eq), [kind]: name }, ro ? { read_only: true } : {});
+  });
+  if (volumes.length) out.volumes = volumes;
+  const tols = lines("#jf-tolerations").map((line) => {
+    // key=value:Effect, key:Exists[:Effect], :Exists (every taint)
+    const [kv, ...rest] = line.split(":");
+    const t = {};
+    if (rest[0] === "Exists") { t.operator = "Exists"; rest.shift(); if (kv) t.key = kv; }
+    else { const eq = kv.indexOf("="); t.key = eq < 0 ? kv : kv.slice(0, eq); if (eq >= 0) t.value = kv.slice(eq + 1); }
+    if (rest[0]) t.effect = rest[0];
+    return t;
+  });
+  if (tols.length) out.tolerations = tols;
+  return out;
+}
+
 async function openJob(id) {
   S.drawer = id;
   S.drawerKind = "job";
@@ -485,6 +563,9 @@ async function refreshJobDrawer() {
     <div>ID</div><div class="mono">${esc(j.id)}</div><div>Tenant</div><div>${esc(j.tenant)}</div>
     <div>Replicas</div><div>${j.replicas} (placed all-or-nothing)</div><div>Resources</div><div>${res}</div>
     <div>Duration</div><div>${j.duration_s ? dur(j.duration_s) : "until cancelled"}</div>
+    ${j.image ? `<div>Image</div><div class="mono" data-testid="job-image">${esc(j.image)}</div>` : ""}
+    ${(j.command || []).length || (j.args || []).length ? `<div>Command</div><div class="mono">${esc([...(j.command || []), ...(j.args || [])].join(" "))}</div>` : ""}
+    ${(j.volumes || []).length ? `<div>Volumes</div><div>${j.volumes.map((x) => `<code>${esc(x.mount_path)} ← ${esc(x.pvc ? `pvc ${x.pvc}` : x.secret ? `secret ${x.secret}` : `configmap ${x.config_map}`)}</code>`).join(" ")}</div>` : ""}
     <div>Message</div><div>${esc(j.message)}</div></div>
     ${["pending", "running"].includes(j.status) ? `<button class="danger" id="job-cancel">Cancel job</button>` : ""}
     ${pl ? `<h3 class="muted" style="margin-top:16px">Placement</h3><table><tbody>${pl}</tbody></table>` : ""}
