@@ -135,6 +135,23 @@ def up(
         "--log-format", help="Structured log lines on stderr: access log, scheduling decisions, remediation, "
                              "alerts.", case_sensitive=False)] = LogFormat.LOGFMT,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+    namespace: Annotated[str, typer.Option(
+        "--namespace", help="With --kubeconfig: namespace of the Jobs made for jobs of the API.")] = "default",
+    admission: Annotated[str, typer.Option(
+        "--admission", help="With --kubeconfig: devices (admit a job only when all its pods have a place on real "
+                            "devices) or count (GPU count alone, as Kueue admits: for comparison, jobs may then "
+                            "hang).")] = "devices",
+    leader_elect: Annotated[bool, typer.Option(
+        "--leader-elect/--no-leader-elect", help="With --kubeconfig: replicas elect a leader on a Lease; only the "
+                                                 "leader admits, the others serve reads.")] = True,
+    lease_name: Annotated[str, typer.Option("--lease-name", help="Name of the Lease.")] = "gpucluster-control-plane",
+    lease_namespace: Annotated[str | None, typer.Option(
+        "--lease-namespace", help="Namespace of the Lease (default: --namespace).")] = None,
+    lease_duration: Annotated[float, typer.Option(
+        "--lease-duration", min=1.0, max=600.0, help="Seconds without renewal after which another replica "
+                                                     "takes over.")] = 15.0,
+    identity: Annotated[str | None, typer.Option(
+        "--identity", help="This replica's name in the Lease (default: host-pid).")] = None,
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
@@ -165,6 +182,8 @@ def up(
         fail("--cluster and --kubeconfig: give one of them")
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"--kubeconfig: {kubeconfig}: no such file")
+    if admission not in ("devices", "count"):
+        fail(f"--admission {admission!r}: expected devices or count")
     from gpucluster.devices import VendorRegistry
 
     # bad input files are refused before anything is locked or created
@@ -184,7 +203,10 @@ def up(
         runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, policy=policy,
                                                queue_policy=queue_policy, background=background,
                                                fault_rate_per_hour=faults_per_hour, seed=seed, devices=devices,
-                                               remediation=remediation))
+                                               remediation=remediation, namespace=namespace, admission=admission,
+                                               leader_elect=leader_elect, lease_name=lease_name,
+                                               lease_namespace=lease_namespace, lease_duration=lease_duration,
+                                               identity=identity))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
     config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst),
@@ -214,6 +236,11 @@ def up(
     ]
     if kubeconfig is None:
         lines.append(f"  remediate: {_remediation_line(remediation)}")
+    else:
+        kube = summary.get("kubernetes") or {}
+        lines.append(f"  queue:     Jobs labelled gpucluster.io/queue=TENANT; admission by {admission}; "
+                     + (f"leader election on Lease {lease_namespace or namespace}/{lease_name} as "
+                        f"{kube.get('identity')}" if leader_elect else "no leader election"))
     print("\n".join(lines), flush=True)
     if exposed:
         print(f"warning: --host {host}: the API and dashboard are reachable beyond this machine over plain HTTP, "
@@ -341,8 +368,44 @@ def nodes(
     _list(Resource.NODES, {}, server, token, context, as_json)
 
 
+def logs(
+    job: Annotated[str, typer.Argument(help="Job id or name.")],
+    replica: Annotated[int, typer.Option("--replica", min=0, help="Which replica (pod index; default 0).")] = 0,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing while the container runs.")] = False,
+    tail: Annotated[int | None, typer.Option("--tail", min=1, help="Only the last N lines.")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Print a job's container log (one replica's pod, through the Kubernetes API server)."""
+    import httpx
+
+    from gpucluster.cli.get_cmd import find_job
+
+    params: dict[str, Any] = {"replica": replica, "follow": follow}
+    if tail is not None:
+        params["tail"] = tail
+    with client(resolve(server, token, context)) as http:
+        found = find_job(http, job)
+        path = f"/api/v1/jobs/{found['id']}/logs"
+        try:
+            with http.stream("GET", path, params=params, timeout=httpx.Timeout(30.0, read=None)) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    call(http, "GET", path, params={**params, "follow": False})  # exits with where: why
+                out = sys.stdout.buffer
+                for chunk in resp.iter_raw():
+                    out.write(chunk)
+                    out.flush()
+        except httpx.HTTPError as exc:
+            fail(f"--server: reading the log from {http.base_url} failed: {exc}", 1)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+
 def register(app: typer.Typer) -> None:
     app.command("up")(up)
     app.command("submit")(submit)
+    app.command("logs")(logs)
     app.command("jobs")(jobs)
     app.command("nodes")(nodes)

@@ -156,6 +156,13 @@ class EngineOptions:
     events), each running job's placements and the GPU-equivalents it holds."""
     namespace: str = ""
     """Namespace of the pods (default: the job's tenant)."""
+    timed_finish: bool = True
+    """A running job ends when its work is done (a timer at ``duration_s``); False: only when the driver says so
+    (:meth:`JobEngine.finish`, :meth:`JobEngine.fail`: Kubernetes reports it), ``duration_s`` is an estimate."""
+    device_check: bool = True
+    """Admit a job only when whole tasks of its size fit the free devices of single nodes (and the placer places
+    every pod); False: count-only admission, as a quota system that counts GPUs admits (Kueue), for comparison
+    (the placer then decides what it can and the rest waits after admission)."""
 
 
 class JobEngine:
@@ -206,6 +213,9 @@ class JobEngine:
         self._failure: GroupDecision | None = None
         self._gpuless = 0
         """Queued jobs that ask for no GPU (they may start while every GPU is busy)."""
+        self.paused = False
+        """True: no scheduling pass runs (a control-plane replica that is not the leader only mirrors what the
+        leader decides: :meth:`adopt`, :meth:`requeue`, :meth:`finish`, :meth:`fail`)."""
         self.recount()
 
     # ================================================================================ public API
@@ -356,12 +366,17 @@ class JobEngine:
         if job is not None and job.state == JobState.RUNNING:
             self._apply(job, Move(pod_key, views.placement(self.state, pod_key, alloc.node), message))
 
-    def adopt(self, job: Job, pods: Sequence[Pod], started_s: float) -> None:
-        """Take a job whose pods already hold their resources (a restarted control plane finds them bound)
-        as running since ``started_s``: no placement, the same bookkeeping as a start."""
+    def adopt(self, job: Job, pods: Sequence[Pod], started_s: float, attempt: int | None = None) -> None:
+        """Take a job whose pods already hold their resources (a restarted control plane finds them bound, a
+        follower sees its leader's admission) as running since ``started_s``: no placement, the same bookkeeping
+        as a start. A new or queued job is taken out of the queue first; ``attempt`` (default the next) names
+        the run."""
         if job.spec.job_id not in self.jobs:
             self.jobs[job.spec.job_id] = job
-        self._apply(job, Arrive())
+        if job.state == JobState.NEW:
+            self._apply(job, Arrive())
+        elif job.state == JobState.QUEUED and job.job_id in self._entry:
+            self._dequeue(job)
         state = self.state
         held = [p for p in pods if p.key in state.allocations]
         if self.quota is not None:
@@ -369,7 +384,19 @@ class JobEngine:
             for pod in held:
                 self.quota.charge(pod.key, pod.charged_tenant, pod_charge(pod, snap))
         names = tuple(state.allocations[p.key].node for p in held)
-        self._begin(job, job.attempt + 1, held, names, [], run_start=started_s)
+        self._begin(job, job.attempt + 1 if attempt is None else attempt, held, names, [], run_start=started_s)
+
+    def requeue(self, job_id: str, why: str) -> bool:
+        """The running job was stopped outside the engine (a leader preempted it, its admission was withdrawn):
+        release what it holds and queue it again (a ``preempted`` event); False if it was not running."""
+        job = self.jobs[job_id]
+        if job.state != JobState.RUNNING:
+            return False
+        self._release(job)
+        self._apply(job, Preempt(why))
+        self._apply(job, Preempted(why))
+        self._enqueue(job)
+        return True
 
     # ---------------------------------------------------------------------------- views
     def tenant_share(self, tenant: str) -> float:
@@ -570,6 +597,9 @@ class JobEngine:
         tot.passes += 1
         pol = self.policy
         describe = self.options.describe
+        device_check = self.options.device_check
+        if self.paused:
+            return
         if pol.via_offers:
             if self._queue and tot.gpus - self._busy > 0:
                 self._offers_pass()
@@ -602,7 +632,7 @@ class JobEngine:
                                           spec.num_tasks)
                 need, task_gpus, shape, whole, tasks = info
                 if need <= free and need < failed.get(shape, math.inf) and (
-                        not whole or self._slots_for(task_gpus) >= tasks):
+                        not whole or not device_check or self._slots_for(task_gpus) >= tasks):
                     if self._try_start(job, key):
                         free -= need
                         stale_worst = True
@@ -659,6 +689,14 @@ class JobEngine:
 
     def _count_message(self, job: Job, free: float) -> str:
         spec = job.spec
+        if spec.whole and spec.gpu_share <= free and spec.task_gpus > 0 and self.options.device_check:
+            fits = self._slots_for(spec.task_gpus)
+            if fits < spec.num_tasks:  # enough free GPUs in all, in the wrong places
+                per_node = sorted((int(n) for n in self._node_free() if n > 0), reverse=True)
+                shown = ", ".join(map(str, per_node[:8])) + (" ..." if len(per_node) > 8 else "")
+                return (f"waiting for a placement: needs {spec.num_tasks} task(s) of {spec.task_gpus} GPU(s) on one "
+                        f"node each; {max(free, 0.0):g} GPUs are free but fragmented: only {fits} such task(s) fit "
+                        f"(free GPUs per node: {shown or 'none'})")
         return (f"waiting for GPUs: needs {spec.gpu_share:g} GPU(s) as {spec.num_tasks} task(s), "
                 f"{max(free, 0.0):g} of {self.totals.gpus} free")
 
@@ -840,7 +878,7 @@ class JobEngine:
         self._apply(job, Start(attempt, names, tuple(p.key for p in pods), start, slowdown, placements, held,
                                moved, level))
         end = max(start + job.remaining_s * job.slowdown, self.now)
-        if end != math.inf:
+        if end != math.inf and self.options.timed_finish:
             self._finish_seq[job.job_id] = self.kernel.schedule(end, _Finish(job.job_id, attempt), PRIO_FINISH)
         self._busy += spec.gpu_share
         use = self._tenants.setdefault(spec.tenant, _TenantUse())

@@ -1,33 +1,33 @@
 """``KubeRuntime``: the control plane's Runtime (``gpucluster up --kubeconfig FILE``) over a real API server.
 
-It feeds the one job engine (:class:`gpucluster.jobs.JobEngine`) and carries out its decisions with real pods;
-queue order, quota, gang placement (all of a job's pods or none, one GPU model) and preemption are the engine's,
-as in the simulator and the embedded control plane.
+The API server is the source of truth; the one job engine (:class:`gpucluster.jobs.JobEngine`) decides.
 
-* **Cluster view.** The :class:`Informer` lists and watches Nodes and Pods into a :class:`KubeCluster`: devices
-  from HAMi's register annotations, usage from every bound pod's HAMi decision annotations (ours or anyone's).
-  ``nodes``/``node``/``overview``/``topology`` read that state (``views``).
-* **Placement.** The engine's scheduling pass decides each job's pods through the cluster's scheduler (the
-  engine's profile plus the node gate and the Kubernetes binder) under the cluster lock; the
-  :class:`KubePlacer` then creates the pods (``<job id>-<attempt>-<replica>`` in ``namespace``, the job's
-  resources as container limits, ``nodeSelector``, ``nvidia.com/use-gputype``, ``schedulerName:
-  <scheduler_name>``, labels ``gpucluster.io/job``, ``gpucluster.io/tenant``, ``app.kubernetes.io/managed-by:
-  gpucluster``, annotations ``gpucluster.io/tenant`` and, for more than one replica, ``gpucluster.io/gang`` /
-  ``gang-min-member``) and binds each with the :class:`KubeBinder` (HAMi annotations, then a Binding), on one
-  writer thread so the service's event loop never waits on the API server. A job that does not fit has no pods;
-  its message says why.
-* **Status from pods.** Bound counts as running (without a kubelet, pods on registered nodes stay
-  Pending-but-bound). ``duration_s`` after the start the engine ends the job: its pods are deleted and it
-  succeeded (on a cluster with kubelets the placeholder container sleeps just as long, so both agree; a pod that
-  ends first decides). Any pod Failed -> failed (the rest deleted); every pod Succeeded -> succeeded; a pod of a
-  running job deleted by someone else, or pods that could not be created or bound -> failed. Cancel, preemption
-  and the end of a job delete its pods.
-* **Restart.** Pods outlive the control plane. A job restored from the store whose pods are all still bound is
-  adopted as running (its run time counts from their ``hami.io/bind-time``); otherwise what is left of its pods
-  is deleted and it is queued again.
+* **Jobs are batch/v1 Jobs.** Every Job labelled ``gpucluster.io/queue: TENANT`` is a job of the queue: one a
+  user applied with kubectl (``suspend: true``, ``schedulerName: gpucluster`` in its pod template), or one the
+  control plane made for a job of its REST API (:func:`~gpucluster.kubernetes.workloads.job_manifest`: indexed,
+  ``parallelism = completions = replicas``, created suspended). An informer lists and watches them; a restart or
+  a newly elected leader rebuilds every job from them (the store keeps history and audit).
+* **Admission sees devices.** The engine's scheduling pass (queue policy, quota and fair share, the Job's
+  ``parallelism`` as a gang, GPU model, placement) admits a job only when it has a placement for all its pods
+  on real devices; the placement is *reserved* in the cluster view (:class:`KubeCluster` reservations), written
+  on the Job (``gpucluster.io/admission``) and the Job released (``suspend: false``). With
+  ``admission="count"`` the engine admits by GPU count alone, as Kueue does (comparison only): it places what
+  it can one pod at a time and the rest waits after admission.
+* **Pods are the Job controller's.** Each pod of an admitted Job is bound into a free slot of its reservation
+  (its completion index's when it can): ``gpucluster.io/reservation``, HAMi's decision annotations, a Binding. A
+  Job created without ``suspend`` gets its pods at once; they stay unbound until the job is admitted.
+* **Status from Kubernetes.** The Job's ``Complete``/``Failed`` condition ends the job (``duration_s`` is only an
+  estimate here); while it runs, its message counts the pods by phase, restarts, and the last container's exit
+  code and reason. Cancel deletes the Job; preemption suspends it again and frees its GPUs at once (its pods
+  are deleted).
+* **Leader election** (``leader_elect``): replicas share a Lease; only the leader admits, binds and preempts.
+  A follower mirrors the leader's decisions from the Jobs and serves reads; any replica accepts submissions and
+  cancellations (they are writes of Job objects). An admission is written with the Job's resourceVersion, so
+  two replicas can never both admit a job.
 
-Threads: the informer's and the writer; job records are touched only by the service's calls (the Runtime
-contract); what the informer reports is kept under ``_lock`` and read by :meth:`advance`.
+Threads: the informer's (Jobs, pods, nodes), the writer's (every API write), the elector's. Job records are
+touched only by the service's calls (the Runtime contract); what the informer reports is kept under ``_lock``
+and read by :meth:`advance`.
 """
 
 from __future__ import annotations
@@ -37,23 +37,20 @@ import contextlib
 import json
 import logging
 import math
+import os
+import socket
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 
-from gpucluster.devices import (
-    GANG_ANNOTATION,
-    GANG_MIN_ANNOTATION,
-    TENANT_ANNOTATION,
-    DeviceSettings,
-    VendorRegistry,
-)
+from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.jobs import (
     DEFAULT_POLICY,
     EngineOptions,
@@ -65,63 +62,83 @@ from gpucluster.jobs import (
     Kernel,
     job_profile,
     make_policy,
+    task_pods,
+    transition,
 )
-from gpucluster.jobs.admission import restored_submission
+from gpucluster.jobs.admission import restored_submission, user_submission
 from gpucluster.jobs.front import EngineFront
-from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client
-from gpucluster.kubernetes.convert import BIND_TIME_ANNOTATION, pod_key, pod_node, pod_phase
+from gpucluster.jobs.transitions import Cancel, Fail, Note, Reject
+from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client, raw_get
+from gpucluster.kubernetes.cluster import RESERVATION_ANNOTATION
+from gpucluster.kubernetes.convert import KubeInputError, parse_pod, pod_key
+from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.kubernetes.runtime import RunOptions, build
-from gpucluster.model import Allocation, ClusterState, Pod, views
-from gpucluster.scheduler import Decision, GroupDecision
+from gpucluster.kubernetes.workloads import (
+    ADMISSION_ANNOTATION,
+    DEFAULT_IMAGE,
+    JOB_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MESSAGE_ANNOTATION,
+    QUEUE_LABEL,
+    REFUSED_ANNOTATION,
+    Admission,
+    PodView,
+    QueueJob,
+    admission_of,
+    job_manifest,
+    parse_queue_job,
+    pod_view,
+    slot_allocation,
+)
+from gpucluster.model import Allocation, AllocationError, ClusterState, Pod, views
+from gpucluster.scheduler import Decision, GroupDecision, Outcome
+from gpucluster.scheduler.framework import Status
 from gpucluster.scheduler.plugins.quota import QuotaTree
 
 log = logging.getLogger(__name__)
 
-JOB_LABEL = "gpucluster.io/job"
-TENANT_LABEL = "gpucluster.io/tenant"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpucluster"
-JOB_NAME_ANNOTATION = "gpucluster.io/job-name"
-DEFAULT_IMAGE = "busybox:1.36"
+TENANT_LABEL = QUEUE_LABEL
+"""Deprecated name of the queue label (the tenant a Job is charged to)."""
 HISTORY_POINTS = 240
 HISTORY_EVERY_S = 5.0
-DELETE_RETRY_S = 5.0
+NOTE_EVERY_S = 5.0
+"""Shortest time between two "why it waits" notes written on one Job."""
+ADMISSIONS = ("devices", "count")
 
 
 @dataclass(slots=True)
-class _PodSeen:
-    """What the informer last reported about one of our pods."""
+class _Rec:
+    """What the runtime keeps about one job besides the engine's record."""
 
     job_id: str
-    node: str
-    phase: str
-    bind_time: float | None
-    """``hami.io/bind-time`` (epoch seconds) once bound."""
-    failure: str
-
-
-def _observe(obj: Mapping[str, Any], job_id: str) -> _PodSeen:
-    meta = obj.get("metadata") or {}
-    status = obj.get("status") or {}
-    raw_bind = (meta.get("annotations") or {}).get(BIND_TIME_ANNOTATION)
-    try:
-        bind_time = float(raw_bind) if raw_bind is not None else None
-    except ValueError:
-        bind_time = None
-    failure = ""
-    if pod_phase(obj) == "Failed":
-        failure = str(status.get("message") or status.get("reason") or "")
-        for cs in status.get("containerStatuses") or []:
-            term = (cs.get("state") or {}).get("terminated") or {}
-            if term and not failure:
-                failure = f"container {cs.get('name')}: {term.get('reason', '')} (exit {term.get('exitCode')})"
-    return _PodSeen(job_id, pod_node(obj), pod_phase(obj), bind_time, failure)
+    ours: bool
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    rv: str = ""
+    admission: Admission | None = None
+    """The admission the engine's current run is (written by us or observed)."""
+    writing: bool = False
+    """Our admission of the current run is being written (until the informer shows it on the Job)."""
+    withdrawn: set[str] = field(default_factory=set)
+    """Admissions this replica took back (preempted, not written): a late view of the Job showing one is old."""
+    slots: list[str] = field(default_factory=list)
+    """Reservation (task) keys of the current run, by slot; "" = not placed yet (count-only admission)."""
+    tasks: list[Pod] = field(default_factory=list)
+    note: str = ""
+    note_at: float = -math.inf
+    refused: bool = False
+    phases: dict[str, int] = field(default_factory=dict)
+    restarts: int = 0
+    unplaced_why: str = ""
+    """Count-only admission: why the last pod tried found no place."""
 
 
 def _api_error(exc: BaseException) -> str:
-    """``422 Unprocessable Entity: Pod "x" is invalid: ...`` (the Status message when the body has one)."""
+    """``422 Unprocessable Entity: Job "x" is invalid: ...`` (the Status message when the body has one)."""
     if not isinstance(exc, ApiException):
-        return str(exc)
+        return f"{type(exc).__name__}: {exc}"
     try:
         message = json.loads(exc.body or "{}").get("message", "")
     except (ValueError, AttributeError):
@@ -138,48 +155,16 @@ def _cluster_name(kubeconfig: Path) -> str:
     return str(ctx.get("cluster") or (active or {}).get("name") or kubeconfig.name)
 
 
-def pod_manifest(spec: JobSpec, pod: Pod, scheduler_name: str, image: str = DEFAULT_IMAGE,
-                 registry: VendorRegistry | None = None) -> dict[str, Any]:
-    """The Pod object for one task of a job (see the module docstring)."""
-    annotations = {TENANT_ANNOTATION: spec.tenant, JOB_NAME_ANNOTATION: spec.display_name}
-    if spec.num_tasks > 1:
-        annotations[GANG_ANNOTATION] = spec.job_id
-        annotations[GANG_MIN_ANNOTATION] = str(spec.num_tasks)
-    if spec.gpu_type and registry is not None:
-        for vendor in dict.fromkeys(r.vendor for _, r in pod.device_requests):
-            annotations[registry[vendor].names.use_type_annotation] = spec.gpu_type
-    if math.isfinite(spec.duration_s):
-        command = ["sleep", str(math.ceil(spec.duration_s))]
-    else:
-        command = ["sh", "-c", "while true; do sleep 3600; done"]
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod.name,
-            "namespace": pod.namespace,
-            "labels": {JOB_LABEL: spec.job_id, TENANT_LABEL: spec.tenant, MANAGED_BY_LABEL: MANAGED_BY},
-            "annotations": annotations,
-        },
-        "spec": {
-            "schedulerName": scheduler_name,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{
-                "name": "main", "image": image, "command": command,
-                "resources": {"limits": {k: str(v) for k, v in spec.resources.items()}},
-            }],
-        },
-    }
-    if spec.node_selector:
-        body["spec"]["nodeSelector"] = dict(spec.node_selector)
-    return body
+def _placeholder(q: QueueJob, submit_s: float) -> JobSpec:
+    """A spec for a Job that cannot be queued (it is shown, refused)."""
+    return JobSpec(q.job_id, submit_s, 0, math.inf, tenant=q.tenant or "default", name=q.name,
+                   template=Pod(q.job_id, namespace=q.namespace), replicas=1, submitted_at=q.created)
 
 
 class KubePlacer:
     """The engine's :class:`~gpucluster.jobs.placement.Placer` on Kubernetes: decide under the cluster lock,
-    then create and bind the pods on the writer thread; ``release`` frees the resources at once and deletes the
-    pods (retried until the API server agrees)."""
+    reserve the placement and write the admission on the Job (writer thread); ``release`` frees the
+    reservation at once and (unless the cluster itself ended the job) suspends the Job and deletes its pods."""
 
     def __init__(self, runtime: KubeRuntime) -> None:
         self.rt = runtime
@@ -190,19 +175,40 @@ class KubePlacer:
 
     def place(self, job: Job, pods: Sequence[Pod]) -> GroupDecision:
         rt = self.rt
-        group = rt.cluster.decide_group(pods)
-        if group.ok:
-            manifests = [pod_manifest(job.spec, p, rt.scheduler_name, rt.image, rt.registry) for p in pods]
-            rt.creating[job.id] = rt.writer.submit(rt.create_and_bind, manifests, group.decisions)
+        rec = rt.recs.get(job.id)
+        if rec is None or not rec.uid:
+            return GroupDecision(failed=Decision(pods[0], Outcome.UNSCHEDULABLE, status=Status.unschedulable(
+                "KubeRuntime", "its Job object is not there yet")), cycles=0)
+        if rt.admission == "count":
+            decisions = [d for d in (rt.cluster.decide(p) for p in pods) if d.ok]
+            group = GroupDecision(decisions=decisions, cycles=len(pods))
+        else:
+            group = rt.cluster.decide_group(pods)
+            if not group.ok:
+                return group
+        allocs = [d.allocation for d in group.decisions if d.allocation is not None]
+        rt.cluster.reserve(allocs)
+        placed = {a.pod_key: a for a in allocs}
+        admission = admission_of(allocs, rt.registry, admission_id=uuid.uuid4().hex, by=rt.identity,
+                                 attempt=job.attempt + 1, at=rt.now, count_only=rt.admission == "count")
+        rec.admission, rec.writing, rec.tasks = admission, True, list(pods)
+        rec.slots = [p.key if p.key in placed else "" for p in pods]
+        rt.submit_write("admit", job.id, rt.write_admission, rec.namespace, rec.name, rec.rv, admission)
         return group
 
     def release(self, job: Job, pod_keys: Sequence[str]) -> None:
         rt = self.rt
-        for key in pod_keys:
-            rt.cluster.delete_pod(key)
-        rt.creating.pop(job.id, None)
-        if pod_keys:
-            rt.delete(job.id, list(pod_keys))
+        rec = rt.recs.get(job.id)
+        rt.cluster.unreserve(pod_keys)
+        if rec is None:
+            return
+        if rec.admission is not None:
+            rec.withdrawn.add(rec.admission.id)
+        rec.slots, rec.admission, rec.writing = [], None, False
+        if job.id in rt.quiet or not rt.leading:
+            return
+        # the engine stopped it (preemption): suspend the Job again, its GPUs are free already
+        rt.submit_write("suspend", job.id, rt.write_suspend, rec.namespace, rec.name, rec.uid)
 
 
 class KubeRuntime(EngineFront):
@@ -220,16 +226,27 @@ class KubeRuntime(EngineFront):
         handshake_timeout: float = 60.0,
         sync_timeout: float = 30.0,
         devices: DeviceSettings | None = None,
+        admission: str = "devices",
+        leader_elect: bool = False,
+        lease_name: str = "gpucluster-control-plane",
+        lease_namespace: str | None = None,
+        lease_duration: float = 15.0,
+        identity: str | None = None,
     ) -> None:
+        if admission not in ADMISSIONS:
+            raise ValueError(f"admission: must be devices or count, got {admission!r}")
         self.kubeconfig = Path(kubeconfig)
         self.policy = policy
         self.queue_policy = queue_policy
         self.namespace = namespace
         self.scheduler_name = scheduler_name
         self.image = image
+        self.admission = admission
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.registry = VendorRegistry.from_settings(devices)
         self.api = api_client(self.kubeconfig)
         self.core: Any = client.CoreV1Api(self.api)
+        self.batch: Any = client.BatchV1Api(self.api)
         self.cluster_name = _cluster_name(self.kubeconfig)
         self.server_version = self._probe()
         queue = make_policy(queue_policy)
@@ -237,35 +254,63 @@ class KubeRuntime(EngineFront):
         opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
                           sync_timeout=sync_timeout)
         self.cluster, self.binder, self.informer = build(
-            self.api, self.registry, opts, identity=f"control-plane@{self.cluster_name}",
+            self.api, self.registry, opts, identity=f"control-plane/{self.identity}",
             profile=job_profile(policy, queue, quota=True), services={"quota": self.quota})
+        self._queue = queue
         self._lock = threading.Lock()
-        self._seen: dict[str, _PodSeen] = {}
-        """Our pods (label ``gpucluster.io/job``) as the informer last reported them."""
+        self._pods: dict[str, PodView] = {}
+        """Pods made by Jobs (label ``batch.kubernetes.io/controller-uid``), as the informer last reported them."""
+        self._job_objs: dict[str, Mapping[str, Any]] = {}
+        """Job uid -> the queued Job object as last reported."""
+        self._dirty: set[str] = set()
+        self._gone: set[str] = set()
         self.informer.pod_listeners.append(self._on_pod)
-        self.informer.pod_resync_listeners.append(self._on_resync)
+        self.informer.pod_resync_listeners.append(self._on_pod_resync)
+        self.informer.watch_kind("jobs", self.batch.list_job_for_all_namespaces, self._on_job, self._on_job_list,
+                                 label_selector=QUEUE_LABEL)
         self.informer.start()
         if not self.informer.wait_synced(sync_timeout):
             self.informer.stop()
             raise ConnectionError(f"{self.kubeconfig}: the API server at {self.api.configuration.host} did not "
-                                  f"answer a list of nodes and pods within {sync_timeout:g} s")
+                                  f"answer a list of nodes, pods and Jobs within {sync_timeout:g} s")
         self.writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kube-writes")
-        self.creating: dict[str, cf.Future[None]] = {}
-        """Job id -> the pending creation and binding of its pods."""
+        self._writes: list[tuple[str, str, cf.Future[Any]]] = []
+        """(what, job id, future) of writes whose outcome the next advance reads."""
+        self._binding: set[str] = set()
+        """Pods whose bind is in flight."""
         self.bound_count = 0
         self._events: list[JobEvent] = []
-        with self.cluster.lock:
-            self.engine = JobEngine(KubePlacer(self), queue, quota=self.quota, kernel=Kernel(time.time()),
-                                    options=EngineOptions(describe=True, namespace=namespace, record_series=False))
-        self.engine.listeners.append(self._report)
-        self._deletes: dict[str, tuple[list[str], cf.Future[list[str]]]] = {}
-        """Job id -> (pod keys, the pending delete); failed deletes are retried."""
-        self._delete_retry: dict[str, tuple[float, list[str]]] = {}
-        self._watched: dict[str, set[str]] = {}
-        """Running job id -> its pods the informer has reported at least once."""
+        self.recs: dict[str, _Rec] = {}
+        self.by_uid: dict[str, str] = {}
+        self.quiet: set[str] = set()
+        """Jobs the engine is ending because the cluster said so (nothing to write back)."""
+        self._creating: dict[str, Job] = {}
+        """Jobs of our API whose Job object is being created (not in the engine yet)."""
+        self._discovered: list[Job] = []
+        self.elector: LeaderElector | None = None
+        if leader_elect:
+            self.elector = LeaderElector(self.api, lease_name, lease_namespace or namespace, self.identity,
+                                         lease_duration=lease_duration, renew_deadline=lease_duration * 2 / 3,
+                                         retry_period=max(lease_duration / 7, 0.2))
+        self._leading = self.elector is None
+        self._new_engine()
         self._history: deque[dict[str, float]] = deque(maxlen=HISTORY_POINTS)
         self._last_sample = -math.inf
+        with self._lock:
+            self._dirty = set(self._job_objs)
+        self._sync_jobs()
+        if self.elector is not None:
+            self.elector.start()
         self._sample()
+
+    def _new_engine(self) -> None:
+        with self.cluster.lock:
+            self.engine = JobEngine(KubePlacer(self), self._queue, quota=self.quota, kernel=Kernel(time.time()),
+                                    options=EngineOptions(describe=True, namespace=self.namespace,
+                                                          record_series=False, timed_finish=False,
+                                                          device_check=self.admission == "devices"))
+            self.engine.paused = not self._leading
+        self.engine.listeners.append(self._report)
 
     def _probe(self) -> str:
         """One quick call, so an unreachable or refusing API server is reported at once, not after the sync
@@ -283,25 +328,41 @@ class KubeRuntime(EngineFront):
 
     # ------------------------------------------------------------------ informer side (its threads)
     def _on_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        job_id = labels.get(JOB_LABEL)
-        if not job_id or labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
-            return
         key = pod_key(obj)
+        view = pod_view(obj, key) if kind != "DELETED" else None
+        with self._lock:
+            if view is None or not view.job_uid:
+                self._pods.pop(key, None)
+            else:
+                self._pods[key] = view
+
+    def _on_pod_resync(self, keys: set[str]) -> None:
+        with self._lock:
+            for key in [k for k in self._pods if k not in keys]:
+                del self._pods[key]
+
+    def _on_job(self, kind: str, obj: Mapping[str, Any]) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
         with self._lock:
             if kind == "DELETED":
-                self._seen.pop(key, None)
+                self._job_objs.pop(uid, None)
+                self._gone.add(uid)
             else:
-                self._seen[key] = _observe(obj, str(job_id))
+                self._job_objs[uid] = obj
+                self._gone.discard(uid)
+            self._dirty.add(uid)
 
-    def _on_resync(self, keys: set[str]) -> None:
+    def _on_job_list(self, items: list[Mapping[str, Any]]) -> None:
         with self._lock:
-            for key in [k for k in self._seen if k not in keys]:
-                del self._seen[key]
+            fresh = {str((o.get("metadata") or {}).get("uid") or ""): o for o in items}
+            self._gone |= set(self._job_objs) - set(fresh)
+            self._job_objs = fresh
+            self._dirty |= set(fresh) | self._gone
 
     def close(self) -> None:
-        """Stop the informer and the writer (pods stay: they are the cluster's state)."""
+        """Give the lease back, stop the informer and the writer (Jobs and pods stay: they are the cluster's)."""
+        if self.elector is not None:
+            self.elector.stop()
         self.informer.stop()
         self.writer.shutdown(wait=True, cancel_futures=False)
 
@@ -317,113 +378,583 @@ class KubeRuntime(EngineFront):
     def backend(self) -> str:
         return "kubernetes"
 
-    # ------------------------------------------------------------------ API writes (writer thread)
-    def create_and_bind(self, manifests: list[dict[str, Any]], decisions: list[Decision]) -> None:
-        """Create the pods, then bind each where the engine placed it (raises what went wrong)."""
-        for body in manifests:
+    @property
+    def leading(self) -> bool:
+        """This replica admits, binds and preempts (always without leader election)."""
+        return self.elector is None or self.elector.is_leader
+
+    # ------------------------------------------------------------------ writes (writer thread)
+    def submit_write(self, what: str, job_id: str, fn: Any, *args: Any) -> None:
+        self._writes.append((what, job_id, self.writer.submit(fn, *args)))
+
+    def write_admission(self, namespace: str, name: str, rv: str, admission: Admission) -> str:
+        """Write the admission on the Job and release it, if nobody else admitted it first: ``ok``, ``gone``,
+        ``lost`` (not the leader any more) or ``taken:<admission json>``."""
+        for _ in range(4):
+            if not self.leading:
+                return "lost"
+            body = {"metadata": {"resourceVersion": rv, "annotations": {
+                ADMISSION_ANNOTATION: admission.to_json(), MESSAGE_ANNOTATION: None}}, "spec": {"suspend": False}}
             try:
-                self.core.create_namespaced_pod(self.namespace, body)
+                self.batch.patch_namespaced_job(name, namespace, body)
+                self._job_event(namespace, name, "Normal", "Admitted",
+                                f"admitted by {admission.by}: " + ", ".join(
+                                    f"pod {i} on {s.node or '(not placed)'}" for i, s in enumerate(admission.slots)))
+                return "ok"
             except ApiException as exc:
-                if exc.status != 409:  # 409: it exists already
+                if exc.status == 404:
+                    return "gone"
+                if exc.status != 409:
                     raise
-        scheduler = self.cluster.scheduler
-        for d in decisions:
-            st = scheduler.bind(d)
-            if not st.ok:
-                raise RuntimeError(f"pod {d.pod.key} could not be bound to {d.node}: {'; '.join(st.reasons)}")
-            assert d.node is not None
-            self.bound_count += 1
-            self.binder.report_scheduled(d.pod, d.node, self.scheduler_name)
-
-    def _delete_pods(self, keys: list[str]) -> list[str]:
-        """Delete the pods; returns the keys that could not be deleted."""
-        failed = []
-        for key in keys:
-            namespace, _, name = key.partition("/")
             try:
-                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                obj = raw_get(self.batch.read_namespaced_job, name, namespace)
             except ApiException as exc:
-                if exc.status != 404:
-                    log.warning("pod %s not deleted: %s %s", key, exc.status, exc.reason)
-                    failed.append(key)
-            except Exception as exc:  # network: retried by the next advance
-                log.warning("pod %s not deleted: %s", key, exc)
-                failed.append(key)
-        return failed
+                if exc.status == 404:
+                    return "gone"
+                raise
+            meta = obj.get("metadata") or {}
+            current = (meta.get("annotations") or {}).get(ADMISSION_ANNOTATION)
+            if current and not (obj.get("spec") or {}).get("suspend"):
+                theirs = Admission.parse(current, f"Job {namespace}/{name}")
+                if theirs.id != admission.id:
+                    return "taken:" + str(current)
+                return "ok"
+            rv = str(meta.get("resourceVersion") or "")
+        raise RuntimeError(f"Job {namespace}/{name}: the admission kept conflicting with other writes")
 
-    def delete(self, job_id: str, keys: list[str]) -> None:
-        self._deletes[job_id] = (keys, self.writer.submit(self._delete_pods, keys))
-
-    def _check_deletes(self) -> None:
-        for job_id, (keys, fut) in list(self._deletes.items()):
-            if not fut.done():
-                continue
-            del self._deletes[job_id]
-            left = keys if fut.exception() is not None else fut.result()
-            if left:
-                self._delete_retry[job_id] = (self.now + DELETE_RETRY_S, left)
-        for job_id, (when, keys) in list(self._delete_retry.items()):
-            if when <= self.now:
-                del self._delete_retry[job_id]
-                self.delete(job_id, keys)
-
-    # ------------------------------------------------------------------ jobs
-    def restore(self, job: Job) -> None:
-        """Adopt the job's pods when all of them are still bound; else delete what is left and queue it."""
-        job.spec = restored_submission(job.spec, self.now)
+    def write_suspend(self, namespace: str, name: str, uid: str) -> str:
+        """Suspend the Job again (preempted), drop its admission, delete its pods at once."""
+        if not self.leading:
+            return "lost"
+        body = {"metadata": {"annotations": {ADMISSION_ANNOTATION: None}}, "spec": {"suspend": True}}
+        try:
+            self.batch.patch_namespaced_job(name, namespace, body)
+        except ApiException as exc:
+            if exc.status == 404:
+                return "gone"
+            raise
+        self._job_event(namespace, name, "Normal", "Preempted", "suspended to make room for another job; "
+                                                               "re-queued")
         with self._lock:
-            mine = {k: p for k, p in self._seen.items() if p.job_id == job.id}
-        with self.cluster.lock:
-            bound = [self.cluster.bound[k][0] for k, p in sorted(mine.items())
-                     if p.node and p.phase not in ("Succeeded", "Failed") and k in self.cluster.bound]
-            if mine and len(bound) == job.spec.num_tasks and len(bound) == len(mine):
-                binds = [p.bind_time for p in mine.values() if p.bind_time is not None]
-                started = self.now - max(0.0, time.time() - max(binds)) if binds else self.now
-                self.engine.adopt(job, bound, started)
-                self._watched[job.id] = set(mine)
-                return
-            self.engine.submit(job)
-        if mine:
-            self.delete(job.id, sorted(mine))
+            keys = [k for k, p in self._pods.items() if p.job_uid == uid]
+        for key in keys:
+            ns, _, pod = key.partition("/")
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
+        return "ok"
+
+    def write_create(self, body: dict[str, Any]) -> tuple[str, str]:
+        """Create the Job (an existing one of the same name is ours already); returns (uid, resourceVersion)."""
+        meta = body["metadata"]
+        try:
+            made = self.batch.create_namespaced_job(meta["namespace"], body, _preload_content=False)
+            obj = json.loads(made.data)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            obj = raw_get(self.batch.read_namespaced_job, meta["name"], meta["namespace"])
+        m = obj.get("metadata") or {}
+        return str(m.get("uid") or ""), str(m.get("resourceVersion") or "")
+
+    def write_delete(self, namespace: str, name: str) -> str:
+        try:
+            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background",
+                                             grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        return "ok"
+
+    def write_bind(self, obj: Mapping[str, Any], alloc: Allocation, reservation: str) -> str:
+        if not self.leading:
+            return "lost"
+        pod = parse_pod(obj, self.registry)
+        st = self.binder.bind(pod, replace(alloc, pod_key=pod.key, pod=pod), {RESERVATION_ANNOTATION: reservation})
+        if not st.ok:
+            raise RuntimeError("; ".join(st.reasons))
+        self.bound_count += 1
+        self.binder.report_scheduled(pod, alloc.node, self.scheduler_name)
+        return "ok"
+
+    def write_note(self, namespace: str, name: str, kind: str, reason: str, message: str,
+                   annotation: str) -> str:
+        """An Event on the Job, and ``annotation`` (message or refused) set to ``message``."""
+        if not self.leading:
+            return "lost"
+        with contextlib.suppress(ApiException):
+            self.batch.patch_namespaced_job(name, namespace, {"metadata": {"annotations": {annotation: message}}})
+        self._job_event(namespace, name, kind, reason, message)
+        return "ok"
+
+    def _job_event(self, namespace: str, name: str, kind: str, reason: str, message: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        uid = ""
+        with self._lock:
+            for u, obj in self._job_objs.items():
+                m = obj.get("metadata") or {}
+                if m.get("name") == name and m.get("namespace") == namespace:
+                    uid = u
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": name, "namespace": namespace,
+                               **({"uid": uid} if uid else {})},
+            "reason": reason, "message": message[:1024], "type": kind,
+            "source": {"component": self.scheduler_name}, "reportingComponent": self.scheduler_name,
+            "reportingInstance": self.identity, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(namespace, event)
+        except ApiException as exc:
+            log.debug("event on Job %s/%s not written: %s", namespace, name, exc.status)
+
+    # ------------------------------------------------------------------ jobs: API side
+    def submit(self, job: Job) -> Job:
+        """Create the job's batch/v1 Job (suspended) on the writer thread; it is queued once it exists."""
+        job.spec = user_submission(job.spec, self.engine.now)
+        body = job_manifest(job.spec, self.namespace, self.scheduler_name, image=self.image,
+                            registry=self.registry)
+        self.recs[job.id] = _Rec(job.id, True, self.namespace, job.id)
+        self._creating[job.id] = job
+        self.submit_write("create", job.id, self.write_create, body)
+        return job
+
+    def restore(self, job: Job) -> None:
+        """A job the store knows after a restart: the cluster's record wins; a job whose Job object is missing
+        is created again (nothing accepted is lost)."""
+        if job.id in self.engine.jobs or job.id in self._creating:
+            return
+        job.spec = restored_submission(job.spec, self.now)
+        self.submit(job)
+
+    def cancel(self, job_id: str) -> Job | None:
+        job = self.engine.jobs.get(job_id) or self._creating.get(job_id)
+        if job is None:
+            return None
+        rec = self.recs.get(job_id)
+        if job_id in self._creating:
+            del self._creating[job_id]
+            transition(job, Cancel(), self.now)
+        else:
+            self.quiet.add(job_id)
+            try:
+                with self._collect(None), self.cluster.lock:  # the service records the cancellation itself
+                    self.engine.cancel(job_id)
+            finally:
+                self.quiet.discard(job_id)
+        if rec is not None:
+            self.submit_write("delete", job_id, self.write_delete, rec.namespace, rec.name)
+        return job
+
+    def job(self, job_id: str) -> Job | None:
+        return self.engine.jobs.get(job_id) or self._creating.get(job_id)
+
+    def jobs(self) -> list[Job]:
+        return [*self.engine.jobs.values(), *self._creating.values()]
+
+    def take_discovered(self) -> list[Job]:
+        """Jobs found in the cluster that no submission here made (``service.runtime.DiscoveredJobs``)."""
+        out, self._discovered = self._discovered, []
+        return out
 
     # ------------------------------------------------------------------ time
     def advance(self, t: float) -> list[JobEvent]:
-        """Observe our pods (failed, succeeded, deleted, not created), then run the engine to ``t``."""
+        """Read what the writer did and what the informer saw, mirror or bind, then run the engine to ``t``."""
         if t < self.now:
             return []
-        self._check_deletes()
-        with self._lock:
-            seen = dict(self._seen)
+        self._leadership()
         with self.cluster.lock:
+            self._check_writes()
+        self._sync_jobs()
+        with self._lock:
+            pods = dict(self._pods)
+        by_uid: dict[str, list[PodView]] = {}
+        for p in pods.values():
+            by_uid.setdefault(p.job_uid, []).append(p)
+        with self.cluster.lock:
+            if self._leading:
+                self._place_waiting_slots()
+                self._bind(pods, by_uid)
             for job in self.engine.running():
-                self._observe_job(job, seen)
+                rec = self.recs.get(job.id)
+                if rec is not None:
+                    self._observe(job, rec, by_uid.get(rec.uid, []))
             self.engine.changed()
             self.engine.run_until(t)
+        if self._leading:
+            self._write_notes()
         if t - self._last_sample >= HISTORY_EVERY_S:
             self._sample()
         return self._take_events()
 
-    def _observe_job(self, job: Job, seen: Mapping[str, _PodSeen]) -> None:
-        fut = self.creating.get(job.id)
-        if fut is not None and fut.done():
-            del self.creating[job.id]
+    def _leadership(self) -> None:
+        leading = self.leading
+        if leading == self._leading:
+            return
+        self._leading = leading
+        if leading:
+            log.info("%s leads: admitting jobs", self.identity)
+            self.engine.paused = False
+            self.engine.changed()
+            return
+        log.warning("%s lost the lease: following, rebuilding every job from the cluster", self.identity)
+        with self.cluster.lock:
+            self.cluster.unreserve(list(self.cluster.reserved))
+            old = self.engine
+            self._new_engine()
+            self.engine.kernel.advance(old.now)
+            self.recs = {k: r for k, r in self.recs.items() if k in self._creating}
+            self.by_uid = {}
+        with self._lock:
+            self._dirty = set(self._job_objs)
+
+    def _check_writes(self) -> None:
+        left = []
+        for what, job_id, fut in self._writes:
+            if not fut.done():
+                left.append((what, job_id, fut))
+                continue
             exc = fut.exception()
-            if exc is not None:
-                self.engine.fail(job.id, f"its pods could not be created or bound: {_api_error(exc)}")
+            try:
+                self._written(what, job_id, None if exc is not None else fut.result(), exc)
+            except Exception:
+                log.exception("handling the outcome of %s for job %s failed", what, job_id)
+        self._writes = left
+
+    def _written(self, what: str, job_id: str, result: Any, exc: BaseException | None) -> None:
+        rec = self.recs.get(job_id)
+        if what == "create":
+            job = self._creating.pop(job_id, None)
+            if job is None or rec is None:
                 return
-        present = {k: seen[k] for k in job.pod_keys if k in seen}
-        watched = self._watched.setdefault(job.id, set())
-        watched.update(present)
-        failed = [(k, p) for k, p in present.items() if p.phase == "Failed"]
-        if failed:
-            key, p = failed[0]
-            self.engine.fail(job.id, f"pod {key} failed: {p.failure or 'no reason given'}")
-        elif len(present) == len(job.pod_keys) and all(p.phase == "Succeeded" for p in present.values()):
-            self.engine.finish(job.id, "every pod completed")
-        elif job.id not in self.creating and (gone := sorted(k for k in watched if k not in present)):
-            self.engine.fail(job.id, f"pod {gone[0]} was deleted outside the control plane")
-        if job.state != JobState.RUNNING:
-            self._watched.pop(job.id, None)
+            if exc is not None:
+                events = transition(job, Fail(f"its Job could not be created: {_api_error(exc)}"), self.now)
+                self.engine.jobs[job_id] = job
+                self._events.extend(events)
+                return
+            rec.uid, rec.rv = result
+            self.by_uid[rec.uid] = job_id
+            self.engine.submit(job)
+        elif what == "admit":
+            job = self.engine.jobs.get(job_id)
+            if job is None or rec is None or job.state != JobState.RUNNING:
+                return
+            if exc is None and result == "ok":
+                return  # writing ends when the informer shows the admission on the Job
+            rec.writing = False
+            if rec.admission is not None:
+                rec.withdrawn.add(rec.admission.id)
+            why = ("its Job was deleted" if result == "gone" else "this replica is no longer the leader"
+                   if result == "lost" else "another replica admitted it first" if str(result).startswith("taken")
+                   else f"the admission could not be written: {_api_error(exc) if exc else result}")
+            self.quiet.add(job_id)
+            try:
+                if result == "gone":
+                    self.engine.cancel(job_id, "its Job was deleted")
+                else:
+                    self.engine.requeue(job_id, why)
+            finally:
+                self.quiet.discard(job_id)
+            if rec.uid:
+                with self._lock:
+                    self._dirty.add(rec.uid)
+        elif what == "bind":  # job_id is the pod's key
+            self._binding.discard(job_id)
+            if exc is not None or result != "ok":
+                self.cluster.unalias(job_id)
+                if exc is not None:
+                    log.warning("pod %s not bound: %s", job_id, _api_error(exc))
+        elif exc is not None:
+            log.warning("%s for job %s failed: %s", what, job_id, _api_error(exc))
+
+    # ------------------------------------------------------------------ Jobs -> records
+    def _sync_jobs(self) -> None:
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            gone = self._gone & dirty
+            self._gone -= gone
+            objs = [self._job_objs[u] for u in dirty if u in self._job_objs]
+        with self.cluster.lock:
+            for uid in gone:
+                job_id = self.by_uid.pop(uid, None)
+                if job_id is not None:
+                    self._observed_end(job_id, Cancel("its Job was deleted"))
+            for obj in sorted(objs, key=lambda o: str((o.get("metadata") or {}).get("creationTimestamp") or "")):
+                try:
+                    self._job_seen(obj)
+                except Exception:
+                    log.exception("Job %s could not be read", (obj.get("metadata") or {}).get("name"))
+
+    def _observed_end(self, job_id: str, stimulus: Cancel | Fail | None, message: str = "") -> None:
+        """The cluster ended the job (Job complete, failed or deleted): nothing to write back."""
+        job = self.engine.jobs.get(job_id)
+        if job is None or job.done:
+            return
+        self.quiet.add(job_id)
+        try:
+            if stimulus is None:
+                if job.state != JobState.RUNNING:
+                    self.engine.adopt(job, [], self.now)
+                self.engine.finish(job_id, message)
+            elif isinstance(stimulus, Cancel):
+                self.engine.cancel(job_id, stimulus.why)
+            else:
+                self.engine.fail(job_id, stimulus.why)
+        finally:
+            self.quiet.discard(job_id)
+
+    def _job_seen(self, obj: Mapping[str, Any]) -> None:
+        q = parse_queue_job(obj, self.registry, self.scheduler_name, submit_s=self.now)
+        rec = self.recs.get(q.job_id)
+        job = self.engine.jobs.get(q.job_id)
+        if rec is None or (job is None and q.job_id not in self._creating):
+            rec = self.recs.setdefault(q.job_id, _Rec(q.job_id, q.ours))
+            rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
+            self.by_uid[q.uid] = q.job_id
+            job = self._new_record(q, rec)
+            if job is None:
+                return
+        rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
+        self.by_uid[q.uid] = q.job_id
+        rec.refused = rec.refused or bool(q.refused)
+        if job is None or job.done:
+            return
+        if q.finished == "Complete":
+            self._observed_end(q.job_id, None, "the Job completed" + (f" ({q.finish_message})"
+                                                                     if q.finish_message else ""))
+        elif q.finished == "Failed":
+            self._observed_end(q.job_id, Fail(self._failure(q)))
+        elif q.deleting:
+            self._observed_end(q.job_id, Cancel("its Job is being deleted"))
+        elif q.spec is None:
+            return
+        elif q.admission is not None and not q.suspended:
+            current = rec.admission
+            if job.state == JobState.RUNNING and current is not None and current.id == q.admission.id:
+                rec.writing = False  # our admission is on the Job
+                return
+            if q.admission.id in rec.withdrawn:
+                return  # an old view: this replica took that admission back
+            if job.state == JobState.RUNNING:
+                self.quiet.add(q.job_id)
+                try:
+                    self.engine.requeue(q.job_id, f"admitted by {q.admission.by}")
+                finally:
+                    self.quiet.discard(q.job_id)
+            self._adopt(job, rec, q.admission)
+        elif job.state == JobState.RUNNING and not rec.writing:
+            self.quiet.add(q.job_id)
+            try:
+                self.engine.requeue(q.job_id, "its Job was suspended")
+            finally:
+                self.quiet.discard(q.job_id)
+        elif job.state == JobState.QUEUED and not self._leading and q.message and q.message != job.message:
+            self._events.extend(transition(job, Note(q.message), self.now))
+
+    def _failure(self, q: QueueJob) -> str:
+        """Why the Job failed: its condition, and what its failed pods said."""
+        with self._lock:
+            pods = [p for p in self._pods.values() if p.job_uid == q.uid and p.phase == "Failed"]
+        pods.sort(key=lambda p: p.key)
+        said = "; ".join(f"pod {p.key}: {p.reason}" for p in pods[:3] if p.reason)
+        return f"the Job failed: {q.finish_message or 'Failed'}" + (f"; {said}" if said else "")
+
+    def _new_record(self, q: QueueJob, rec: _Rec) -> Job | None:
+        """A Job this replica did not know: mirror it into the engine (queued, admitted or ended)."""
+        submit_s = min(q.created or self.now, self.now)
+        if q.spec is None:
+            job = Job(_placeholder(q, submit_s))
+            self.engine.jobs[q.job_id] = job
+            events = transition(job, Reject(f"refused: {q.error}"), self.now)
+            self._events.extend(events)
+            self._discovered.append(job)
+            if self._leading and not q.refused:
+                rec.refused = True
+                self.submit_write("note", q.job_id, self.write_note, q.namespace, q.name, "Warning", "Refused",
+                                  q.error, REFUSED_ANNOTATION)
+            return None
+        spec = restored_submission(replace(q.spec, submit_s=submit_s), self.now)
+        job = Job(spec)
+        if q.finished:
+            self.engine.submit(job)
+            self._discovered.append(job)
+            self._observed_end(q.job_id, None if q.finished == "Complete" else Fail(self._failure(q)),
+                               "the Job completed")
+            return job
+        self.engine.submit(job)
+        if not q.ours or q.job_id not in self._creating:
+            self._discovered.append(job)
+        if q.admission is not None and not q.suspended:
+            self._adopt(job, rec, q.admission)
+        return job
+
+    def _adopt(self, job: Job, rec: _Rec, adm: Admission) -> None:
+        """Take the job as running where ``adm`` placed it (reserving its slots)."""
+        tasks = task_pods(job.spec, adm.attempt, self.namespace)
+        allocs: list[Allocation] = []
+        slots: list[str] = []
+        try:
+            for task, slot in zip(tasks, adm.slots, strict=False):
+                if not slot.node:
+                    slots.append("")
+                    continue
+                info = self.cluster.nodes.get(slot.node)
+                if info is None:
+                    raise KubeInputError(f"node {slot.node} is unknown")
+                allocs.append(slot_allocation(task, slot, info.spec, self.registry))
+                slots.append(task.key)
+            self.cluster.reserve(allocs)
+        except (KubeInputError, AllocationError) as exc:
+            if rec.note != f"mirror:{adm.id}":
+                log.warning("job %s: the admission by %s cannot be mirrored yet: %s", job.id, adm.by, exc)
+                rec.note = f"mirror:{adm.id}"
+            with self._lock:
+                self._dirty.add(rec.uid)  # tried again at the next advance
+            return
+        rec.admission, rec.writing, rec.slots, rec.tasks = adm, False, slots, tasks
+        self.engine.adopt(job, [t for t in tasks if t.key in slots], adm.at, attempt=adm.attempt)
+
+    # ------------------------------------------------------------------ pods of admitted jobs
+    def _place_waiting_slots(self) -> None:
+        """Count-only admission: try the pods that had no place again, one at a time (as kube-scheduler does)."""
+        if self.admission != "count":
+            return
+        for job in self.engine.running():
+            rec = self.recs.get(job.id)
+            if rec is None or "" not in rec.slots:
+                continue
+            for i, key in enumerate(rec.slots):
+                if key or i >= len(rec.tasks):
+                    continue
+                d = self.cluster.decide(rec.tasks[i])
+                if d.ok and d.allocation is not None:
+                    self.cluster.reserve([d.allocation])
+                    rec.slots[i] = rec.tasks[i].key
+                else:
+                    rec.unplaced_why = d.message()
+
+    def _bind(self, pods: Mapping[str, PodView], by_uid: Mapping[str, list[PodView]]) -> None:
+        """Bind each unbound pod of an admitted Job into a free slot (its completion index's when free)."""
+        for key in [k for k in self._binding if k not in pods or pods[k].node]:
+            self._binding.discard(key)
+        by_job: dict[str, list[PodView]] = {}
+        for p in pods.values():
+            if p.live and not p.node and p.scheduler_name == self.scheduler_name and p.key not in self._binding:
+                by_job.setdefault(p.job_uid, []).append(p)
+        for uid, waiting in by_job.items():
+            job_id = self.by_uid.get(uid)
+            rec = self.recs.get(job_id or "")
+            job = self.engine.jobs.get(job_id or "")
+            if rec is None or job is None or job.state != JobState.RUNNING or not rec.slots:
+                continue
+            taken = {self.cluster.aliases.get(p.key) for p in by_uid.get(uid, []) if p.live}
+            taken |= {r for k, r in self.cluster.aliases.items() if k in self._binding}
+            free = [s for s in rec.slots if s and s not in taken and s in self.cluster.reserved]
+            for p in sorted(waiting, key=lambda p: (p.index is None, p.index or 0, p.created, p.key)):
+                if not free:
+                    break
+                want = rec.slots[p.index] if p.index is not None and p.index < len(rec.slots) else ""
+                slot = want if want in free else free[0]
+                free.remove(slot)
+                self.cluster.alias(p.key, slot)
+                self._binding.add(p.key)
+                self.submit_write("bind", p.key, self.write_bind, p.obj, self.cluster.reserved[slot], slot)
+
+    def _observe(self, job: Job, rec: _Rec, pods: list[PodView]) -> None:
+        """A running job's message and placements from its pods: phases, restarts, the last exit code."""
+        mine = sorted(pods, key=lambda p: (p.index or 0, p.key))
+        phases: dict[str, int] = {}
+        for p in mine:
+            phase = "Terminating" if p.deleting else ("Running" if p.phase == "Running" else
+                                                      p.phase if p.phase in ("Succeeded", "Failed") else
+                                                      "Bound" if p.node else "Waiting")
+            phases[phase] = phases.get(phase, 0) + 1
+        restarts = sum(p.restarts for p in mine) + sum(1 for p in mine if p.phase == "Failed")
+        job.extra["restarts"] = float(restarts)
+        rec.phases, rec.restarts = phases, restarts
+        slot_pod = {self.cluster.aliases.get(p.key): p for p in mine if p.live and p.key in self.cluster.aliases}
+        placements = []
+        for i, slot in enumerate(rec.slots):
+            alloc = self.cluster.reserved.get(slot) if slot else None
+            pod = slot_pod.get(slot) if slot else None
+            entry: dict[str, Any] = (views.placement(self.cluster.state, slot, alloc.node) if alloc is not None
+                                     else {"pod": "", "node": "", "devices": []})
+            entry.update(slot=i, pod=pod.key if pod is not None else entry["pod"],
+                         phase=(pod.phase or "Pending") if pod is not None else "Waiting")
+            placements.append(entry)
+        job.placements = placements
+        parts = [f"{n} {phase.lower()}" for phase, n in sorted(phases.items())]
+        unplaced = sum(1 for s in rec.slots if not s)
+        message = f"running on {', '.join(sorted({e['node'] for e in placements if e['node']})) or '-'}: " + (
+            ", ".join(parts) or "waiting for the Job controller to make the pods")
+        if unplaced:
+            message = (f"admitted by GPU count; {unplaced} of {len(rec.slots)} pod(s) have no place on any node"
+                       f"{': ' + rec.unplaced_why if rec.unplaced_why else ''} (the job hangs); " + ", ".join(parts))
+        if restarts:
+            message += f"; {restarts} restart(s)"
+        last = next((p for p in reversed(mine) if p.exit_code is not None and p.reason), None)
+        if last is not None:
+            message += f"; last exit: {last.reason}"
+        job.message = message
+
+    def _write_notes(self) -> None:
+        """On each waiting Job, why it waits (an annotation and an Event), when the kind of reason changes."""
+        now = time.monotonic()
+        for job in self.engine.queued():
+            rec = self.recs.get(job.id)
+            if rec is None or not rec.uid or not job.message:
+                continue
+            kind = job.message.split(":", 1)[0]
+            if kind == rec.note.split(":", 1)[0] or now - rec.note_at < NOTE_EVERY_S:
+                continue
+            rec.note, rec.note_at = job.message, now
+            self.submit_write("note", job.id, self.write_note, rec.namespace, rec.name, "Normal", "Waiting",
+                              job.message, MESSAGE_ANNOTATION)
+        for ev in [e for e in self._events if e.kind == "rejected"]:
+            rec = self.recs.get(ev.job_id)
+            if rec is not None and rec.uid and not rec.refused:
+                rec.refused = True
+                self.submit_write("note", ev.job_id, self.write_note, rec.namespace, rec.name, "Warning",
+                                  "Refused", ev.message, REFUSED_ANNOTATION)
+
+    # ------------------------------------------------------------------ logs
+    def log_pod(self, job_id: str, replica: int) -> tuple[str, str, str]:
+        """(namespace, pod, container) whose log is replica ``replica``'s: the live pod of that completion index
+        (else slot), else its newest. ``LookupError`` when there is none."""
+        rec = self.recs.get(job_id)
+        if rec is None or not rec.uid:
+            raise LookupError(f"job {job_id} has no pods (it has no Job in the cluster yet)")
+        with self._lock:
+            mine = [p for p in self._pods.values() if p.job_uid == rec.uid]
+        by_index = [p for p in mine if p.index == replica]
+        if not by_index:
+            slot = rec.slots[replica] if replica < len(rec.slots) else None
+            by_index = [p for p in mine if slot and self.cluster.aliases.get(p.key) == slot]
+        if not by_index:
+            raise LookupError(f"job {job_id} has no pod for replica {replica} (yet)")
+        best = max(by_index, key=lambda p: (p.live, p.created, p.key))
+        containers = (best.obj.get("spec") or {}).get("containers") or [{}]
+        namespace, _, name = best.key.partition("/")
+        return namespace, name, str(containers[0].get("name") or "main")
+
+    def logs(self, job_id: str, replica: int = 0, follow: bool = False, tail: int | None = None) -> Iterator[bytes]:
+        """The log of one replica's container, read through the API server (streamed with ``follow``)."""
+        namespace, name, container = self.log_pod(job_id, replica)
+        kwargs: dict[str, Any] = {"container": container, "follow": follow, "_preload_content": False}
+        if tail is not None:
+            kwargs["tail_lines"] = tail
+        try:
+            resp = self.core.read_namespaced_pod_log(name, namespace, **kwargs)
+        except ApiException as exc:
+            raise LookupError(f"pod {namespace}/{name}: {_api_error(exc)}") from None
+
+        def stream() -> Iterator[bytes]:
+            try:
+                yield from resp.stream(4096, decode_content=True)
+            finally:
+                resp.release_conn()
+
+        return stream()
 
     # ------------------------------------------------------------------ views
     def _sample(self) -> None:
@@ -432,9 +963,14 @@ class KubeRuntime(EngineFront):
         self._last_sample = self.now
 
     def _describe(self, alloc: Allocation) -> dict[str, Any]:
-        with self._lock:
-            seen = self._seen.get(alloc.pod_key)
-        job = self.engine.jobs.get(seen.job_id) if seen is not None else None
+        job_id = ""
+        if alloc.pod is not None:
+            job_id = alloc.pod.labels.get(JOB_LABEL, "")
+        if not job_id:
+            with self._lock:
+                view = self._pods.get(alloc.pod_key)
+            job_id = self.by_uid.get(view.job_uid, "") if view is not None else ""
+        job = self.engine.jobs.get(job_id)
         return {"job": job.id if job else "", "job_name": job.name if job else "",
                 "tenant": alloc.tenant or (job.tenant if job else "")}
 
@@ -473,6 +1009,10 @@ class KubeRuntime(EngineFront):
                 "unaccounted_pods": summary["unaccounted"],
                 "stale_nodes": summary["stale_nodes"],
                 "bad_nodes": summary["bad_nodes"],
+                "admission": self.admission,
+                "identity": self.identity,
+                "leader": self.leading,
+                "leader_elect": self.elector is not None,
             },
         }
 
@@ -488,5 +1028,5 @@ class KubeRuntime(EngineFront):
         return []
 
 
-__all__ = ["JOB_LABEL", "MANAGED_BY", "MANAGED_BY_LABEL", "TENANT_LABEL", "KubeConfigError", "KubePlacer",
-           "KubeRuntime", "pod_manifest"]
+__all__ = ["JOB_LABEL", "MANAGED_BY", "MANAGED_BY_LABEL", "QUEUE_LABEL", "TENANT_LABEL", "KubeConfigError",
+           "KubePlacer", "KubeRuntime"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -43,10 +43,12 @@ class KubeBinder:
         self.binds = 0
         self.failures = 0
 
-    def bind(self, pod: Pod, allocation: Allocation) -> Status:
+    def bind(self, pod: Pod, allocation: Allocation, extra: Mapping[str, str] | None = None) -> Status:
+        """``extra``: more annotations to write with the decision's (the control plane's reservation)."""
         annotations = decision_annotations(allocation, self.registry, self.clock())
         if self.identity:
             annotations[SCHEDULED_BY_ANNOTATION] = self.identity
+        annotations.update(extra or {})
         try:
             self.core.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": {"annotations": annotations}})
             body = client.V1Binding(

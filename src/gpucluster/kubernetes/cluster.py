@@ -8,6 +8,12 @@
 * ``decide`` runs the unchanged scheduler core with one extra Filter plugin, ``KubeNodeGate``: nodes that are
   not Ready, whose device-plugin handshake is older than the timeout, or that kube-scheduler did not offer
   (extender mode) are rejected with their own reason codes.
+* **Reservations** (the control plane's admitted jobs): an allocation held under a task key (``reserve``) for
+  as long as the job is admitted, whatever pods come and go. A pod bound into one (annotation
+  ``gpucluster.io/reservation: <task key>``) is *aliased* to it and not accounted again; when it ends, the
+  reservation stays for the pod that replaces it; ``unreserve`` frees it at once and ignores its pods until they
+  are gone. A bound pod naming a reservation that does not exist (yet: a restart) holds its own devices until
+  the reservation is made, which then takes them over.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from gpucluster.kubernetes.convert import (
     pod_key,
     pod_node,
 )
-from gpucluster.model import AllocationError, ClusterState, NodeSpec, Pod, Snapshot
+from gpucluster.model import Allocation, AllocationError, ClusterState, NodeSpec, Pod, Snapshot
 from gpucluster.scheduler import Decision, GroupDecision, Outcome, Scheduler, profile_for
 from gpucluster.scheduler.framework import (
     BindPlugin,
@@ -50,6 +56,8 @@ log = logging.getLogger(__name__)
 
 GATE_PLUGIN = "KubeNodeGate"
 BINDER_PLUGIN = "KubeBinder"
+RESERVATION_ANNOTATION = "gpucluster.io/reservation"
+"""On a pod bound into a reservation: the reservation's task key (``namespace/<job>-<attempt>-<slot>``)."""
 
 
 class NodeGate:
@@ -150,6 +158,12 @@ class KubeCluster:
         """Bound pods whose usage could not be recorded, with why (logged; exported as a metric)."""
         self.bad_nodes: dict[str, str] = {}
         """Nodes whose objects could not be understood, with why (they get no pods)."""
+        self.reserved: dict[str, Allocation] = {}
+        """Task key -> the allocation reserved for it (held, never expires) until ``unreserve``."""
+        self.aliases: dict[str, str] = {}
+        """Pod key -> the reservation it is bound into (its devices are the reservation's)."""
+        self.released: set[str] = set()
+        """Pods of released reservations: ignored until they are gone (they are being deleted)."""
         self.rebuilds = 0
         self._mask_cache: tuple[tuple[Any, ...], npt.NDArray[np.bool_]] | None = None
         self.scheduler = self._new_scheduler([])
@@ -190,6 +204,13 @@ class KubeCluster:
                 continue
             if key in self.bound:
                 continue  # re-accounted below from its annotations against the new node rows
+            if key in self.reserved:
+                try:
+                    self.state.assign(alloc)
+                except AllocationError as exc:
+                    log.warning("reservation %s dropped on rebuild: %s", key, exc)
+                    del self.reserved[key]
+                continue
             try:
                 self.scheduler.cache.assume(alloc)
             except AllocationError as exc:
@@ -295,9 +316,23 @@ class KubeCluster:
         """A pod was added or changed: account it when bound, release it when finished."""
         key = pod_key(obj)
         with self.lock:
+            if key in self.released:
+                if not pod_holds_resources(obj):
+                    self.released.discard(key)
+                return
+            if key in self.aliases:
+                if not pod_holds_resources(obj) and pod_node(obj):  # ended: the reservation waits for the next
+                    del self.aliases[key]
+                return
             if not pod_holds_resources(obj):
                 if pod_node(obj):  # finished
                     self.delete_pod(key)
+                return
+            reservation = str(((obj.get("metadata") or {}).get("annotations") or {}).get(RESERVATION_ANNOTATION)
+                              or "")
+            if reservation and reservation in self.reserved:
+                self.delete_pod(key)
+                self.aliases[key] = reservation
                 return
             node = pod_node(obj)
             known = self.bound.get(key)
@@ -314,9 +349,71 @@ class KubeCluster:
 
     def delete_pod(self, key: str) -> None:
         with self.lock:
+            self.aliases.pop(key, None)
+            self.released.discard(key)
+            if key in self.reserved:
+                return  # a reservation, not a pod: only unreserve frees it
             self.bound.pop(key, None)
             self.unaccounted.pop(key, None)
             self.scheduler.cache.remove(key)
+
+    # ------------------------------------------------------------------------------------------ reservations
+    def reserve(self, allocations: Sequence[Allocation]) -> None:
+        """Hold these allocations (task keys) until :meth:`unreserve`: decided ones (assumed by ``decide_group``)
+        are confirmed; others (rebuilt from an admission record) are assigned, first taking over the devices of
+        bound pods that name them (``gpucluster.io/reservation``). Raises ``AllocationError`` (nothing held)
+        when one does not fit."""
+        with self.lock:
+            cache = self.scheduler.cache
+            done: list[str] = []
+            try:
+                for alloc in allocations:
+                    key = alloc.pod_key
+                    held = self.state.allocations.get(key)
+                    if held is not None and key not in self.bound:
+                        cache.confirm(key)
+                    else:
+                        for pod_k, (pod, _node) in list(self.bound.items()):
+                            if pod.annotations.get(RESERVATION_ANNOTATION) == key:
+                                self.bound.pop(pod_k)
+                                self.unaccounted.pop(pod_k, None)
+                                cache.remove(pod_k)
+                                self.aliases[pod_k] = key
+                        self.state.assign(alloc)
+                    self.reserved[key] = alloc
+                    done.append(key)
+            except AllocationError:
+                self.unreserve(done)
+                raise
+
+    def unreserve(self, keys: Iterable[str]) -> None:
+        """Free reservations at once; the pods bound into them are ignored until they are gone."""
+        with self.lock:
+            for key in keys:
+                if self.reserved.pop(key, None) is None:
+                    self.scheduler.cache.forget(key)  # decided, never reserved
+                    continue
+                self.scheduler.cache.remove(key)
+                for pod_k, res in list(self.aliases.items()):
+                    if res == key:
+                        del self.aliases[pod_k]
+                        self.released.add(pod_k)
+
+    def alias(self, pod_k: str, reservation: str) -> None:
+        """The pod ``pod_k`` is being bound into ``reservation`` (before the bind, so its bound state is never
+        accounted twice)."""
+        with self.lock:
+            assert reservation in self.reserved, reservation
+            self.aliases[pod_k] = reservation
+
+    def unalias(self, pod_k: str) -> None:
+        with self.lock:
+            self.aliases.pop(pod_k, None)
+
+    def slot_pods(self, reservation: str) -> list[str]:
+        """Pods bound (or being bound) into ``reservation``."""
+        with self.lock:
+            return [p for p, r in self.aliases.items() if r == reservation]
 
     def set_pods(self, objs: Iterable[Mapping[str, Any]]) -> None:
         """Full resync (a list): exactly these pods exist. Assumed, not yet bound pods are kept."""
@@ -327,8 +424,11 @@ class KubeCluster:
                 self.apply_pod(obj)
             for key in [k for k in self.bound if k not in seen]:
                 self.delete_pod(key)
+            for key in [k for k in self.aliases if k not in seen]:
+                del self.aliases[key]
+            self.released &= seen
             for key in [k for k in self.state.allocations
-                        if k not in seen and not self.scheduler.cache.is_assumed(k)]:
+                        if k not in seen and not self.scheduler.cache.is_assumed(k) and k not in self.reserved]:
                 self.delete_pod(key)
 
     # ------------------------------------------------------------------------------------------ decide

@@ -40,16 +40,41 @@ class Informer:
         self._pods_synced = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watches: list[Any] = []
+        self._kinds: list[tuple[str, Callable[[], None], threading.Event]] = []
+        """More kinds to list and watch (:meth:`watch_kind`): (name, loop, synced)."""
 
     @property
     def synced(self) -> bool:
-        return self._nodes_synced.is_set() and self._pods_synced.is_set()
+        return (self._nodes_synced.is_set() and self._pods_synced.is_set()
+                and all(done.is_set() for _, _, done in self._kinds))
 
     def wait_synced(self, timeout: float) -> bool:
-        return self._nodes_synced.wait(timeout) and self._pods_synced.wait(timeout)
+        return (self._nodes_synced.wait(timeout) and self._pods_synced.wait(timeout)
+                and all(done.wait(timeout) for _, _, done in self._kinds))
+
+    def watch_kind(self, name: str, list_call: Any, on_event: Callable[[str, Mapping[str, Any]], None],
+                   on_list: Callable[[list[Mapping[str, Any]]], None], label_selector: str | None = None) -> None:
+        """Also list and watch another kind (before :meth:`start`): ``on_list`` gets every object of each (re)list
+        (a full resync), ``on_event`` each ``ADDED``/``MODIFIED``/``DELETED`` after it. ``list_call`` is a
+        client ``list_*_for_all_namespaces`` (or cluster-scoped ``list_*``) method."""
+        done = threading.Event()
+        extra = {"label_selector": label_selector} if label_selector else {}
+
+        def relist() -> str:
+            body = raw_list(list_call, **extra)
+            on_list(list(body.get("items") or []))
+            done.set()
+            return str(body["metadata"]["resourceVersion"])
+
+        def loop() -> None:
+            self._loop(relist, on_event, list_call, name, **extra)
+
+        self._kinds.append((name, loop, done))
 
     def start(self) -> None:
-        for target, name in ((self._run_nodes, "informer-nodes"), (self._run_pods, "informer-pods")):
+        targets = [(self._run_nodes, "informer-nodes"), (self._run_pods, "informer-pods"),
+                   *((loop, f"informer-{name}") for name, loop, _ in self._kinds)]
+        for target, name in targets:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -61,14 +86,14 @@ class Informer:
 
     # ------------------------------------------------------------------------------------------ loops
     def _loop(self, relist: Callable[[], str], on_event: Callable[[str, dict[str, Any]], None],
-              list_call: Any, what: str) -> None:
+              list_call: Any, what: str, **extra: Any) -> None:
         while not self._stop.is_set():
             try:
                 version = relist()
                 w: Any = watch.Watch()  # type: ignore[no-untyped-call]
                 self._watches.append(w)
                 for event in w.stream(list_call, resource_version=version, timeout_seconds=self.watch_timeout,
-                                      deserialize=False, allow_watch_bookmarks=True):
+                                      deserialize=False, allow_watch_bookmarks=True, **extra):
                     if self._stop.is_set():
                         break
                     kind = event.get("type")

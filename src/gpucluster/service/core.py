@@ -22,7 +22,7 @@ from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.limits import RateLimits, TokenBucket
 from gpucluster.service.lock import DataDirLock
 from gpucluster.service.logs import EVENTS_LOGGER, log_event
-from gpucluster.service.runtime import Job, JobEvent, JobState, RemediationAudit, Runtime
+from gpucluster.service.runtime import DiscoveredJobs, Job, JobEvent, JobState, RemediationAudit, Runtime
 from gpucluster.service.store import BadRow, Store
 from gpucluster.service.tasks import TaskManager
 
@@ -31,6 +31,8 @@ events_log = logging.getLogger(EVENTS_LOGGER)
 
 SYNTHETIC_TENANT = "synthetic"
 REMEDIATION_ACTOR = "remediation"
+DISCOVERED_ACTOR = "cluster"
+"""Audit actor of jobs found in the cluster rather than submitted here (a Job created with kubectl)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +108,25 @@ class Service:
         events = self.runtime.advance(t)
         self.ticks += 1
         self.version += 1
+        self.adopt_discovered()
         self.record(events)
         self.persist_remediation()
         for hook in self.tick_hooks:
             hook(events)
         return events
+
+    def adopt_discovered(self) -> None:
+        """Jobs the runtime found in the cluster (kubectl, another replica) join the store and the job list."""
+        if not isinstance(self.runtime, DiscoveredJobs):
+            return
+        for job in self.runtime.take_discovered():
+            if self.store.has_job(job.id):
+                continue
+            self.store.ensure_tenant(job.tenant)
+            self.store.insert_job(job, DISCOVERED_ACTOR, message=f"found in the cluster: {job.message}")
+            self.order.append(job.id)
+            self.store.record_events([], {job.id: job})
+            self.changed()
 
     def record(self, events: list[JobEvent]) -> None:
         """Persist events and, whole, the persisted jobs they are about (status, message, run fields)."""
@@ -150,9 +166,13 @@ class Service:
                                  if t["quota_gpus"] is not None})
 
     def close(self) -> None:
-        """Save the clock, close the store and give the data directory back."""
+        """Save the clock, close the store, stop the runtime's threads (a leader gives its lease back) and give
+        the data directory back."""
         self.store.set_meta("clock", repr(max(self.runtime.now, self.persisted_clock)))
         self.store.close()
+        stop = getattr(self.runtime, "close", None)
+        if callable(stop):
+            stop()
         if self.lock is not None:
             self.lock.release()
 
@@ -192,6 +212,7 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
         runtime.advance(svc.clock_origin)
     svc.sync_quotas()
     recovered: list[JobEvent] = []
+    found: dict[str, Job] = {}
     bad: list[BadRow] = []
     loaded = store.load_jobs(bad, runtime.registry)
     svc.order.extend(job.id for job in loaded)
@@ -210,13 +231,22 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
                 transition(job, Fail(recovered[-1].message), runtime.now)
             svc.archive[job.id] = job
             continue
+        current = runtime.job(job.id)
+        if current is not None and current is not job and current.status != JobStatus.PENDING:
+            # the cluster holds the job's truth (Kubernetes: its Job object): say what it found
+            recovered.append(JobEvent(job.id, runtime.now, "recovered", current.state,
+                                      f"found {current.status.value} in the cluster after a control-plane "
+                                      "restart"))
+            found[job.id] = current
+            continue
         recovered.append(JobEvent(job.id, runtime.now, "requeued", JobState.QUEUED,
                                   "re-queued after a control-plane restart"))
     for row in bad:
         recovered.append(_fail_unrestorable(store, row.job_id, runtime.now, f"unreadable row: {row.why}"))
     if recovered:
-        store.record_events(recovered)
-    live = sum(1 for e in recovered if e.kind == "requeued")
+        store.record_events(recovered, found)
+    svc.adopt_discovered()
+    live = sum(1 for e in recovered if e.kind in ("requeued", "recovered"))
     store.audit("system", "service.start", "", f"{live} live job(s) recovered, {len(recovered) - live} not restored")
     return svc, admin.source == "generated"
 

@@ -42,6 +42,19 @@ class RuntimeOptions:
     """Device settings (``--device-config``); None = HAMi's defaults."""
     remediation: RemediationPolicy | None = None
     """What automatic remediation may do (``up --remediate``); None = the monitoring package's default."""
+    namespace: str = "default"
+    """Kubernetes: the namespace of the Jobs made for jobs of the API."""
+    admission: str = "devices"
+    """Kubernetes: ``devices`` (admit only with a placement on real devices) or ``count`` (GPU count alone, as
+    Kueue admits; for comparison)."""
+    leader_elect: bool = True
+    """Kubernetes: replicas elect a leader on a Lease (only the leader admits)."""
+    lease_name: str = "gpucluster-control-plane"
+    lease_namespace: str | None = None
+    """Namespace of the Lease (default: ``namespace``)."""
+    lease_duration: float = 15.0
+    identity: str | None = None
+    """This replica's name in the Lease (default ``<host>-<pid>``)."""
 
 
 def build_runtime(opts: RuntimeOptions) -> Runtime:
@@ -50,7 +63,11 @@ def build_runtime(opts: RuntimeOptions) -> Runtime:
 
         try:
             runtime: Runtime = KubeRuntime(kubeconfig=opts.kubeconfig, policy=opts.policy,
-                                           queue_policy=opts.queue_policy, devices=opts.devices)
+                                           queue_policy=opts.queue_policy, devices=opts.devices,
+                                           namespace=opts.namespace, admission=opts.admission,
+                                           leader_elect=opts.leader_elect, lease_name=opts.lease_name,
+                                           lease_namespace=opts.lease_namespace,
+                                           lease_duration=opts.lease_duration, identity=opts.identity)
         except (ValueError, OSError) as exc:  # KubeConfigError; ConnectionError/TimeoutError from the API server
             raise RuntimeUnavailableError(f"--kubeconfig: {exc}") from None
         return runtime

@@ -12,14 +12,15 @@ Views a runtime returns are JSON-ready (``dict``/``list`` of plain values) so th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from gpucluster.devices import VendorRegistry
 from gpucluster.jobs import Job, JobEvent, JobState, JobStatus
 from gpucluster.monitoring import AuditRecord
 
-__all__ = ["FaultDrill", "Job", "JobEvent", "JobState", "JobStatus", "RemediationAudit", "Runtime"]
+__all__ = ["DiscoveredJobs", "FaultDrill", "Job", "JobEvent", "JobState", "JobStatus", "PodLogs", "RemediationAudit",
+           "Runtime"]
 
 
 @runtime_checkable
@@ -100,6 +101,26 @@ class FaultDrill(Protocol):
     def inject_fault(self, node: str, device: int, events: list[JobEvent] | None = None, xid: int = 79) -> None:
         """The device reports XID ``xid``; alerting and remediation follow as for a real fault. Job state
         changes it causes go to ``events`` (when given)."""
+        ...
+
+
+@runtime_checkable
+class DiscoveredJobs(Protocol):
+    """A runtime that finds jobs nobody submitted through this API (Kubernetes: Jobs in the queue created with
+    kubectl, or by another replica): the service adds them to its store (history, audit) after every tick."""
+
+    def take_discovered(self) -> list[Job]:
+        """Jobs found since the last call (each handed out once)."""
+        ...
+
+
+@runtime_checkable
+class PodLogs(Protocol):
+    """A runtime whose jobs run real containers: their logs (``GET /api/v1/jobs/{id}/logs``)."""
+
+    def logs(self, job_id: str, replica: int = 0, follow: bool = False, tail: int | None = None) -> Iterator[bytes]:
+        """The container log of the job's replica ``replica`` (raises ``LookupError`` saying why there is none);
+        with ``follow`` it keeps streaming while the container runs."""
         ...
 
 

@@ -205,9 +205,11 @@ class Store:
         return None if row is None else dict(row)
 
     # ------------------------------------------------------------------ jobs
-    def insert_job(self, job: Job, actor: str, idempotency: tuple[str, str, str] | None = None) -> None:
-        """Persist a newly accepted job with its first event and an audit line, in one transaction; with
-        ``idempotency = (owner, key, request hash)`` the key is recorded in the same transaction."""
+    def insert_job(self, job: Job, actor: str, idempotency: tuple[str, str, str] | None = None,
+                   message: str = "accepted") -> None:
+        """Persist a newly accepted job with its first event (``submitted``, ``message``) and an audit line, in one
+        transaction; with ``idempotency = (owner, key, request hash)`` the key is recorded in the same
+        transaction."""
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -224,7 +226,7 @@ class Store:
                      _duration(job.spec), job.priority, job.status.value, job.message, job.spec.submitted_at, now,
                      json.dumps(_options(job.spec)), job.submitted_t, job.gpus))
                 self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
-                                 (job.id, now, job.submitted_t, "submitted", job.status.value, "accepted"))
+                                 (job.id, now, job.submitted_t, "submitted", job.status.value, message))
                 self._db.execute("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
                                  (now, actor, "job.submit", job.id, job.name))
                 self._db.execute("COMMIT")
@@ -283,6 +285,10 @@ class Store:
                 if bad is not None:
                     bad.append(BadRow(str(r["id"]), f"{type(exc).__name__}: {exc}"[:300]))
         return out
+
+    def has_job(self, job_id: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM jobs WHERE id=?", (job_id,)).fetchone() is not None
 
     def job_ids(self, status: JobStatus) -> set[str]:
         """Ids of the stored jobs whose status is ``status``."""

@@ -9,17 +9,18 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
+from fastapi.responses import StreamingResponse
 
 from gpucluster.jobs import job_spec, transition
 from gpucluster.jobs.transitions import Fail
-from gpucluster.model.limits import DEFAULT_TENANT_MAX_PRIORITY
+from gpucluster.model.limits import DEFAULT_TENANT_MAX_PRIORITY, MAX_REPLICAS
 from gpucluster.service.api.deps import Auth, Svc, job_or_404, visible
 from gpucluster.service.api.models import ERRORS, JobDetail, JobIn, JobList, JobOut
 from gpucluster.service.auth import Principal
 from gpucluster.service.core import SYNTHETIC_TENANT, Service
 from gpucluster.service.errors import ApiError
 from gpucluster.service.limits import MAX_IDEMPOTENCY_KEY_CHARS, TokenBucket
-from gpucluster.service.runtime import Job, JobEvent, JobState, JobStatus
+from gpucluster.service.runtime import Job, JobEvent, JobState, JobStatus, PodLogs
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
@@ -151,6 +152,32 @@ async def get_job(job_id: str, who: Auth, service: Svc) -> dict[str, Any]:
     out = job.to_dict()
     out["events"] = [] if job.synthetic else service.store.job_events(job.id)
     return out
+
+
+@router.get("/api/v1/jobs/{job_id}/logs", response_class=StreamingResponse, responses={
+    200: {"content": {"text/plain": {}}, "description": "The container log (streamed while it runs with follow)."},
+    **ERRORS})
+async def job_logs(
+    job_id: str, who: Auth, service: Svc,
+    replica: Annotated[int, Query(ge=0, le=MAX_REPLICAS - 1, description="Which replica (pod index).")] = 0,
+    follow: Annotated[bool, Query(description="Keep streaming while the container runs.")] = False,
+    tail: Annotated[int | None, Query(ge=1, le=100000, description="Only the last N lines.")] = None,
+) -> StreamingResponse:
+    """The log of one replica's container, read from the cluster (Kubernetes: through the API server, the
+    replica's pod of that completion index). 409 when there is none (the embedded backend simulates its jobs;
+    a pod that does not exist yet)."""
+    job = job_or_404(service, who, job_id)
+    if replica >= job.replicas:
+        raise ApiError(422, "replica", f"job {job.name} has {job.replicas} replica(s): 0..{job.replicas - 1}")
+    runtime = service.runtime
+    if not isinstance(runtime, PodLogs):
+        raise ApiError(409, "path.id", f"the {runtime.backend} backend simulates its jobs: there are no container "
+                                       "logs (run on Kubernetes: gpucluster up --kubeconfig)")
+    try:
+        chunks = runtime.logs(job.id, replica, follow, tail)
+    except LookupError as exc:
+        raise ApiError(409, "path.id", str(exc).strip("'\"")) from None
+    return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
 
 
 @router.delete("/api/v1/jobs/{job_id}", response_model=JobOut, responses=ERRORS)

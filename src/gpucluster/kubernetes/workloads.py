@@ -1,0 +1,495 @@
+"""Jobs as Kubernetes sees them: the batch/v1 Job the control plane makes for a job of its API, and what any
+Job in the queue says (ours, or one a user created with ``kubectl apply``). Pure: plain dicts in and out, no
+client, so everything here is unit-tested without a server.
+
+A Job is **in the queue** when it carries the label ``gpucluster.io/queue: TENANT``. The control plane admits
+it when the engine has a placement for every pod of its gang (``parallelism`` pods): it writes the decision
+on the Job (annotation ``gpucluster.io/admission``: who decided, the run's attempt, each slot's node and HAMi
+device annotations) and releases it (``spec.suspend: false``); the Job controller then makes the pods, and
+each is bound into a slot (``gpucluster.io/reservation`` on the pod, HAMi's annotations, a Binding). The
+admission on the Job is the record a restarted or newly elected control plane rebuilds from.
+
+Labels and annotations on a Job (all optional but the first):
+
+* ``gpucluster.io/queue: TENANT`` (label): queue it, charged to this tenant (quota, fair share);
+* ``gpucluster.io/priority: N``: queue priority (0..1000, default 0);
+* ``gpucluster.io/duration-s: S``: the expected run time (queue policies that order by it; the Job ends when
+  Kubernetes says so);
+* ``gpucluster.io/preemptible: "false"``: never suspended to make room for another job;
+* in the pod template, ``nvidia.com/use-gputype`` (HAMi) restricts the GPU models.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpucluster.devices import TENANT_ANNOTATION, DeviceInputError, VendorRegistry
+from gpucluster.jobs import JobSpec, job_spec
+from gpucluster.jobs.workload import Workload
+from gpucluster.kubernetes.cluster import RESERVATION_ANNOTATION
+from gpucluster.kubernetes.convert import (
+    BIND_PHASE_ANNOTATION,
+    BIND_TIME_ANNOTATION,
+    VGPU_NODE_ANNOTATION,
+    VGPU_TIME_ANNOTATION,
+    allocation_from_pod,
+    decision_annotations,
+)
+from gpucluster.model import Allocation, Pod
+from gpucluster.model.limits import MAX_JOB_DURATION_S, MAX_PRIORITY, MAX_REPLICAS
+
+QUEUE_LABEL = "gpucluster.io/queue"
+JOB_LABEL = "gpucluster.io/job"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpucluster"
+JOB_ID_ANNOTATION = "gpucluster.io/job-id"
+JOB_NAME_ANNOTATION = "gpucluster.io/job-name"
+REQUEST_ANNOTATION = "gpucluster.io/request"
+"""On the Jobs of the control plane's API: the job as submitted (JSON), so any replica rebuilds it exactly."""
+ADMISSION_ANNOTATION = "gpucluster.io/admission"
+MESSAGE_ANNOTATION = "gpucluster.io/message"
+"""Why the Job waits, as the leader last said it (followers and ``kubectl describe`` read it)."""
+REFUSED_ANNOTATION = "gpucluster.io/refused"
+"""Why the Job can never run here (written once, with a Warning Event)."""
+PRIORITY_ANNOTATION = "gpucluster.io/priority"
+DURATION_ANNOTATION = "gpucluster.io/duration-s"
+PREEMPTIBLE_ANNOTATION = "gpucluster.io/preemptible"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+CONTROLLER_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+DEFAULT_IMAGE = "busybox:1.36"
+MAIN_CONTAINER = "main"
+_NOT_DEVICES = frozenset({VGPU_NODE_ANNOTATION, VGPU_TIME_ANNOTATION, BIND_TIME_ANNOTATION, BIND_PHASE_ANNOTATION})
+
+
+# ---------------------------------------------------------------------------------------------- admissions
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where one pod of an admitted Job goes: a node and HAMi's device annotations (what it holds there)."""
+
+    node: str
+    devices: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The decision written on a Job when it is admitted (annotation ``gpucluster.io/admission``)."""
+
+    id: str
+    by: str
+    """The control-plane replica that decided."""
+    attempt: int
+    """The engine's run number (names the reservations: ``<job>-<attempt>-<slot>``)."""
+    at: float
+    """Epoch seconds of the decision."""
+    slots: tuple[Slot, ...]
+    count_only: bool = False
+    """Admitted by GPU count alone (comparison mode): slots may be fewer than pods."""
+
+    def to_json(self) -> str:
+        return json.dumps({"id": self.id, "by": self.by, "attempt": self.attempt, "at": round(self.at, 3),
+                           "slots": [{"node": s.node, "devices": dict(s.devices)} for s in self.slots],
+                           **({"countOnly": True} if self.count_only else {})}, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> Admission:
+        try:
+            raw = json.loads(text)
+            slots = tuple(Slot(str(s["node"]), {str(k): str(v) for k, v in dict(s.get("devices") or {}).items()})
+                          for s in raw["slots"])
+            return cls(str(raw["id"]), str(raw.get("by", "")), int(raw["attempt"]), float(raw.get("at", 0.0)),
+                       slots, bool(raw.get("countOnly", False)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{where}: not an admission record: {exc}") from None
+
+
+def admission_of(decisions: Sequence[Allocation], registry: VendorRegistry, *, admission_id: str, by: str,
+                 attempt: int, at: float, count_only: bool = False) -> Admission:
+    """The admission record of allocations decided for a job's slots (in slot order)."""
+    slots = []
+    for alloc in decisions:
+        ann = decision_annotations(alloc, registry, at)
+        slots.append(Slot(alloc.node, {k: v for k, v in ann.items() if k not in _NOT_DEVICES}))
+    return Admission(admission_id, by, attempt, at, tuple(slots), count_only)
+
+
+def slot_allocation(task: Pod, slot: Slot, node_spec: Any, registry: VendorRegistry) -> Allocation:
+    """The allocation an admission's slot holds for the task pod ``task`` (rebuilt from its annotations)."""
+    annotated = replace(task, annotations={**task.annotations, **slot.devices})
+    return allocation_from_pod(annotated, node_spec, registry)
+
+
+# ---------------------------------------------------------------------------------------------- our Jobs
+def request_of(spec: JobSpec) -> dict[str, Any]:
+    """The job as its API body (and the store's columns): what a replica needs to rebuild its :class:`JobSpec`."""
+    return {
+        "name": spec.display_name, "tenant": spec.tenant, "replicas": spec.num_tasks,
+        "resources": dict(spec.resources),
+        "duration_s": spec.duration_s if math.isfinite(spec.duration_s) else None,
+        "priority": spec.priority, "gpu_type": spec.gpu_type, "node_selector": dict(spec.node_selector),
+        "kind": spec.kind.value, "preemptible": spec.preemptible, "ref_gpu": spec.ref_gpu,
+        "work_class": spec.work_class, "speedup": dict(spec.speedup), "tokens": spec.tokens,
+        "submitted_at": spec.submitted_at, "workload": spec.workload.to_dict() if not spec.workload.empty else {},
+    }
+
+
+def spec_from_request(job_id: str, raw: Mapping[str, Any], registry: VendorRegistry, submit_s: float) -> JobSpec:
+    """:func:`request_of` read back (``ValueError("where: why")``)."""
+    return job_spec(job_id, name=str(raw["name"]), tenant=str(raw["tenant"]), replicas=int(raw["replicas"]),
+                    resources=dict(raw["resources"]), duration_s=raw.get("duration_s"), submit_s=submit_s,
+                    priority=int(raw.get("priority", 0)), gpu_type=str(raw.get("gpu_type", "")),
+                    node_selector=dict(raw.get("node_selector") or {}), kind=str(raw.get("kind", "train")),
+                    preemptible=bool(raw.get("preemptible", True)),
+                    submitted_at=float(raw.get("submitted_at", 0.0)), registry=registry,
+                    ref_gpu=str(raw.get("ref_gpu", "")), work_class=str(raw.get("work_class", "")),
+                    speedup={str(k): float(v) for k, v in dict(raw.get("speedup") or {}).items()},
+                    tokens=float(raw.get("tokens", 0.0)), workload=raw.get("workload") or None)
+
+
+def _container(spec: JobSpec, image: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The main container and the pod's volumes."""
+    work = spec.workload
+    container: dict[str, Any] = {"name": MAIN_CONTAINER, "image": work.image or image,
+                                 "resources": {"limits": {k: str(v) for k, v in spec.resources.items()}}}
+    if work.command or work.args:
+        if work.command:
+            container["command"] = list(work.command)
+        if work.args:
+            container["args"] = list(work.args)
+    elif not work.image:  # the placeholder: sleep for the run time (or until deleted)
+        container["command"] = (["sleep", str(math.ceil(spec.duration_s))] if math.isfinite(spec.duration_s)
+                                else ["sh", "-c", "while true; do sleep 3600; done"])
+    env: list[dict[str, Any]] = []
+    for e in work.env:
+        if e.secret or e.config_map:
+            ref = {"name": e.secret or e.config_map, "key": e.key, **({"optional": True} if e.optional else {})}
+            env.append({"name": e.name, "valueFrom": {"secretKeyRef" if e.secret else "configMapKeyRef": ref}})
+        else:
+            env.append({"name": e.name, "value": e.value})
+    if env:
+        container["env"] = env
+    env_from = [{("secretRef" if f.secret else "configMapRef"):
+                 {"name": f.secret or f.config_map, **({"optional": True} if f.optional else {})},
+                 **({"prefix": f.prefix} if f.prefix else {})} for f in work.env_from]
+    if env_from:
+        container["envFrom"] = env_from
+    if work.working_dir:
+        container["workingDir"] = work.working_dir
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for i, v in enumerate(work.volumes):
+        name = v.name or f"vol-{i}"
+        kind, obj = v.source
+        source = ({"persistentVolumeClaim": {"claimName": obj, **({"readOnly": True} if v.read_only else {})}}
+                  if kind == "pvc" else {"configMap": {"name": obj}} if kind == "config_map"
+                  else {"secret": {"secretName": obj}})
+        volumes.append({"name": name, **source})
+        mounts.append({"name": name, "mountPath": v.mount_path, **({"readOnly": True} if v.read_only else {}),
+                       **({"subPath": v.sub_path} if v.sub_path else {})})
+    if mounts:
+        container["volumeMounts"] = mounts
+    return container, volumes
+
+
+def job_manifest(spec: JobSpec, namespace: str, scheduler_name: str, *, image: str = DEFAULT_IMAGE,
+                 registry: VendorRegistry | None = None) -> dict[str, Any]:
+    """The batch/v1 Job for a job of the control plane's API: named after the job id, indexed, ``parallelism =
+    completions = replicas``, created suspended (released when admitted), ``backoffLimit: 0`` (a failed pod
+    fails the job), pods for ``schedulerName`` with the job's resources as limits and its workload."""
+    labels = {QUEUE_LABEL: spec.tenant, JOB_LABEL: spec.job_id, MANAGED_BY_LABEL: MANAGED_BY}
+    pod_annotations = {TENANT_ANNOTATION: spec.tenant, JOB_NAME_ANNOTATION: spec.display_name}
+    if spec.gpu_type and registry is not None and spec.template is not None:
+        for vendor in dict.fromkeys(r.vendor for _, r in spec.template.device_requests):
+            pod_annotations[registry[vendor].names.use_type_annotation] = spec.gpu_type
+    container, volumes = _container(spec, image)
+    work = spec.workload
+    pod_spec: dict[str, Any] = {"schedulerName": scheduler_name, "restartPolicy": "Never",
+                                "containers": [container]}
+    if not work.image:
+        pod_spec["terminationGracePeriodSeconds"] = 0
+    if volumes:
+        pod_spec["volumes"] = volumes
+    if work.service_account:
+        pod_spec["serviceAccountName"] = work.service_account
+    if work.tolerations:
+        pod_spec["tolerations"] = [{k: v for k, v in (
+            ("key", t.key), ("operator", t.operator), ("value", t.value), ("effect", t.effect),
+            ("tolerationSeconds", t.toleration_seconds)) if v not in ("", None)} for t in work.tolerations]
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": spec.job_id, "namespace": namespace, "labels": labels,
+            "annotations": {JOB_ID_ANNOTATION: spec.job_id, JOB_NAME_ANNOTATION: spec.display_name,
+                            REQUEST_ANNOTATION: json.dumps(request_of(spec), separators=(",", ":")),
+                            PRIORITY_ANNOTATION: str(spec.priority)},
+        },
+        "spec": {
+            "suspend": True,
+            "completionMode": "Indexed",
+            "parallelism": spec.num_tasks,
+            "completions": spec.num_tasks,
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": labels, "annotations": pod_annotations}, "spec": pod_spec},
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------- any Job
+@dataclass(slots=True)
+class QueueJob:
+    """What one Job object in the queue says (see :func:`parse_queue_job`)."""
+
+    uid: str
+    namespace: str
+    name: str
+    job_id: str
+    tenant: str
+    ours: bool
+    """Made by the control plane for a job of its API."""
+    spec: JobSpec | None
+    error: str = ""
+    """Why it can never be queued (a bad label, template, or scheduler name); with ``spec`` None."""
+    suspended: bool = False
+    admission: Admission | None = None
+    finished: str = ""
+    """``Complete`` or ``Failed`` once Kubernetes says so."""
+    finish_message: str = ""
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    deleting: bool = False
+    resource_version: str = ""
+    created: float = 0.0
+    refused: str = ""
+    """Why it was refused (``gpucluster.io/refused``), once written."""
+    message: str = ""
+    """The leader's last word on why it waits (``gpucluster.io/message``)."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _epoch(stamp: Any) -> float:
+    if not stamp:
+        return 0.0
+    try:
+        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def native_id(uid: str) -> str:
+    """The job id of a Job the control plane did not make: ``k-`` and its uid's first 12 hex digits."""
+    return "k-" + uid.replace("-", "")[:12]
+
+
+def parse_queue_job(obj: Mapping[str, Any], registry: VendorRegistry, scheduler_name: str,
+                    submit_s: float = 0.0) -> QueueJob:
+    """A Job object (JSON dict) in the queue -> :class:`QueueJob`. A Job that cannot be run here (bad template,
+    another scheduler) comes back with ``error`` saying where and why and no spec."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    uid = str(meta.get("uid") or "")
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    job_id = annotations.get(JOB_ID_ANNOTATION) or native_id(uid)
+    tenant = labels.get(QUEUE_LABEL, "")
+    finished, finish_message = "", ""
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            finished = str(cond["type"])
+            finish_message = ": ".join(x for x in (str(cond.get("reason") or ""), str(cond.get("message") or ""))
+                                       if x)
+    q = QueueJob(uid, namespace, name, job_id, tenant, REQUEST_ANNOTATION in annotations, None,
+                 suspended=bool(spec.get("suspend")), finished=finished, finish_message=finish_message,
+                 active=int(status.get("active") or 0), succeeded=int(status.get("succeeded") or 0),
+                 failed=int(status.get("failed") or 0), deleting=bool(meta.get("deletionTimestamp")),
+                 resource_version=str(meta.get("resourceVersion") or ""), created=_epoch(meta.get("creationTimestamp")),
+                 refused=annotations.get(REFUSED_ANNOTATION, ""), message=annotations.get(MESSAGE_ANNOTATION, ""),
+                 annotations=annotations)
+    where = f"Job {q.key}"
+    if ADMISSION_ANNOTATION in annotations:
+        try:
+            q.admission = Admission.parse(annotations[ADMISSION_ANNOTATION], f"{where}: metadata.annotations"
+                                                                             f"[{ADMISSION_ANNOTATION}]")
+        except ValueError as exc:
+            q.error = str(exc)
+            return q
+    try:
+        q.spec = _spec_of(q, obj, registry, scheduler_name, submit_s)
+    except ValueError as exc:
+        q.error = str(exc)
+    return q
+
+
+def _spec_of(q: QueueJob, obj: Mapping[str, Any], registry: VendorRegistry, scheduler_name: str,
+             submit_s: float) -> JobSpec:
+    where = f"Job {q.key}"
+    if q.ours:
+        try:
+            raw = json.loads(q.annotations[REQUEST_ANNOTATION])
+            return spec_from_request(q.job_id, raw, registry, submit_s)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{where}: metadata.annotations[{REQUEST_ANNOTATION}]: {exc}") from None
+    if not q.tenant or len(q.tenant) > 63 or not all(c.isalnum() or c == "-" for c in q.tenant) \
+            or q.tenant != q.tenant.lower() or q.tenant.startswith("-") or q.tenant.endswith("-"):
+        raise ValueError(f"{where}: metadata.labels[{QUEUE_LABEL}]: {q.tenant!r} is not a tenant name "
+                         "(a lower-case DNS label)")
+    spec = obj.get("spec") or {}
+    template = spec.get("template") or {}
+    tspec = template.get("spec") or {}
+    got = str(tspec.get("schedulerName") or "default-scheduler")
+    if got != scheduler_name:
+        raise ValueError(f"{where}: spec.template.spec.schedulerName: must be {scheduler_name!r} for the queue to "
+                         f"place its pods, got {got!r}")
+    parallelism = spec.get("parallelism")
+    replicas = 1 if parallelism is None else int(parallelism)
+    completions = spec.get("completions")
+    if completions is not None:
+        replicas = min(replicas, int(completions))
+    if not 1 <= replicas <= MAX_REPLICAS:
+        raise ValueError(f"{where}: spec.parallelism: the gang must be 1..{MAX_REPLICAS} pods, got {replicas}")
+    tmeta = template.get("metadata") or {}
+    manifest = {"kind": "Pod", "metadata": {**tmeta, "name": "task", "namespace": q.namespace}, "spec": tspec}
+    try:
+        pod = registry.parse_pod(manifest, f"{where}: spec.template")
+    except DeviceInputError as exc:
+        raise ValueError(str(exc)) from None
+    selector = {str(k): str(v) for k, v in (tspec.get("nodeSelector") or {}).items()}
+    pod = replace(pod, node_selector=selector)
+    ann = q.annotations
+
+    def number(key: str, lo: float, hi: float, default: float) -> float:
+        if key not in ann:
+            return default
+        try:
+            value = float(ann[key])
+        except ValueError:
+            raise ValueError(f"{where}: metadata.annotations[{key}]: not a number: {ann[key]!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"{where}: metadata.annotations[{key}]: must be within {lo:g}..{hi:g}, got {value:g}")
+        return value
+
+    priority = int(number(PRIORITY_ANNOTATION, 0, MAX_PRIORITY, 0))
+    duration = number(DURATION_ANNOTATION, 1e-3, MAX_JOB_DURATION_S, math.inf)
+    preemptible = ann.get(PREEMPTIBLE_ANNOTATION, "true").lower() not in ("false", "0", "no")
+    containers = tspec.get("containers") or [{}]
+    first = containers[0] if isinstance(containers[0], Mapping) else {}
+    limits = dict((first.get("resources") or {}).get("limits") or (first.get("resources") or {}).get("requests")
+                  or {})
+    workload = Workload(image=str(first.get("image") or ""),
+                        command=tuple(str(x) for x in first.get("command") or ()),
+                        args=tuple(str(x) for x in first.get("args") or ()),
+                        working_dir=str(first.get("workingDir") or ""),
+                        service_account=str(tspec.get("serviceAccountName") or ""))
+    gpu_type = ",".join(pod.constraints.use_types)
+    return JobSpec(q.job_id, submit_s, pod.device_count * replicas, duration, tenant=q.tenant, priority=priority,
+                   gpu_type=gpu_type, checkpoint_interval_s=0.0, name=q.name, preemptible=preemptible,
+                   node_selector=selector, template=pod, replicas=replicas, resources=limits,
+                   submitted_at=q.created, workload=workload)
+
+
+# ---------------------------------------------------------------------------------------------- pods
+def pod_job_uid(obj: Mapping[str, Any]) -> str:
+    """The uid of the Job that made this pod ("" when no Job did)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for key in CONTROLLER_UID_LABELS:
+        if labels.get(key):
+            return str(labels[key])
+    return ""
+
+
+def completion_index(obj: Mapping[str, Any]) -> int | None:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass(slots=True)
+class PodView:
+    """What the control plane keeps about one pod of a queued Job."""
+
+    key: str
+    job_uid: str
+    index: int | None
+    node: str
+    phase: str
+    scheduler_name: str
+    deleting: bool
+    reservation: str
+    restarts: int
+    exit_code: int | None
+    reason: str
+    created: str
+    bind_time: float | None
+    obj: Mapping[str, Any]
+
+    @property
+    def live(self) -> bool:
+        return self.phase not in ("Succeeded", "Failed") and not self.deleting
+
+
+def pod_view(obj: Mapping[str, Any], key: str) -> PodView:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    ann = meta.get("annotations") or {}
+    restarts = 0
+    exit_code: int | None = None
+    reason = ""
+    for cs in status.get("containerStatuses") or []:
+        restarts += int(cs.get("restartCount") or 0)
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term and exit_code is None:
+            exit_code = int(term.get("exitCode") or 0)
+            reason = f"container {cs.get('name')}: {term.get('reason') or 'Terminated'} (exit code {exit_code})"
+            if term.get("message"):
+                reason += f": {term['message']}"
+    if not reason and status.get("phase") == "Failed":
+        reason = str(status.get("message") or status.get("reason") or "")
+    raw_bind = ann.get(BIND_TIME_ANNOTATION)
+    try:
+        bind_time = float(raw_bind) if raw_bind is not None else None
+    except ValueError:
+        bind_time = None
+    return PodView(key, pod_job_uid(obj), completion_index(obj), str(spec.get("nodeName") or ""),
+                   str(status.get("phase") or ""), str(spec.get("schedulerName") or ""),
+                   bool(meta.get("deletionTimestamp")), str(ann.get(RESERVATION_ANNOTATION) or ""), restarts,
+                   exit_code, reason, str(meta.get("creationTimestamp") or ""), bind_time, obj)
+
+
+__all__ = [
+    "ADMISSION_ANNOTATION",
+    "DEFAULT_IMAGE",
+    "JOB_ID_ANNOTATION",
+    "MESSAGE_ANNOTATION",
+    "QUEUE_LABEL",
+    "REFUSED_ANNOTATION",
+    "Admission",
+    "PodView",
+    "QueueJob",
+    "Slot",
+    "admission_of",
+    "completion_index",
+    "job_manifest",
+    "native_id",
+    "parse_queue_job",
+    "pod_job_uid",
+    "pod_view",
+    "request_of",
+    "slot_allocation",
+    "spec_from_request",
+]
