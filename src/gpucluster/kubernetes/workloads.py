@@ -393,7 +393,8 @@ def _spec_of(q: QueueJob, obj: Mapping[str, Any], registry: VendorRegistry, sche
                         args=tuple(str(x) for x in first.get("args") or ()),
                         working_dir=str(first.get("workingDir") or ""),
                         service_account=str(tspec.get("serviceAccountName") or ""))
-    gpu_type = ",".join(pod.constraints.use_types)
+    gpu_type = ",".join(dict.fromkeys([*pod.constraints.use_types, *(
+        t for c in (pod.constraints.per_vendor or {}).values() for t in c.use_types)]))
     return JobSpec(q.job_id, submit_s, pod.device_count * replicas, duration, tenant=q.tenant, priority=priority,
                    gpu_type=gpu_type, checkpoint_interval_s=0.0, name=q.name, preemptible=preemptible,
                    node_selector=selector, template=pod, replicas=replicas, resources=limits,

@@ -1,0 +1,190 @@
+"""Users' real workloads through the queue (issue 26), on a real kube-apiserver with kube-controller-manager's Job
+controller making the pods and a test kubelet (``fake_kubelet``) running them:
+
+* ``kubectl apply -f job.yaml`` with ``gpucluster.io/queue``: a Job of 4 pods x 2 GPUs is admitted as a gang,
+  its pods bound where the engine decided, run, succeeded, shown in ``get jobs`` with its pods;
+* an over-quota Job waits and says why (in ``get jobs``, as an Event and an annotation on the Job); one that
+  can never fit is refused with a Warning Event on the Job; a Job created without ``suspend`` is still queued
+  before any of its pods binds; a failing container fails the job with its exit code;
+* the fragmented-admission comparison: enough free GPUs in total but no node can hold the pods; count-only
+  admission (the engine with the device check off, as Kueue admits) lets the job in and it hangs; ours keeps
+  it waiting with the reason and admits the next job that fits;
+* jobs of the REST API become indexed Jobs running their image, command and environment; ``gpucluster logs``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fake_kubelet import FakeKubelet
+from k8s_helpers import GPUCLUSTER
+from up_process import ADMIN, ControlPlane, gpu_nodes, new_run, registered, wait_until
+
+from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, Admission
+
+pytestmark = pytest.mark.integration
+
+NS = "default"
+
+
+@pytest.fixture
+def run() -> str:
+    return new_run()
+
+
+@pytest.fixture
+def cp_with_jobs(kube_control_plane: Any, kube_controller_manager: Any) -> Any:
+    """The control plane with kube-controller-manager (the Job controller makes the pods)."""
+    return kube_control_plane
+
+
+def _kubectl(cp: Any, *args: str, stdin: str | None = None) -> str:
+    out = subprocess.run([str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), *args], input=stdin,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
+    return out.stdout
+
+
+def job_yaml(name: str, tenant: str, run: str, *, pods: int, gpus: int, suspend: bool = True,
+             env: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> str:
+    """A complete batch/v1 Job for the queue (what docs/kubernetes.md shows)."""
+    doc = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": NS, "labels": {QUEUE_LABEL: tenant},
+                     "annotations": dict(annotations or {})},
+        "spec": {
+            **({"suspend": True} if suspend else {}),
+            "parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 0,
+            "template": {"spec": {
+                "schedulerName": "gpucluster", "restartPolicy": "Never",
+                "nodeSelector": {"gpucluster.io/run": run},
+                "containers": [{"name": "train", "image": "registry.example/ml/train:v1",
+                                "command": ["python", "train.py"],
+                                "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+                                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}},
+        },
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _job(core_batch: Any, name: str) -> dict[str, Any]:
+    resp = core_batch.read_namespaced_job(name, NS, _preload_content=False)
+    return dict(json.loads(resp.data))
+
+
+def _pods_of(kube: Any, job_name: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    resp = client.CoreV1Api(kube).list_namespaced_pod(NS, label_selector=f"batch.kubernetes.io/job-name={job_name}",
+                                                      _preload_content=False)
+    return list(json.loads(resp.data)["items"])
+
+
+def _events_of(kube: Any, job_name: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    resp = client.CoreV1Api(kube).list_namespaced_event(
+        NS, field_selector=f"involvedObject.name={job_name},involvedObject.kind=Job", _preload_content=False)
+    return list(json.loads(resp.data)["items"])
+
+
+def _gc_jobs(kube: Any, tenant: str) -> None:
+    from kubernetes import client
+
+    client.BatchV1Api(kube).delete_collection_namespaced_job(NS, label_selector=f"{QUEUE_LABEL}={tenant}",
+                                                             propagation_policy="Background")
+    client.CoreV1Api(kube).delete_collection_namespaced_pod(NS, label_selector=f"{QUEUE_LABEL}={tenant}",
+                                                            grace_period_seconds=0)
+
+
+def _cli(server: ControlPlane, *args: str) -> Any:
+    out = subprocess.run([*GPUCLUSTER, *args, "--server", server.url, "--token", ADMIN], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _api_job(server: ControlPlane, name: str) -> dict[str, Any] | None:
+    jobs = server.get("/api/v1/jobs", params={"q": name})["jobs"]
+    same = [j for j in jobs if j["name"] == name]
+    return same[0] if same else None
+
+
+@pytest.fixture
+def fleet(kube_client: Any, run: str, tmp_path: Path) -> Iterator[list[Any]]:
+    """2 nodes x 4 A100 with a kubelet stand-in."""
+    with registered(kube_client, gpu_nodes(run, 2, 4)) as nodes, \
+            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+        yield nodes
+
+
+@pytest.fixture
+def server(cp_with_jobs: Any, fleet: list[Any], tmp_path: Path) -> Iterator[ControlPlane]:
+    srv = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect")
+    try:
+        yield srv
+    except BaseException:
+        print(srv.output()[-6000:])
+        raise
+    finally:
+        srv.stop()
+
+
+def test_kubectl_apply_a_job_of_4_pods_x_2_gpus_admitted_as_a_gang(cp_with_jobs: Any, kube_client: Any, run: str,
+                                                                   fleet: list[Any], server: ControlPlane) -> None:
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant = f"t-{run}"
+    name = f"bert-{run}"
+    try:
+        _kubectl(cp_with_jobs, "apply", "-f", "-",
+                 stdin=job_yaml(name, tenant, run, pods=4, gpus=2, env={"FAKE_RUN_S": "3"}))
+
+        def admitted() -> dict[str, Any] | None:
+            job = _job(batch, name)
+            return job if not job["spec"].get("suspend") else None
+
+        job = wait_until(admitted, 60, "the Job to be admitted (released)")
+        adm = Admission.parse(job["metadata"]["annotations"][ADMISSION_ANNOTATION], "test")
+        assert len(adm.slots) == 4
+        devices = [(s.node, d) for s in adm.slots for v in s.devices.values() if v
+                   for d in v.split(";")[0].split(":") if d]
+        assert len(set(devices)) == len(devices)  # each slot its own devices
+
+        def bound() -> list[dict[str, Any]] | None:
+            pods = [p for p in _pods_of(kube_client, name) if p["spec"].get("nodeName")]
+            return pods if len(pods) == 4 else None
+
+        pods = wait_until(bound, 60, "the Job controller's 4 pods to be bound")
+        nodes = {n.name for n in fleet}
+        for pod in pods:
+            index = int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+            assert pod["spec"]["nodeName"] == adm.slots[index].node in nodes  # where the engine decided
+            assert pod["metadata"]["annotations"]["hami.io/vgpu-node"] == pod["spec"]["nodeName"]
+            assert pod["metadata"]["annotations"]["gpucluster.io/reservation"].endswith(f"-{index}")
+        assert len({p["spec"]["nodeName"] for p in pods}) == 2  # 4 x 2 GPUs on 2 x 4: two per node
+
+        shown = wait_until(lambda: _api_job(server, name), 30, "the Job in get jobs")
+        assert shown["tenant"] == tenant and shown["replicas"] == 4 and shown["status"] in ("running", "succeeded")
+        done = wait_until(lambda: (j := _api_job(server, name)) and j["status"] == "succeeded" and j, 60,
+                          "the job to succeed (the kubelet stand-in ends its pods after 3 s)")
+        assert "completed" in done["message"]
+        table = _cli(server, "get", "jobs", "--tenant", tenant, "-o", "json")
+        listed = json.loads(table)
+        row = next(j for j in (listed["jobs"] if isinstance(listed, dict) else listed) if j["name"] == name)
+        assert row["status"] == "succeeded"
+        assert sorted(p["pod"] for p in row["placements"]) == sorted(
+            f"{NS}/{p['metadata']['name']}" for p in pods)  # its pods, the Job controller's
+        job = _job(batch, name)
+        assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
+        reasons = [e["reason"] for e in _events_of(kube_client, name)]
+        assert reasons.count("Admitted") == 1
+    finally:
+        _gc_jobs(kube_client, tenant)

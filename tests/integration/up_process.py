@@ -1,0 +1,120 @@
+"""``gpucluster up --kubeconfig`` as a real subprocess for the Kubernetes integration tests, simulated GPU nodes
+for it, and small polling helpers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from k8s_helpers import GPUCLUSTER, free_port, registry
+from polling import wait_until
+
+from gpucluster.kubernetes.register import NodeRegistrar
+from gpucluster.model import DeviceSpec, NodeSpec
+
+ADMIN = "k8s-service-admin-token"
+
+
+class ControlPlane:
+    """``gpucluster up --kubeconfig`` on 127.0.0.1 at a free port (``args``: more flags)."""
+
+    def __init__(self, kubeconfig: Path, workdir: Path, *args: str, data: str = "data", wait: bool = True) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = workdir / f"up-{self.port}.log"
+        self.data = workdir / data
+        env = {**os.environ, "GPUCLUSTER_ADMIN_TOKEN": ADMIN}
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [*GPUCLUSTER, "up", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(self.port),
+                 "--data-dir", str(self.data), *args],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        if wait:
+            try:
+                wait_until(self.healthy, 90, "gpucluster up --kubeconfig to answer /healthz")
+            except BaseException:
+                self.stop()
+                raise
+
+    def healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"gpucluster up exited with {self.proc.returncode}:\n{self.output()[-4000:]}")
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30.0)
+
+    def get(self, path: str, **kw: Any) -> Any:
+        with self.client() as c:
+            resp = c.get(path, **kw)
+            resp.raise_for_status()
+            return resp.json()
+
+    def overview(self) -> dict[str, Any]:
+        body: dict[str, Any] = self.get("/api/v1/overview")
+        return body
+
+    def leading(self) -> bool:
+        return bool(self.overview()["kubernetes"]["leader"])
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """``kill -9``: no lease given back, nothing flushed."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def gpu_nodes(run: str, count: int, gpus: int, model: str = "A100-80GB") -> list[NodeSpec]:
+    """``count`` nodes of ``gpus`` whole GPUs each, labelled ``gpucluster.io/run: run`` (jobs select them)."""
+    return [
+        NodeSpec(name=f"w-{run}-{i}", cpu_milli=64000, memory_mib=262144, rack=f"rack-{run}", leaf=f"leaf-{run}",
+                 labels={"gpucluster.io/run": run},
+                 devices=tuple(DeviceSpec(uuid=f"GPU-{run}-{i}-{j}", index=j, vendor="nvidia", model=model,
+                                          memory_mib=81920, max_tasks=4) for j in range(gpus)))
+        for i in range(count)
+    ]
+
+
+@contextlib.contextmanager
+def registered(api: Any, nodes: list[NodeSpec]) -> Iterator[list[NodeSpec]]:
+    """The nodes in the API server, their device-plugin handshakes kept fresh; deleted afterwards."""
+    reg = NodeRegistrar(api, nodes, registry(), interval=5.0)
+    reg.register()
+    refresher = threading.Thread(target=reg.run, name="handshakes", daemon=True)
+    refresher.start()
+    try:
+        yield nodes
+    finally:
+        reg.stop()
+        refresher.join(10)
+        reg.delete()
+
+
+def new_run() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+__all__ = ["ADMIN", "ControlPlane", "gpu_nodes", "new_run", "registered", "wait_until"]
