@@ -154,8 +154,9 @@ def test_kubectl_apply_a_job_of_4_pods_x_2_gpus_admitted_as_a_gang(cp_with_jobs:
         job = wait_until(admitted, 60, "the Job to be admitted (released)")
         adm = Admission.parse(job["metadata"]["annotations"][ADMISSION_ANNOTATION], "test")
         assert len(adm.slots) == 4
-        devices = [(s.node, d) for s in adm.slots for v in s.devices.values() if v
-                   for d in v.split(";")[0].split(":") if d]
+        devices = [(s.node, d.split(",")[0]) for s in adm.slots
+                   for d in s.devices["hami.io/vgpu-devices-allocated"].split(";")[0].split(":") if d]
+        assert len(devices) == 8
         assert len(set(devices)) == len(devices)  # each slot its own devices
 
         def bound() -> list[dict[str, Any]] | None:
