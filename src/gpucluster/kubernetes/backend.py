@@ -872,7 +872,12 @@ class KubeRuntime(EngineFront):
         restarts = sum(p.restarts for p in mine) + sum(1 for p in mine if p.phase == "Failed")
         job.extra["restarts"] = float(restarts)
         rec.phases, rec.restarts = phases, restarts
-        slot_pod = {self.cluster.aliases.get(p.key): p for p in mine if p.live and p.key in self.cluster.aliases}
+        slot_pod: dict[str, PodView] = {}
+        for p in mine:  # each slot's pod: the live one, else the last that ran there
+            slot = self.cluster.aliases.get(p.key) or p.reservation
+            held = slot_pod.get(slot)
+            if slot and (held is None or (p.live, p.created) > (held.live, held.created)):
+                slot_pod[slot] = p
         placements = []
         for i, slot in enumerate(rec.slots):
             alloc = self.cluster.reserved.get(slot) if slot else None
