@@ -189,3 +189,167 @@ def test_kubectl_apply_a_job_of_4_pods_x_2_gpus_admitted_as_a_gang(cp_with_jobs:
         assert reasons.count("Admitted") == 1
     finally:
         _gc_jobs(kube_client, tenant)
+
+
+def _tenant(server: ControlPlane, name: str, quota: float) -> None:
+    with server.client() as c:
+        r = c.post("/api/v1/tenants", json={"name": name, "quota_gpus": quota})
+        assert r.status_code == 201, r.text
+
+
+def _status(server: ControlPlane, name: str, status: str) -> dict[str, Any] | None:
+    job = _api_job(server, name)
+    return job if job is not None and job["status"] == status else None
+
+
+def test_an_over_quota_job_waits_and_says_why(cp_with_jobs: Any, kube_client: Any, run: str, fleet: list[Any],
+                                              server: ControlPlane) -> None:
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant = f"q-{run}"
+    _tenant(server, tenant, 4)
+    first, second = f"first-{run}", f"second-{run}"
+    try:
+        _kubectl(cp_with_jobs, "apply", "-f", "-",
+                 stdin=job_yaml(first, tenant, run, pods=2, gpus=2, env={"FAKE_RUN_S": "8"}))
+        wait_until(lambda: _status(server, first, "running"), 60, "the job at its quota to run")
+        _kubectl(cp_with_jobs, "apply", "-f", "-", stdin=job_yaml(second, tenant, run, pods=1, gpus=2))
+        why = f"waiting for quota: tenant {tenant} holds 4 of 4 GPUs, the job needs 2"
+        held = wait_until(lambda: (j := _status(server, second, "pending")) and why in j["message"] and j, 60,
+                          "the job over its quota to wait, saying why")
+        assert held["tenant"] == tenant
+        job = wait_until(lambda: (j := _job(batch, second))["metadata"]["annotations"].get(
+            "gpucluster.io/message", "").startswith("waiting for quota") and j, 30, "the reason on the Job")
+        assert job["spec"]["suspend"] is True and not _pods_of(kube_client, second)
+        events = [e for e in _events_of(kube_client, second) if e["reason"] == "Waiting"]
+        assert events and why in events[-1]["message"]
+        # once the first is done, the second runs
+        wait_until(lambda: _status(server, second, "succeeded"), 90, "the waiting job to run after the first")
+    finally:
+        _gc_jobs(kube_client, tenant)
+
+
+def test_a_job_that_can_never_fit_is_refused_with_an_event(cp_with_jobs: Any, kube_client: Any, run: str,
+                                                           fleet: list[Any], server: ControlPlane) -> None:
+    tenant = f"n-{run}"
+    name, wrong = f"huge-{run}", f"wrong-{run}"
+    try:
+        _kubectl(cp_with_jobs, "apply", "-f", "-", stdin=job_yaml(name, tenant, run, pods=1, gpus=8))
+
+        def refused(job_name: str) -> list[dict[str, Any]] | None:
+            events = [e for e in _events_of(kube_client, job_name) if e["reason"] == "Refused"]
+            return events or None
+
+        [event] = wait_until(lambda: refused(name), 60, "a Refused event on the Job that can never fit")
+        assert event["type"] == "Warning" and "can never fit" in event["message"]
+        shown = wait_until(lambda: _status(server, name, "failed"), 30, "the refused job in get jobs")
+        assert "can never fit" in shown["message"]
+        assert not _pods_of(kube_client, name)
+        # a Job for another scheduler is refused too, naming the field
+        doc = yaml.safe_load(job_yaml(wrong, tenant, run, pods=1, gpus=1))
+        doc["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+        _kubectl(cp_with_jobs, "apply", "-f", "-", stdin=yaml.safe_dump(doc))
+        [event] = wait_until(lambda: refused(wrong), 60, "a Refused event on the Job for another scheduler")
+        assert "spec.template.spec.schedulerName: must be 'gpucluster'" in event["message"]
+    finally:
+        _gc_jobs(kube_client, tenant)
+
+
+def test_a_job_created_without_suspend_is_queued_before_any_pod_binds(cp_with_jobs: Any, kube_client: Any,
+                                                                      run: str, fleet: list[Any],
+                                                                      server: ControlPlane) -> None:
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant = f"s-{run}"
+    blocker, eager = f"blocker-{run}", f"eager-{run}"
+    try:
+        _kubectl(cp_with_jobs, "apply", "-f", "-",
+                 stdin=job_yaml(blocker, tenant, run, pods=2, gpus=4, env={"FAKE_RUN_S": "6"}))
+        wait_until(lambda: _status(server, blocker, "running"), 60, "the blocker to hold every GPU")
+        _kubectl(cp_with_jobs, "apply", "-f", "-",
+                 stdin=job_yaml(eager, tenant, run, pods=1, gpus=2, suspend=False, env={"FAKE_RUN_S": "1"}))
+        [pod] = wait_until(lambda: _pods_of(kube_client, eager) or None, 30,
+                           "the Job controller to make the unsuspended Job's pod at once")
+        made_at = pod["metadata"]["creationTimestamp"]
+        assert not pod["spec"].get("nodeName") and _status(server, eager, "pending")
+        wait_until(lambda: _status(server, eager, "succeeded"), 90, "the eager job to run after the blocker")
+        adm = Admission.parse(_job(batch, eager)["metadata"]["annotations"][ADMISSION_ANNOTATION], "test")
+        ended = max(c["state"]["terminated"]["finishedAt"] for p in _pods_of(kube_client, blocker)
+                    for c in p["status"]["containerStatuses"])
+        import datetime as dt
+
+        finished = dt.datetime.fromisoformat(ended.replace("Z", "+00:00")).timestamp()
+        made = dt.datetime.fromisoformat(made_at.replace("Z", "+00:00")).timestamp()
+        assert made < finished <= adm.at + 1  # its pod existed long before; it was admitted once GPUs were free
+    finally:
+        _gc_jobs(kube_client, tenant)
+
+
+def test_a_failing_container_fails_the_job_with_its_exit_code(cp_with_jobs: Any, kube_client: Any, run: str,
+                                                              fleet: list[Any], server: ControlPlane) -> None:
+    tenant = f"f-{run}"
+    name = f"crash-{run}"
+    try:
+        _kubectl(cp_with_jobs, "apply", "-f", "-",
+                 stdin=job_yaml(name, tenant, run, pods=2, gpus=1, env={"FAKE_RUN_S": "1", "FAKE_EXIT_CODE": "3"}))
+        failed = wait_until(lambda: _status(server, name, "failed"), 90, "the job to fail")
+        assert "the Job failed" in failed["message"] and "exit code 3" in failed["message"], failed["message"]
+    finally:
+        _gc_jobs(kube_client, tenant)
+
+
+def test_an_api_job_is_an_indexed_job_running_its_workload_and_its_logs_are_read(
+        cp_with_jobs: Any, kube_client: Any, run: str, fleet: list[Any], server: ControlPlane) -> None:
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant = f"a-{run}"
+    body = {"name": "trainer", "tenant": tenant, "replicas": 2, "duration_s": 60,
+            "resources": {"nvidia.com/gpu": 1}, "node_selector": {"gpucluster.io/run": run},
+            "image": "registry.example/ml/train:v2", "command": ["python", "-m", "train"], "args": ["--lr", "3e-4"],
+            "env": [{"name": "FAKE_RUN_S", "value": "inf"}, {"name": "TOKEN", "secret": "hf", "key": "token"}],
+            "env_from": [{"config_map": "common"}], "working_dir": "/workspace",
+            "volumes": [{"mount_path": "/data", "pvc": "datasets", "read_only": True}],
+            "service_account": "default", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+    try:
+        with server.client() as c:
+            resp = c.post("/api/v1/jobs", json=body)
+            assert resp.status_code == 201, resp.text
+            job_id = resp.json()["id"]
+            bad = c.post("/api/v1/jobs", json={**body, "volumes": [{"mount_path": "/data"}]})
+            assert bad.status_code == 422 and bad.json()["where"] == "volumes.0", bad.text
+
+        def released() -> dict[str, Any] | None:
+            j = _job(batch, job_id)
+            return j if not j["spec"].get("suspend") else None
+
+        job = wait_until(released, 60, "the API job's Job to be admitted")
+        spec = job["spec"]
+        assert (spec["completionMode"], spec["parallelism"], spec["completions"]) == ("Indexed", 2, 2)
+        assert job["metadata"]["labels"][QUEUE_LABEL] == tenant
+        pods = wait_until(lambda: (ps := [p for p in _pods_of(kube_client, job_id) if p["spec"].get("nodeName")])
+                          and len(ps) == 2 and ps, 60, "both pods bound")
+        [c] = pods[0]["spec"]["containers"]
+        assert (c["image"], c["command"], c["args"], c["workingDir"]) == (
+            "registry.example/ml/train:v2", ["python", "-m", "train"], ["--lr", "3e-4"], "/workspace")
+        assert {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in c["env"]
+        assert pods[0]["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "datasets", "readOnly": True}
+        wait_until(lambda: _status(server, "trainer", "running") and all(
+            p["status"].get("phase") == "Running" for p in _pods_of(kube_client, job_id)), 60, "the pods to run")
+        # the log through the API server (the kubelet stand-in serves it)
+        out = _cli(server, "logs", job_id, "--replica", "1")
+        assert "runs registry.example/ml/train:v2 python -m train --lr 3e-4" in out
+        pod1 = next(p for p in pods
+                    if p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "1")
+        assert pod1["metadata"]["name"] in out
+        with server.client() as c:
+            r = c.get(f"/api/v1/jobs/{job_id}/logs", params={"replica": 5})
+            assert r.status_code == 422 and r.json()["where"] == "replica"
+            assert c.delete(f"/api/v1/jobs/{job_id}").status_code == 200
+        wait_until(lambda: _status(server, "trainer", "cancelled"), 30, "the job to be cancelled")
+        wait_until(lambda: not [j for j in batch.list_namespaced_job(NS).items if j.metadata.name == job_id], 60,
+                   "cancel to delete the Job")
+    finally:
+        _gc_jobs(kube_client, tenant)
