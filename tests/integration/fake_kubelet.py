@@ -126,7 +126,7 @@ class FakeKubelet:
                     if self._stop.is_set():
                         return
                     if event.get("type") in ("ADDED", "MODIFIED"):
-                        self._seen(event.get("raw_object") or {})
+                        self._seen(event.get("raw_object") or event.get("object") or {})
             except Exception:
                 if self._stop.wait(0.3):
                     return
