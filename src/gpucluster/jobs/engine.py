@@ -174,7 +174,7 @@ class JobEngine:
         self.placer = placer
         self.policy = policy
         self.options = options or EngineOptions()
-        self.kernel: Kernel[Timer] = kernel or Kernel()
+        self.kernel: Kernel[Timer] = kernel if kernel is not None else Kernel()  # an empty Kernel is falsy
         self.quota = quota
         self.catalog = catalog
         self.slowdown = slowdown

@@ -190,7 +190,7 @@ class KubePlacer:
         rt.cluster.reserve(allocs)
         placed = {a.pod_key: a for a in allocs}
         admission = admission_of(allocs, rt.registry, admission_id=uuid.uuid4().hex, by=rt.identity,
-                                 attempt=job.attempt + 1, at=rt.now, count_only=rt.admission == "count")
+                                 attempt=job.attempt + 1, at=time.time(), count_only=rt.admission == "count")
         rec.admission, rec.writing, rec.tasks = admission, True, list(pods)
         rec.slots = [p.key if p.key in placed else "" for p in pods]
         rt.submit_write("admit", job.id, rt.write_admission, rec.namespace, rec.name, rec.rv, admission)
@@ -305,7 +305,7 @@ class KubeRuntime(EngineFront):
 
     def _new_engine(self) -> None:
         with self.cluster.lock:
-            self.engine = JobEngine(KubePlacer(self), self._queue, quota=self.quota, kernel=Kernel(time.time()),
+            self.engine = JobEngine(KubePlacer(self), self._queue, quota=self.quota, kernel=Kernel(),
                                     options=EngineOptions(describe=True, namespace=self.namespace,
                                                           record_series=False, timed_finish=False,
                                                           device_check=self.admission == "devices"))
@@ -377,6 +377,11 @@ class KubeRuntime(EngineFront):
     @property
     def backend(self) -> str:
         return "kubernetes"
+
+    def engine_time(self, epoch: float) -> float:
+        """An epoch time of the cluster (a creation or admission time) on the engine's clock (which is the
+        control plane's own: it resumes across restarts, each replica has its own)."""
+        return max(0.0, self.now - max(0.0, time.time() - epoch))
 
     @property
     def leading(self) -> bool:
@@ -761,7 +766,7 @@ class KubeRuntime(EngineFront):
 
     def _new_record(self, q: QueueJob, rec: _Rec) -> Job | None:
         """A Job this replica did not know: mirror it into the engine (queued, admitted or ended)."""
-        submit_s = min(q.created or self.now, self.now)
+        submit_s = self.engine_time(q.created) if q.created else self.now
         if q.spec is None:
             job = Job(_placeholder(q, submit_s))
             self.engine.jobs[q.job_id] = job
@@ -812,7 +817,7 @@ class KubeRuntime(EngineFront):
                 self._dirty.add(rec.uid)  # tried again at the next advance
             return
         rec.admission, rec.writing, rec.slots, rec.tasks = adm, False, slots, tasks
-        self.engine.adopt(job, [t for t in tasks if t.key in slots], adm.at, attempt=adm.attempt)
+        self.engine.adopt(job, [t for t in tasks if t.key in slots], self.engine_time(adm.at), attempt=adm.attempt)
 
     # ------------------------------------------------------------------ pods of admitted jobs
     def _place_waiting_slots(self) -> None:

@@ -85,7 +85,7 @@ class Admission:
     attempt: int
     """The engine's run number (names the reservations: ``<job>-<attempt>-<slot>``)."""
     at: float
-    """Epoch seconds of the decision."""
+    """Epoch seconds of the decision (wall clock: replicas share no other)."""
     slots: tuple[Slot, ...]
     count_only: bool = False
     """Admitted by GPU count alone (comparison mode): slots may be fewer than pods."""
