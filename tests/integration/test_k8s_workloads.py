@@ -353,3 +353,164 @@ def test_an_api_job_is_an_indexed_job_running_its_workload_and_its_logs_are_read
                    "cancel to delete the Job")
     finally:
         _gc_jobs(kube_client, tenant)
+
+
+def test_fragmented_admission_count_only_hangs_ours_waits_and_admits_the_next(
+        cp_with_jobs: Any, kube_client: Any, run: str, tmp_path: Path) -> None:
+    """16 GPUs on 4 nodes; a blocker of 4 pods x 3 GPUs leaves one free GPU per node. Job A (2 pods x 2 GPUs)
+    fits the free count (4) but no node; job B (4 pods x 1 GPU) fits. Count-only admission (the engine with the
+    device check off, as Kueue admits) lets A in: its pods hang unbound and B waits behind the GPUs A holds.
+    Ours keeps A waiting with the reason and runs B."""
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant = f"g-{run}"
+    blocker = f"blocker-{run}"
+    with registered(kube_client, gpu_nodes(run, 4, 4)) as nodes, \
+            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+        count_cp = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect", "--admission", "count",
+                                data="count")
+        ours: ControlPlane | None = None
+        try:
+            _kubectl(cp_with_jobs, "apply", "-f", "-",
+                     stdin=job_yaml(blocker, tenant, run, pods=4, gpus=3, env={"FAKE_RUN_S": "inf"}))
+            wait_until(lambda: len([p for p in _pods_of(kube_client, blocker) if p["spec"].get("nodeName")]) == 4,
+                       60, "the blocker's 4 pods bound, one per node")
+            # ---- count-only admission
+            a, b = f"a-{run}", f"b-{run}"
+            _kubectl(cp_with_jobs, "apply", "-f", "-", stdin=job_yaml(a, tenant, run, pods=2, gpus=2))
+            wait_until(lambda: _status(count_cp, a, "running"), 60, "count-only admission to let A in")
+            _kubectl(cp_with_jobs, "apply", "-f", "-", stdin=job_yaml(b, tenant, run, pods=4, gpus=1))
+            hung = wait_until(lambda: (j := _api_job(count_cp, a)) and "the job hangs" in j["message"] and j, 60,
+                              "A to hang: admitted, its pods without a place")
+            assert "2 of 2 pod(s) have no place" in hung["message"], hung["message"]
+            assert not _job(batch, a)["spec"].get("suspend")  # released: its pods are made, and wait
+            pods_a = wait_until(lambda: (ps := _pods_of(kube_client, a)) and len(ps) == 2 and ps, 60,
+                                "the Job controller to make A's pods")
+            assert not any(p["spec"].get("nodeName") for p in pods_a)
+            waiting_b = wait_until(lambda: (j := _status(count_cp, b, "pending")) and "waiting for GPUs" in j[
+                "message"] and j, 60, "B to wait behind the GPUs A was counted for")
+            assert "0 of" in waiting_b["message"], waiting_b["message"]
+            assert not [p for p in _pods_of(kube_client, a) if p["spec"].get("nodeName")]  # still hanging
+            count_cp.stop()
+            for name in (a, b):
+                _kubectl(cp_with_jobs, "delete", "job", name, "--wait=true")
+            # ---- ours: the same jobs again
+            a2, b2 = f"a2-{run}", f"b2-{run}"
+            ours = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect", data="devices")
+            wait_until(lambda: _status(ours, blocker, "running"), 60, "the blocker to be rebuilt as running")
+            _kubectl(cp_with_jobs, "apply", "-f", "-", stdin=job_yaml(a2, tenant, run, pods=2, gpus=2))
+            _kubectl(cp_with_jobs, "apply", "-f", "-",
+                     stdin=job_yaml(b2, tenant, run, pods=4, gpus=1, env={"FAKE_RUN_S": "2"}))
+            done = wait_until(lambda: _status(ours, b2, "succeeded"), 90, "B to run and succeed")
+            assert len({p["node"] for p in done["placements"]}) == 4  # one free GPU on each node
+            held = _status(ours, a2, "pending")
+            assert held is not None, _api_job(ours, a2)
+            assert held["message"].startswith("waiting for a placement: needs 2 task(s) of 2 GPU(s)"), held["message"]
+            assert "fragmented" in held["message"] and "(free GPUs per node: 1, 1, 1, 1)" in held["message"]
+            assert _job(batch, a2)["spec"]["suspend"] is True and not _pods_of(kube_client, a2)
+        except BaseException:
+            for cp in (count_cp, ours):
+                if cp is not None:
+                    print(cp.output()[-4000:])
+            raise
+        finally:
+            count_cp.stop()
+            if ours is not None:
+                ours.stop()
+            _gc_jobs(kube_client, tenant)
+
+
+def test_preemption_suspends_the_job_again_and_frees_its_gpus(cp_with_jobs: Any, kube_client: Any, run: str,
+                                                              fleet: list[Any]) -> None:
+    """In-process KubeRuntime with the preemptive tiresias queue policy (its 10-minute lease set to 0 for the
+    test): a high-priority job takes the GPUs of a running low-priority one, which is suspended again (Kueue's
+    way), loses its admission and its pods, and waits."""
+    from kubernetes import client
+
+    from gpucluster.jobs import Job, job_spec
+    from gpucluster.kubernetes import KubeRuntime
+
+    batch = client.BatchV1Api(kube_client)
+    tenant = f"p-{run}"
+    rt = KubeRuntime(cp_with_jobs.kubeconfig, queue_policy="tiresias", namespace=NS, identity=f"test-{run}")
+    rt.engine.policy.min_run_s = 0.0  # type: ignore[misc]
+
+    def tick(what: Any) -> Any:
+        def step() -> Any:
+            rt.advance(rt.now + 0.25)
+            return what()
+        return step
+
+    def submit(name: str, priority: int, replicas: int) -> str:
+        job = Job(job_spec(f"j-{name}-{run}", name=name, tenant=tenant, replicas=replicas,
+                           resources={"nvidia.com/gpu": 4}, duration_s=None, submit_s=rt.now, priority=priority,
+                           node_selector={"gpucluster.io/run": run}, registry=rt.registry,
+                           workload={"env": [{"name": "FAKE_RUN_S", "value": "inf"}]}))
+        rt.validate(job)
+        rt.submit(job)
+        return job.id
+
+    try:
+        low = submit("low", 10, 2)
+        wait_until(tick(lambda: len([p for p in _pods_of(kube_client, low) if p["spec"].get("nodeName")]) == 2),
+                   60, "the low-priority job's pods bound (every GPU of the fleet)")
+        high = submit("high", 50, 1)
+        wait_until(tick(lambda: rt.job(high).status == "running"), 60, "the high-priority job to run")  # type: ignore[union-attr]
+        victim = rt.job(low)
+        assert victim is not None and victim.status == "pending" and "preempted" in victim.message
+        assert victim.preemptions == 1
+        job = wait_until(tick(lambda: (j := _job(batch, low))["spec"].get("suspend") and j), 30,
+                         "the preempted Job to be suspended again")
+        assert ADMISSION_ANNOTATION not in job["metadata"]["annotations"]
+        wait_until(tick(lambda: not [p for p in _pods_of(kube_client, low)
+                                     if not p["metadata"].get("deletionTimestamp")]), 30, "its pods deleted")
+        assert "Preempted" in [e["reason"] for e in _events_of(kube_client, low)]
+        wait_until(tick(lambda: [p for p in _pods_of(kube_client, high) if p["spec"].get("nodeName")]), 30,
+                   "the high-priority job's pod bound")
+        # its GPUs were freed at once: the fleet holds exactly the high-priority job's 4
+        busy = sum(1 for n in fleet for row in [rt.node(n.name)] if row for d in row["devices"] if d["pods"])
+        assert busy == 4
+    finally:
+        rt.close()
+        _gc_jobs(kube_client, tenant)
+        for name in ("low", "high"):
+            batch.delete_namespaced_job(f"j-{name}-{run}", NS, propagation_policy="Background")
+
+
+def test_a_restarted_control_plane_rebuilds_every_job_from_the_cluster(cp_with_jobs: Any, kube_client: Any,
+                                                                       run: str, fleet: list[Any],
+                                                                       tmp_path: Path) -> None:
+    """kill -9 while a job runs: the restarted control plane finds it running (its store keeps the history,
+    with a ``recovered`` event); a replica with an empty store rebuilds the same job from its Job object."""
+    tenant = f"r-{run}"
+    name = f"long-{run}"
+    first = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect")
+    second = fresh = None
+    try:
+        _kubectl(cp_with_jobs, "apply", "-f", "-",
+                 stdin=job_yaml(name, tenant, run, pods=2, gpus=2, env={"FAKE_RUN_S": "12"}))
+        before = wait_until(lambda: _status(first, name, "running"), 60, "the job to run")
+        first.kill()
+        second = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect")
+        again = wait_until(lambda: _status(second, name, "running"), 30, "the restarted control plane to show it")
+        assert again["id"] == before["id"]
+        assert {p["node"] for p in again["placements"]} == {p["node"] for p in before["placements"]}
+        events = second.get(f"/api/v1/jobs/{again['id']}")["events"]
+        assert [e["kind"] for e in events][:2] == ["submitted", "running"]
+        assert "recovered" in [e["kind"] for e in events]
+        wait_until(lambda: _status(second, name, "succeeded"), 60, "the job to succeed")
+        second.stop()
+        fresh = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect", data="empty-store")
+        rebuilt = wait_until(lambda: _status(fresh, name, "succeeded"), 30, "a new replica to rebuild it")
+        assert rebuilt["id"] == before["id"] and rebuilt["tenant"] == tenant
+    except BaseException:
+        for cp in (first, second, fresh):
+            if cp is not None:
+                print(cp.output()[-3000:])
+        raise
+    finally:
+        for cp in (first, second, fresh):
+            if cp is not None:
+                cp.stop()
+        _gc_jobs(kube_client, tenant)

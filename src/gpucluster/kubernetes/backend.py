@@ -161,6 +161,11 @@ def _placeholder(q: QueueJob, submit_s: float) -> JobSpec:
                    template=Pod(q.job_id, namespace=q.namespace), replicas=1, submitted_at=q.created)
 
 
+def solo(pod: Pod) -> Pod:
+    """The pod without its gang (count-only admission places pods one at a time, as kube-scheduler does)."""
+    return replace(pod, gang="", gang_min_member=0)
+
+
 class KubePlacer:
     """The engine's :class:`~gpucluster.jobs.placement.Placer` on Kubernetes: decide under the cluster lock,
     reserve the placement and write the admission on the Job (writer thread); ``release`` frees the
@@ -179,8 +184,8 @@ class KubePlacer:
         if rec is None or not rec.uid:
             return GroupDecision(failed=Decision(pods[0], Outcome.UNSCHEDULABLE, status=Status.unschedulable(
                 "KubeRuntime", "its Job object is not there yet")), cycles=0)
-        if rt.admission == "count":
-            decisions = [d for d in (rt.cluster.decide(p) for p in pods) if d.ok]
+        if rt.admission == "count":  # one pod at a time, no gang: what fits now is placed, the rest waits
+            decisions = [d for d in (rt.cluster.decide(solo(p)) for p in pods) if d.ok]
             group = GroupDecision(decisions=decisions, cycles=len(pods))
         else:
             group = rt.cluster.decide_group(pods)
@@ -189,8 +194,9 @@ class KubePlacer:
         allocs = [d.allocation for d in group.decisions if d.allocation is not None]
         rt.cluster.reserve(allocs)
         placed = {a.pod_key: a for a in allocs}
-        admission = admission_of(allocs, rt.registry, admission_id=uuid.uuid4().hex, by=rt.identity,
-                                 attempt=job.attempt + 1, at=time.time(), count_only=rt.admission == "count")
+        admission = admission_of([placed.get(p.key) for p in pods], rt.registry, admission_id=uuid.uuid4().hex,
+                                 by=rt.identity, attempt=job.attempt + 1, at=time.time(),
+                                 count_only=rt.admission == "count")
         rec.admission, rec.writing, rec.tasks = admission, True, list(pods)
         rec.slots = [p.key if p.key in placed else "" for p in pods]
         rt.submit_write("admit", job.id, rt.write_admission, rec.namespace, rec.name, rec.rv, admission)
@@ -831,7 +837,7 @@ class KubeRuntime(EngineFront):
             for i, key in enumerate(rec.slots):
                 if key or i >= len(rec.tasks):
                     continue
-                d = self.cluster.decide(rec.tasks[i])
+                d = self.cluster.decide(solo(rec.tasks[i]))
                 if d.ok and d.allocation is not None:
                     self.cluster.reserve([d.allocation])
                     rec.slots[i] = rec.tasks[i].key

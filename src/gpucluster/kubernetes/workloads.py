@@ -107,11 +107,15 @@ class Admission:
             raise ValueError(f"{where}: not an admission record: {exc}") from None
 
 
-def admission_of(decisions: Sequence[Allocation], registry: VendorRegistry, *, admission_id: str, by: str,
+def admission_of(decisions: Sequence[Allocation | None], registry: VendorRegistry, *, admission_id: str, by: str,
                  attempt: int, at: float, count_only: bool = False) -> Admission:
-    """The admission record of allocations decided for a job's slots (in slot order)."""
+    """The admission record of allocations decided for a job's slots (in slot order; None: a slot with no place
+    yet, count-only admission)."""
     slots = []
     for alloc in decisions:
+        if alloc is None:
+            slots.append(Slot(""))
+            continue
         ann = decision_annotations(alloc, registry, at)
         slots.append(Slot(alloc.node, {k: v for k, v in ann.items() if k not in _NOT_DEVICES}))
     return Admission(admission_id, by, attempt, at, tuple(slots), count_only)
