@@ -474,8 +474,6 @@ def test_preemption_suspends_the_job_again_and_frees_its_gpus(cp_with_jobs: Any,
     finally:
         rt.close()
         _gc_jobs(kube_client, tenant)
-        for name in ("low", "high"):
-            batch.delete_namespaced_job(f"j-{name}-{run}", NS, propagation_policy="Background")
 
 
 def test_a_restarted_control_plane_rebuilds_every_job_from_the_cluster(cp_with_jobs: Any, kube_client: Any,
