@@ -131,8 +131,8 @@ def test_kill_9_of_the_leader_while_it_admits_loses_no_job_and_admits_none_twice
             twice = {n: ids for n, ids in watch.admissions.items() if len(ids) > 1}
             lost = sorted(set(names) - done)
             assert twice == {} and lost == [], (twice, lost)
-            for n in names:  # one Admitted event per Job
-                assert [e["reason"] for e in _events_of(kube_client, n)].count("Admitted") == 1, n
+            for n in names:  # at most one Admitted event per Job (a leader killed right after admitting writes none)
+                assert [e["reason"] for e in _events_of(kube_client, n)].count("Admitted") <= 1, n
             # the follower serves reads: both live replicas list every job as succeeded
             for r in replicas:
                 wait_until(lambda r=r: r.healthy() and {j["name"] for j in r.get(
