@@ -124,8 +124,9 @@ def test_kill_9_of_the_leader_while_it_admits_loses_no_job_and_admits_none_twice
                                      wait=False)
                 replicas.append(fresh)
                 everyone.append(fresh)
-                leader = wait_until(lambda: _leader(replicas), 90, f"round {rnd}: another replica to take over")
+                leader = wait_until(lambda: _leader(replicas), 90, f"round {rnd}: the follower to take over")
                 takeovers.append(time.monotonic() - killed_at)
+                wait_until(fresh.healthy, 90, f"round {rnd}: the new replica to follow")
             done = wait_until(lambda: set(names) <= watch.complete and watch.complete, 240,
                               "every Job to complete")
             twice = {n: ids for n, ids in watch.admissions.items() if len(ids) > 1}
