@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucluster.jobs.workload import Workload
+from gpucluster.jobs import Workload
 from tests.service.inproc import in_process
 
 FULL: dict[str, Any] = {

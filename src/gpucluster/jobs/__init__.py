@@ -25,12 +25,19 @@ Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
     engine.run_until(600.0)
 """
 
-from gpucluster.jobs.admission import default_registry, job_spec, least_gpus, never_fits, template_pod
-from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Totals
+from gpucluster.jobs.admission import (
+    default_registry,
+    job_spec,
+    least_gpus,
+    never_fits,
+    restored_submission,
+    template_pod,
+    user_submission,
+)
+from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Slowdown, Timer, Totals, no_slowdown
 from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import (
-    JOB_LABEL,
     STATUSES,
     Job,
     JobEvent,
@@ -41,18 +48,45 @@ from gpucluster.jobs.model import (
     task_pods,
 )
 from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
-from gpucluster.jobs.policies import DEFAULT_POLICY, POLICIES, QueuePolicy, make_policy
-from gpucluster.jobs.speed import GpuSpeeds
-from gpucluster.jobs.transitions import InvalidTransitionError, transition
+from gpucluster.jobs.policies import DEFAULT_QUEUE_POLICY, POLICIES, QueuePolicy, make_policy
+from gpucluster.jobs.speed import SPEED_KEY, GpuSpeeds, default_speed_model
+from gpucluster.jobs.speed import describe as describe_speed
+from gpucluster.jobs.transitions import Cancel, Fail, InvalidTransitionError, Note, Reject, transition
+from gpucluster.jobs.workload import (
+    ENV_NAME_RE,
+    NO_WORKLOAD,
+    OBJECT_NAME_RE,
+    SECRET_KEY_RE,
+    VOLUME_NAME_RE,
+    WORKLOAD_FIELDS,
+    EnvFrom,
+    EnvVar,
+    Toleration,
+    VolumeMount,
+    Workload,
+    workload_fields,
+)
+from gpucluster.model.labels import JOB_LABEL
 
 __all__ = [
-    "DEFAULT_POLICY",
+    "DEFAULT_QUEUE_POLICY",
+    "ENV_NAME_RE",
     "JOB_LABEL",
     "JOB_PLACEMENT",
+    "NO_WORKLOAD",
+    "OBJECT_NAME_RE",
     "POLICIES",
+    "SECRET_KEY_RE",
+    "SPEED_KEY",
     "STATUSES",
+    "VOLUME_NAME_RE",
+    "WORKLOAD_FIELDS",
+    "Cancel",
     "EngineFront",
     "EngineOptions",
+    "EnvFrom",
+    "EnvVar",
+    "Fail",
     "GpuSpeeds",
     "InvalidTransitionError",
     "Job",
@@ -63,20 +97,33 @@ __all__ = [
     "JobState",
     "JobStatus",
     "Kernel",
+    "Note",
     "Placer",
     "QueuePolicy",
+    "Reject",
     "SchedulerPlacer",
     "SeriesPoint",
+    "Slowdown",
+    "Timer",
+    "Toleration",
     "Totals",
+    "VolumeMount",
+    "Workload",
     "default_registry",
+    "default_speed_model",
+    "describe_speed",
     "job_profile",
     "job_spec",
     "jobs_profile",
     "least_gpus",
     "make_policy",
     "never_fits",
+    "no_slowdown",
     "placement_names",
+    "restored_submission",
     "task_pods",
     "template_pod",
     "transition",
+    "user_submission",
+    "workload_fields",
 ]

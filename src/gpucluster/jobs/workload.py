@@ -19,16 +19,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-MAX_IMAGE_CHARS: Final = 512
-MAX_ARGS: Final = 128
-"""Items in ``command`` and in ``args`` (each)."""
-MAX_ARG_CHARS: Final = 8192
-MAX_ENV: Final = 256
-MAX_ENV_VALUE_CHARS: Final = 32768
-MAX_ENV_FROM: Final = 32
-MAX_VOLUMES: Final = 64
-MAX_TOLERATIONS: Final = 64
-MAX_PATH_CHARS: Final = 1024
+from gpucluster.model.limits import (
+    MAX_ARG_CHARS,
+    MAX_ARGS,
+    MAX_ENV,
+    MAX_ENV_FROM,
+    MAX_ENV_VALUE_CHARS,
+    MAX_IMAGE_CHARS,
+    MAX_PATH_CHARS,
+    MAX_TOLERATIONS,
+    MAX_VOLUMES,
+)
 
 IMAGE_RE: Final = (r"^(?:[A-Za-z0-9][A-Za-z0-9.-]*(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
                    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
@@ -37,7 +38,7 @@ IMAGE_RE: Final = (r"^(?:[A-Za-z0-9][A-Za-z0-9.-]*(?::[0-9]{1,5})?/)?[a-z0-9]+(?
 ENV_NAME_RE: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 OBJECT_NAME_RE: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 """A Secret, ConfigMap, PersistentVolumeClaim or ServiceAccount name (DNS subdomain)."""
-KEY_RE: Final = r"^[-._a-zA-Z0-9]+$"
+SECRET_KEY_RE: Final = r"^[-._a-zA-Z0-9]+$"
 """A key inside a Secret or ConfigMap."""
 VOLUME_NAME_RE: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 LABEL_KEY_RE: Final = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -50,7 +51,7 @@ SOURCES: Final = ("pvc", "config_map", "secret")
 _IMAGE = re.compile(IMAGE_RE)
 _ENV_NAME = re.compile(ENV_NAME_RE)
 _OBJECT = re.compile(OBJECT_NAME_RE)
-_KEY = re.compile(KEY_RE)
+_KEY = re.compile(SECRET_KEY_RE)
 _VOLUME = re.compile(VOLUME_NAME_RE)
 _LABEL_KEY = re.compile(LABEL_KEY_RE)
 _LABEL_VALUE = re.compile(LABEL_VALUE_RE)
@@ -151,9 +152,9 @@ class Workload:
             return _EMPTY
         if not isinstance(raw, Mapping):
             raise ValueError("workload: must be a mapping")
-        unknown = sorted(set(raw) - set(FIELDS))
+        unknown = sorted(set(raw) - set(WORKLOAD_FIELDS))
         if unknown:
-            raise ValueError(f"{unknown[0]}: unknown field (known: {', '.join(FIELDS)})")
+            raise ValueError(f"{unknown[0]}: unknown field (known: {', '.join(WORKLOAD_FIELDS)})")
         image = _text(raw.get("image"), "image", MAX_IMAGE_CHARS)
         if image and not _IMAGE.match(image):
             raise ValueError(f"image: {image!r} is not an image reference (registry/path:tag, lower-case path)")
@@ -191,7 +192,7 @@ class Workload:
         return cls(image, command, args, env, env_from, working_dir, volumes, account, tolerations)
 
 
-FIELDS: Final = ("image", "command", "args", "env", "env_from", "working_dir", "volumes", "service_account",
+WORKLOAD_FIELDS: Final = ("image", "command", "args", "env", "env_from", "working_dir", "volumes", "service_account",
                  "tolerations")
 """The job fields a :class:`Workload` is made of (the API takes them at the top level of a job)."""
 NO_WORKLOAD: Final = Workload()
@@ -201,7 +202,7 @@ _EMPTY: Final = NO_WORKLOAD
 
 def workload_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     """The workload's fields of a job body (the others left out)."""
-    return {k: body[k] for k in FIELDS if k in body and body[k] not in (None, "", [], ())}
+    return {k: body[k] for k in WORKLOAD_FIELDS if k in body and body[k] not in (None, "", [], ())}
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -354,4 +355,5 @@ def _toleration(item: Mapping[str, Any], where: str) -> Toleration:
     return Toleration(key, operator, value, effect, seconds)
 
 
-__all__ = ["FIELDS", "NO_WORKLOAD", "EnvFrom", "EnvVar", "Toleration", "VolumeMount", "Workload", "workload_fields"]
+__all__ = ["ENV_NAME_RE", "NO_WORKLOAD", "OBJECT_NAME_RE", "SECRET_KEY_RE", "VOLUME_NAME_RE", "WORKLOAD_FIELDS",
+           "EnvFrom", "EnvVar", "Toleration", "VolumeMount", "Workload", "workload_fields"]

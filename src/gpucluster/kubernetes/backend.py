@@ -52,36 +52,32 @@ from kubernetes import client, config
 
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.jobs import (
-    DEFAULT_POLICY,
+    DEFAULT_QUEUE_POLICY,
+    Cancel,
+    EngineFront,
     EngineOptions,
+    Fail,
     Job,
     JobEngine,
     JobEvent,
     JobSpec,
     JobState,
     Kernel,
+    Note,
+    Reject,
     job_profile,
     make_policy,
+    restored_submission,
     task_pods,
     transition,
+    user_submission,
 )
-from gpucluster.jobs.admission import restored_submission, user_submission
-from gpucluster.jobs.front import EngineFront
-from gpucluster.jobs.transitions import Cancel, Fail, Note, Reject
 from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client, raw_get
-from gpucluster.kubernetes.cluster import RESERVATION_ANNOTATION
 from gpucluster.kubernetes.convert import KubeInputError, parse_pod, pod_key
 from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.kubernetes.runtime import RunOptions, build
 from gpucluster.kubernetes.workloads import (
-    ADMISSION_ANNOTATION,
     DEFAULT_IMAGE,
-    JOB_LABEL,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    MESSAGE_ANNOTATION,
-    QUEUE_LABEL,
-    REFUSED_ANNOTATION,
     Admission,
     PodView,
     QueueJob,
@@ -92,7 +88,17 @@ from gpucluster.kubernetes.workloads import (
     slot_allocation,
 )
 from gpucluster.model import Allocation, AllocationError, ClusterState, Pod, views
-from gpucluster.scheduler import Decision, GroupDecision, Outcome
+from gpucluster.model.labels import (
+    ADMISSION_ANNOTATION,
+    JOB_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MESSAGE_ANNOTATION,
+    QUEUE_LABEL,
+    REFUSED_ANNOTATION,
+    RESERVATION_ANNOTATION,
+)
+from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, Decision, GroupDecision, Outcome
 from gpucluster.scheduler.framework import Status
 from gpucluster.scheduler.plugins.quota import QuotaTree
 
@@ -223,9 +229,9 @@ class KubeRuntime(EngineFront):
     def __init__(
         self,
         kubeconfig: Path,
-        policy: str = "default",
+        placement_policy: str = DEFAULT_PLACEMENT_POLICY,
         *,
-        queue_policy: str = DEFAULT_POLICY,
+        queue_policy: str = DEFAULT_QUEUE_POLICY,
         namespace: str = "default",
         scheduler_name: str = "gpucluster",
         image: str = DEFAULT_IMAGE,
@@ -242,7 +248,7 @@ class KubeRuntime(EngineFront):
         if admission not in ADMISSIONS:
             raise ValueError(f"admission: must be devices or count, got {admission!r}")
         self.kubeconfig = Path(kubeconfig)
-        self.policy = policy
+        self.placement_policy = placement_policy
         self.queue_policy = queue_policy
         self.namespace = namespace
         self.scheduler_name = scheduler_name
@@ -257,11 +263,12 @@ class KubeRuntime(EngineFront):
         self.server_version = self._probe()
         queue = make_policy(queue_policy)
         self.quota = QuotaTree([])
-        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
-                          sync_timeout=sync_timeout)
+        opts = RunOptions(placement_policy=placement_policy, scheduler_name=scheduler_name,
+                          handshake_timeout=handshake_timeout, sync_timeout=sync_timeout)
         self.cluster, self.binder, self.informer = build(
             self.api, self.registry, opts, identity=f"control-plane/{self.identity}",
-            profile=job_profile(policy, queue, quota=True), services={"quota": self.quota})
+            profile=job_profile(placement_policy, queue, quota=True), services={"quota": self.quota},
+            recreate_unbound=False)
         self._queue = queue
         self._lock = threading.Lock()
         self._pods: dict[str, PodView] = {}
@@ -663,7 +670,7 @@ class KubeRuntime(EngineFront):
                 if result == "gone":
                     self.engine.cancel(job_id, "its Job was deleted")
                 else:
-                    self.engine.requeue(job_id, why)
+                    self.engine.withdraw(job_id, why)
             finally:
                 self.quiet.discard(job_id)
             if rec.uid:
@@ -749,14 +756,14 @@ class KubeRuntime(EngineFront):
             if job.state == JobState.RUNNING:
                 self.quiet.add(q.job_id)
                 try:
-                    self.engine.requeue(q.job_id, f"admitted by {q.admission.by}")
+                    self.engine.withdraw(q.job_id, f"admitted by {q.admission.by}")
                 finally:
                     self.quiet.discard(q.job_id)
             self._adopt(job, rec, q.admission)
         elif job.state == JobState.RUNNING and not rec.writing:
             self.quiet.add(q.job_id)
             try:
-                self.engine.requeue(q.job_id, "its Job was suspended")
+                self.engine.withdraw(q.job_id, "its Job was suspended")
             finally:
                 self.quiet.discard(q.job_id)
         elif job.state == JobState.QUEUED and not self._leading and q.message and q.message != job.message:
@@ -1006,7 +1013,7 @@ class KubeRuntime(EngineFront):
         return {
             "backend": self.backend,
             "cluster": self.cluster_name,
-            "policy": self.policy,
+            "policy": self.placement_policy,
             "queue_policy": self.queue_policy,
             "t": self.now,
             **figures,

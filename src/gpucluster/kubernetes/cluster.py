@@ -39,6 +39,7 @@ from gpucluster.kubernetes.convert import (
     pod_node,
 )
 from gpucluster.model import Allocation, AllocationError, ClusterState, NodeSpec, Pod, Snapshot
+from gpucluster.model.labels import RESERVATION_ANNOTATION
 from gpucluster.scheduler import Decision, GroupDecision, Outcome, Scheduler, profile_for
 from gpucluster.scheduler.framework import (
     BindPlugin,
@@ -56,8 +57,6 @@ log = logging.getLogger(__name__)
 
 GATE_PLUGIN = "KubeNodeGate"
 BINDER_PLUGIN = "KubeBinder"
-RESERVATION_ANNOTATION = "gpucluster.io/reservation"
-"""On a pod bound into a reservation: the reservation's task key (``namespace/<job>-<attempt>-<slot>``)."""
 
 
 class NodeGate:
@@ -126,7 +125,7 @@ class KubeCluster:
     def __init__(
         self,
         registry: VendorRegistry,
-        policy: str = "default",
+        placement_policy: str = "default",
         *,
         binder: BindPlugin | None = None,
         handshake_timeout: float = 60.0,
@@ -138,15 +137,15 @@ class KubeCluster:
         profile: Profile | None = None,
         services: Mapping[str, Any] | None = None,
     ) -> None:
-        """``profile``: schedule with it instead of the named ``policy`` (the job engine's profile); ``services``:
-        more shared services for the plugins (e.g. the engine's quota tree)."""
+        """``profile``: schedule with it instead of the named ``placement_policy`` (the job engine's profile);
+        ``services``: more shared services for the plugins (e.g. the engine's quota tree)."""
         self.registry = registry
         self.clock = clock
         self.assume_ttl = assume_ttl
         self.nvlink_domain_size = nvlink_domain_size
         self.binder = binder
-        self.profile = kube_profile(policy, binder=binder is not None, seed=seed, scheduler_name=scheduler_name,
-                                    base=profile)
+        self.profile = kube_profile(placement_policy, binder=binder is not None, seed=seed,
+                                    scheduler_name=scheduler_name, base=profile)
         self.services = dict(services or {})
         self.plugins = kube_registry()
         self.gate = NodeGate(clock, handshake_timeout)
@@ -174,7 +173,7 @@ class KubeCluster:
         handle = Handle(rng=np.random.default_rng(self.profile.seed),
                         services={**self.services, "kube_gate": self.gate, "kube_binder": self.binder})
         sched = Scheduler(ClusterState(nodes), self.profile, self.plugins, clock=time.monotonic, handle=handle,
-                          assume_ttl=self.assume_ttl)
+                          assume_ttl=self.assume_ttl, lock=self.lock)
         self.gate.resize(len(nodes))
         return sched
 

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    policy: str = "default"
+    placement_policy: str = "default"
     """Placement profile name (``gpucluster.scheduler.profiles``)."""
     scheduler_name: str = "gpucluster"
     handshake_timeout: float = 60.0
@@ -62,10 +62,12 @@ def _collectors(opts: RunOptions, cluster: KubeCluster) -> Sequence[Collector]:
 
 
 def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions, identity: str = "",
-          profile: Profile | None = None, services: Mapping[str, Any] | None = None,
+          profile: Profile | None = None, services: Mapping[str, Any] | None = None, recreate_unbound: bool = True,
           ) -> tuple[KubeCluster, KubeBinder, Informer]:
-    binder = KubeBinder(api, registry, identity=identity)
-    cluster = KubeCluster(registry, opts.policy, binder=binder, handshake_timeout=opts.handshake_timeout,
+    """The cluster view, its binder and its informer. ``recreate_unbound``: a rolled-back group's bound pods are
+    created again unbound (users' pods); False: only deleted (the control plane's own)."""
+    binder = KubeBinder(api, registry, identity=identity, recreate=recreate_unbound)
+    cluster = KubeCluster(registry, opts.placement_policy, binder=binder, handshake_timeout=opts.handshake_timeout,
                           assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name, profile=profile,
                           services=services)
     informer = Informer(api, cluster)

@@ -28,10 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpucluster.devices import TENANT_ANNOTATION, DeviceInputError, VendorRegistry
-from gpucluster.jobs import JobSpec, job_spec
-from gpucluster.jobs.workload import Workload
-from gpucluster.kubernetes.cluster import RESERVATION_ANNOTATION
+from gpucluster.devices import DeviceInputError, VendorRegistry
+from gpucluster.jobs import JobSpec, Workload, job_spec
 from gpucluster.kubernetes.convert import (
     BIND_PHASE_ANNOTATION,
     BIND_TIME_ANNOTATION,
@@ -41,24 +39,25 @@ from gpucluster.kubernetes.convert import (
     decision_annotations,
 )
 from gpucluster.model import Allocation, Pod
+from gpucluster.model.labels import (
+    ADMISSION_ANNOTATION,
+    DURATION_ANNOTATION,
+    JOB_ID_ANNOTATION,
+    JOB_LABEL,
+    JOB_NAME_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MESSAGE_ANNOTATION,
+    PREEMPTIBLE_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    QUEUE_LABEL,
+    REFUSED_ANNOTATION,
+    REQUEST_ANNOTATION,
+    RESERVATION_ANNOTATION,
+    TENANT_ANNOTATION,
+)
 from gpucluster.model.limits import MAX_JOB_DURATION_S, MAX_PRIORITY, MAX_REPLICAS
 
-QUEUE_LABEL = "gpucluster.io/queue"
-JOB_LABEL = "gpucluster.io/job"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpucluster"
-JOB_ID_ANNOTATION = "gpucluster.io/job-id"
-JOB_NAME_ANNOTATION = "gpucluster.io/job-name"
-REQUEST_ANNOTATION = "gpucluster.io/request"
-"""On the Jobs of the control plane's API: the job as submitted (JSON), so any replica rebuilds it exactly."""
-ADMISSION_ANNOTATION = "gpucluster.io/admission"
-MESSAGE_ANNOTATION = "gpucluster.io/message"
-"""Why the Job waits, as the leader last said it (followers and ``kubectl describe`` read it)."""
-REFUSED_ANNOTATION = "gpucluster.io/refused"
-"""Why the Job can never run here (written once, with a Warning Event)."""
-PRIORITY_ANNOTATION = "gpucluster.io/priority"
-DURATION_ANNOTATION = "gpucluster.io/duration-s"
-PREEMPTIBLE_ANNOTATION = "gpucluster.io/preemptible"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 CONTROLLER_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 DEFAULT_IMAGE = "busybox:1.36"

@@ -40,6 +40,26 @@ MAX_JOB_TOKENS: Final = 1e16
 MAX_JOB_SPEEDUP: Final = 1000.0
 """Largest measured speed of a job on one GPU model relative to its reference GPU (``speedup``)."""
 
+# ---------------------------------------------------------------------------------------------- what a job runs
+MAX_IMAGE_CHARS: Final = 512
+"""A container image reference."""
+MAX_ARGS: Final = 128
+"""Items in a job's ``command`` and in its ``args`` (each)."""
+MAX_ARG_CHARS: Final = 8192
+"""One item of ``command`` or ``args``."""
+MAX_ENV: Final = 256
+"""Environment variables of a job."""
+MAX_ENV_VALUE_CHARS: Final = 32768
+"""One environment variable's value."""
+MAX_ENV_FROM: Final = 32
+"""Secrets and ConfigMaps whose every key becomes a variable."""
+MAX_VOLUMES: Final = 64
+"""Volume mounts of a job."""
+MAX_TOLERATIONS: Final = 64
+"""Tolerations of a job's pods."""
+MAX_PATH_CHARS: Final = 1024
+"""A mount path, sub path or working directory."""
+
 # ---------------------------------------------------------------------------------------------- clusters
 MAX_NODES: Final = 50_000
 """Nodes in one cluster (spec file, Node manifests or a trace's cluster)."""
@@ -58,22 +78,31 @@ MAX_TRACE_GPUS: Final = 65_536
 
 __all__ = [
     "DEFAULT_TENANT_MAX_PRIORITY",
+    "MAX_ARGS",
+    "MAX_ARG_CHARS",
     "MAX_CPU_MILLI",
     "MAX_DEVICES_PER_NODE",
     "MAX_DEVICES_PER_REQUEST",
     "MAX_DEVICE_MEMORY_MIB",
+    "MAX_ENV",
+    "MAX_ENV_FROM",
+    "MAX_ENV_VALUE_CHARS",
+    "MAX_IMAGE_CHARS",
     "MAX_JOB_DURATION_S",
     "MAX_JOB_SPEEDUP",
     "MAX_JOB_TOKENS",
     "MAX_LINK_GBPS",
     "MAX_MEMORY_MIB",
     "MAX_NODES",
+    "MAX_PATH_CHARS",
     "MAX_PRIORITY",
     "MAX_QUANTITY_CHARS",
     "MAX_QUANTITY_EXPONENT",
     "MAX_REPLICAS",
     "MAX_TASKS_PER_DEVICE",
+    "MAX_TOLERATIONS",
     "MAX_TRACE_GPUS",
     "MAX_TRACE_SECONDS",
+    "MAX_VOLUMES",
     "MAX_WHOLE_NUMBER",
 ]

@@ -11,13 +11,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from gpucluster.jobs import workload as wl
+from gpucluster.jobs import ENV_NAME_RE, OBJECT_NAME_RE, SECRET_KEY_RE, VOLUME_NAME_RE, WORKLOAD_FIELDS, workload_fields
 from gpucluster.model.limits import (
+    MAX_ARG_CHARS,
+    MAX_ARGS,
+    MAX_ENV,
+    MAX_ENV_FROM,
+    MAX_ENV_VALUE_CHARS,
+    MAX_IMAGE_CHARS,
     MAX_JOB_DURATION_S,
     MAX_JOB_SPEEDUP,
     MAX_JOB_TOKENS,
+    MAX_PATH_CHARS,
     MAX_PRIORITY,
     MAX_REPLICAS,
+    MAX_TOLERATIONS,
+    MAX_VOLUMES,
 )
 from gpucluster.service.limits import (
     MAX_RESOURCE_KEYS,
@@ -57,19 +66,19 @@ class _Out(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------- requests
-ObjectName = Annotated[str, StringConstraints(pattern=wl.OBJECT_NAME_RE, max_length=253)]
+ObjectName = Annotated[str, StringConstraints(pattern=OBJECT_NAME_RE, max_length=253)]
 """A Secret, ConfigMap, PersistentVolumeClaim or ServiceAccount name (in the job's namespace on Kubernetes)."""
-Arg = Annotated[str, StringConstraints(max_length=wl.MAX_ARG_CHARS)]
+Arg = Annotated[str, StringConstraints(max_length=MAX_ARG_CHARS)]
 
 
 class EnvVarIn(_In):
     """One environment variable: ``value``, or ``key`` of the Secret ``secret`` or the ConfigMap ``config_map``."""
 
-    name: Annotated[str, StringConstraints(pattern=wl.ENV_NAME_RE, max_length=253)]
-    value: Annotated[str, StringConstraints(max_length=wl.MAX_ENV_VALUE_CHARS)] | None = None
+    name: Annotated[str, StringConstraints(pattern=ENV_NAME_RE, max_length=253)]
+    value: Annotated[str, StringConstraints(max_length=MAX_ENV_VALUE_CHARS)] | None = None
     secret: ObjectName | None = Field(None, description="Read the value from this Secret's key.")
     config_map: ObjectName | None = Field(None, description="Read the value from this ConfigMap's key.")
-    key: Annotated[str, StringConstraints(pattern=wl.KEY_RE, max_length=253)] | None = None
+    key: Annotated[str, StringConstraints(pattern=SECRET_KEY_RE, max_length=253)] | None = None
     optional: bool | None = Field(None, description="Start even when the Secret/ConfigMap or its key is missing.")
 
 
@@ -78,27 +87,27 @@ class EnvFromIn(_In):
 
     secret: ObjectName | None = None
     config_map: ObjectName | None = None
-    prefix: Annotated[str, StringConstraints(pattern=wl.ENV_NAME_RE, max_length=253)] | None = None
+    prefix: Annotated[str, StringConstraints(pattern=ENV_NAME_RE, max_length=253)] | None = None
     optional: bool | None = None
 
 
 class VolumeIn(_In):
     """A PersistentVolumeClaim (``pvc``), ConfigMap or Secret, by name, mounted at ``mount_path``."""
 
-    mount_path: Annotated[str, StringConstraints(pattern=r"^/", max_length=wl.MAX_PATH_CHARS)]
+    mount_path: Annotated[str, StringConstraints(pattern=r"^/", max_length=MAX_PATH_CHARS)]
     pvc: ObjectName | None = None
     config_map: ObjectName | None = None
     secret: ObjectName | None = None
     read_only: bool | None = None
-    sub_path: Annotated[str, StringConstraints(max_length=wl.MAX_PATH_CHARS)] | None = None
-    name: Annotated[str, StringConstraints(pattern=wl.VOLUME_NAME_RE, max_length=63)] | None = Field(
+    sub_path: Annotated[str, StringConstraints(max_length=MAX_PATH_CHARS)] | None = None
+    name: Annotated[str, StringConstraints(pattern=VOLUME_NAME_RE, max_length=63)] | None = Field(
         None, description="Volume name in the pod (default vol-<index>).")
 
 
 class TolerationIn(_In):
-    key: Annotated[str, StringConstraints(pattern=wl.LABEL_KEY_RE, max_length=317)] | None = None
+    key: Annotated[str, StringConstraints(pattern=LABEL_KEY_RE, max_length=317)] | None = None
     operator: Literal["Equal", "Exists"] | None = None
-    value: Annotated[str, StringConstraints(pattern=wl.LABEL_VALUE_RE, max_length=63)] | None = None
+    value: Annotated[str, StringConstraints(pattern=LABEL_VALUE_RE, max_length=63)] | None = None
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(None, ge=0, le=2**31 - 1)
 
@@ -140,26 +149,26 @@ class JobIn(_In):
                           description="Tokens an inference job processes in all (cost per million tokens); 0 = "
                                       "not given.")
     # what the containers run (Kubernetes runs it; the embedded backend keeps it and simulates duration_s)
-    image: Annotated[str, StringConstraints(max_length=wl.MAX_IMAGE_CHARS)] | None = Field(
+    image: Annotated[str, StringConstraints(max_length=MAX_IMAGE_CHARS)] | None = Field(
         None, description="Container image (registry/path:tag). On Kubernetes omitted = a placeholder that sleeps "
                           "duration_s; the embedded backend ignores it.")
-    command: list[Arg] | None = Field(None, max_length=wl.MAX_ARGS, description="Entrypoint (the image's if "
+    command: list[Arg] | None = Field(None, max_length=MAX_ARGS, description="Entrypoint (the image's if "
                                                                                  "omitted).")
-    args: list[Arg] | None = Field(None, max_length=wl.MAX_ARGS, description="Arguments to the entrypoint.")
-    env: list[EnvVarIn] | None = Field(None, max_length=wl.MAX_ENV, description="Environment variables.")
-    env_from: list[EnvFromIn] | None = Field(None, max_length=wl.MAX_ENV_FROM,
+    args: list[Arg] | None = Field(None, max_length=MAX_ARGS, description="Arguments to the entrypoint.")
+    env: list[EnvVarIn] | None = Field(None, max_length=MAX_ENV, description="Environment variables.")
+    env_from: list[EnvFromIn] | None = Field(None, max_length=MAX_ENV_FROM,
                                              description="Secrets and ConfigMaps whose keys become variables.")
-    working_dir: Annotated[str, StringConstraints(pattern=r"^/", max_length=wl.MAX_PATH_CHARS)] | None = Field(
+    working_dir: Annotated[str, StringConstraints(pattern=r"^/", max_length=MAX_PATH_CHARS)] | None = Field(
         None, description="Working directory (absolute path).")
-    volumes: list[VolumeIn] | None = Field(None, max_length=wl.MAX_VOLUMES,
+    volumes: list[VolumeIn] | None = Field(None, max_length=MAX_VOLUMES,
                                            description="PersistentVolumeClaims, ConfigMaps and Secrets to mount.")
     service_account: ObjectName | None = Field(None, description="ServiceAccount the pods run as.")
-    tolerations: list[TolerationIn] | None = Field(None, max_length=wl.MAX_TOLERATIONS,
+    tolerations: list[TolerationIn] | None = Field(None, max_length=MAX_TOLERATIONS,
                                                    description="Kubernetes tolerations of the pods.")
 
     def workload(self) -> dict[str, Any]:
         """The container fields as :meth:`gpucluster.jobs.workload.Workload.from_dict` reads them."""
-        return wl.workload_fields(self.model_dump(include=set(wl.FIELDS), exclude_none=True))
+        return workload_fields(self.model_dump(include=set(WORKLOAD_FIELDS), exclude_none=True))
 
     def gpu_types(self) -> str:
         """``gpu_type`` as HAMi's comma list (empty = any)."""
