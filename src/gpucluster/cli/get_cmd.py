@@ -409,6 +409,14 @@ def describe_job(job: dict[str, Any]) -> None:
             pairs.append((label, job[key]))
     if job.get("speedup"):
         pairs.append(("Speedup", ", ".join(f"{k}={_num(v)}" for k, v in sorted(job["speedup"].items()))))
+    if job.get("image"):
+        pairs.append(("Image", job["image"]))
+    if job.get("command") or job.get("args"):
+        pairs.append(("Command", " ".join([*job.get("command", []), *job.get("args", [])])))
+    if job.get("volumes"):
+        pairs.append(("Volumes", ", ".join(
+            f"{v['mount_path']} <- " + next(f"{k} {v[k]}" for k in ("pvc", "config_map", "secret") if v.get(k))
+            for v in job["volumes"])))
     if job.get("tokens"):
         pairs.append(("Tokens", f"{job['tokens']:,.0f}"))
     if job.get("ref_gpu") and job.get("gpu_speed") is not None:
@@ -428,8 +436,8 @@ def describe_job(job: dict[str, Any]) -> None:
         devs = ", ".join(f"gpu{d['index']} " + ("whole" if d.get("whole") or d.get("share", 0) >= 0.9999
                                                else f"{d['memory_mib']}MiB {d['cores']}%")
                          for d in p.get("devices", [])) or "-"
-        rows.append((p["pod"], p["node"], devs))
-    _section("Placements", ["POD", "NODE", "DEVICES"], rows)
+        rows.append((p["pod"] or "-", p["node"] or "-", p.get("phase", "-"), devs))
+    _section("Placements", ["POD", "NODE", "PHASE", "DEVICES"], rows)
     events: list[Sequence[Any]] = [(clock(e.get("t")), e["kind"], e.get("message", ""))
                                    for e in job.get("events", [])]
     _section("Events", ["CLOCK", "KIND", "MESSAGE"], events, wrap_last=True)
