@@ -13,6 +13,8 @@ from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
 from gpucluster.devices import VendorRegistry
+from gpucluster.kubernetes.claims import ClaimWriter, Undo
+from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import decision_annotations
 from gpucluster.model import Allocation, Pod
 from gpucluster.scheduler.framework import Status
@@ -42,8 +44,32 @@ class KubeBinder:
         self.clock = clock
         self.binds = 0
         self.failures = 0
+        self.claims = ClaimWriter(api)
+        self.cluster: KubeCluster | None = None
+        """Set by whoever builds the cluster: its :attr:`KubeCluster.claim_plans` say which ResourceClaims a
+        bind writes first."""
 
     def bind(self, pod: Pod, allocation: Allocation) -> Status:
+        cluster = self.cluster
+        plan = cluster.claim_plans.get(pod.key) if cluster is not None else None
+        undo: list[Undo] = []
+        if plan is not None and cluster is not None:
+            try:
+                undo = self.claims.write(pod, plan, lambda key, obj: cluster.claim_written(pod.key, key, obj))
+            except ApiException as exc:
+                self.failures += 1
+                return Status.error(self.name, f"claims of {pod.key}: {exc.status} {exc.reason}")
+            except Exception as exc:
+                self.failures += 1
+                return Status.error(self.name, f"claims of {pod.key}: {exc}")
+        st = self._bind(pod, allocation)
+        if not st.ok:
+            self.claims.undo(undo)
+        elif cluster is not None:
+            cluster.claim_plans.pop(pod.key, None)
+        return st
+
+    def _bind(self, pod: Pod, allocation: Allocation) -> Status:
         annotations = decision_annotations(allocation, self.registry, self.clock())
         if self.identity:
             annotations[SCHEDULED_BY_ANNOTATION] = self.identity

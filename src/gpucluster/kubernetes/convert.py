@@ -71,7 +71,7 @@ class NodeInfo:
         are updated in place)."""
         s = self.spec
         devs = tuple((d.uuid, d.vendor, d.model, d.type_name, d.memory_mib, d.core_milli, d.max_tasks, d.numa,
-                      d.nvlink_domain, d.mode, d.cordoned) for d in s.devices)
+                      d.nvlink_domain, d.mode, d.cordoned, d.dra, d.hami) for d in s.devices)
         return (s.cpu_milli, s.memory_mib, s.rack, s.leaf, s.spine, devs, tuple(sorted(s.extended.items())),
                 tuple(sorted((k, tuple(sorted(v.items()))) for k, v in s.pair_scores.items())))
 

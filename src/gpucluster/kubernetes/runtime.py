@@ -68,6 +68,7 @@ def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions, identity: 
     cluster = KubeCluster(registry, opts.policy, binder=binder, handshake_timeout=opts.handshake_timeout,
                           assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name, profile=profile,
                           services=services)
+    binder.cluster = cluster
     informer = Informer(api, cluster)
     return cluster, binder, informer
 
@@ -110,6 +111,7 @@ def run_scheduler(api: ApiClient, registry: VendorRegistry, opts: RunOptions, *,
     sched = SecondaryScheduler(cluster, binder, opts.scheduler_name, elector)
     informer.pod_listeners.append(sched.on_pod)
     informer.node_listeners.append(sched.on_nodes)
+    informer.claim_listeners.append(sched.on_claim)
     informer.start()
     if not informer.wait_synced(opts.sync_timeout):
         raise TimeoutError(f"informer did not sync within {opts.sync_timeout}s")

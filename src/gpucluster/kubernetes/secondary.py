@@ -9,6 +9,13 @@ Gang plugin and waiting-pods map), else every reservation is undone and nothing 
 fit gets a ``FailedScheduling`` Event and ``PodScheduled=False`` with the counted reasons (written again only
 when the message changes). With an elector, only the leader runs passes, and
 it checks leadership again before every bind.
+
+Pods with ResourceClaims (or DRA-backed extended resources) are ours to allocate too: the pod is prepared with
+one device request per claim request (:meth:`KubeCluster.prepare_pod`), placed by the same profile, and its
+claims are written (allocation, ``reservedFor``) before the Binding; a pod whose claims are allocated already
+goes to their node. When one of our pods is deleted or finishes, it is taken out of its claims' ``reservedFor``
+and a claim nobody holds any more is deallocated (what kube-controller-manager's claim controller does, for a
+cluster that does not run it).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ log = logging.getLogger(__name__)
 class _Pending:
     pod: Pod
     created: str
+    obj: Mapping[str, Any] | None = None
+    """The Pod object, for pods that use DRA (prepared again at each pass: their claims change)."""
 
 
 class SecondaryScheduler:
@@ -50,6 +59,8 @@ class SecondaryScheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.bound_count = 0
+        self._releases: list[tuple[str, str, str]] = []
+        """Claims to release: (namespace, claim name, pod uid) of our pods that are gone."""
 
     # ------------------------------------------------------------------------------------------ events
     def on_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -58,6 +69,9 @@ class SecondaryScheduler:
         spec = obj.get("spec") or {}
         mine = spec.get("schedulerName") == self.scheduler_name
         waiting = mine and not pod_node(obj) and pod_phase(obj) not in ("Succeeded", "Failed")
+        finished = kind == "DELETED" or pod_phase(obj) in ("Succeeded", "Failed")
+        if mine and finished:
+            self._release_claims(obj)
         with self._lock:
             if kind == "DELETED" or not waiting:
                 gone = self.pending.pop(key, None)
@@ -72,8 +86,37 @@ class SecondaryScheduler:
                 self.pending.pop(key, None)
                 return
             created = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
-            self.pending[key] = _Pending(pod, created)
+            self.pending[key] = _Pending(pod, created, obj if self.cluster.uses_dra(obj) else None)
         self._wake.set()
+
+    def _release_claims(self, obj: Mapping[str, Any]) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return
+        with self.cluster.lock:
+            held = [(c.namespace, c.name) for c in self.cluster.claims.values()
+                    if any(ref[2] == uid for ref in c.reserved_for)]
+        if held:
+            with self._lock:
+                self._releases.extend((ns, name, uid) for ns, name in held)
+            self._wake.set()
+
+    def on_claim(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Informer listener: a claim appeared or changed (a pod waiting for it may fit now)."""
+        if kind != "SYNC":
+            self._wake.set()
+
+    def _do_releases(self) -> None:
+        with self._lock:
+            todo, self._releases = self._releases, []
+        for namespace, name, uid in todo:
+            try:
+                self.binder.claims.release(namespace, name, uid)
+                log.info("claim %s/%s released (pod %s is gone)", namespace, name, uid)
+            except Exception as exc:
+                log.warning("claim %s/%s not released: %s", namespace, name, exc)
+                with self._lock:
+                    self._releases.append((namespace, name, uid))
 
     def on_nodes(self) -> None:
         self._wake.set()
@@ -86,18 +129,31 @@ class SecondaryScheduler:
         """Try every pending pod once; returns how many were bound."""
         if not self.leading():
             return 0
+        self._do_releases()
         with self._lock:
             items = sorted(self.pending.values(), key=lambda p: (-p.pod.priority, p.created, p.pod.key))
-        singles = [p.pod for p in items if not p.pod.gang]
-        gangs: dict[tuple[str, str], list[Pod]] = {}
+        ready: list[tuple[Pod, list[str] | None]] = []
         for p in items:
-            if p.pod.gang:
-                gangs.setdefault((p.pod.namespace, p.pod.gang), []).append(p.pod)
+            if p.obj is None:
+                ready.append((p.pod, None))
+                continue
+            try:
+                pod = self.cluster.prepare_pod(p.obj)
+                node = self.cluster.claim_node(p.obj)
+            except KubeInputError as exc:  # a claim not there yet (ClaimNotReadyError) included: wait for it
+                self._report(p.pod, f"0/{self.cluster.state.n_nodes} nodes are available: {exc}.")
+                continue
+            ready.append((pod, None if node is None else [node]))
+        singles = [(pod, cand) for pod, cand in ready if not pod.gang]
+        gangs: dict[tuple[str, str], list[Pod]] = {}
+        for pod, _cand in ready:
+            if pod.gang:
+                gangs.setdefault((pod.namespace, pod.gang), []).append(pod)
         bound = 0
-        for pod in singles:
+        for pod, cand in singles:
             if not self.leading():
                 break
-            decision = self.cluster.decide(pod)
+            decision = self.cluster.decide(pod, cand)
             if decision.ok:
                 bound += self._bind([decision])
             else:
@@ -135,8 +191,9 @@ class SecondaryScheduler:
             if not self.leading():
                 for rest in decisions[i:]:
                     self.cluster.scheduler.cache.forget(rest.pod.key)
+                    self.cluster.forget_plan(rest.pod.key)
                 return bound
-            st = self.cluster.scheduler.bind(d)
+            st = self.cluster.bind(d)
             if st.ok:
                 bound += 1
                 self.bound_count += 1
