@@ -699,7 +699,7 @@ class KubeCluster:
                     reqs = tuple(self._device_request(r, f"{where}: request {r.name}") for r in info.requests)
                     extra.append(ContainerRequest(name=DRA_CONTAINER_PREFIX + key, devices=reqs))
             if mapped and any(n in mapped for c in (*pod.containers, *pod.init_containers) for n in c.extended):
-                pod, ext = self._strip_extended(pod, mapped)
+                pod, ext = self._strip_extended(pod, mapped, obj)
                 if ext is not None:
                     extra.append(ext)
             self._shared_claims[pod.key] = shared
@@ -707,7 +707,7 @@ class KubeCluster:
             return pod
         return dataclasses.replace(pod, containers=(*pod.containers, *extra))
 
-    def _strip_extended(self, pod: Pod, mapped: Mapping[str, DeviceClassInfo]
+    def _strip_extended(self, pod: Pod, mapped: Mapping[str, DeviceClassInfo], obj: Mapping[str, Any]
                         ) -> tuple[Pod, ContainerRequest | None]:
         """Take DRA-backed extended resources out of the containers: one device request per (container,
         resource), as kube-scheduler names them (``container-<i>-request-<j>``, init containers first)."""
@@ -716,9 +716,12 @@ class KubeCluster:
         reqs: list[DeviceRequest] = []
         meta: list[tuple[str, str, int, str, str]] = []
         containers = []
+        spec = obj.get("spec") or {}
+        raws = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
         for ci, c in enumerate((*pod.init_containers, *pod.containers)):
             keep = {k: v for k, v in c.extended.items() if k not in mapped}
-            names = sorted(c.extended)
+            res = (raws[ci] if ci < len(raws) else {}).get("resources") or {}
+            names = sorted({*(res.get("requests") or {}), *(res.get("limits") or {})})
             for k, v in sorted(c.extended.items()):
                 if k in mapped and v > 0 and not extended:
                     cls = mapped[k]

@@ -342,7 +342,8 @@ def _request(raw: Mapping[str, Any], where: str) -> ClaimRequest:
     if mode not in ("ExactCount", "All"):
         raise DraInputError(f"{where}.allocationMode: {mode!r} is not known (ExactCount, All)")
     try:
-        count = int(exact.get("count") or 1)
+        raw_count = exact.get("count")
+        count = 1 if raw_count is None else int(raw_count)
     except (TypeError, ValueError):
         raise DraInputError(f"{where}.count: must be an integer") from None
     if count < 1:
