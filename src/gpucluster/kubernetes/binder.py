@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
 from gpucluster.devices import VendorRegistry
-from gpucluster.kubernetes.claims import ClaimWriter, Undo
+from gpucluster.kubernetes.claims import ClaimWriter
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import decision_annotations
 from gpucluster.model import Allocation, Pod
@@ -49,24 +49,48 @@ class KubeBinder:
         """Set by whoever builds the cluster: its :attr:`KubeCluster.claim_plans` say which ResourceClaims a
         bind writes first."""
 
-    def bind(self, pod: Pod, allocation: Allocation) -> Status:
+    def write_claims(self, pod: Pod) -> Status:
+        """Write the pod's ResourceClaims (its :class:`ClaimPlan`) now, before the Binding (idempotent: a plan
+        written already is left as it is). SUCCESS when there is nothing to write."""
         cluster = self.cluster
         plan = cluster.claim_plans.get(pod.key) if cluster is not None else None
-        undo: list[Undo] = []
-        if plan is not None and cluster is not None:
-            try:
-                undo = self.claims.write(pod, plan, lambda key, obj: cluster.claim_written(pod.key, key, obj))
-            except ApiException as exc:
-                self.failures += 1
-                return Status.error(self.name, f"claims of {pod.key}: {exc.status} {exc.reason}")
-            except Exception as exc:
-                self.failures += 1
-                return Status.error(self.name, f"claims of {pod.key}: {exc}")
+        if plan is None or cluster is None or plan.written is not None:
+            return Status.success()
+        names: list[str] = []
+
+        def written(key: str, obj: dict[str, Any]) -> None:
+            meta = obj.get("metadata") or {}
+            names.append(f"{meta.get('namespace')}/{meta.get('name')}")
+            cluster.claim_written(pod.key, key, obj)
+
+        try:
+            plan.undo = self.claims.write(pod, plan, written)
+        except ApiException as exc:
+            self.failures += 1
+            return Status.error(self.name, f"claims of {pod.key}: {exc.status} {exc.reason}")
+        except Exception as exc:
+            self.failures += 1
+            return Status.error(self.name, f"claims of {pod.key}: {exc}")
+        plan.written = names
+        return Status.success()
+
+    def undo_claims(self, pod_key: str) -> None:
+        """Take back what :meth:`write_claims` wrote for the pod (its bind will not happen)."""
+        cluster = self.cluster
+        plan = cluster.claim_plans.get(pod_key) if cluster is not None else None
+        if plan is not None and plan.written is not None:
+            self.claims.undo(plan.undo)
+            plan.written, plan.undo = None, []
+
+    def bind(self, pod: Pod, allocation: Allocation) -> Status:
+        st = self.write_claims(pod)
+        if not st.ok:
+            return st
         st = self._bind(pod, allocation)
         if not st.ok:
-            self.claims.undo(undo)
-        elif cluster is not None:
-            cluster.claim_plans.pop(pod.key, None)
+            self.undo_claims(pod.key)
+        elif self.cluster is not None:
+            self.cluster.claim_plans.pop(pod.key, None)
         return st
 
     def _bind(self, pod: Pod, allocation: Allocation) -> Status:

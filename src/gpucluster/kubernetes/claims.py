@@ -164,6 +164,12 @@ class ClaimWriter:
                     raise
         raise RuntimeError(f"claim {namespace}/{name}: could not release it (conflicts)")
 
+    def list_all(self) -> list[dict[str, Any]]:
+        """Every ResourceClaim, read from the server (not from a cache)."""
+        body = _body(self.resource.list_resource_claim_for_all_namespaces(_preload_content=False))
+        items: list[dict[str, Any]] = body.get("items") or []
+        return items
+
     def release(self, namespace: str, name: str, uid: str) -> None:
         """A pod that held the claim is gone: drop it from ``reservedFor``, deallocating when nobody is left."""
         try:

@@ -111,6 +111,10 @@ class ClaimPlan:
     """The extended-resource claim's ``spec.devices.requests`` (kube-scheduler's naming)."""
     extended_mappings: list[dict[str, str]] = dataclasses.field(default_factory=list)
     """``status.extendedResourceClaimStatus.requestMappings`` for the pod."""
+    written: list[str] | None = None
+    """The claims (``namespace/name``) written so far, once the binder wrote them (None before)."""
+    undo: list[Any] = dataclasses.field(default_factory=list)
+    """How to take the writes back (the binder's steps, last first)."""
 
 
 class NodeGate:
@@ -736,6 +740,38 @@ class KubeCluster:
         if not reqs:
             return pod, None
         return pod, ContainerRequest(name=DRA_CONTAINER_PREFIX, devices=tuple(reqs))
+
+    def claim_conflicts(self, objs: Iterable[Mapping[str, Any]], mine: Iterable[str]) -> dict[str, str]:
+        """Of the claims ``mine`` (``namespace/name``), those that share a device with another claim beyond what
+        the device allows (an unshared device in two claims, a shared one over its memory or cores), with why:
+        another scheduler (kube-scheduler's DRA plugin) allocated the same device at the same time."""
+        mine = set(mine)
+        holders: dict[str, list[tuple[str, int, int]]] = {}
+        with self.lock:
+            for obj in objs:
+                try:
+                    info = parse_claim(obj)
+                except (DraInputError, ValueError):
+                    continue
+                for r in info.allocated or ():
+                    dev = self._dra_by_key.get(r.key)
+                    if dev is None or r.admin:
+                        continue
+                    mem, core = held(dev, r)
+                    holders.setdefault(r.key, []).append((info.key, mem, core))
+            out: dict[str, str] = {}
+            for key, held_by in holders.items():
+                dev = self._dra_by_key[key]
+                claims = {k for k, _, _ in held_by}
+                if len(claims) < 2 or not claims & mine:
+                    continue
+                mem = sum(m for _, m, _ in held_by)
+                core = sum(c for _, _, c in held_by)
+                if not dev.shared or mem > dev.memory_mib or core > dev.cores_pct * 10:
+                    others = sorted(claims - mine) or sorted(claims)
+                    for k in claims & mine:
+                        out[k] = f"device {key} is also allocated to claim {others[0]}"
+            return out
 
     def without_dra_extended(self, pod: Pod) -> Pod:
         """The pod without its DRA-backed extended resources (kube-scheduler's DRA plugin serves them)."""

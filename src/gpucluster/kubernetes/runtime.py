@@ -38,6 +38,8 @@ class RunOptions:
     assume_ttl: float = 30.0
     """Seconds an assumed (decided, not bound) allocation is held."""
     sync_timeout: float = 60.0
+    claim_settle: float = 1.0
+    """Secondary scheduler: seconds between writing claim allocations and checking them against every claim."""
     collectors: Callable[[KubeCluster], Sequence[Collector]] | None = None
     """More metrics for ``/metrics`` over the cluster (the CLI passes the allocation collectors, ours and
     HAMi's, from ``gpucluster.monitoring``)."""
@@ -108,7 +110,7 @@ def run_scheduler(api: ApiClient, registry: VendorRegistry, opts: RunOptions, *,
     if leader_elect:
         elector = LeaderElector(api, lease_name, namespace, identity, lease_duration=lease_duration,
                                 renew_deadline=lease_duration * 2 / 3, retry_period=max(lease_duration / 7, 0.2))
-    sched = SecondaryScheduler(cluster, binder, opts.scheduler_name, elector)
+    sched = SecondaryScheduler(cluster, binder, opts.scheduler_name, elector, claim_settle=opts.claim_settle)
     informer.pod_listeners.append(sched.on_pod)
     informer.node_listeners.append(sched.on_nodes)
     informer.claim_listeners.append(sched.on_claim)

@@ -46,7 +46,11 @@ class _Pending:
 
 class SecondaryScheduler:
     def __init__(self, cluster: KubeCluster, binder: KubeBinder, scheduler_name: str = "gpucluster",
-                 elector: LeaderElector | None = None, retry_interval: float = 2.0) -> None:
+                 elector: LeaderElector | None = None, retry_interval: float = 2.0,
+                 claim_settle: float = 1.0) -> None:
+        """``claim_settle``: seconds between writing a pass's claim allocations and checking them against every
+        claim on the server before binding (0: no check; see :meth:`_check_claims`)."""
+        self.claim_settle = claim_settle
         self.cluster = cluster
         self.binder = binder
         self.scheduler_name = scheduler_name
@@ -185,8 +189,52 @@ class SecondaryScheduler:
             return 0
         return self._bind(group.decisions)
 
+    def _check_claims(self, decisions: list[Decision]) -> list[Decision]:
+        """Write the claims of the decisions that have some, wait ``claim_settle`` seconds, then read every claim
+        from the server: a claim of ours that shares a device with a claim kube-scheduler's DRA plugin allocated
+        in the meantime (it cannot see our allocation before its informer does) is taken back and its pod tried
+        again later. Returns the decisions to bind (none of a group when one member lost its devices)."""
+        staged = [d for d in decisions if d.pod.key in self.cluster.claim_plans]
+        if not staged:
+            return decisions
+        failed: dict[str, str] = {}
+        for d in staged:
+            st = self.binder.write_claims(d.pod)
+            if not st.ok:
+                failed[d.pod.key] = "; ".join(st.reasons)
+        mine = {k: d.pod.key for d in staged if d.pod.key not in failed
+                for k in (self.cluster.claim_plans[d.pod.key].written or ())}
+        if self.claim_settle > 0 and mine:
+            self._stop.wait(self.claim_settle)
+            try:
+                objs = self.binder.claims.list_all()
+            except Exception as exc:
+                objs = None
+                for key in mine.values():
+                    failed[key] = f"claims could not be checked: {exc}"
+            if objs is not None:
+                for claim, conflict in self.cluster.claim_conflicts(objs, mine).items():
+                    failed[mine[claim]] = conflict
+        if not failed:
+            return decisions
+        group = len(decisions) > 1 and any(d.pod.gang for d in decisions)
+        out: list[Decision] = []
+        for d in decisions:
+            first = next(iter(failed.values()))
+            why = failed.get(d.pod.key) or (f"a member of its gang lost its devices: {first}" if group else None)
+            if why is None:
+                out.append(d)
+                continue
+            log.info("pod %s not bound: %s", d.pod.key, why)
+            self.binder.undo_claims(d.pod.key)
+            self.cluster.forget_plan(d.pod.key)
+            self.cluster.scheduler.cache.forget(d.pod.key)
+            self._report(d.pod, f"claims not allocated: {why}; retrying")
+        return out
+
     def _bind(self, decisions: list[Decision]) -> int:
         bound = 0
+        decisions = self._check_claims(decisions)
         for i, d in enumerate(decisions):
             if not self.leading():
                 for rest in decisions[i:]:
