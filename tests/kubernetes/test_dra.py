@@ -4,6 +4,8 @@ their devices, taints cordon, and a pod's claims are allocated by our placement.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -228,3 +230,25 @@ def test_no_device_is_ever_held_beyond_its_capacity(steps: list[tuple[str, int]]
         assert (s.dev_tasks[exclusive] <= 1).all()
 
 
+
+
+def test_claim_conflicts_flag_our_claim_when_kube_scheduler_took_the_same_device() -> None:
+    c = cluster(nodes=1, gpus=2, dra="nvidia")
+    c.apply_slice(resource_slice("n0", HAMI_DRIVER, [hami_device("n0", 5)]))
+    mine = allocated(claim("mine", "gpu.nvidia.com"), "n0", [
+        {"request": "gpu", "driver": NVIDIA_DRIVER, "pool": "n0", "device": "gpu-1"}])
+    theirs = allocated(claim("theirs", "gpu.nvidia.com"), "n0", [
+        {"request": "gpu", "driver": NVIDIA_DRIVER, "pool": "n0", "device": "gpu-1"}])
+    other = allocated(claim("other", "gpu.nvidia.com"), "n0", [
+        {"request": "gpu", "driver": NVIDIA_DRIVER, "pool": "n0", "device": "gpu-0"}])
+    assert c.claim_conflicts([mine, theirs, other], ["default/mine"]) == {
+        "default/mine": "device gpu.nvidia.com/n0/gpu-1 is also allocated to claim default/theirs"}
+    assert c.claim_conflicts([mine, other], ["default/mine"]) == {}
+
+    def share(name: str, mem: str) -> dict[str, Any]:
+        return allocated(claim(name, "hami-gpu"), "n0", [
+            {"request": "gpu", "driver": HAMI_DRIVER, "pool": "n0", "device": "hami-gpu-5",
+             "consumedCapacity": {"memory": mem, "cores": "10"}}])
+
+    assert c.claim_conflicts([share("a", "40Gi"), share("b", "40Gi")], ["default/a"]) == {}  # 80 Gi fit
+    assert set(c.claim_conflicts([share("a", "40Gi"), share("b", "41Gi")], ["default/a"])) == {"default/a"}
