@@ -252,3 +252,23 @@ def test_claim_conflicts_flag_our_claim_when_kube_scheduler_took_the_same_device
 
     assert c.claim_conflicts([share("a", "40Gi"), share("b", "40Gi")], ["default/a"]) == {}  # 80 Gi fit
     assert set(c.claim_conflicts([share("a", "40Gi"), share("b", "41Gi")], ["default/a"])) == {"default/a"}
+
+
+def test_pod_sharing_an_allocated_claim_goes_to_its_node_and_only_joins_reserved_for() -> None:
+    c = cluster(nodes=2, gpus=2, hami_gpus=0)
+    c.set_claims([allocated(claim("shared", "gpu.nvidia.com"), "n1", [
+        {"request": "gpu", "driver": NVIDIA_DRIVER, "pool": "n1", "device": "gpu-0"}], reserved_for=[("a", "uid-a")])])
+    obj = claim_pod("b", ["shared"])
+    pod = c.prepare_pod(obj)
+    assert [x.name for x in pod.containers] == ["main"]  # nothing left to allocate
+    assert c.claim_node(obj) == "n1"
+    d = c.decide(pod, [c.claim_node(obj) or ""])
+    assert d.ok and d.node == "n1"
+    assert c.claim_plans["default/b"].claims == {"default/shared": []}
+    # after a restart the pod is in reservedFor already: nothing to write
+    c.apply_claim(allocated(claim("shared", "gpu.nvidia.com"), "n1", [
+        {"request": "gpu", "driver": NVIDIA_DRIVER, "pool": "n1", "device": "gpu-0"}],
+        reserved_for=[("a", "uid-a"), ("b", "uid-b")]))
+    c.claim_plans.clear()
+    c.delete_pod("default/b")
+    assert c.decide(c.prepare_pod(obj), ["n1"]).ok and "default/b" not in c.claim_plans

@@ -788,9 +788,12 @@ class KubeCluster:
     def claim_node(self, obj: Mapping[str, Any]) -> str | None:
         """The node the pod's allocated claims are on (they must all agree), or None when none is allocated."""
         node = None
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
         with self.lock:
-            for _entry, key in self._pod_claim_keys(obj):
-                info = self.claims.get(key)
+            infos = [self.claims.get(key) for _entry, key in self._pod_claim_keys(obj)]
+            if uid:  # the claim of its DRA-backed extended resources, written before a restart
+                infos += [c for c in self.claims.values() if c.extended and any(r[2] == uid for r in c.reserved_for)]
+            for info in infos:
                 alloc = self.claim_allocation(info) if info is not None else None
                 if alloc is not None:
                     node = alloc.node
@@ -852,7 +855,13 @@ class KubeCluster:
         plus one assumed allocation per claim (under ``claim:<namespace>/<name>``) and the :class:`ClaimPlan`
         its bind writes."""
         pod, alloc = d.pod, d.allocation
-        if alloc is None or not any(c.name.startswith(DRA_CONTAINER_PREFIX) for c in pod.containers):
+        if alloc is None:
+            return d
+        if not any(c.name.startswith(DRA_CONTAINER_PREFIX) for c in pod.containers):
+            join = [k for k in self._shared_claims.get(pod.key, ()) if not any(
+                ref[2] == pod.uid for ref in self.claims[k].reserved_for)] if pod.uid else []
+            if join:  # claims allocated already: the bind only adds the pod to their reservedFor
+                self.claim_plans[pod.key] = ClaimPlan(pod.key, alloc.node, dict.fromkeys(join, []))
             return d
         n_real = next(i for i, c in enumerate(pod.containers) if c.name.startswith(DRA_CONTAINER_PREFIX))
         cache = self.scheduler.cache
@@ -890,7 +899,8 @@ class KubeCluster:
             claim_allocs.append(Allocation(pod_key=state_key, node=alloc.node, cpu_milli=0, memory_mib=0,
                                            devices=(tuple(grants),), tenant=namespace))
         for entry_key in self._claims_of(pod):
-            plan.claims.setdefault(entry_key, [])  # allocated already: only reservedFor
+            if not any(ref[2] == pod.uid for ref in self.claims[entry_key].reserved_for):
+                plan.claims.setdefault(entry_key, [])  # allocated already: only reservedFor
         cache.forget(pod.key)
         cache.assume(own)
         for ca in claim_allocs:
