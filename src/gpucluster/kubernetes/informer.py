@@ -79,7 +79,9 @@ class Informer:
         while not self._stop.is_set():
             try:
                 version = relist()
-                w: Any = watch.Watch()  # type: ignore[no-untyped-call]
+                # the events are not deserialised (dicts); naming a return type keeps the client from looking up a
+                # model class by name, which it gets wrong for resource.k8s.io/v1 (ResourceV1ResourceClaim)
+                w: Any = watch.Watch(return_type=dict)  # type: ignore[no-untyped-call]
                 self._watches.append(w)
                 for event in w.stream(list_call, resource_version=version, timeout_seconds=self.watch_timeout,
                                       deserialize=False, allow_watch_bookmarks=True):
