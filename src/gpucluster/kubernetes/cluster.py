@@ -583,6 +583,9 @@ class KubeCluster:
         key = info.state_key
         cache = self.scheduler.cache
         alloc = self.claim_allocation(info)
+        if info.extended and alloc is not None:  # we created it: it was held under a name of our own till now
+            for _res, pod_name, _uid in info.reserved_for:
+                cache.forget(CLAIM_KEY_PREFIX + f"{info.namespace}/{pod_name}-extended-resources")
         current = self.state.allocations.get(key)
         if alloc is None:
             if current is not None and (info.allocated is not None or not cache.is_assumed(key)):
