@@ -70,7 +70,6 @@ from gpucluster.scheduler.framework import (
     Profile,
     Reason,
     ReasonArray,
-    Status,
 )
 from gpucluster.scheduler.plugins import builtin_registry
 
@@ -245,7 +244,7 @@ class KubeCluster:
         handle = Handle(rng=np.random.default_rng(self.profile.seed),
                         services={**self.services, "kube_gate": self.gate, "kube_binder": self.binder})
         sched = Scheduler(ClusterState(nodes), self.profile, self.plugins, clock=time.monotonic, handle=handle,
-                          assume_ttl=self.assume_ttl)
+                          assume_ttl=self.assume_ttl, lock=self.lock)
         self.gate.resize(len(nodes))
         return sched
 
@@ -917,14 +916,6 @@ class KubeCluster:
         """The claims (``namespace/name``) reserved for nobody yet that the pod's pseudo containers do not cover
         but that it uses: allocated claims it shares (known from :meth:`prepare_pod`'s caller)."""
         return list(self._shared_claims.get(pod.key, ()))
-
-    def bind(self, decision: Decision) -> Status:
-        """The binding cycle (claims first, see :class:`ClaimPlan`); a failure gives back the pod's and its
-        claims' assumptions."""
-        st = self.scheduler.bind(decision)
-        if not st.ok:
-            self.forget_plan(decision.pod.key)
-        return st
 
     def forget_plan(self, pod_key: str) -> None:
         with self.lock:

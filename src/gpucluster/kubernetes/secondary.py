@@ -5,17 +5,21 @@ Pending pods come from the informer. Each pass (on a change, or every ``retry_in
 them by priority, then age: a single pod is decided and bound; the pods of a gang (``gpucluster.io/gang``,
 ``gpucluster.io/gang-min-member``) are decided together under the cluster lock and bound only when every
 pending member fits and at least ``min-member`` are there (``Scheduler.schedule_group``: the framework's
-Gang plugin and waiting-pods map), else every reservation is undone and nothing binds. A pod that does not
+Gang plugin and waiting-pods map), else every reservation is undone and nothing binds. Binding is
+``Scheduler.bind_group`` (a single pod is a group of one): every member's bind is checked first (a dry-run
+Binding), then each binds; a member that does not bind (deleted meanwhile, refused by admission, an API error)
+or a leadership lost part way rolls the gang back (members already bound are deleted and created again
+unbound), so a gang is never left partly bound, and it is placed again in a later pass. A pod that does not
 fit gets a ``FailedScheduling`` Event and ``PodScheduled=False`` with the counted reasons (written again only
-when the message changes). With an elector, only the leader runs passes, and
-it checks leadership again before every bind.
+when the message changes). With an elector, only the leader runs passes, and it checks leadership again
+before every bind.
 
 Pods with ResourceClaims (or DRA-backed extended resources) are ours to allocate too: the pod is prepared with
 one device request per claim request (:meth:`KubeCluster.prepare_pod`), placed by the same profile, and its
 claims are written (allocation, ``reservedFor``) before the Binding; a pod whose claims are allocated already
-goes to their node. When one of our pods is deleted or finishes, it is taken out of its claims' ``reservedFor``
-and a claim nobody holds any more is deallocated (what kube-controller-manager's claim controller does, for a
-cluster that does not run it).
+goes to their node. A group rolled back takes its claim writes back too. When one of our pods is deleted or
+finishes, it is taken out of its claims' ``reservedFor`` and a claim nobody holds any more is deallocated (what
+kube-controller-manager's claim controller does, for a cluster that does not run it).
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ class SecondaryScheduler:
         self.bound_count = 0
         self._releases: list[tuple[str, str, str]] = []
         """Claims to release: (namespace, claim name, pod uid) of our pods that are gone."""
+        self.rollbacks = 0
+        """Groups whose bind failed part way and were rolled back."""
 
     # ------------------------------------------------------------------------------------------ events
     def on_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -187,7 +193,7 @@ class SecondaryScheduler:
             for member in members:
                 self._report(member, msg)
             return 0
-        return self._bind(group.decisions)
+        return self._bind(group.decisions, f"gang {gang}")
 
     def _check_claims(self, decisions: list[Decision]) -> list[Decision]:
         """Write the claims of the decisions that have some, wait ``claim_settle`` seconds, then read every claim
@@ -232,27 +238,33 @@ class SecondaryScheduler:
             self._report(d.pod, f"claims not allocated: {why}; retrying")
         return out
 
-    def _bind(self, decisions: list[Decision]) -> int:
-        bound = 0
+    def _bind(self, decisions: list[Decision], what: str = "") -> int:
+        """Bind the group whole or roll it back (``Scheduler.bind_group``); returns how many pods bound. Claims
+        are written (and checked) first; a rollback takes them back."""
         decisions = self._check_claims(decisions)
-        for i, d in enumerate(decisions):
-            if not self.leading():
-                for rest in decisions[i:]:
-                    self.cluster.scheduler.cache.forget(rest.pod.key)
-                    self.cluster.forget_plan(rest.pod.key)
-                return bound
-            st = self.cluster.bind(d)
-            if st.ok:
-                bound += 1
-                self.bound_count += 1
-                with self._lock:
-                    self.pending.pop(d.pod.key, None)
-                    self._reported.pop(d.pod.key, None)
-                assert d.node is not None
-                self.binder.report_scheduled(d.pod, d.node, self.scheduler_name)
-            else:
-                log.warning("bind failed: %s", "; ".join(st.reasons))
-        return bound
+        if not decisions:
+            return 0
+        result = self.cluster.scheduler.bind_group(decisions, may_bind=self.leading)
+        if not result.ok:
+            for d in decisions:
+                self.binder.undo_claims(d.pod.key)
+                self.cluster.forget_plan(d.pod.key)
+            self.rollbacks += 1
+            msg = f"{what or 'pod'}: {result.message()}"
+            log.warning("%s", msg)
+            if self.leading():
+                for d in decisions:
+                    self._report(d.pod, msg)
+            return 0
+        for d in result.bound:
+            self.cluster.claim_plans.pop(d.pod.key, None)
+            self.bound_count += 1
+            with self._lock:
+                self.pending.pop(d.pod.key, None)
+                self._reported.pop(d.pod.key, None)
+            assert d.node is not None
+            self.binder.report_scheduled(d.pod, d.node, self.scheduler_name)
+        return len(result.bound)
 
     def _report(self, pod: Pod, message: str) -> None:
         with self._lock:
