@@ -173,6 +173,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                  str(d / "kubeconfig"), "--no-leader-elect", "--claim-settle", "0",
                                  "--placement-policy", args.placement_policy],
                                 stdout=open(d / "gpucluster.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+        deadline = time.monotonic() + 300
+        while "running as" not in (d / "gpucluster.log").read_text(errors="replace"):  # synced, passes running
+            if ours.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"gpucluster k8s scheduler did not start:\n{(d / 'gpucluster.log').read_text()}")
+            time.sleep(0.5)
         for run, sched in sets.items():
             core.create_namespace({"metadata": {"name": run}})
             items = [(f"c{i:05d}", count, milli) for i, (count, milli) in enumerate(workload)]
@@ -214,7 +219,7 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=1.3, help="GPUs asked for / GPUs of one set (default 1.3)")
     ap.add_argument("--trace", default=str(TRACE), help="an openb_pod_list_*.csv of the Alibaba trace")
     ap.add_argument("--placement-policy", default="default", help="our profile (default: default)")
-    ap.add_argument("--quiet", type=float, default=20.0, help="seconds without a new binding that end the run")
+    ap.add_argument("--quiet", type=float, default=30.0, help="seconds without a new binding that end the run")
     ap.add_argument("--json", type=Path, help="write the figures here too")
     args = ap.parse_args()
     if args.nodes < 1 or args.gpus < 1 or args.load <= 0:

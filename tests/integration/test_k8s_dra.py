@@ -181,7 +181,7 @@ def test_mixed_500_pods_two_schedulers_no_gpu_held_twice(
             return sum(1 for p in list_pods(core, namespace)
                        if p["spec"].get("nodeName") and p["spec"]["schedulerName"] == "gpucluster")
 
-        wait_until(lambda: ours_bound() >= 150, 240, "half of our pods to be bound")
+        wait_until(lambda: ours_bound() >= 150, 420, "half of our pods to be bound")
         ours.kill()  # a crash in the middle: claims written, pods half bound
         ours = Process(args, tmp_path / "scheduler-2.log").start()
 
