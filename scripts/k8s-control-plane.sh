@@ -13,6 +13,7 @@
 # Binaries: K8S_VERSION (default v1.37.2) or K8S_BIN_DIR (default: that version's cache of scripts/test-deps.sh),
 # ETCD_BIN (default: the etcd 3.6 that scripts/test-deps.sh builds).
 # Ports are free ones picked at random; override with ETCD_CLIENT_PORT, ETCD_PEER_PORT, APISERVER_PORT.
+# APISERVER_EXTRA_ARGS: more kube-apiserver flags (e.g. --feature-gates=... --runtime-config=...).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -173,8 +174,9 @@ start_scheduler() {  # CONFIG NAME
   echo "SCHEDULER_LOG=$DIR/scheduler-$name.log"
 }
 
-# kube-controller-manager with every controller that needs no cloud and no kubelet (Jobs, ReplicaSets, garbage
-# collection, namespace deletion, ServiceAccounts ...); healthz on its secure port (127.0.0.1, a free port).
+# kube-controller-manager with every controller but node-lifecycle (it would taint nodes that have no kubelet)
+# and node IPAM: Jobs, ReplicaSets, garbage collection, namespace deletion, ServiceAccounts ...; healthz on its
+# secure port (127.0.0.1, a free port).
 start_controller_manager() {
   [ -x "$K8S_BIN_DIR/kube-controller-manager" ] || die "kube-controller-manager not found in $K8S_BIN_DIR"
   local pid port attempt
@@ -182,7 +184,7 @@ start_controller_manager() {
     port=$(free_port); TAKEN="$TAKEN$port "
     pid=$(start kube-controller-manager "$DIR/kube-controller-manager.log" "$K8S_BIN_DIR/kube-controller-manager" \
       --kubeconfig "$DIR/kubeconfig" --authentication-kubeconfig "$DIR/kubeconfig" --authorization-kubeconfig "$DIR/kubeconfig" \
-      --controllers '*,-node-ipam-controller,-node-lifecycle-controller,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller' \
+      --controllers '*,-node-ipam-controller,-node-lifecycle-controller' \
       --service-account-private-key-file "$DIR/pki/sa.key" --root-ca-file "$DIR/pki/ca.crt" \
       --use-service-account-credentials=false --leader-elect=false \
       --bind-address 127.0.0.1 --secure-port "$port" --v 1)
@@ -235,7 +237,8 @@ up_once() {
 
   APISERVER_PID=$(start kube-apiserver "$DIR/kube-apiserver.log" "$K8S_BIN_DIR/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+    --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$DIR/pki/apiserver.crt" --tls-private-key-file "$DIR/pki/apiserver.key" \
     --client-ca-file "$DIR/pki/ca.crt" --token-auth-file "$DIR/tokens.csv" --anonymous-auth=false \
     --authorization-mode RBAC,Node \
@@ -244,7 +247,7 @@ up_once() {
     --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 \
     --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
-    --profiling=false --v 1)
+    --profiling=false --v 1 ${APISERVER_EXTRA_ARGS:-})
   cat >"$DIR/env" <<ENV
 DIR=$DIR
 API_URL=$API_URL

@@ -60,6 +60,16 @@ def k8s_bin_dir(version: str) -> Path:
     return CACHE / f"k8s-{version}" / "bin"
 
 
+def gang_api_args(version: str) -> str:
+    """kube-apiserver flags that serve Kubernetes' own gang-scheduling API where that version has the one we read
+    (1.37: PodGroup ``scheduling.k8s.io/v1alpha3``, behind the beta feature gate GenericWorkload, off by
+    default); empty for other versions."""
+    minor = int(version.lstrip("v").split(".")[1])
+    if minor == 37:
+        return "--feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha3=true"
+    return ""
+
+
 ETCD_BIN = Path(os.environ.get("ETCD_BIN") or subprocess.run(
     [str(TEST_DEPS_SH), "path", "etcd"], capture_output=True, text=True, check=True, timeout=30).stdout.strip())
 PROMETHEUS_BIN = os.environ.get("PROMETHEUS_BIN", "/usr/bin/prometheus")
@@ -153,7 +163,8 @@ def kube_control_plane(request: pytest.FixtureRequest,
     if not os.access(ETCD_BIN, os.X_OK):
         _missing(f"etcd 3.6 ({ETCD_BIN})")
     workdir = tmp_path_factory.mktemp(f"k8s-{version}")
-    env = {**os.environ, "K8S_BIN_DIR": str(bin_dir), "K8S_VERSION": version, "ETCD_BIN": str(ETCD_BIN)}
+    env = {**os.environ, "K8S_BIN_DIR": str(bin_dir), "K8S_VERSION": version, "ETCD_BIN": str(ETCD_BIN),
+           "APISERVER_EXTRA_ARGS": gang_api_args(version)}
     proc = subprocess.run(
         [str(CONTROL_PLANE_SH), "up", str(workdir)],
         check=False,
