@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,6 +168,8 @@ def test_helm_install_schedule_upgrade_uninstall(
 
     run = uuid.uuid4().hex[:6]
     reg = a100_twins(kube_client, tmp_path, f"helm-{run}", run, nodes=13)  # 26 GPUs x 4 tasks
+    keeper = threading.Thread(target=reg.run, daemon=True)  # the device plugins' handshakes stay fresh
+    keeper.start()
     port = free_port()
     procs: list[Process] = []
     try:
@@ -218,6 +221,8 @@ def test_helm_install_schedule_upgrade_uninstall(
         for proc in procs:
             proc.stop()
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        reg.stop()
+        keeper.join(30)
         reg.delete()
 
     assert len(ours_left(kube_client, name, namespace)) >= 10
