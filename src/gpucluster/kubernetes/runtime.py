@@ -63,9 +63,11 @@ def _collectors(opts: RunOptions, cluster: KubeCluster) -> Sequence[Collector]:
 
 
 def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions, identity: str = "",
-          profile: Profile | None = None, services: Mapping[str, Any] | None = None,
+          profile: Profile | None = None, services: Mapping[str, Any] | None = None, recreate_unbound: bool = True,
           ) -> tuple[KubeCluster, KubeBinder, Informer]:
-    binder = KubeBinder(api, registry, identity=identity)
+    """The cluster view, its binder and its informer. ``recreate_unbound``: a rolled-back group's bound pods are
+    created again unbound (users' pods); False: only deleted (the control plane's own)."""
+    binder = KubeBinder(api, registry, identity=identity, recreate=recreate_unbound)
     cluster = KubeCluster(registry, opts.placement_policy, binder=binder, handshake_timeout=opts.handshake_timeout,
                           assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name, profile=profile,
                           services=services)
