@@ -3,7 +3,9 @@ election.
 
 Pending pods come from the informer. Each pass (on a change, or every ``retry_interval`` seconds) takes
 them by priority, then age: a single pod is decided and bound; the pods of a gang (``gpucluster.io/gang``,
-``gpucluster.io/gang-min-member``) are decided together under the cluster lock and bound only when every
+``gpucluster.io/gang-min-member``; or the label ``scheduling.x-k8s.io/pod-group`` with its PodGroup's
+``minMember``; or ``spec.schedulingGroup`` with Kubernetes' PodGroup ``minCount``: :mod:`.gangs`) are decided
+together under the cluster lock and bound only when every
 pending member fits and at least ``min-member`` are there (``Scheduler.schedule_group``: the framework's
 Gang plugin and waiting-pods map), else every reservation is undone and nothing binds. Binding is
 ``Scheduler.bind_group`` (a single pod is a group of one): every member's bind is checked first (a dry-run
@@ -24,6 +26,7 @@ kube-controller-manager's claim controller does, for a cluster that does not run
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
@@ -33,6 +36,7 @@ from typing import Any
 from gpucluster.kubernetes.binder import KubeBinder
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import KubeInputError, parse_pod, pod_key, pod_node, pod_phase
+from gpucluster.kubernetes.gangs import COSCHEDULING_PREFIX, POD_GROUP_LABEL, GangRef, GroupSizes, gang_ref
 from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.model import Pod
 from gpucluster.scheduler import Decision
@@ -46,16 +50,20 @@ class _Pending:
     created: str
     obj: Mapping[str, Any] | None = None
     """The Pod object, for pods that use DRA (prepared again at each pass: their claims change)."""
+    group: GangRef | None = None
+    """The pod-group convention that made it a gang member (None: ours, or no gang)."""
 
 
 class SecondaryScheduler:
     def __init__(self, cluster: KubeCluster, binder: KubeBinder, scheduler_name: str = "gpucluster",
                  elector: LeaderElector | None = None, retry_interval: float = 2.0,
-                 claim_settle: float = 1.0) -> None:
+                 group_sizes: GroupSizes | None = None, claim_settle: float = 1.0) -> None:
         """``claim_settle``: seconds between writing a pass's claim allocations and checking them against every
         claim on the server before binding (0: no check; see :meth:`_check_claims`)."""
         self.claim_settle = claim_settle
         self.cluster = cluster
+        self.group_sizes = group_sizes
+        """Reads the size of a PodGroup (other tools' gang conventions); None: only our annotations count."""
         self.binder = binder
         self.scheduler_name = scheduler_name
         self.elector = elector
@@ -96,7 +104,10 @@ class SecondaryScheduler:
                 self.pending.pop(key, None)
                 return
             created = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
-            self.pending[key] = _Pending(pod, created, obj if self.cluster.uses_dra(obj) else None)
+            group = gang_ref(obj) if not pod.gang and self.group_sizes is not None else None
+            if group is not None:
+                pod = dataclasses.replace(pod, gang=group.gang)
+            self.pending[key] = _Pending(pod, created, obj if self.cluster.uses_dra(obj) else None, group)
         self._wake.set()
 
     def _release_claims(self, obj: Mapping[str, Any]) -> None:
@@ -142,10 +153,10 @@ class SecondaryScheduler:
         self._do_releases()
         with self._lock:
             items = sorted(self.pending.values(), key=lambda p: (-p.pod.priority, p.created, p.pod.key))
-        ready: list[tuple[Pod, list[str] | None]] = []
+        ready: list[tuple[Pod, list[str] | None, GangRef | None]] = []
         for p in items:
             if p.obj is None:
-                ready.append((p.pod, None))
+                ready.append((p.pod, None, p.group))
                 continue
             try:
                 pod = self.cluster.prepare_pod(p.obj)
@@ -153,12 +164,17 @@ class SecondaryScheduler:
             except KubeInputError as exc:  # a claim not there yet (ClaimNotReadyError) included: wait for it
                 self._report(p.pod, f"0/{self.cluster.state.n_nodes} nodes are available: {exc}.")
                 continue
-            ready.append((pod, None if node is None else [node]))
-        singles = [(pod, cand) for pod, cand in ready if not pod.gang]
+            if p.pod.gang and not pod.gang:
+                pod = dataclasses.replace(pod, gang=p.pod.gang)
+            ready.append((pod, None if node is None else [node], p.group))
+        singles = [(pod, cand) for pod, cand, _g in ready if not pod.gang]
         gangs: dict[tuple[str, str], list[Pod]] = {}
-        for pod, _cand in ready:
+        groups: dict[tuple[str, str], GangRef] = {}
+        for pod, _cand, group in ready:
             if pod.gang:
                 gangs.setdefault((pod.namespace, pod.gang), []).append(pod)
+                if group is not None:
+                    groups[(pod.namespace, pod.gang)] = group
         bound = 0
         for pod, cand in singles:
             if not self.leading():
@@ -171,13 +187,35 @@ class SecondaryScheduler:
         for (namespace, gang), members in gangs.items():
             if not self.leading():
                 break
+            ref = groups.get((namespace, gang))
+            if ref is not None:
+                members = self._with_group_size(namespace, ref, members)
+                if not members:
+                    continue
             bound += self._schedule_gang(namespace, gang, members)
         return bound
 
+    def _with_group_size(self, namespace: str, ref: GangRef, members: list[Pod]) -> list[Pod]:
+        """Members carrying their PodGroup's size; none (each told why) while the PodGroup is missing. A size
+        of 0 (Kubernetes' ``basic`` policy) makes each member a single pod (a gang of one)."""
+        assert self.group_sizes is not None
+        size = self.group_sizes.min_member(namespace, ref)
+        if size is None:
+            api = "/".join(ref.api[:2])
+            msg = (f"0/{self.cluster.state.n_nodes} nodes are available: PodGroup {namespace}/{ref.name} "
+                   f"({api}) not found (GangNotReady).")
+            for pod in members:
+                self._report(pod, msg)
+            return []
+        return [dataclasses.replace(p, gang_min_member=max(size, 1)) for p in members]
+
     def _bound_members(self, namespace: str, gang: str) -> int:
+        # bound pods are read as parsed (our annotations only): a coscheduling member is known by its label
+        label = gang.removeprefix(COSCHEDULING_PREFIX) if gang.startswith(COSCHEDULING_PREFIX) else None
         with self.cluster.lock:
             return sum(1 for pod, _node in self.cluster.bound.values()
-                       if pod.namespace == namespace and pod.gang == gang)
+                       if pod.namespace == namespace
+                       and (pod.gang == gang or (label is not None and pod.labels.get(POD_GROUP_LABEL) == label)))
 
     def _schedule_gang(self, namespace: str, gang: str, members: list[Pod]) -> int:
         need = max(*(p.gang_min_member for p in members), 1) - self._bound_members(namespace, gang)
