@@ -272,3 +272,15 @@ def test_pod_sharing_an_allocated_claim_goes_to_its_node_and_only_joins_reserved
     c.claim_plans.clear()
     c.delete_pod("default/b")
     assert c.decide(c.prepare_pod(obj), ["n1"]).ok and "default/b" not in c.claim_plans
+
+
+def test_secondary_honours_the_pods_node_selector() -> None:
+    c = cluster(nodes=2, gpus=2, hami_gpus=0)
+    c.set_claims([claim("x", "gpu.nvidia.com")])
+    obj = claim_pod("p", ["x"])
+    obj["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    for node in c.node_objs.values():
+        node["metadata"].setdefault("labels", {})["kubernetes.io/hostname"] = node["metadata"]["name"]
+    c.set_nodes(list(c.node_objs.values()))
+    d = c.decide(c.prepare_pod(obj))
+    assert d.ok and d.node == "n1"

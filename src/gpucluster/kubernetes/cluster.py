@@ -156,10 +156,12 @@ class NodeGate:
 
 def kube_profile(policy: str, *, binder: bool, seed: int = 0, scheduler_name: str = "gpucluster",
                  base: Profile | None = None) -> Profile:
-    """The named placement profile (or ``base``) with the gate first and (optionally) the Kubernetes binder
-    last."""
+    """The named placement profile (or ``base``) with the gate first (and ``NodeSelector``: a pod's
+    ``spec.nodeSelector``) and (optionally) the Kubernetes binder last."""
     base = base or profile_for(policy, seed)
     plugins = [PluginConfig(name=GATE_PLUGIN), *base.plugins]
+    if not any(p.name == "NodeSelector" for p in plugins):
+        plugins.insert(1, PluginConfig(name="NodeSelector"))
     if binder:
         plugins.append(PluginConfig(name=BINDER_PLUGIN))
     return base.model_copy(update={"plugins": plugins, "scheduler_name": scheduler_name})
