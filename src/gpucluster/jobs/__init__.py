@@ -30,6 +30,7 @@ from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Totals
 from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import (
+    FOLDED_EVENT_KINDS,
     JOB_LABEL,
     STATUSES,
     Job,
@@ -38,6 +39,7 @@ from gpucluster.jobs.model import (
     JobSpec,
     JobState,
     JobStatus,
+    folds,
     task_pods,
 )
 from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
@@ -47,6 +49,7 @@ from gpucluster.jobs.transitions import InvalidTransitionError, transition
 
 __all__ = [
     "DEFAULT_POLICY",
+    "FOLDED_EVENT_KINDS",
     "JOB_LABEL",
     "JOB_PLACEMENT",
     "POLICIES",
@@ -69,6 +72,7 @@ __all__ = [
     "SeriesPoint",
     "Totals",
     "default_registry",
+    "folds",
     "job_profile",
     "job_spec",
     "jobs_profile",
