@@ -25,13 +25,19 @@ Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
     engine.run_until(600.0)
 """
 
-from gpucluster.jobs.admission import default_registry, job_spec, least_gpus, never_fits, template_pod
-from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Totals
+from gpucluster.jobs.admission import (
+    default_registry,
+    job_spec,
+    least_gpus,
+    never_fits,
+    restored_submission,
+    template_pod,
+)
+from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Slowdown, Timer, Totals, no_slowdown
 from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import (
     FOLDED_EVENT_KINDS,
-    JOB_LABEL,
     STATUSES,
     Job,
     JobEvent,
@@ -43,19 +49,23 @@ from gpucluster.jobs.model import (
     task_pods,
 )
 from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
-from gpucluster.jobs.policies import DEFAULT_POLICY, POLICIES, QueuePolicy, make_policy
-from gpucluster.jobs.speed import GpuSpeeds
-from gpucluster.jobs.transitions import InvalidTransitionError, transition
+from gpucluster.jobs.policies import DEFAULT_QUEUE_POLICY, POLICIES, QueuePolicy, make_policy
+from gpucluster.jobs.speed import SPEED_KEY, GpuSpeeds, default_speed_model
+from gpucluster.jobs.speed import describe as describe_speed
+from gpucluster.jobs.transitions import Fail, InvalidTransitionError, transition
+from gpucluster.model.labels import JOB_LABEL
 
 __all__ = [
-    "DEFAULT_POLICY",
+    "DEFAULT_QUEUE_POLICY",
     "FOLDED_EVENT_KINDS",
     "JOB_LABEL",
     "JOB_PLACEMENT",
     "POLICIES",
+    "SPEED_KEY",
     "STATUSES",
     "EngineFront",
     "EngineOptions",
+    "Fail",
     "GpuSpeeds",
     "InvalidTransitionError",
     "Job",
@@ -70,8 +80,12 @@ __all__ = [
     "QueuePolicy",
     "SchedulerPlacer",
     "SeriesPoint",
+    "Slowdown",
+    "Timer",
     "Totals",
     "default_registry",
+    "default_speed_model",
+    "describe_speed",
     "folds",
     "job_profile",
     "job_spec",
@@ -79,7 +93,9 @@ __all__ = [
     "least_gpus",
     "make_policy",
     "never_fits",
+    "no_slowdown",
     "placement_names",
+    "restored_submission",
     "task_pods",
     "template_pod",
     "transition",
