@@ -406,8 +406,10 @@ def test_fragmented_admission_count_only_hangs_ours_waits_and_admits_the_next(
             assert len({p["node"] for p in done["placements"]}) == 4  # one free GPU on each node
             held = _status(ours, a2, "pending")
             assert held is not None, _api_job(ours, a2)
-            assert held["message"].startswith("waiting for a placement: needs 2 task(s) of 2 GPU(s)"), held["message"]
-            assert "fragmented" in held["message"] and "(free GPUs per node: 1, 1, 1, 1)" in held["message"]
+            assert held["message"] == ("waiting for a placement: needs 2 task(s) of 2 whole GPU(s) on one node each; "
+                                       "enough GPUs are free in all but fragmented: too few nodes have 2 free"), held
+            free = {n["name"]: n for n in ours.get("/api/v1/nodes")["nodes"] if n["name"] in {x.name for x in nodes}}
+            assert len(free) == 4
             assert _job(batch, a2)["spec"]["suspend"] is True and not _pods_of(kube_client, a2)
         except BaseException:
             for cp in (count_cp, ours):

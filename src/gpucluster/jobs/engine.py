@@ -66,6 +66,10 @@ log = logging.getLogger(__name__)
 _NO_CACHE: dict[str, float] = {}
 """Sentinel: tenant shares are not cached (outside a dynamic re-sort)."""
 
+NOTE_REPEAT_S = 60.0
+"""A waiting job whose reason did not change is reported again (``unschedulable``, folded into the one event by
+whoever records them) after this many clock seconds, so its last-seen time stays fresh without an event per
+scheduling pass."""
 PRIO_FINISH = 0
 PRIO_CALL = 1
 PRIO_ARRIVE = 2
@@ -595,8 +599,12 @@ class JobEngine:
 
     # ---------------------------------------------------------------------------- the pass
     def _note(self, job: Job, message: str) -> None:
-        if job.message != message and job.state == JobState.QUEUED:
+        if job.state != JobState.QUEUED:
+            return
+        if job.message != message:
             self._apply(job, Note(message))
+        elif self.now - job.noted_s >= NOTE_REPEAT_S:
+            self._apply(job, Note(message, repeat=True))
 
     def _pass(self) -> None:
         self._dirty = False
@@ -695,17 +703,21 @@ class JobEngine:
                 self.series.append(point)
 
     def _count_message(self, job: Job, free: float) -> str:
+        """Why a job the pass did not try waits, in words that do not change as the free count moves (one
+        reason, one event: the queue view shows the free GPUs)."""
         spec = job.spec
-        if spec.whole and spec.gpu_share <= free and spec.task_gpus > 0 and self.options.device_check:
-            fits = self._slots_for(spec.task_gpus)
-            if fits < spec.num_tasks:  # enough free GPUs in all, in the wrong places
-                per_node = sorted((int(n) for n in self._node_free() if n > 0), reverse=True)
-                shown = ", ".join(map(str, per_node[:8])) + (" ..." if len(per_node) > 8 else "")
-                return (f"waiting for a placement: needs {spec.num_tasks} task(s) of {spec.task_gpus} GPU(s) on one "
-                        f"node each; {max(free, 0.0):g} GPUs are free but fragmented: only {fits} such task(s) fit "
-                        f"(free GPUs per node: {shown or 'none'})")
-        return (f"waiting for GPUs: needs {spec.gpu_share:g} GPU(s) as {spec.num_tasks} task(s), "
-                f"{max(free, 0.0):g} of {self.totals.gpus} free")
+        if spec.gpu_share > free:
+            return (f"waiting for GPUs: needs {spec.gpu_share:g} GPU(s) as {spec.num_tasks} task(s), more than "
+                    "are free now")
+        if spec.whole and spec.task_gpus > 0:
+            if self.options.device_check and self._slots_for(spec.task_gpus) < spec.num_tasks:
+                # enough free GPUs in all, in the wrong places: admission sees devices, a count would not
+                return (f"waiting for a placement: needs {spec.num_tasks} task(s) of {spec.task_gpus:g} whole "
+                        f"GPU(s) on one node each; enough GPUs are free in all but fragmented: too few nodes have "
+                        f"{spec.task_gpus:g} free")
+            return (f"waiting for GPUs: needs {spec.num_tasks} task(s) of {spec.task_gpus:g} whole GPU(s) each; "
+                    "too few nodes have that many free now")
+        return "waiting for room: no node can take it now"
 
     def _failure_message(self, job: Job) -> str:
         """Why the last placement of ``job`` failed, in words (quota first: it is what the tenant can act on)."""
