@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,9 @@ class _Pending:
 class SecondaryScheduler:
     def __init__(self, cluster: KubeCluster, binder: KubeBinder, scheduler_name: str = "gpucluster",
                  elector: LeaderElector | None = None, retry_interval: float = 2.0,
-                 group_sizes: GroupSizes | None = None) -> None:
+                 group_sizes: GroupSizes | None = None, bind_workers: int = 8) -> None:
         self.cluster = cluster
+        self._pool = ThreadPoolExecutor(max(bind_workers, 1), thread_name_prefix="secondary-bind")
         self.group_sizes = group_sizes
         """Reads the size of a PodGroup (other tools' gang conventions); None: only our annotations count."""
         self.binder = binder
@@ -115,14 +117,20 @@ class SecondaryScheduler:
                 if p.group is not None:
                     groups[(p.pod.namespace, p.pod.gang)] = p.group
         bound = 0
+        # single pods: decided (and assumed) one after another under the cluster lock, bound by a pool of
+        # ``bind_workers`` threads meanwhile (a bind is a dry run, the HAMi annotations, the Binding and an event:
+        # several API round trips each, which kube-scheduler also runs off its scheduling loop); the pass waits
+        # for every bind before it ends, so the next pass never decides a pod whose bind is in flight
+        binds: list[Future[int]] = []
         for pod in singles:
             if not self.leading():
                 break
             decision = self.cluster.decide(pod)
             if decision.ok:
-                bound += self._bind([decision])
+                binds.append(self._pool.submit(self._bind, [decision]))
             else:
                 self._report(pod, decision.message())
+        bound += sum(f.result() for f in binds)
         for (namespace, gang), members in gangs.items():
             if not self.leading():
                 break
@@ -176,7 +184,8 @@ class SecondaryScheduler:
         """Bind the group whole or roll it back (``Scheduler.bind_group``); returns how many pods bound."""
         result = self.cluster.scheduler.bind_group(decisions, may_bind=self.leading)
         if not result.ok:
-            self.rollbacks += 1
+            with self._lock:
+                self.rollbacks += 1
             msg = f"{what or 'pod'}: {result.message()}"
             log.warning("%s", msg)
             if self.leading():
@@ -184,8 +193,8 @@ class SecondaryScheduler:
                     self._report(d.pod, msg)
             return 0
         for d in result.bound:
-            self.bound_count += 1
             with self._lock:
+                self.bound_count += 1
                 self.pending.pop(d.pod.key, None)
                 self._reported.pop(d.pod.key, None)
             assert d.node is not None
@@ -220,3 +229,4 @@ class SecondaryScheduler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._pool.shutdown(wait=True)
