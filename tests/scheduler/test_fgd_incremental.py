@@ -311,7 +311,7 @@ def test_a_zero_drop_is_exact_only_for_the_shapes_it_was_measured_over(completes
         scorer = _scorer(view, pod, True, target, access, stranding, cache.universe)
         if not completes:
             scorer = Scorer(scorer.compute, scorer.sharing, scorer.inputs)
-        got, _ = cache.lookup(pod + (True,), rows, generation, scorer)
+        got, _ = cache.lookup((*pod, True), rows, generation, scorer)
         want, _ = fgd_scores(view, rows, *pod, target, access, stranding=stranding, any_model=True)
         assert got.tolist() == want.tolist()
         scores.append(int(want[0]))

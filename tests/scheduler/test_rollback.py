@@ -15,7 +15,16 @@ pods of that tenant fit."""
 from __future__ import annotations
 
 from gpucluster.jobs import JobEngine, JobSpec, JobState, SchedulerPlacer, make_policy
-from gpucluster.model import Allocation, ClusterState, ContainerRequest, DeviceRequest, DeviceSpec, NodeSpec, Pod, Snapshot
+from gpucluster.model import (
+    Allocation,
+    ClusterState,
+    ContainerRequest,
+    DeviceRequest,
+    DeviceSpec,
+    NodeSpec,
+    Pod,
+    Snapshot,
+)
 from gpucluster.scheduler import Scheduler
 from gpucluster.scheduler.framework import Code, CycleState, Handle, PluginConfig, Profile, Status
 from gpucluster.scheduler.plugins import builtin_registry

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
