@@ -77,7 +77,7 @@ def main() -> int:
         first, last = min(s.submit_s for s in specs), max(s.submit_s for s in specs)
         for placement in args.placements.split(","):
             started = time.perf_counter()
-            sim = Simulation(cluster, args.queue_policy, placement=placement)
+            sim = Simulation(cluster, args.queue_policy, placement_policy=placement)
             sim.submit_many(specs)
             sim.run()
             row = {"placement": placement, "speedup": k, **measure(sim, first, last),

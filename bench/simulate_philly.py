@@ -48,7 +48,7 @@ def main() -> int:
     for name in args.policies.split(","):
         t = time.perf_counter()
         cpu = time.process_time()
-        sim = Simulation(cluster, name, placement=args.placement)
+        sim = Simulation(cluster, name, placement_policy=args.placement)
         sim.submit_many(jobs)
         sim.run()
         s = sim.summary()

@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from gpucluster.cli.simulate_cmd import load_trace
+from gpucluster.simulator import load_trace
 from gpucluster.simulator.load import window_figures
 from gpucluster.simulator.runner import Simulation
 from gpucluster.spec import load_cluster

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry, VendorSettings, device_type_string
 from gpucluster.devices.quantity import cpu_milli, memory_mib
 from gpucluster.model import ClusterState, DeviceSpec, Fabric, FabricType, NodeSpec, Pod
+from gpucluster.model.labels import LEAF_LABEL, POOL_LABEL, RACK_LABEL, SPINE_LABEL
 from gpucluster.model.limits import (
     MAX_CPU_MILLI,
     MAX_DEVICE_MEMORY_MIB,
@@ -235,7 +236,7 @@ def cluster_from_spec(spec: ClusterSpecFile, source: str, registry: VendorRegist
                     cpu_milli=pool.cpu_milli,
                     memory_mib=pool.memory_mib,
                     devices=devices,
-                    labels={"gpucluster.io/pool": pool.name, **pool.labels},
+                    labels={POOL_LABEL: pool.name, **pool.labels},
                     rack=f"rack-{rack_no:03d}",
                     leaf=f"leaf-{leaf_no:03d}",
                     spine=f"spine-group-{spine_no:02d}",
@@ -285,9 +286,9 @@ def _node_from_manifest(
         extended=registry.node_extended(alloc),
         pair_scores=pair_scores,
         labels=labels,
-        rack=labels.get("gpucluster.io/rack", labels.get("topology.kubernetes.io/zone", "")),
-        leaf=labels.get("gpucluster.io/leaf", ""),
-        spine=labels.get("gpucluster.io/spine", ""),
+        rack=labels.get(RACK_LABEL, labels.get("topology.kubernetes.io/zone", "")),
+        leaf=labels.get(LEAF_LABEL, ""),
+        spine=labels.get(SPINE_LABEL, ""),
     )
 
 

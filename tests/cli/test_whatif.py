@@ -11,7 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gpucluster.cli.whatif_cmd import register, verdict
+from gpucluster.cli.whatif_cmd import register
+from gpucluster.whatif import verdict
 
 TRACE = "synthetic:120:helios:0.9"
 

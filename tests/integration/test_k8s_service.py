@@ -20,9 +20,10 @@ import httpx
 import pytest
 from k8s_helpers import GPUCLUSTER, core_api, free_port, registry, wait_until
 
-from gpucluster.kubernetes.backend import JOB_LABEL, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL
 from gpucluster.kubernetes.register import NodeRegistrar
 from gpucluster.model import DeviceSpec, NodeSpec
+from gpucluster.model.labels import JOB_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from gpucluster.model.labels import TENANT_ANNOTATION as TENANT_LABEL
 
 pytestmark = pytest.mark.integration
 

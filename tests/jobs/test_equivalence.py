@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
+from gpucluster.embedded import EmbeddedRuntime
 from gpucluster.jobs import POLICIES, Job, JobSpec
 from gpucluster.monitoring import RemediationPolicy
 from gpucluster.scheduler.plugins.quota import QuotaTree
-from gpucluster.service.embedded import EmbeddedRuntime
 from gpucluster.simulator import Simulation, generate
 from tests.simulator.conftest import make_cluster
 
@@ -31,7 +31,7 @@ def test_simulation_and_embedded_runtime_start_and_end_every_job_at_the_same_tim
     stream = [replace(s, submit_s=s.submit_s + 6000.0, duration_s=min(s.duration_s, 20000.0))
               for s in generate(36, 32, profile="philly", load=1.3, seed=7)]
     specs = hogs + stream
-    sim = Simulation(cluster, policy, seed=0, placement=placement, slowdown=False,
+    sim = Simulation(cluster, policy, seed=0, placement_policy=placement, slowdown=False,
                      services={"quota": QuotaTree([])})
     sim.submit_many(specs)
     sim.run()

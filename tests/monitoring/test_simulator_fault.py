@@ -22,7 +22,7 @@ from tests.helpers import gpu_node
 @pytest.mark.slow
 def test_xid79_in_the_simulator_drains_and_every_job_finishes() -> None:
     state = ClusterState([gpu_node(f"n{i}", gpus=8, memory_mib=81920, model="H100-SXM5-80GB") for i in range(4)])
-    sim = simulator.Simulation(state, policy="fifo")
+    sim = simulator.Simulation(state, queue_policy="fifo")
     specs = [jobs_mod.JobSpec(f"j{k}", submit_s=0.0, num_gpus=4, duration_s=3600.0, checkpoint_interval_s=600.0)
              for k in range(10)]
     sim.submit_many(specs)

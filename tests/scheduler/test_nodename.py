@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpucluster.model import ClusterState
+from gpucluster.model.labels import NODE_NAME_ANNOTATION as NODE_NAME
 from gpucluster.scheduler import Outcome, Scheduler
 from gpucluster.scheduler.framework import PluginConfig, Profile
-from gpucluster.scheduler.plugins.noderesources import NODE_NAME
 from tests.helpers import gpu_node, gpu_pod
 
 

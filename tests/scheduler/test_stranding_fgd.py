@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucluster.model import ClusterState, Policy
-from gpucluster.scheduler import DEFAULT_POLICY, Scheduler, profile_for
+from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, Scheduler, profile_for
 from gpucluster.scheduler.plugins.fragmentation.measure import (
     NodeArrays,
     Stranding,
@@ -115,7 +115,7 @@ def test_pod_annotations_still_select_binpack_or_spread(seed: int) -> None:
 
 
 def test_default_policy_is_stranding_fgd() -> None:
-    assert DEFAULT_POLICY == "stranding-fgd"
+    assert DEFAULT_PLACEMENT_POLICY == "stranding-fgd"
     names = [p.name for p in profile_for("default").plugins]
     assert "StrandingFGDScore" in names and "NodeRankTieBreak" in names
 

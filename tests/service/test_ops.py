@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpucluster.embedded.monitor import USAGE_POINTS, RecordingSource
 from gpucluster.monitoring import SimSource
-from gpucluster.service.monitor import USAGE_POINTS, RecordingSource
 from tests.service.inproc import in_process, small_cluster
 
 

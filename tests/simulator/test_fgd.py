@@ -145,12 +145,12 @@ def test_stranding_fgd_beats_published_fgd_on_default() -> None:
 
 
 def test_resolve_policy() -> None:
-    from gpucluster.scheduler.profiles import DEFAULT_POLICY
+    from gpucluster.scheduler.profiles import DEFAULT_PLACEMENT_POLICY
 
     assert fgd.resolve_policy("fgd") is PolicyName.FGD
     with pytest.raises(ValueError, match="unknown policy 'new'"):
         fgd.resolve_policy("new")  # research variants are not user-facing
-    assert DEFAULT_POLICY == "stranding-fgd"
+    assert DEFAULT_PLACEMENT_POLICY == "stranding-fgd"
     assert fgd.resolve_policy("default") is PolicyName.STRANDING_FGD
     assert fgd.resolve_policy("stranding-fgd") is PolicyName.STRANDING_FGD
 

@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         host, port = _listen(listen)
         _check_policy(policy)
         registry = registry_or_fail(device_config)
-        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
+        opts = RunOptions(placement_policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
                           assume_ttl=assume_ttl, collectors=_metrics(legacy_metrics))
         try:
             run_extender(_api(kubeconfig), registry, host, port, opts)
@@ -141,7 +141,7 @@ def register(app: typer.Typer) -> None:
         if lease_duration < 1:
             fail("--lease-duration: must be >= 1 second")
         where = _listen(listen) if listen else None
-        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
+        opts = RunOptions(placement_policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
                           collectors=_metrics(legacy_metrics))
         try:
             run_scheduler(_api(kubeconfig), registry, opts, namespace=namespace,

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
 from gpucluster.cli.output import print_table, write
 from gpucluster.model import ClusterState, Pod
+from gpucluster.model.labels import JOB_LABEL
 from gpucluster.monitoring import (
     AuditLog,
     ControlPlaneMetrics,
@@ -348,7 +349,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _job_of(pod: Pod) -> set[str]:
-    return {pod.name, pod.gang, pod.labels.get("job-name", ""), pod.labels.get("gpucluster.io/job", "")} - {""}
+    return {pod.name, pod.gang, pod.labels.get("job-name", ""), pod.labels.get(JOB_LABEL, "")} - {""}
 
 
 def _sim_job_samples(job_id: str, state: ClusterState, pods: list[Pod], seconds: float) -> list[JobSample]:

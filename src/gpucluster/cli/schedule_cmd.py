@@ -17,7 +17,14 @@ from gpucluster.cli.common import (
 )
 from gpucluster.cli.output import print_table, write
 from gpucluster.model import ClusterState, Policy, views
-from gpucluster.scheduler import DEFAULT_POLICY, PROFILES, Decision, Scheduler, binpack_spread_profile, profile_for
+from gpucluster.scheduler import (
+    DEFAULT_PLACEMENT_POLICY,
+    PROFILES,
+    Decision,
+    Scheduler,
+    binpack_spread_profile,
+    profile_for,
+)
 from gpucluster.spec import SpecError, load_pods
 
 EXIT_UNPLACED = 3
@@ -105,7 +112,7 @@ def register(app: typer.Typer) -> None:
             if name not in PROFILES:
                 fail(f"--policy {name!r}: unknown; known: {', '.join(sorted(PROFILES))}")
             profile = profile_for(name, seed)
-            label = f"policy {DEFAULT_POLICY if name == 'default' else name}"
+            label = f"policy {DEFAULT_PLACEMENT_POLICY if name == 'default' else name}"
         sched = Scheduler(c.state(), profile)
         decisions = [sched.schedule_and_bind(p) for p in pod_list]
         placed = sum(1 for d in decisions if d.ok)

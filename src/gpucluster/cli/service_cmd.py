@@ -181,7 +181,7 @@ def up(
     if not _port_free(host, port):
         fail(f"--port: {host}:{port} is already in use (pick another with --port)")
     try:
-        runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, policy=policy,
+        runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, placement_policy=policy,
                                                queue_policy=queue_policy, background=background,
                                                fault_rate_per_hour=faults_per_hour, seed=seed, devices=devices,
                                                remediation=remediation))

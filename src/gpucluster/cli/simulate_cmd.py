@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,74 +26,14 @@ from gpucluster.cli.common import (
     registry_or_fail,
 )
 from gpucluster.cli.output import print_table
-from gpucluster.jobs import JOB_PLACEMENT
-from gpucluster.jobs.model import JobSpec
-from gpucluster.jobs.policies import DEFAULT_POLICY
+from gpucluster.jobs import DEFAULT_QUEUE_POLICY, JOB_PLACEMENT, JobSpec
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
-from gpucluster.simulator.runner import Simulation
-from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator import Simulation, TraceError, load_trace, with_ref_gpu
 from gpucluster.spec import Cluster
 
-FORMATS = ("philly-gavel", "alibaba-openb", "tiresias", "jobs", "synthetic")
 _KEYS = ("jobs", "jobs_completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
          "gpu_utilization", "gpu_utilization_window", "avg_queue_len_window", "gpu_speed", "jain_fairness",
          "bytes_moved", "preemptions", "jobs_lost")
-
-
-def load_trace(trace: str, cluster: Cluster, seed: int = 0) -> list[JobSpec]:
-    """``FORMAT:PATH`` (or ``synthetic:N[:PROFILE[:LOAD]]``) -> job specs; raises TraceError."""
-    fmt, sep, arg = trace.partition(":")
-    if not sep or not arg:
-        raise TraceError(f"--trace {trace!r}: expected FORMAT:PATH with FORMAT one of {', '.join(FORMATS)}")
-    if fmt == "philly-gavel":
-        from gpucluster.simulator.traces.philly import load_philly
-
-        return load_philly(Path(arg))
-    if fmt == "jobs":
-        from gpucluster.simulator.traces.jobs import load_jobs
-
-        return load_jobs(Path(arg))
-    if fmt == "tiresias":
-        from gpucluster.simulator.traces.tiresias import load_tiresias
-
-        return load_tiresias(Path(arg))
-    if fmt == "alibaba-openb":
-        from gpucluster.simulator.traces.alibaba_online import load_openb_jobs
-
-        return load_openb_jobs(Path(arg))
-    if fmt == "synthetic":
-        from gpucluster.simulator.traces.synthetic import DEFAULT_PROFILE, generate
-
-        parts = arg.split(":")
-        try:
-            n = int(parts[0])
-            load = float(parts[2]) if len(parts) > 2 else 0.7
-        except ValueError:
-            raise TraceError(f"--trace {trace!r}: expected synthetic:N[:PROFILE[:LOAD]] with N a whole number "
-                             "and LOAD a number") from None
-        gpus = sum(len(n_.devices) for n_ in cluster.nodes)
-        return generate(n, gpus, profile=parts[1] if len(parts) > 1 else DEFAULT_PROFILE, load=load, seed=seed,
-                        ref_gpu=main_gpu_model(cluster))
-    raise TraceError(f"--trace {trace!r}: unknown format {fmt!r}; known: {', '.join(FORMATS)}")
-
-
-def main_gpu_model(cluster: Cluster) -> str:
-    """The cluster's most common GPU model ('' without GPUs): what a synthetic trace's run times are on."""
-    counts = Counter(d.model for n in cluster.nodes for d in n.devices)
-    return counts.most_common(1)[0][0] if counts else ""
-
-
-def with_ref_gpu(jobs: list[JobSpec], ref_gpu: str | None) -> list[JobSpec]:
-    """Jobs that name no ``ref_gpu`` get ``ref_gpu`` (a ``--ref-gpu`` flag); raises TraceError for an unknown
-    model."""
-    if not ref_gpu:
-        return jobs
-    from gpucluster.jobs.speed import default_speed_model
-
-    if default_speed_model().catalog.resolve(ref_gpu) is None:
-        known = ", ".join(sorted(default_speed_model().catalog.gpus))
-        raise TraceError(f"--ref-gpu: unknown GPU model {ref_gpu!r}; known: {known}")
-    return [j if j.ref_gpu else replace(j, ref_gpu=ref_gpu) for j in jobs]
 
 
 REF_GPU_HELP = ("GPU model the work of jobs that name no ref_gpu is measured on (their duration_s is seconds on "
@@ -146,7 +85,7 @@ def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, prog
              quota: list[QueueSpec] | None = None, placement: str | None = None) -> tuple[Simulation, dict[str, Any]]:
     # a fresh tree per run (it tracks usage); the Quota plugin enforces limits, the policy reads guarantees
     services = None if quota is None else {"quota": QuotaTree(quota)}
-    sim = Simulation(cluster, policy, seed=seed, placement=placement, services=services)
+    sim = Simulation(cluster, policy, seed=seed, placement_policy=placement, services=services)
     sim.submit_many(jobs)
     end = max((j.submit_s for j in jobs), default=0.0)
     task = progress.add_task(policy, total=len(jobs)) if progress is not None else None
@@ -170,7 +109,7 @@ def simulate(
     cluster_path: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
     policy: Annotated[str, typer.Option("--queue-policy", "--policy",
                                         help=QUEUE_HELP + "; a comma list, or 'all' (--policy: the same)")]
-    = DEFAULT_POLICY,
+    = DEFAULT_QUEUE_POLICY,
     placement: Annotated[str | None, typer.Option(
         "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for per-job CSV and PNG plots")] = None,

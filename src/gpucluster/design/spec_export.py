@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from gpucluster.design.planner import Design
+from gpucluster.model.labels import POOL_LABEL
 
 
 def cluster_spec(d: Design, pool: str = "train") -> dict[str, Any]:
@@ -46,7 +47,7 @@ def cluster_spec(d: Design, pool: str = "train") -> dict[str, Any]:
                 "cpuMilli": d.platform.cpu_milli,
                 "memoryMiB": d.platform.memory_mib,
                 "nodesPerRack": d.servers_per_rack,
-                "labels": {"gpucluster.io/pool": pool},
+                "labels": {POOL_LABEL: pool},
                 "gpu": {
                     "vendor": d.gpu.vendor,
                     "model": d.gpu.name,

@@ -16,13 +16,11 @@ from gpucluster.devices.hami import (
 )
 from gpucluster.devices.registry import (
     FACTORIES,
-    GANG_ANNOTATION,
-    GANG_MIN_ANNOTATION,
-    TENANT_ANNOTATION,
     DeviceSettings,
     VendorRegistry,
     device_type_string,
 )
+from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION, TENANT_ANNOTATION
 
 __all__ = [
     "FACTORIES",

@@ -29,6 +29,7 @@ from gpucluster.model import (
     Pod,
     Policy,
 )
+from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION, TENANT_ANNOTATION
 from gpucluster.model.resources import PERCENT_TO_CORE_MILLI, VENDOR_CAMBRICON
 
 VendorFactory = Callable[[VendorSettings | None], HamiVendor]
@@ -40,9 +41,6 @@ FACTORIES: Mapping[str, VendorFactory] = {
 }
 """Every vendor gpucluster knows; a registry holds one instance of each it is configured with."""
 
-GANG_ANNOTATION = "gpucluster.io/gang"
-GANG_MIN_ANNOTATION = "gpucluster.io/gang-min-member"
-TENANT_ANNOTATION = "gpucluster.io/tenant"
 _INT32 = re.compile(r"^[+-]?[0-9]{1,10}$")
 
 CORE_RESOURCES = ("cpu", "memory", "ephemeral-storage")

@@ -25,12 +25,18 @@ Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
     engine.run_until(600.0)
 """
 
-from gpucluster.jobs.admission import default_registry, job_spec, least_gpus, never_fits, template_pod
-from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Totals
+from gpucluster.jobs.admission import (
+    default_registry,
+    job_spec,
+    least_gpus,
+    never_fits,
+    restored_submission,
+    template_pod,
+)
+from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Slowdown, Timer, Totals, no_slowdown
 from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import (
-    JOB_LABEL,
     STATUSES,
     Job,
     JobEvent,
@@ -41,18 +47,22 @@ from gpucluster.jobs.model import (
     task_pods,
 )
 from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
-from gpucluster.jobs.policies import DEFAULT_POLICY, POLICIES, QueuePolicy, make_policy
-from gpucluster.jobs.speed import GpuSpeeds
-from gpucluster.jobs.transitions import InvalidTransitionError, transition
+from gpucluster.jobs.policies import DEFAULT_QUEUE_POLICY, POLICIES, QueuePolicy, make_policy
+from gpucluster.jobs.speed import SPEED_KEY, GpuSpeeds, default_speed_model
+from gpucluster.jobs.speed import describe as describe_speed
+from gpucluster.jobs.transitions import Fail, InvalidTransitionError, transition
+from gpucluster.model.labels import JOB_LABEL
 
 __all__ = [
-    "DEFAULT_POLICY",
+    "DEFAULT_QUEUE_POLICY",
     "JOB_LABEL",
     "JOB_PLACEMENT",
     "POLICIES",
+    "SPEED_KEY",
     "STATUSES",
     "EngineFront",
     "EngineOptions",
+    "Fail",
     "GpuSpeeds",
     "InvalidTransitionError",
     "Job",
@@ -67,15 +77,21 @@ __all__ = [
     "QueuePolicy",
     "SchedulerPlacer",
     "SeriesPoint",
+    "Slowdown",
+    "Timer",
     "Totals",
     "default_registry",
+    "default_speed_model",
+    "describe_speed",
     "job_profile",
     "job_spec",
     "jobs_profile",
     "least_gpus",
     "make_policy",
     "never_fits",
+    "no_slowdown",
     "placement_names",
+    "restored_submission",
     "task_pods",
     "template_pod",
     "transition",

@@ -54,11 +54,11 @@ from gpucluster.jobs.transitions import (
     transition,
 )
 from gpucluster.model import ClusterState, Pod, views
+from gpucluster.model.labels import DATA_LOCALITY_ANNOTATION, JOB_LABEL, NODE_NAME_ANNOTATION
 from gpucluster.model.share import allocation_gpus
 from gpucluster.scheduler import GroupDecision
 from gpucluster.scheduler.feasibility import Infeasible
 from gpucluster.scheduler.plugins.datalocality import DataCatalog
-from gpucluster.scheduler.plugins.noderesources import NODE_NAME
 from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,6 @@ PRIO_FINISH = 0
 PRIO_CALL = 1
 PRIO_ARRIVE = 2
 PRIO_REKEY = 3
-LOCALITY = "gpucluster.io/data-locality"
 
 
 # ------------------------------------------------------------------------------------------------ timers
@@ -334,7 +333,7 @@ class JobEngine:
             alloc = state.allocations[key]
             if alloc.pod is None or not hit(alloc):
                 continue
-            jid = alloc.pod.labels.get("gpucluster.io/job", "")
+            jid = alloc.pod.labels.get(JOB_LABEL, "")
             if jid in self.jobs and jid not in jobs:
                 jobs.append(jid)
         for jid in jobs:
@@ -352,7 +351,7 @@ class JobEngine:
         alloc = self.state.allocations.get(pod_key)
         if alloc is None or alloc.pod is None:
             return
-        job = self.jobs.get(alloc.pod.labels.get("gpucluster.io/job", ""))
+        job = self.jobs.get(alloc.pod.labels.get(JOB_LABEL, ""))
         if job is not None and job.state == JobState.RUNNING:
             self._apply(job, Move(pod_key, views.placement(self.state, pod_key, alloc.node), message))
 
@@ -788,11 +787,12 @@ class JobEngine:
         pods = task_pods(spec, attempt, self.options.namespace)
         if pinned:
             assert len(pinned) == len(pods)
-            pods = [replace(p, annotations={**p.annotations, NODE_NAME: n}) for p, n in zip(pods, pinned, strict=True)]
+            pods = [replace(p, annotations={**p.annotations, NODE_NAME_ANNOTATION: n})
+                    for p, n in zip(pods, pinned, strict=True)]
         waited = self.now - job.queued_since_s
         if self.locality_delay_s > 0 and spec.dataset and self.catalog is not None and not pinned \
                 and waited < self.locality_delay_s:
-            pods = [replace(p, annotations={**p.annotations, LOCALITY: "required"}) for p in pods]
+            pods = [replace(p, annotations={**p.annotations, DATA_LOCALITY_ANNOTATION: "required"}) for p in pods]
             stamp = (job.job_id, job.queued_since_s)
             if stamp not in self._delay_wake:
                 self._delay_wake.add(stamp)

@@ -24,13 +24,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpucluster.model import CORE_MILLI_PER_DEVICE, ContainerRequest, DeviceConstraints, DeviceRequest, Pod
+from gpucluster.model.labels import DATASET_ANNOTATION, JOB_GPUS_ANNOTATION, JOB_LABEL, KIND_LABEL
 
 MAX_TASK_GPUS = 8
 """Largest number of GPUs one task (pod) asks for; bigger jobs are split into tasks of this size or less."""
-JOB_LABEL = "gpucluster.io/job"
-KIND_LABEL = "gpucluster.io/kind"
-JOB_GPUS_ANNOTATION = "gpucluster.io/job-gpus"
-DATASET_ANNOTATION = "gpucluster.io/dataset"
 
 _NO_CONSTRAINTS = DeviceConstraints()
 _NO_LABELS: Mapping[str, str] = {}

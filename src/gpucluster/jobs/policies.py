@@ -306,7 +306,7 @@ POLICIES: Mapping[str, PolicyInfo] = {
 }
 """Policy name -> builder."""
 
-DEFAULT_POLICY = "default"
+DEFAULT_QUEUE_POLICY = "default"
 
 
 def make_policy(name: str) -> QueuePolicy:

@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from gpucluster.jobs.model import JOB_LABEL, Job, JobKind, JobSpec
+from gpucluster.jobs.model import Job, JobKind, JobSpec
 from gpucluster.model import ClusterState, Pod
+from gpucluster.model.labels import JOB_LABEL
 from gpucluster.perf import JobSpeed, SpeedModel
 
 SPEED_KEY = "speed"

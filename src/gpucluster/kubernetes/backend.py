@@ -55,7 +55,8 @@ from gpucluster.devices import (
     VendorRegistry,
 )
 from gpucluster.jobs import (
-    DEFAULT_POLICY,
+    DEFAULT_QUEUE_POLICY,
+    EngineFront,
     EngineOptions,
     Job,
     JobEngine,
@@ -65,23 +66,18 @@ from gpucluster.jobs import (
     Kernel,
     job_profile,
     make_policy,
+    restored_submission,
 )
-from gpucluster.jobs.admission import restored_submission
-from gpucluster.jobs.front import EngineFront
 from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client
 from gpucluster.kubernetes.convert import BIND_TIME_ANNOTATION, pod_key, pod_node, pod_phase
 from gpucluster.kubernetes.runtime import RunOptions, build
 from gpucluster.model import Allocation, ClusterState, Pod, views
-from gpucluster.scheduler import Decision, GroupDecision
+from gpucluster.model.labels import JOB_LABEL, JOB_NAME_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
+from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, Decision, GroupDecision
 from gpucluster.scheduler.plugins.quota import QuotaTree
 
 log = logging.getLogger(__name__)
 
-JOB_LABEL = "gpucluster.io/job"
-TENANT_LABEL = "gpucluster.io/tenant"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpucluster"
-JOB_NAME_ANNOTATION = "gpucluster.io/job-name"
 DEFAULT_IMAGE = "busybox:1.36"
 HISTORY_POINTS = 240
 HISTORY_EVERY_S = 5.0
@@ -158,7 +154,7 @@ def pod_manifest(spec: JobSpec, pod: Pod, scheduler_name: str, image: str = DEFA
         "metadata": {
             "name": pod.name,
             "namespace": pod.namespace,
-            "labels": {JOB_LABEL: spec.job_id, TENANT_LABEL: spec.tenant, MANAGED_BY_LABEL: MANAGED_BY},
+            "labels": {JOB_LABEL: spec.job_id, TENANT_ANNOTATION: spec.tenant, MANAGED_BY_LABEL: MANAGED_BY},
             "annotations": annotations,
         },
         "spec": {
@@ -211,9 +207,9 @@ class KubeRuntime(EngineFront):
     def __init__(
         self,
         kubeconfig: Path,
-        policy: str = "default",
+        placement_policy: str = DEFAULT_PLACEMENT_POLICY,
         *,
-        queue_policy: str = DEFAULT_POLICY,
+        queue_policy: str = DEFAULT_QUEUE_POLICY,
         namespace: str = "default",
         scheduler_name: str = "gpucluster",
         image: str = DEFAULT_IMAGE,
@@ -222,7 +218,7 @@ class KubeRuntime(EngineFront):
         devices: DeviceSettings | None = None,
     ) -> None:
         self.kubeconfig = Path(kubeconfig)
-        self.policy = policy
+        self.placement_policy = placement_policy
         self.queue_policy = queue_policy
         self.namespace = namespace
         self.scheduler_name = scheduler_name
@@ -234,11 +230,11 @@ class KubeRuntime(EngineFront):
         self.server_version = self._probe()
         queue = make_policy(queue_policy)
         self.quota = QuotaTree([])
-        opts = RunOptions(policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
-                          sync_timeout=sync_timeout)
+        opts = RunOptions(placement_policy=placement_policy, scheduler_name=scheduler_name,
+                          handshake_timeout=handshake_timeout, sync_timeout=sync_timeout)
         self.cluster, self.binder, self.informer = build(
             self.api, self.registry, opts, identity=f"control-plane@{self.cluster_name}",
-            profile=job_profile(policy, queue, quota=True), services={"quota": self.quota})
+            profile=job_profile(placement_policy, queue, quota=True), services={"quota": self.quota})
         self._lock = threading.Lock()
         self._seen: dict[str, _PodSeen] = {}
         """Our pods (label ``gpucluster.io/job``) as the informer last reported them."""
@@ -454,7 +450,7 @@ class KubeRuntime(EngineFront):
         return {
             "backend": self.backend,
             "cluster": self.cluster_name,
-            "policy": self.policy,
+            "policy": self.placement_policy,
             "queue_policy": self.queue_policy,
             "t": self.now,
             **figures,
@@ -488,5 +484,5 @@ class KubeRuntime(EngineFront):
         return []
 
 
-__all__ = ["JOB_LABEL", "MANAGED_BY", "MANAGED_BY_LABEL", "TENANT_LABEL", "KubeConfigError", "KubePlacer",
+__all__ = ["JOB_LABEL", "MANAGED_BY", "MANAGED_BY_LABEL", "TENANT_ANNOTATION", "KubeConfigError", "KubePlacer",
            "KubeRuntime", "pod_manifest"]

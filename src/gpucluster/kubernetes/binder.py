@@ -15,11 +15,11 @@ from kubernetes.client import ApiClient, ApiException
 from gpucluster.devices import VendorRegistry
 from gpucluster.kubernetes.convert import decision_annotations
 from gpucluster.model import Allocation, Pod
+from gpucluster.model.labels import SCHEDULED_BY_ANNOTATION
 from gpucluster.scheduler.framework import Status
 
 log = logging.getLogger(__name__)
 
-SCHEDULED_BY_ANNOTATION = "gpucluster.io/scheduled-by"
 
 
 def _rfc3339(when: float) -> str:

@@ -118,7 +118,7 @@ class KubeCluster:
     def __init__(
         self,
         registry: VendorRegistry,
-        policy: str = "default",
+        placement_policy: str = "default",
         *,
         binder: BindPlugin | None = None,
         handshake_timeout: float = 60.0,
@@ -130,15 +130,15 @@ class KubeCluster:
         profile: Profile | None = None,
         services: Mapping[str, Any] | None = None,
     ) -> None:
-        """``profile``: schedule with it instead of the named ``policy`` (the job engine's profile); ``services``:
-        more shared services for the plugins (e.g. the engine's quota tree)."""
+        """``profile``: schedule with it instead of the named ``placement_policy`` (the job engine's profile);
+        ``services``: more shared services for the plugins (e.g. the engine's quota tree)."""
         self.registry = registry
         self.clock = clock
         self.assume_ttl = assume_ttl
         self.nvlink_domain_size = nvlink_domain_size
         self.binder = binder
-        self.profile = kube_profile(policy, binder=binder is not None, seed=seed, scheduler_name=scheduler_name,
-                                    base=profile)
+        self.profile = kube_profile(placement_policy, binder=binder is not None, seed=seed,
+                                    scheduler_name=scheduler_name, base=profile)
         self.services = dict(services or {})
         self.plugins = kube_registry()
         self.gate = NodeGate(clock, handshake_timeout)

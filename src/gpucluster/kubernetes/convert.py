@@ -20,15 +20,13 @@ from typing import Any
 from gpucluster.devices import DeviceInputError, DeviceVendor, VendorRegistry, cambricon
 from gpucluster.devices.quantity import cpu_milli, memory_mib
 from gpucluster.model import Allocation, DeviceGrant, NodeSpec, Pod
+from gpucluster.model.labels import LEAF_LABEL, POOL_LABEL, RACK_LABEL, SPINE_LABEL
 from gpucluster.model.resources import PERCENT_TO_CORE_MILLI, VENDOR_CAMBRICON
 
 VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
 VGPU_TIME_ANNOTATION = "hami.io/vgpu-time"
 BIND_PHASE_ANNOTATION = "hami.io/bind-phase"
 BIND_TIME_ANNOTATION = "hami.io/bind-time"
-RACK_LABEL = "gpucluster.io/rack"
-LEAF_LABEL = "gpucluster.io/leaf"
-SPINE_LABEL = "gpucluster.io/spine"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 _HANDSHAKE_FORMATS = ("%Y.%m.%d %H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S")
@@ -154,7 +152,7 @@ def node_info(obj: Mapping[str, Any], registry: VendorRegistry, nvlink_domain_si
         rack=labels.get(RACK_LABEL, labels.get("topology.kubernetes.io/zone", "")),
         leaf=labels.get(LEAF_LABEL, ""),
         spine=labels.get(SPINE_LABEL, ""),
-        pool=labels.get("gpucluster.io/pool", ""),
+        pool=labels.get(POOL_LABEL, ""),
         extended=registry.node_extended(alloc),
         pair_scores=pair_scores,
     )

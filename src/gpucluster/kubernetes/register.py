@@ -20,20 +20,20 @@ from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
 from gpucluster.devices import RegisteredDevice, VendorRegistry
-from gpucluster.kubernetes.convert import LEAF_LABEL, RACK_LABEL, SPINE_LABEL, format_handshake
+from gpucluster.kubernetes.convert import format_handshake
 from gpucluster.model import NodeSpec
+from gpucluster.model.labels import GPU_MODEL_LABEL, LEAF_LABEL, RACK_LABEL, REGISTERED_BY_LABEL, SPINE_LABEL
 from gpucluster.model.resources import PERCENT_TO_CORE_MILLI
 
 log = logging.getLogger(__name__)
 
-MANAGED_LABEL = "gpucluster.io/registered-by"
 
 
 def node_manifest(node: NodeSpec, registry: VendorRegistry, now: float, run: str = "register-nodes") -> dict[str, Any]:
     """The Node object (metadata + status) for one simulated node."""
     labels = {
         "kubernetes.io/hostname": node.name,
-        MANAGED_LABEL: run,
+        REGISTERED_BY_LABEL: run,
         **node.labels,
     }
     if node.rack:
@@ -65,7 +65,7 @@ def node_manifest(node: NodeSpec, registry: VendorRegistry, now: float, run: str
         resources[vendor.names.resource_count] = str(sum(d.max_tasks for d in mine))
         if vendor.names.vendor == "nvidia":
             labels["nvidia.com/gpu.present"] = "true"
-        labels["gpucluster.io/gpu-model"] = mine[0].model.replace(" ", "-")[:63]
+        labels[GPU_MODEL_LABEL] = mine[0].model.replace(" ", "-")[:63]
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    policy: str = "default"
+    placement_policy: str = "default"
     """Placement profile name (``gpucluster.scheduler.profiles``)."""
     scheduler_name: str = "gpucluster"
     handshake_timeout: float = 60.0
@@ -65,7 +65,7 @@ def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions, identity: 
           profile: Profile | None = None, services: Mapping[str, Any] | None = None,
           ) -> tuple[KubeCluster, KubeBinder, Informer]:
     binder = KubeBinder(api, registry, identity=identity)
-    cluster = KubeCluster(registry, opts.policy, binder=binder, handshake_timeout=opts.handshake_timeout,
+    cluster = KubeCluster(registry, opts.placement_policy, binder=binder, handshake_timeout=opts.handshake_timeout,
                           assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name, profile=profile,
                           services=services)
     informer = Informer(api, cluster)

@@ -25,6 +25,7 @@ import numpy as np
 
 from gpucluster.model import Allocation, AllocationError, ClusterState, Pod
 from gpucluster.model.actions import DrainResult
+from gpucluster.model.labels import JOB_LABEL
 from gpucluster.model.views import node_fragmentation
 from gpucluster.monitoring.rules import Action, Alert
 from gpucluster.scheduler import Outcome, Scheduler
@@ -199,7 +200,7 @@ class JobSimulatorTarget:
         alloc = self.state.allocations.get(pod_key)
         if alloc is None or alloc.pod is None:
             return ""
-        return alloc.pod.labels.get("gpucluster.io/job", "")
+        return alloc.pod.labels.get(JOB_LABEL, "")
 
     def release(self, pod_key: str) -> bool:
         job = self._job_of(pod_key)

@@ -104,11 +104,11 @@ PROFILES: Mapping[str, ProfileBuilder] = {
     **{p: (lambda seed, p=p: fgd_paper_profile(p, seed)) for p in FGD_PAPER_POLICIES},  # type: ignore[misc]
     "stranding-fgd": stranding_fgd_profile,
     "gavel": gavel_profile,
-    "default": lambda seed: profile_for(DEFAULT_POLICY, seed),
+    "default": lambda seed: profile_for(DEFAULT_PLACEMENT_POLICY, seed),
 }
 """Policy name -> profile builder (taking a seed)."""
 
-DEFAULT_POLICY = "stranding-fgd"
+DEFAULT_PLACEMENT_POLICY = "stranding-fgd"
 
 
 def profile_for(policy: str, seed: int = 0) -> Profile:

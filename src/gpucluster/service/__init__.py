@@ -5,10 +5,10 @@ Backends implement :class:`Runtime` and drive the one job engine (:mod:`gpuclust
 :func:`build_runtime`.
 """
 
+from gpucluster.embedded import EmbeddedRuntime
 from gpucluster.service.app import create_app
 from gpucluster.service.auth import Principal, TokenError
 from gpucluster.service.core import Service, ServiceConfig, open_service
-from gpucluster.service.embedded import EmbeddedRuntime
 from gpucluster.service.errors import ApiError
 from gpucluster.service.factory import RuntimeOptions, RuntimeUnavailableError, build_runtime
 from gpucluster.service.lock import DataDirLock, DataDirLockedError

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from gpucluster.devices import VendorRegistry
+from gpucluster.embedded import SHAPES
 from gpucluster.model import ClusterState
 from gpucluster.scheduler import PROFILES, Scheduler, profile_for
 from gpucluster.service.tasks import Report, Task, TaskError
-from gpucluster.service.workload import SHAPES
 from gpucluster.spec import Cluster
 
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucluster.jobs import JobStatus, transition
-from gpucluster.jobs.transitions import Fail
+from gpucluster.jobs import Fail, JobStatus, transition
 from gpucluster.monitoring import describe_record
 from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.limits import RateLimits, TokenBucket

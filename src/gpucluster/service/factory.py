@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucluster.devices import DeviceSettings
-from gpucluster.jobs import DEFAULT_POLICY as DEFAULT_QUEUE_POLICY
+from gpucluster.embedded import EmbeddedRuntime
+from gpucluster.jobs import DEFAULT_QUEUE_POLICY
 from gpucluster.monitoring import RemediationPolicy
-from gpucluster.scheduler import DEFAULT_POLICY
-from gpucluster.service.embedded import EmbeddedRuntime
+from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY
 from gpucluster.service.runtime import Runtime
 from gpucluster.spec import Cluster
 
@@ -29,7 +29,7 @@ class RuntimeOptions:
     cluster: Cluster | None = None
     """Cluster to simulate (embedded); None with no kubeconfig is an error of the caller."""
     kubeconfig: Path | None = None
-    policy: str = DEFAULT_POLICY
+    placement_policy: str = DEFAULT_PLACEMENT_POLICY
     """Placement policy (``gpucluster.scheduler.PROFILES``)."""
     queue_policy: str = DEFAULT_QUEUE_POLICY
     """Queue policy (``gpucluster.jobs.POLICIES``)."""
@@ -49,12 +49,12 @@ def build_runtime(opts: RuntimeOptions) -> Runtime:
         from gpucluster.kubernetes import KubeRuntime
 
         try:
-            runtime: Runtime = KubeRuntime(kubeconfig=opts.kubeconfig, policy=opts.policy,
+            runtime: Runtime = KubeRuntime(kubeconfig=opts.kubeconfig, placement_policy=opts.placement_policy,
                                            queue_policy=opts.queue_policy, devices=opts.devices)
         except (ValueError, OSError) as exc:  # KubeConfigError; ConnectionError/TimeoutError from the API server
             raise RuntimeUnavailableError(f"--kubeconfig: {exc}") from None
         return runtime
     if opts.cluster is None:
         raise RuntimeUnavailableError("--cluster: no cluster to run")
-    return EmbeddedRuntime(opts.cluster, opts.policy, opts.background, opts.fault_rate_per_hour, opts.seed,
+    return EmbeddedRuntime(opts.cluster, opts.placement_policy, opts.background, opts.fault_rate_per_hour, opts.seed,
                            queue_policy=opts.queue_policy, devices=opts.devices, remediation=opts.remediation)

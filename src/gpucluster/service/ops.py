@@ -5,7 +5,7 @@ lines of scheduling, remediation and alerts.
 :class:`Operations` hangs off the app (``app.state.ops``) and is fed by the service's scheduling tick
 (``Service.tick_hooks``). It reads the runtime only through the :class:`~gpucluster.service.runtime.Runtime`
 protocol and two optional ones defined here: :class:`Monitored` (a runtime whose alerts and remediation are
-``service.monitor.ClusterMonitor``'s: the embedded one) and :class:`QueueOrder` (a runtime that says its queue
+``embedded.monitor.ClusterMonitor``'s: the embedded one) and :class:`QueueOrder` (a runtime that says its queue
 order; without it the order is priority, then arrival).
 """
 
@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from gpucluster.embedded import ClusterMonitor
 from gpucluster.model import ClusterState, views
 from gpucluster.service.core import REMEDIATION_ACTOR, SYNTHETIC_TENANT, Service
 from gpucluster.service.logs import EVENTS_LOGGER, log_event
-from gpucluster.service.monitor import ClusterMonitor
 from gpucluster.service.runtime import Job, JobEvent, JobStatus
 
 log = logging.getLogger(EVENTS_LOGGER)

@@ -3,7 +3,7 @@
 The service talks to one :class:`Runtime`; both implementations drive the one job engine
 (:mod:`gpucluster.jobs`), so they speak its vocabulary: :class:`~gpucluster.jobs.Job` records (built by
 :func:`gpucluster.jobs.job_spec` from the request) and :class:`~gpucluster.jobs.JobEvent` s.
-:class:`~gpucluster.service.embedded.EmbeddedRuntime` is the job simulator on the wall clock with a synthetic
+:class:`~gpucluster.embedded.EmbeddedRuntime` is the job simulator on the wall clock with a synthetic
 background workload; ``gpucluster.kubernetes.KubeRuntime`` creates and observes real pods (see
 ``docs/control-plane.md``).
 

@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.devices import VendorRegistry
-from gpucluster.jobs import JobSpec, JobState, JobStatus, job_spec
-from gpucluster.jobs.speed import SPEED_KEY
+from gpucluster.jobs import SPEED_KEY, JobSpec, JobState, JobStatus, job_spec
 from gpucluster.model import Pod
 from gpucluster.service.runtime import Job, JobEvent
 

@@ -7,7 +7,7 @@ The job simulator's public API (importable without the CLI)::
 """
 
 from gpucluster.jobs import (
-    DEFAULT_POLICY,
+    DEFAULT_QUEUE_POLICY,
     POLICIES,
     Job,
     JobEvent,
@@ -22,11 +22,13 @@ from gpucluster.simulator.faults import Fault, FaultKind, random_node_failures
 from gpucluster.simulator.network import NetworkModel
 from gpucluster.simulator.runner import Simulation
 from gpucluster.simulator.traces import TraceError
+from gpucluster.simulator.traces.formats import TRACE_FORMATS, load_trace, main_gpu_model, with_ref_gpu
 from gpucluster.simulator.traces.synthetic import generate
 
 __all__ = [
-    "DEFAULT_POLICY",
+    "DEFAULT_QUEUE_POLICY",
     "POLICIES",
+    "TRACE_FORMATS",
     "Fault",
     "FaultKind",
     "Job",
@@ -40,6 +42,9 @@ __all__ = [
     "TraceError",
     "generate",
     "jobs_profile",
+    "load_trace",
+    "main_gpu_model",
     "make_policy",
     "random_node_failures",
+    "with_ref_gpu",
 ]

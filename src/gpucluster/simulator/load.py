@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpucluster.jobs.model import JobSpec
+from gpucluster.jobs import JobSpec
 
 
 def arrival_window(jobs: Sequence[JobSpec]) -> tuple[float, float]:

@@ -24,15 +24,34 @@ from __future__ import annotations
 import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from gpucluster.jobs import Job, JobState
-from gpucluster.jobs.speed import SPEED_KEY
+from gpucluster.jobs import SPEED_KEY, Job, JobState, Kernel, QueuePolicy, SeriesPoint, Totals
 
-if TYPE_CHECKING:
-    from gpucluster.simulator.runner import Simulation
+
+class Run(Protocol):
+    """What the metrics read of a finished (or stopped) run: :class:`gpucluster.simulator.Simulation` is one.
+    (A protocol, so that this module does not import the runner that imports it.)"""
+
+    @property
+    def jobs(self) -> Mapping[str, Job]: ...
+
+    @property
+    def kernel(self) -> Kernel[Any]: ...
+
+    @property
+    def totals(self) -> Totals: ...
+
+    @property
+    def series(self) -> list[SeriesPoint]: ...
+
+    @property
+    def queue_policy(self) -> QueuePolicy: ...
+
+    @property
+    def now(self) -> float: ...
 
 
 def jain_index(values: Sequence[float]) -> float:
@@ -46,7 +65,7 @@ def _pct(xs: np.ndarray[Any, np.dtype[np.float64]], q: float) -> float:
     return float(np.percentile(xs, q)) if xs.size else 0.0
 
 
-def summarize(sim: Simulation) -> dict[str, Any]:
+def summarize(sim: Run) -> dict[str, Any]:
     jobs = list(sim.jobs.values())
     done = [j for j in jobs if j.state == JobState.SUCCEEDED]
     jct = np.asarray([j.jct_s for j in done], np.float64)
@@ -70,7 +89,7 @@ def summarize(sim: Simulation) -> dict[str, Any]:
     work = np.asarray([j.spec.gpu_share * j.spec.duration_s for j in done], np.float64)
     spent = float(np.sum(work / speed)) if work.size else 0.0
     return {
-        "policy": sim.policy.name,
+        "policy": sim.queue_policy.name,
         "jobs": len(jobs),
         "jobs_completed": len(done),
         "jobs_cancelled": cancelled,
@@ -101,7 +120,7 @@ def summarize(sim: Simulation) -> dict[str, Any]:
     }
 
 
-def _window(sim: Simulation, jobs: list[Job]) -> dict[str, float]:
+def _window(sim: Run, jobs: list[Job]) -> dict[str, float]:
     """Figures over the arrival window (:func:`gpucluster.simulator.load.window_figures`; needs the series)."""
     if not sim.series or not jobs:
         return {}
@@ -129,7 +148,7 @@ def job_row(j: Job) -> dict[str, Any]:
     }
 
 
-def write_jobs_csv(sim: Simulation, path: Path) -> None:
+def write_jobs_csv(sim: Run, path: Path) -> None:
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         w.writeheader()
@@ -160,7 +179,7 @@ def plot_jct_cdf(jcts: Mapping[str, Sequence[float]], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_series(sim: Simulation, path: Path) -> None:
+def plot_series(sim: Run, path: Path) -> None:
     """GPU utilisation and queue length over time."""
     import matplotlib
 
@@ -180,7 +199,7 @@ def plot_series(sim: Simulation, path: Path) -> None:
     a2.set_ylabel("queued jobs")
     a2.set_xlabel("time (h)")
     a2.grid(True, alpha=0.3)
-    a1.set_title(f"policy {sim.policy.name}")
+    a1.set_title(f"policy {sim.queue_policy.name}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -5,7 +5,7 @@ same class on the wall clock.
 
 :class:`Simulation` is the API the CLI, the benchmarks and the control plane use::
 
-    sim = Simulation(load_cluster(None), policy="default")
+    sim = Simulation(load_cluster(None), queue_policy="default")
     sim.submit(JobSpec("j1", submit_s=0, num_gpus=8, duration_s=3600))
     sim.run_until(600.0)          # step the clock; events up to t=600 have run
     sim.job("j1").state           # JobState.RUNNING
@@ -21,15 +21,29 @@ from typing import Any
 
 import numpy as np
 
-from gpucluster.jobs import EngineOptions, GpuSpeeds, Job, JobEngine, JobEvent, JobSpec, SchedulerPlacer, job_profile
-from gpucluster.jobs.engine import SeriesPoint, Timer, Totals, no_slowdown
-from gpucluster.jobs.kernel import Kernel
-from gpucluster.jobs.placement import jobs_profile
-from gpucluster.jobs.policies import QueuePolicy, make_policy
+from gpucluster.jobs import (
+    EngineOptions,
+    GpuSpeeds,
+    Job,
+    JobEngine,
+    JobEvent,
+    JobSpec,
+    Kernel,
+    QueuePolicy,
+    SchedulerPlacer,
+    SeriesPoint,
+    Timer,
+    Totals,
+    job_profile,
+    jobs_profile,
+    make_policy,
+    no_slowdown,
+)
 from gpucluster.model import ClusterState, NodeSpec, TopologyLevel
 from gpucluster.scheduler import Scheduler
 from gpucluster.scheduler.framework import Handle, Profile
 from gpucluster.scheduler.plugins.quota import QuotaTree
+from gpucluster.simulator.metrics import summarize
 from gpucluster.simulator.network import NetworkModel
 from gpucluster.spec import Cluster
 
@@ -39,7 +53,8 @@ __all__ = ["JobEvent", "SeriesPoint", "Simulation", "Totals", "jobs_profile"]
 class Simulation:
     """A cluster, a queue policy and the jobs given to it, driven by the engine's event kernel.
 
-    ``placement`` names the placement policy (``gpucluster.scheduler.PROFILES``; None: the queue policy's own,
+    ``queue_policy`` orders the queue (``gpucluster.jobs.POLICIES``, or a ready :class:`QueuePolicy`);
+    ``placement_policy`` names the placement policy (``gpucluster.scheduler.PROFILES``; None: the queue policy's own,
     see :func:`gpucluster.jobs.job_profile`); ``profile`` overrides it with a ready profile. ``services``: a
     ``QuotaTree`` as ``quota`` (limits through the ``Quota`` plugin, guarantees for DRF and reclaim) and a
     ``DataCatalog`` as ``datasets``. ``network=None`` is the fabric's :class:`NetworkModel`; ``slowdown=False``
@@ -51,7 +66,7 @@ job without one runs the same on every GPU model.
     def __init__(
         self,
         cluster: Cluster | ClusterState,
-        policy: str | QueuePolicy = "default",
+        queue_policy: str | QueuePolicy = "default",
         *,
         seed: int = 0,
         network: NetworkModel | None = None,
@@ -61,13 +76,13 @@ job without one runs the same on every GPU model.
         services: dict[str, Any] | None = None,
         tenant_weights: dict[str, float] | None = None,
         locality_delay_s: float = 0.0,
-        placement: str | None = None,
+        placement_policy: str | None = None,
         slowdown: bool = True,
         describe: bool = False,
         start_t: float = 0.0,
     ) -> None:
         self.state = cluster.state() if isinstance(cluster, Cluster) else cluster
-        self.policy = make_policy(policy) if isinstance(policy, str) else policy
+        self.queue_policy = make_policy(queue_policy) if isinstance(queue_policy, str) else queue_policy
         self.network = network or NetworkModel(self.state.fabric)
         self.speeds = GpuSpeeds(self.state)
         """Job speeds on this cluster's GPU models (a job's work is seconds on its ``ref_gpu``)."""
@@ -75,14 +90,14 @@ job without one runs the same on every GPU model.
         quota = handle.services.get("quota")
         if quota is not None and not isinstance(quota, QuotaTree):
             raise TypeError("services['quota'] must be a QuotaTree")
-        prof = profile or job_profile(placement, self.policy, seed, quota=quota is not None)
+        prof = profile or job_profile(placement_policy, self.queue_policy, seed, quota=quota is not None)
         kernel: Kernel[Timer] = Kernel(start_t)
         self.scheduler = Scheduler(self.state, prof, clock=lambda: kernel.now, handle=handle,
                                    assume_ttl=float("inf"))
         self._down: set[str] = set()
         self._levels: dict[str, float] = {}
         self.engine = JobEngine(
-            SchedulerPlacer(self.scheduler), self.policy, quota=quota, catalog=handle.services.get("datasets"),
+            SchedulerPlacer(self.scheduler), self.queue_policy, quota=quota, catalog=handle.services.get("datasets"),
             slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown),
             options=EngineOptions(restart_overhead_s=restart_overhead_s, tenant_weights=dict(tenant_weights or {}),
                                   locality_delay_s=locality_delay_s, record_series=record_series,
@@ -179,8 +194,6 @@ job without one runs the same on every GPU model.
         return self.engine.counts()
 
     def summary(self) -> dict[str, Any]:
-        from gpucluster.simulator.metrics import summarize
-
         return summarize(self)
 
     # ================================================================================ faults

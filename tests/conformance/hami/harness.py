@@ -18,9 +18,9 @@ import pytest
 from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry, VendorSettings
 from gpucluster.kubernetes.convert import decision_annotations
 from gpucluster.model import ClusterState, ContainerRequest, DeviceRequest, DeviceSpec, NodeSpec, Pod, Policy
+from gpucluster.model.labels import NODE_NAME_ANNOTATION as NODE_NAME
 from gpucluster.scheduler import Decision, Scheduler, binpack_spread_profile
 from gpucluster.scheduler.framework import PluginConfig
-from gpucluster.scheduler.plugins.noderesources import NODE_NAME
 
 HAMI_COMMIT = "4707fb02c91c545bc7343ce26dba4c32919f9a3e"
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpucluster.model import Allocation, ClusterState, DeviceSpec
+from gpucluster.model.labels import ACTIVITY_ANNOTATION
 from gpucluster.monitoring.collectors.base import DeviceSample
 
-ACTIVITY_ANNOTATION = "gpucluster.io/activity"
 """Pod annotation naming one of :data:`PROFILES` (the simulated behaviour of the pod)."""
 
 

@@ -10,8 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 
-from gpucluster.jobs import job_spec, transition
-from gpucluster.jobs.transitions import Fail
+from gpucluster.jobs import Fail, job_spec, transition
 from gpucluster.model.limits import DEFAULT_TENANT_MAX_PRIORITY
 from gpucluster.service.api.deps import Auth, Svc, job_or_404, visible
 from gpucluster.service.api.models import ERRORS, JobDetail, JobIn, JobList, JobOut

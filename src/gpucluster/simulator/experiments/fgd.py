@@ -443,9 +443,9 @@ def summary_rows(results: dict[str, list[ExperimentResult]],
 
 def resolve_policy(name: str) -> PolicyName:
     """A policy name as users write it; ``default`` is the scheduler's default policy."""
-    from gpucluster.scheduler.profiles import DEFAULT_POLICY
+    from gpucluster.scheduler.profiles import DEFAULT_PLACEMENT_POLICY
 
-    key = DEFAULT_POLICY if name == "default" else name
+    key = DEFAULT_PLACEMENT_POLICY if name == "default" else name
     try:
         policy = PolicyName(key)
     except ValueError:

@@ -14,7 +14,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucluster.jobs.model import JobKind, JobSpec
+from gpucluster.jobs import JobKind, JobSpec
 from gpucluster.model.limits import MAX_TRACE_GPUS
 from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import decoded, seconds, whole

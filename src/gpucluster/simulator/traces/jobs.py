@@ -23,8 +23,7 @@ from typing import Any
 
 import yaml
 
-from gpucluster.jobs.model import JobKind, JobSpec
-from gpucluster.jobs.speed import describe
+from gpucluster.jobs import JobKind, JobSpec, describe_speed
 from gpucluster.model.limits import MAX_JOB_SPEEDUP, MAX_JOB_TOKENS, MAX_TRACE_GPUS, MAX_WHOLE_NUMBER
 from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import amount, decoded, seconds, whole
@@ -126,7 +125,7 @@ def job_from_record(rec: Mapping[str, Any], where: str) -> JobSpec:
     except ValueError as exc:
         raise TraceError(f"{where}: {exc}") from None
     try:
-        describe(spec)
+        describe_speed(spec)
     except ValueError as exc:
         raise TraceError(f"{where}: {exc}") from None
     return spec

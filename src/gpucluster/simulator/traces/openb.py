@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpucluster.model import ContainerRequest, DeviceConstraints, DeviceRequest, DeviceSpec, Fabric, NodeSpec, Pod
+from gpucluster.model.labels import MODEL_LABEL
 from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import decoded, whole
 from gpucluster.spec import Cluster
@@ -217,7 +218,7 @@ def openb_cluster(path: str | Path, nodes_per_leaf: int = 32) -> Cluster:
     ``nodes_per_leaf`` nodes and four nodes per rack, as for Node manifests without topology labels."""
     p = Path(path)
     specs = [replace(n, rack=f"rack-{i // 4:04d}", leaf=f"leaf-{i // nodes_per_leaf:03d}", spine="spine-group-00",
-                     labels={**n.labels, "gpucluster.io/model": n.devices[0].model} if n.devices else n.labels)
+                     labels={**n.labels, MODEL_LABEL: n.devices[0].model} if n.devices else n.labels)
              for i, n in enumerate(to_node_specs(load_nodes(p)))]
     if not specs:
         raise TraceError(f"{p}: no nodes in it")

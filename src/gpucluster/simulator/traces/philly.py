@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpucluster.jobs.model import JobSpec
+from gpucluster.jobs import JobSpec
 from gpucluster.model.limits import MAX_TRACE_GPUS
 from gpucluster.simulator.traces import TraceError
 from gpucluster.simulator.traces.fields import decoded, seconds, whole

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpucluster.jobs.model import JobSpec
+from gpucluster.jobs import JobSpec
 from gpucluster.simulator.traces import TraceError
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpucluster.model import Pod, Snapshot
+from gpucluster.model.labels import DATA_LOCALITY_ANNOTATION, DATASET_ANNOTATION
 from gpucluster.scheduler.framework import (
     CycleState,
     FloatArray,
@@ -34,8 +35,6 @@ from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
 
 NAME = "DataLocality"
 SERVICE = "datasets"
-DATASET = "gpucluster.io/dataset"
-REQUIRED = "gpucluster.io/data-locality"
 
 
 @dataclass(slots=True)
@@ -84,7 +83,7 @@ class DataLocality:
         self.catalog = catalog
 
     def _replica_mask(self, pod: Pod, snap: Snapshot) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-        ds = self.catalog.datasets.get(pod.annotations.get(DATASET, ""))
+        ds = self.catalog.datasets.get(pod.annotations.get(DATASET_ANNOTATION, ""))
         if ds is None:
             return None
         mask = np.zeros(snap.n_nodes, np.bool_)
@@ -103,7 +102,7 @@ class DataLocality:
 
     def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
         out = np.zeros(snap.n_nodes, np.int16)
-        if pod.annotations.get(REQUIRED) == "required":
+        if pod.annotations.get(DATA_LOCALITY_ANNOTATION) == "required":
             mask = state.read(NAME)
             out[~mask] = Reason.DataLocality
         return out

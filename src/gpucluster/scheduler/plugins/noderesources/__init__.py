@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from gpucluster.model import Pod, Snapshot
+from gpucluster.model.labels import NODE_NAME_ANNOTATION
 from gpucluster.scheduler.framework import CycleState, Handle, Reason, ReasonArray, Status
 from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
 
@@ -26,7 +27,6 @@ class NodeUnschedulable:
         return out
 
 
-NODE_NAME = "gpucluster.io/node-name"
 """Annotation naming the one node a pod may go to (Kubernetes' ``spec.nodeName``; the simulator's offers
 policy sets it to the node whose offer the job's framework accepted)."""
 
@@ -38,7 +38,7 @@ class NodeName:
 
     def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
         out = np.zeros(snap.n_nodes, np.int16)
-        want = pod.annotations.get(NODE_NAME)
+        want = pod.annotations.get(NODE_NAME_ANNOTATION)
         if want is not None:
             out[:] = Reason.NodeNameMismatch
             i = snap.node_index.get(want)

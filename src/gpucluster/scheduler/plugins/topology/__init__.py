@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gpucluster.model import Allocation, Pod, Snapshot, TopologyLevel
+from gpucluster.model.labels import JOB_GPUS_ANNOTATION, TOPOLOGY_REQUIRED_ANNOTATION
 from gpucluster.scheduler.framework import (
     CycleState,
     FloatArray,
@@ -34,9 +35,6 @@ from gpucluster.scheduler.framework.status import SKIP
 from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
 
 NAME = "Topology"
-REQUIRED = "gpucluster.io/topology-required"
-PREFERRED = "gpucluster.io/topology-preferred"
-JOB_GPUS = "gpucluster.io/job-gpus"
 _LEVELS = {"node": TopologyLevel.NODE, "leaf": TopologyLevel.LEAF, "spine": TopologyLevel.SPINE}
 _MAX_GANGS = 4096
 
@@ -57,7 +55,7 @@ def free_devices_per_node(snap: Snapshot) -> IntArray:
 
 
 def job_gpus(pod: Pod) -> int:
-    raw = pod.annotations.get(JOB_GPUS)
+    raw = pod.annotations.get(JOB_GPUS_ANNOTATION)
     if raw is not None and raw.isdigit():
         return int(raw)
     return pod.device_count * max(pod.gang_min_member, 1)
@@ -84,10 +82,11 @@ class Topology:
         if gpus <= 1 and not pod.gang:
             return SKIP
         required: TopologyLevel | None = None
-        raw = pod.annotations.get(REQUIRED)
+        raw = pod.annotations.get(TOPOLOGY_REQUIRED_ANNOTATION)
         if raw is not None:
             if raw not in _LEVELS:
-                return Status.unschedulable(NAME, f"{REQUIRED}: unknown level {raw!r}", unresolvable=True)
+                return Status.unschedulable(NAME, f"{TOPOLOGY_REQUIRED_ANNOTATION}: unknown level {raw!r}",
+                                            unresolvable=True)
             required = _LEVELS[raw]
         state.write(NAME, _Prepared(gpus, tuple(self.members(pod.gang)) if pod.gang else (),
                                     required, free_devices_per_node(snap)))

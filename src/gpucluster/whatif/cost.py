@@ -23,8 +23,7 @@ from typing import Any
 
 from gpucluster.design.prices import PriceCatalog
 from gpucluster.design.work_cost import GpuHourPrice, SpotRisk, cloud_prices, owned_price
-from gpucluster.jobs.model import Job, JobKind, JobState
-from gpucluster.jobs.speed import SPEED_KEY
+from gpucluster.jobs import SPEED_KEY, Job, JobKind, JobState
 
 
 @dataclass(frozen=True, slots=True)

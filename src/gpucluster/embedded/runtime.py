@@ -2,7 +2,7 @@
 driven by the wall clock, plus what only a live demo cluster has.
 
 What it adds to the simulation: the clock comes from :meth:`advance` (the service calls it every tick); a light
-synthetic background workload (``service.workload``, tenant ``synthetic``) keeps the cluster busy; random device
+synthetic background workload (``embedded.workload``, tenant ``synthetic``) keeps the cluster busy; random device
 faults (XID 79) go into ``gpucluster.monitoring``'s simulated collector, its rules fire and its remediator acts
 through :class:`EmbeddedTarget` (drain = evict the node's jobs back to the queue, release = cancel the job,
 defragmentation = move a pod); the simulated technician repairs a faulted GPU :data:`REPAIR_AFTER_S` later.
@@ -22,16 +22,14 @@ from typing import Any
 import numpy as np
 
 from gpucluster.devices import DeviceSettings, VendorRegistry
-from gpucluster.jobs import DEFAULT_POLICY as DEFAULT_QUEUE_POLICY
-from gpucluster.jobs import Job, JobEvent, JobState, job_spec
-from gpucluster.jobs.admission import restored_submission
-from gpucluster.jobs.front import EngineFront
+from gpucluster.embedded.monitor import ClusterMonitor
+from gpucluster.embedded.workload import Arrival, SyntheticWorkload
+from gpucluster.jobs import DEFAULT_QUEUE_POLICY, EngineFront, Job, JobEvent, JobState, job_spec, restored_submission
 from gpucluster.model import Allocation, views
+from gpucluster.model.labels import JOB_LABEL
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
-from gpucluster.scheduler import DEFAULT_POLICY
+from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY
 from gpucluster.scheduler.plugins.quota import QuotaTree
-from gpucluster.service.monitor import ClusterMonitor
-from gpucluster.service.workload import Arrival, SyntheticWorkload
 from gpucluster.simulator import Simulation
 from gpucluster.spec import Cluster
 
@@ -45,12 +43,12 @@ SYNTHETIC_TENANT = "synthetic"
 
 
 def embedded_simulation(cluster: Cluster, queue_policy: str = DEFAULT_QUEUE_POLICY,
-                        placement: str = DEFAULT_POLICY, seed: int = 0, start_t: float = 0.0,
+                        placement_policy: str = DEFAULT_PLACEMENT_POLICY, seed: int = 0, start_t: float = 0.0,
                         describe: bool = True) -> Simulation:
     """The simulation an :class:`EmbeddedRuntime` drives: a quota tree (empty until tenants get quotas), no
     network slowdown, no series. ``gpucluster simulate`` builds the same with ``describe=False``."""
-    return Simulation(cluster, queue_policy, seed=seed, placement=placement, slowdown=False, describe=describe,
-                      record_series=False, services={"quota": QuotaTree([])}, start_t=start_t)
+    return Simulation(cluster, queue_policy, seed=seed, placement_policy=placement_policy, slowdown=False,
+                      describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t)
 
 
 class EmbeddedRuntime(EngineFront):
@@ -59,7 +57,7 @@ class EmbeddedRuntime(EngineFront):
     def __init__(
         self,
         cluster: Cluster,
-        policy: str = DEFAULT_POLICY,
+        placement_policy: str = DEFAULT_PLACEMENT_POLICY,
         background: float = 0.6,
         fault_rate_per_hour: float = 1.0,
         seed: int = 0,
@@ -71,10 +69,10 @@ class EmbeddedRuntime(EngineFront):
         self.cluster = cluster
         self.registry = VendorRegistry.from_settings(devices)
         """How job requests are parsed (``--device-config``; HAMi's defaults without one)."""
-        self.policy = policy
+        self.placement_policy = placement_policy
         """Placement policy (``gpucluster.scheduler.PROFILES``)."""
         self.queue_policy = queue_policy
-        self.sim = embedded_simulation(cluster, queue_policy, policy, seed, start_t)
+        self.sim = embedded_simulation(cluster, queue_policy, placement_policy, seed, start_t)
         self.engine = self.sim.engine
         self.state = self.sim.state
         self.scheduler = self.sim.scheduler
@@ -234,7 +232,7 @@ class EmbeddedRuntime(EngineFront):
         return views.present_rows(self.state)
 
     def _describe(self, alloc: Allocation) -> dict[str, Any]:
-        jid = alloc.pod.labels.get("gpucluster.io/job", "") if alloc.pod is not None else ""
+        jid = alloc.pod.labels.get(JOB_LABEL, "") if alloc.pod is not None else ""
         job = self.engine.jobs.get(jid)
         return {"job": jid, "job_name": job.name if job else "", "tenant": alloc.tenant or (job.tenant if job else "")}
 
@@ -246,7 +244,7 @@ class EmbeddedRuntime(EngineFront):
         return {
             "backend": self.backend,
             "cluster": self.cluster.name,
-            "policy": self.policy,
+            "policy": self.placement_policy,
             "queue_policy": self.queue_policy,
             "t": self.now,
             **views.figures(self.state),
@@ -276,7 +274,7 @@ class EmbeddedTarget(SimTarget):
         self.cordon(node)
         engine = self.runtime.engine
         i = self.state.node_index[node]
-        jobs = {a.pod.labels.get("gpucluster.io/job", "") for a in self.state.allocations_on(node) if a.pod}
+        jobs = {a.pod.labels.get(JOB_LABEL, "") for a in self.state.allocations_on(node) if a.pod}
         released = [k for j in sorted(jobs) if j in engine.jobs for k in engine.jobs[j].pod_keys]
         engine.evict_on(i, lambda alloc: True, f"{node} drained by automatic remediation")
         engine.changed()
@@ -285,7 +283,7 @@ class EmbeddedTarget(SimTarget):
     def release(self, pod_key: str) -> bool:
         alloc = self.state.allocations.get(pod_key)
         engine = self.runtime.engine
-        jid = alloc.pod.labels.get("gpucluster.io/job", "") if alloc is not None and alloc.pod else ""
+        jid = alloc.pod.labels.get(JOB_LABEL, "") if alloc is not None and alloc.pod else ""
         job = engine.jobs.get(jid)
         if job is None or job.state != JobState.RUNNING:
             return False
