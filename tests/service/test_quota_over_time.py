@@ -20,13 +20,22 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpucluster.jobs import Job, JobEngine, JobSpec, JobState, SchedulerPlacer, job_spec, make_policy, task_pods
-from gpucluster.jobs.placement import jobs_profile
+from gpucluster.embedded import EmbeddedRuntime
+from gpucluster.jobs import (
+    Job,
+    JobEngine,
+    JobSpec,
+    JobState,
+    SchedulerPlacer,
+    job_spec,
+    jobs_profile,
+    make_policy,
+    task_pods,
+)
 from gpucluster.model import ClusterState, DeviceSpec, Fabric, NodeSpec
 from gpucluster.scheduler import Scheduler
 from gpucluster.scheduler.framework import Handle, PluginConfig
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
-from gpucluster.service.embedded import EmbeddedRuntime
 from gpucluster.spec import Cluster
 from tests.service.inproc import in_process
 

@@ -207,9 +207,9 @@ def add_tasks(w: World) -> None:
         assert r.status_code == 202, r.text
         w.tasks[tenant].append(r.json()["id"])
 
-        def work(report: Any, task: Any) -> dict[str, Any]:
-            task.files["topology.svg"] = b"<svg xmlns='http://www.w3.org/2000/svg'/>"
-            return {"summary": "done"}
+        def work(report: Any, task: Any, tenant: str = tenant) -> dict[str, Any]:
+            task.files["topology.svg"] = f"<svg xmlns='http://www.w3.org/2000/svg'><!-- {tenant} --></svg>".encode()
+            return {"summary": f"design of {tenant}"}
 
         w.tasks[tenant].append(w.ip.service.tasks.start("design", f"tenant:{tenant}", work).id)
 
@@ -285,9 +285,11 @@ def _walk(value: Any) -> Iterator[Any]:
 
 
 def check(w: World, prober: str, victim: str, probe: Probe, status: int, text: str, secrets: set[str],
-          own_counts: dict[str, int]) -> None:
+          objects: set[str], own_counts: dict[str, int]) -> None:
     where = f"{prober} -> {probe.method} {probe.url} {probe.body or ''} ({status})"
     assert status < 500, f"{where}: {text[:300]}"
+    named = [o for o in objects if o in probe.url.split("?")[0]]
+    assert not (named and 200 <= status < 300), f"{where}: answered for {victim}'s {named}: {text[:300]}"
     sent = probe.text()
     leaked = sorted(s for s in secrets if s not in sent and s in text)
     assert not leaked, f"{where} shows {victim}'s {leaked}: {text[:400]}"
@@ -311,6 +313,7 @@ def sweep(w: World, prober: str, victim: str) -> int:
     """Every probe of every endpoint by ``prober`` against ``victim``; returns how many requests were made."""
     client = w.client(prober)
     secrets = w.secrets(victim)
+    objects = {j["id"] for j in w.jobs(victim)} | set(w.tasks[victim])
     before = w.view(victim)
     own_counts = dict(Counter(j["status"] for j in w.jobs(prober)))
     n = 0
@@ -319,7 +322,7 @@ def sweep(w: World, prober: str, victim: str) -> int:
         for probe in probes(e, target):
             r = client.request(probe.method, probe.url, json=probe.body)
             n += 1
-            check(w, prober, victim, probe, r.status_code, r.text, secrets, own_counts)
+            check(w, prober, victim, probe, r.status_code, r.text, secrets, objects, own_counts)
             if probe.method not in SAFE_METHODS:
                 assert w.view(victim) == before, f"{prober} -> {probe.method} {probe.url} changed {victim}'s view"
                 own_counts = dict(Counter(j["status"] for j in w.jobs(prober)))
