@@ -337,14 +337,21 @@ class JobEngine:
             if jid in self.jobs and jid not in jobs:
                 jobs.append(jid)
         for jid in jobs:
-            job = self.jobs[jid]
-            if job.state != JobState.RUNNING:
-                continue
-            self._release(job)
-            self._apply(job, Evict(why))
-            self.totals.evictions += 1
-            self._enqueue(job)
+            self.requeue(jid, why)
         return jobs
+
+    def requeue(self, job_id: str, why: str) -> bool:
+        """Give back what the running job holds and queue it again (an eviction: it restarts from its last
+        checkpoint), e.g. its group did not bind whole on the cluster and was rolled back; False if it was not
+        running."""
+        job = self.jobs[job_id]
+        if job.state != JobState.RUNNING:
+            return False
+        self._release(job)
+        self._apply(job, Evict(why))
+        self.totals.evictions += 1
+        self._enqueue(job)
+        return True
 
     def move(self, pod_key: str, message: str) -> None:
         """A running pod now sits elsewhere (defragmentation): update its job's placement."""

@@ -13,14 +13,16 @@ as in the simulator and the embedded control plane.
   resources as container limits, ``nodeSelector``, ``nvidia.com/use-gputype``, ``schedulerName:
   <scheduler_name>``, labels ``gpucluster.io/job``, ``gpucluster.io/tenant``, ``app.kubernetes.io/managed-by:
   gpucluster``, annotations ``gpucluster.io/tenant`` and, for more than one replica, ``gpucluster.io/gang`` /
-  ``gang-min-member``) and binds each with the :class:`KubeBinder` (HAMi annotations, then a Binding), on one
-  writer thread so the service's event loop never waits on the API server. A job that does not fit has no pods;
-  its message says why.
+  ``gang-min-member``) and binds them with ``Scheduler.bind_group`` (every Binding checked by a dry run first,
+  then the :class:`KubeBinder`'s HAMi annotations and Binding per pod), on one writer thread so the service's
+  event loop never waits on the API server. A group that does not bind whole is rolled back (its bound pods are
+  deleted) and the job queued again; nothing of it stays bound. A job that does not fit has no pods; its
+  message says why.
 * **Status from pods.** Bound counts as running (without a kubelet, pods on registered nodes stay
   Pending-but-bound). ``duration_s`` after the start the engine ends the job: its pods are deleted and it
   succeeded (on a cluster with kubelets the placeholder container sleeps just as long, so both agree; a pod that
   ends first decides). Any pod Failed -> failed (the rest deleted); every pod Succeeded -> succeeded; a pod of a
-  running job deleted by someone else, or pods that could not be created or bound -> failed. Cancel, preemption
+  running job deleted by someone else, or pods that could not be created -> failed. Cancel, preemption
   and the end of a job delete its pods.
 * **Restart.** Pods outlive the control plane. A job restored from the store whose pods are all still bound is
   adopted as running (its run time counts from their ``hami.io/bind-time``); otherwise what is left of its pods
@@ -82,6 +84,10 @@ DEFAULT_IMAGE = "busybox:1.36"
 HISTORY_POINTS = 240
 HISTORY_EVERY_S = 5.0
 DELETE_RETRY_S = 5.0
+
+
+class GroupNotBoundError(RuntimeError):
+    """A job's pods did not all bind; the group was rolled back (nothing of it is bound) and is queued again."""
 
 
 @dataclass(slots=True)
@@ -234,7 +240,8 @@ class KubeRuntime(EngineFront):
                           handshake_timeout=handshake_timeout, sync_timeout=sync_timeout)
         self.cluster, self.binder, self.informer = build(
             self.api, self.registry, opts, identity=f"control-plane@{self.cluster_name}",
-            profile=job_profile(placement_policy, queue, quota=True), services={"quota": self.quota})
+            profile=job_profile(placement_policy, queue, quota=True), services={"quota": self.quota},
+            recreate_unbound=False)
         self._lock = threading.Lock()
         self._seen: dict[str, _PodSeen] = {}
         """Our pods (label ``gpucluster.io/job``) as the informer last reported them."""
@@ -315,18 +322,19 @@ class KubeRuntime(EngineFront):
 
     # ------------------------------------------------------------------ API writes (writer thread)
     def create_and_bind(self, manifests: list[dict[str, Any]], decisions: list[Decision]) -> None:
-        """Create the pods, then bind each where the engine placed it (raises what went wrong)."""
+        """Create the pods, then bind them where the engine placed them, whole or not at all
+        (``Scheduler.bind_group``; a group that does not bind whole is rolled back: :class:`GroupNotBoundError`).
+        Raises what went wrong."""
         for body in manifests:
             try:
                 self.core.create_namespaced_pod(self.namespace, body)
             except ApiException as exc:
                 if exc.status != 409:  # 409: it exists already
                     raise
-        scheduler = self.cluster.scheduler
-        for d in decisions:
-            st = scheduler.bind(d)
-            if not st.ok:
-                raise RuntimeError(f"pod {d.pod.key} could not be bound to {d.node}: {'; '.join(st.reasons)}")
+        result = self.cluster.scheduler.bind_group(decisions)
+        if not result.ok:
+            raise GroupNotBoundError(result.message())
+        for d in result.bound:
             assert d.node is not None
             self.bound_count += 1
             self.binder.report_scheduled(d.pod, d.node, self.scheduler_name)
@@ -404,6 +412,9 @@ class KubeRuntime(EngineFront):
         if fut is not None and fut.done():
             del self.creating[job.id]
             exc = fut.exception()
+            if isinstance(exc, GroupNotBoundError):  # rolled back: nothing of it is bound; place it again
+                self.engine.requeue(job.id, f"its pods did not all bind, none is held: {exc}")
+                return
             if exc is not None:
                 self.engine.fail(job.id, f"its pods could not be created or bound: {_api_error(exc)}")
                 return

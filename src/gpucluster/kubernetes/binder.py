@@ -1,9 +1,13 @@
 """``KubeBinder``: the Bind plugin that carries a decision out on the API server, as HAMi does: first the
-decision annotations on the pod, then the Binding. Also the writer of scheduling Events and conditions."""
+decision annotations on the pod, then the Binding. Also its BindCheck (a dry-run Binding) and Unbind (a bound
+pod cannot be unbound in Kubernetes: it is deleted and, unless a controller owns it, created again unbound) for
+:meth:`gpucluster.scheduler.Scheduler.bind_group`'s rollback, and the writer of scheduling Events and
+conditions."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -22,6 +26,15 @@ log = logging.getLogger(__name__)
 
 
 
+def _reason(exc: ApiException) -> str:
+    """The API server's message (an admission webhook's denial says why there), else the HTTP reason."""
+    try:
+        message = json.loads(exc.body or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        message = ""
+    return str(message or exc.reason)
+
+
 def _rfc3339(when: float) -> str:
     return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -34,8 +47,12 @@ class KubeBinder:
     name = "KubeBinder"
 
     def __init__(self, api: ApiClient, registry: VendorRegistry, clock: Callable[[], float] = time.time,
-                 identity: str = "") -> None:
+                 identity: str = "", recreate: bool = True) -> None:
         self.core: Any = client.CoreV1Api(api)
+        self.recreate = recreate
+        """Unbind creates the deleted pod again, unbound (users' pods: the secondary scheduler); False: it only
+        deletes it (the control plane's own pods, which its engine places again as a new attempt)."""
+        self.unbinds = 0
         self.identity = identity
         """Written to ``gpucluster.io/scheduled-by`` on every pod this binder binds (audit)."""
         self.registry = registry
@@ -49,23 +66,105 @@ class KubeBinder:
             annotations[SCHEDULED_BY_ANNOTATION] = self.identity
         try:
             self.core.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": {"annotations": annotations}})
-            body = client.V1Binding(
-                metadata=client.V1ObjectMeta(name=pod.name, uid=pod.uid or None),
-                target=client.V1ObjectReference(api_version="v1", kind="Node", name=allocation.node),
-            )
-            resp = self.core.create_namespaced_binding(pod.namespace, body, _preload_content=False)
+            resp = self.core.create_namespaced_binding(pod.namespace, self._binding(pod, allocation.node),
+                                                       _preload_content=False)
             resp.release_conn()
         except ApiException as exc:
             if exc.status == 409 and self._bound_to(pod, allocation.node):
                 self.binds += 1
                 return Status.success()
             self.failures += 1
-            return Status.error(self.name, f"bind {pod.key} to {allocation.node}: {exc.status} {exc.reason}")
+            return Status.error(self.name, f"bind {pod.key} to {allocation.node}: {exc.status} {_reason(exc)}")
         except Exception as exc:  # network errors: the scheduler retries the pod
             self.failures += 1
             return Status.error(self.name, f"bind {pod.key} to {allocation.node}: {exc}")
         self.binds += 1
         return Status.success()
+
+    def _binding(self, pod: Pod, node: str) -> Any:
+        return client.V1Binding(metadata=client.V1ObjectMeta(name=pod.name, uid=pod.uid or None),
+                                target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
+
+    def check_bind(self, pod: Pod, allocation: Allocation) -> Status:
+        """A dry-run Binding: the pod (this incarnation) exists and is unbound, and admission allows the bind."""
+        try:
+            resp = self.core.create_namespaced_binding(pod.namespace, self._binding(pod, allocation.node),
+                                                       dry_run="All", _preload_content=False)
+            resp.release_conn()
+        except ApiException as exc:
+            if exc.status == 409 and self._bound_to(pod, allocation.node):
+                return Status.success()  # bound there already (a retried bind)
+            return Status.error(self.name, f"bind {pod.key} to {allocation.node} (dry run): "
+                                           f"{exc.status} {_reason(exc)}")
+        except Exception as exc:  # network errors: the group is retried
+            return Status.error(self.name, f"bind {pod.key} to {allocation.node} (dry run): {exc}")
+        return Status.success()
+
+    def unbind(self, pod: Pod, allocation: Allocation) -> Status:
+        """Undo our bind of ``pod`` (see the module docstring). Only the incarnation we bound is touched (a uid
+        precondition); a pod already gone or not bound there is done."""
+        try:
+            current = self.core.read_namespaced_pod(pod.name, pod.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return Status.success()
+            return Status.error(self.name, f"unbind {pod.key}: {exc.status} {exc.reason}")
+        except Exception as exc:
+            return Status.error(self.name, f"unbind {pod.key}: {exc}")
+        meta, spec = current.metadata, current.spec
+        if (pod.uid and meta.uid != pod.uid) or not spec or spec.node_name != allocation.node:
+            return Status.success()
+        owned = any(ref.controller for ref in meta.owner_references or [])
+        body = None
+        if self.recreate and not owned:
+            body = self._unbound_copy(current, allocation)
+        try:
+            self.core.delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0,
+                                            body=client.V1DeleteOptions(grace_period_seconds=0,
+                                                                        preconditions=client.V1Preconditions(
+                                                                            uid=meta.uid)))
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # 409: the precondition failed, another incarnation
+                return Status.error(self.name, f"unbind {pod.key}: delete: {exc.status} {exc.reason}")
+        if body is not None:
+            st = self._create_again(pod, body)
+            if not st.ok:
+                return st
+        self.unbinds += 1
+        log.info("unbound %s from %s (%s)", pod.key, allocation.node,
+                 "created again unbound" if body is not None else "deleted")
+        return Status.success()
+
+    def _unbound_copy(self, current: Any, allocation: Allocation) -> dict[str, Any]:
+        """The pod as it was asked for: its metadata without what the API server and our bind wrote, its spec
+        without ``nodeName``."""
+        obj = self.core.api_client.sanitize_for_serialization(current)
+        meta = obj.get("metadata") or {}
+        ours = set(decision_annotations(allocation, self.registry, 0.0)) | {SCHEDULED_BY_ANNOTATION}
+        keep = {k: meta[k] for k in ("name", "namespace", "labels", "ownerReferences", "finalizers")
+                if meta.get(k)}
+        annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in ours}
+        if annotations:
+            keep["annotations"] = annotations
+        spec = dict(obj.get("spec") or {})
+        spec.pop("nodeName", None)
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": keep, "spec": spec}
+
+    def _create_again(self, pod: Pod, body: dict[str, Any], timeout: float = 30.0) -> Status:
+        """Create the pod again once its deleted incarnation is gone (a 409 until then)."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            try:
+                self.core.create_namespaced_pod(pod.namespace, body)
+                return Status.success()
+            except ApiException as exc:
+                if exc.status != 409 or time.monotonic() >= deadline:
+                    return Status.error(self.name, f"unbind {pod.key}: create again: {exc.status} {exc.reason}")
+            except Exception as exc:
+                return Status.error(self.name, f"unbind {pod.key}: create again: {exc}")
+            time.sleep(delay)  # the deletion is still being carried out; poll with a deadline
+            delay = min(delay * 2, 1.0)
 
     def _bound_to(self, pod: Pod, node: str) -> bool:
         try:

@@ -160,7 +160,7 @@ class KubeCluster:
         handle = Handle(rng=np.random.default_rng(self.profile.seed),
                         services={**self.services, "kube_gate": self.gate, "kube_binder": self.binder})
         sched = Scheduler(ClusterState(nodes), self.profile, self.plugins, clock=time.monotonic, handle=handle,
-                          assume_ttl=self.assume_ttl)
+                          assume_ttl=self.assume_ttl, lock=self.lock)
         self.gate.resize(len(nodes))
         return sched
 

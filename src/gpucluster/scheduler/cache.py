@@ -22,11 +22,12 @@ class _Assumed:
 
 
 class SchedulerCache:
-    def __init__(self, state: ClusterState, clock: Callable[[], float], ttl: float = 30.0) -> None:
+    def __init__(self, state: ClusterState, clock: Callable[[], float], ttl: float = 30.0,
+                 lock: threading.RLock | None = None) -> None:
         self.state = state
         self.clock = clock
         self.ttl = ttl
-        self.lock = threading.RLock()
+        self.lock = lock or threading.RLock()
         """Held by whoever reads a snapshot and assumes from it, so decisions are serialised."""
         self._assumed: dict[str, _Assumed] = {}
         self._next_deadline = float("inf")

@@ -5,10 +5,20 @@ must start together) all or none: each pod goes through the framework in turn an
 Gang plugin's Permit keeps the members in the framework's waiting-pods map until the last one is reserved,
 then allows them all); if any member does not fit, every member reserved so far is unreserved (Gang, Topology,
 Quota ... undo their part) and its assumed allocation forgotten, so nothing is ever half-placed.
-"""
 
+Group binding (:meth:`Scheduler.bind_group`) is the one way a placed group is bound, whoever binds it (the
+framework's own ``schedule_group(bind=True)``, the control plane on Kubernetes, the secondary scheduler), with
+one failure rule: **a group binds whole or is rolled back**. First every member's bind is checked without
+effect (BindCheck plugins: on Kubernetes a dry-run Binding, so a deleted pod or an admission webhook that says
+no is found before anything binds); then each member binds in turn (PreBind, Bind, PostBind), asking
+``may_bind`` (leadership) before each. A failed check or bind, an exception or a lost leadership rolls the
+group back: the members bound so far are unbound (Unbind plugins, in reverse order; on Kubernetes the bound pod
+is deleted and, unless a controller owns it, created again unbound), every member is unreserved and its
+allocation given back. The group is then pending again and the caller retries it in a later pass.
+"""
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +53,44 @@ class GroupDecision:
         return f"assigned to {', '.join(nodes)}"
 
 
+@dataclass(slots=True)
+class GroupBind:
+    """What :meth:`Scheduler.bind_group` did."""
+
+    bound: list[Decision] = field(default_factory=list)
+    """Every decision of the group, bound, when it bound whole; empty after a rollback."""
+    failed: Decision | None = None
+    """The member whose check or bind failed (or that was next when leadership was lost); None when bound."""
+    status: Status = field(default_factory=Status.success)
+    """Why the group was rolled back."""
+    rolled_back: list[Decision] = field(default_factory=list)
+    """Members that had bound and were unbound again."""
+    unbind_errors: list[str] = field(default_factory=list)
+    """Unbinds that failed (``pod: why``): those pods may still be bound."""
+
+    @property
+    def ok(self) -> bool:
+        return self.failed is None
+
+    def message(self) -> str:
+        if self.failed is None:
+            return f"bound {len(self.bound)} pod(s)"
+        what = "; ".join(self.status.reasons) or self.status.code.name
+        text = f"pod {self.failed.pod.key} did not bind ({what}); the group was rolled back"
+        if self.rolled_back:
+            text += f" ({len(self.rolled_back)} bound member(s) unbound)"
+        if self.unbind_errors:
+            text += f"; not unbound: {'; '.join(self.unbind_errors)}"
+        return text
+
+
+def _always() -> bool:
+    return True
+
+
+_LOST = Status.error("Leader", "leadership lost before the group was bound")
+
+
 class Scheduler:
     """Schedule pods one at a time against a :class:`ClusterState`.
 
@@ -58,10 +106,13 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         handle: Handle | None = None,
         assume_ttl: float = 30.0,
+        lock: threading.RLock | None = None,
     ) -> None:
+        """``lock``: the lock that serialises decisions and every change of ``state`` the scheduler makes (its
+        cache's); a runtime that changes the state elsewhere too passes its own (``KubeCluster.lock``)."""
         self.state = state
         self.framework = Framework(profile, registry or builtin_registry(), handle)
-        self.cache = SchedulerCache(state, clock, assume_ttl)
+        self.cache = SchedulerCache(state, clock, assume_ttl, lock)
         self.on_decision: Callable[[Decision, float], None] | None = None
         """Called after every decision of :meth:`schedule` with the decision and the seconds it took (metrics:
         ``ControlPlaneMetrics.observe``)."""
@@ -129,21 +180,54 @@ class Scheduler:
                     waiting.pop(d.pod.key, None)
                 d.outcome = Outcome.SCHEDULED
         if bind:
-            for d in done:
-                try:
-                    st = self.bind(d)
-                except BaseException:  # a Bind plugin failed: nothing of the group stays held
-                    self._give_up(done)
-                    raise
-                if not st.ok:
-                    self._give_up(done)
-                    d.outcome, d.status = Outcome.ERROR, st
-                    return GroupDecision(failed=d, cycles=len(done))
+            result = self.bind_group(done)
+            if not result.ok:
+                assert result.failed is not None
+                return GroupDecision(failed=result.failed, cycles=len(done))
         return GroupDecision(decisions=done, cycles=len(done))
 
+    def bind_group(self, decisions: Sequence[Decision], may_bind: Callable[[], bool] = _always) -> GroupBind:
+        """Bind every decision of a placed group (``schedule_group(bind=False)``) or none: the one failure rule
+        of the module docstring. ``may_bind`` is asked before each bind (a leader elector's ``is_leader``);
+        False rolls the group back. An exception of a plugin rolls it back too, then propagates."""
+        fw = self.framework
+        bound: list[Decision] = []
+        try:
+            for d in decisions:
+                assert d.allocation is not None
+                st = fw.run_bind_check(d.pod, d.allocation) if may_bind() else _LOST
+                if not st.ok:
+                    return self._roll_back(decisions, bound, d, st)
+            for d in decisions:
+                assert d.allocation is not None
+                st = fw.run_bind_cycle(d.pod, d.allocation) if may_bind() else _LOST
+                if not st.ok:
+                    return self._roll_back(decisions, bound, d, st)
+                bound.append(d)
+        except BaseException:
+            self._roll_back(decisions, bound, d, Status.error("Bind", "a plugin raised"))
+            raise
+        for d in decisions:
+            self.cache.confirm(d.pod.key)
+        return GroupBind(bound=list(decisions))
+
+    def _roll_back(self, decisions: Sequence[Decision], bound: Sequence[Decision], failed: Decision,
+                   why: Status) -> GroupBind:
+        """Unbind what bound (outside the cache lock: on Kubernetes these are API calls), then Unreserve every
+        member and give back what it holds."""
+        errors: list[str] = []
+        for d in reversed(bound):
+            assert d.allocation is not None
+            st = self.framework.run_unbind(d.pod, d.allocation)
+            if not st.ok:
+                errors.append(f"{d.pod.key}: {'; '.join(st.reasons) or st.code.name}")
+        self._give_up(decisions)
+        failed.outcome, failed.status = Outcome.ERROR, why
+        return GroupBind(failed=failed, status=why, rolled_back=list(bound), unbind_errors=errors)
+
     def _give_up(self, decisions: Sequence[Decision]) -> None:
-        """Undo a group whose binding failed part way: Unreserve every pod (quota, gang and topology
-        bookkeeping) and give back what each holds, bound or only assumed."""
+        """Unreserve every pod of a group that did not bind (quota, gang and topology bookkeeping) and give back
+        what each holds, bound or only assumed."""
         fw = self.framework
         with self.cache.lock:
             snap = self.state.snapshot()

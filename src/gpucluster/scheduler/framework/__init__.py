@@ -2,6 +2,7 @@
 
 from gpucluster.scheduler.framework.cycle_state import CycleState
 from gpucluster.scheduler.framework.interface import (
+    BindCheckPlugin,
     BindPlugin,
     BoolArray,
     DeviceScorePlugin,
@@ -20,6 +21,7 @@ from gpucluster.scheduler.framework.interface import (
     ReasonArray,
     ReservePlugin,
     ScorePlugin,
+    UnbindPlugin,
 )
 from gpucluster.scheduler.framework.profile import PluginConfig, Profile
 from gpucluster.scheduler.framework.registry import Handle, PluginArgsError, PluginFactory, PluginRegistry
@@ -28,6 +30,7 @@ from gpucluster.scheduler.framework.status import SKIP, Code, Reason, Status
 
 __all__ = [
     "SKIP",
+    "BindCheckPlugin",
     "BindPlugin",
     "BoolArray",
     "Code",
@@ -57,5 +60,6 @@ __all__ = [
     "ReservePlugin",
     "ScorePlugin",
     "Status",
+    "UnbindPlugin",
     "WaitingPod",
 ]

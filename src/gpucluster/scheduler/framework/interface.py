@@ -138,6 +138,24 @@ class BindPlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class BindCheckPlugin(Plugin, Protocol):
+    def check_bind(self, pod: Pod, allocation: Allocation) -> Status:
+        """Would :meth:`BindPlugin.bind` succeed now? No effect (e.g. a dry-run Binding: the pod still exists,
+        is not bound yet, admission allows it). Runs for every member of a group before any member binds, so a
+        group that cannot bind whole usually binds nothing. SUCCESS or ERROR."""
+        ...
+
+
+@runtime_checkable
+class UnbindPlugin(Plugin, Protocol):
+    def unbind(self, pod: Pod, allocation: Allocation) -> Status:
+        """Undo this plugin's bind of ``pod`` (its group did not bind whole and is rolled back); after it the
+        pod holds nothing and will be scheduled again (or, for a pod of ours, is gone). Idempotent. SUCCESS or
+        ERROR (the caller logs it: the pod may stay bound)."""
+        ...
+
+
+@runtime_checkable
 class PostBindPlugin(Plugin, Protocol):
     def post_bind(self, pod: Pod, allocation: Allocation) -> None:
         """Informational; cannot fail."""

@@ -17,6 +17,7 @@ import numpy as np
 from gpucluster.model import Allocation, DeviceRequest, Pod, Snapshot
 from gpucluster.scheduler.framework.cycle_state import CycleState
 from gpucluster.scheduler.framework.interface import (
+    BindCheckPlugin,
     BindPlugin,
     BoolArray,
     DeviceScorePlugin,
@@ -35,6 +36,7 @@ from gpucluster.scheduler.framework.interface import (
     ReasonArray,
     ReservePlugin,
     ScorePlugin,
+    UnbindPlugin,
 )
 from gpucluster.scheduler.framework.profile import Profile
 from gpucluster.scheduler.framework.registry import Handle, PluginRegistry
@@ -94,6 +96,8 @@ class Framework:
         self.permits: list[PermitPlugin] = of(PermitPlugin)
         self.pre_binds: list[PreBindPlugin] = of(PreBindPlugin)
         self.binds: list[BindPlugin] = of(BindPlugin)
+        self.bind_checks: list[BindCheckPlugin] = of(BindCheckPlugin)
+        self.unbinds: list[UnbindPlugin] = of(UnbindPlugin)
         self.post_binds: list[PostBindPlugin] = of(PostBindPlugin)
         self.waiting_pods: dict[str, WaitingPod] = {}
         """Pod key -> the reserved pod a Permit plugin holds (see the module docstring)."""
@@ -237,6 +241,25 @@ class Framework:
         for pb in self.post_binds:
             pb.post_bind(pod, allocation)
         return Status.success()
+
+
+    def run_bind_check(self, pod: Pod, allocation: Allocation) -> Status:
+        """Every BindCheck plugin: would the pod bind now (no effect)?"""
+        for p in self.bind_checks:
+            st = p.check_bind(pod, allocation)
+            if not st.ok:
+                return Status(st.code, st.reasons, st.plugin or p.name)
+        return Status.success()
+
+    def run_unbind(self, pod: Pod, allocation: Allocation) -> Status:
+        """Every Unbind plugin, in reverse order: undo a bind (the group is rolled back). The first failure is
+        returned; the other plugins still run."""
+        first = Status.success()
+        for p in reversed(self.unbinds):
+            st = p.unbind(pod, allocation)
+            if not st.ok and first.ok:
+                first = Status(st.code, st.reasons, st.plugin or p.name)
+        return first
 
 
 def plugin_names(plugins: Sequence[Plugin]) -> list[str]:
