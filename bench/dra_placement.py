@@ -207,7 +207,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if ours is not None:
             ours.terminate()
-            ours.wait(15)
+            try:
+                ours.wait(30)
+            except subprocess.TimeoutExpired:
+                ours.kill()
+                ours.wait(10)
         subprocess.run([cp, "down", str(d)], check=False, capture_output=True, env=env, timeout=120)
         shutil.rmtree(d, ignore_errors=True)
 

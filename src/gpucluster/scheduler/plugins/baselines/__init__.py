@@ -105,12 +105,15 @@ class GpuClusteringScore:
     def __init__(self) -> None:
         self._kinds = np.zeros((0, bs.N_KINDS), np.int64)
         self._stamp = np.zeros(0, np.int64)
+        self._uid = -1
+        """The state the rows were counted on (``Snapshot.state_uid``): another state's generations say nothing."""
 
     def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
         n = snap.n_nodes
-        if self._stamp.size != n:
+        if self._stamp.size != n or self._uid != snap.state_uid:
             self._kinds = np.zeros((n, bs.N_KINDS), np.int64)
             self._stamp = np.full(n, -1, np.int64)
+            self._uid = snap.state_uid
         gen = np.asarray(snap.node_generation)
         stale = candidates[self._stamp[candidates] != gen[candidates]]
         if stale.size:
