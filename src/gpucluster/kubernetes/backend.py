@@ -401,7 +401,6 @@ class KubeRuntime(EngineFront):
         with self.cluster.lock:
             for job in self.engine.running():
                 self._observe_job(job, seen)
-            self.engine.changed()
             self.engine.run_until(t)
         if t - self._last_sample >= HISTORY_EVERY_S:
             self._sample()

@@ -335,7 +335,7 @@ class KubeCluster:
     def candidates_mask(self, names: Iterable[str]) -> npt.NDArray[np.bool_]:
         """Nodes named in ``names`` (unknown names are ignored). kube-scheduler sends the same list again
         and again, so the last mask is kept (keyed by the names and the state's node rows)."""
-        key = (tuple(names), id(self.state), self.state.n_nodes)
+        key = (tuple(names), self.state.layout)
         cached = self._mask_cache
         if cached is not None and cached[0] == key:
             return cached[1]
