@@ -35,8 +35,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 -m "not integration" -p no:cacheprovider
 
+## make integration [K8S=v1.35.4]: the integration tests; every Kubernetes test runs once per version
+## (default: each version scripts/test-deps.sh builds, v1.37.2 and v1.35.4)
+K8S ?=
 integration: $(STAMP)
-	$(BIN)/pytest -q -m integration -p no:cacheprovider
+	$(if $(K8S),K8S="$(K8S)") $(BIN)/pytest -q -m integration -p no:cacheprovider
 
 ## make mutation: break the product one curated line at a time (tests/mutation/mutants.yaml) and check that the
 ## tests named for each mutant fail; on demand, not part of make test. ARGS="--section engine", "-j 2" ...

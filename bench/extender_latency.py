@@ -9,8 +9,8 @@ per request (each decision is assumed, so the cluster fills as it goes); then th
 objects (not nodeCacheCapable, a tenth of the requests). Then the secondary scheduler's decision
 (``KubeCluster.decide`` over every node, what it runs per pod before its Binding) on a fresh cluster.
 
-Part 2 (real kube-apiserver + kube-scheduler v1.20.2, ``scripts/k8s-control-plane.sh``): ``--k8s-nodes``
-simulated GPU nodes (default 100); two kube-schedulers in one run, ``plain`` (no extender; pods ask
+Part 2 (real kube-apiserver + kube-scheduler, v1.37.2 or ``K8S_VERSION``, ``scripts/k8s-control-plane.sh``):
+``--k8s-nodes`` simulated GPU nodes (default 100); two kube-schedulers in one run, ``plain`` (no extender; pods ask
 ``nvidia.com/gpu: 1``, which it counts itself) and ``gpucluster`` (our extender as a separate process, pods ask
 gpu + gpumem + gpucores); ``--pods`` pods each, created with 16 threads; bound/s = pods / (time from the first
 create to the last bind).
@@ -48,7 +48,9 @@ from gpucluster.kubernetes.register import node_manifest
 from gpucluster.spec import ClusterSpecFile, cluster_from_spec
 
 REPO = Path(__file__).resolve().parents[1]
-K8S_BIN = Path(os.environ.get("K8S_BIN_DIR", "/var/cache/gpucluster/k8s-v1.20.2/bin"))
+K8S_VERSION = os.environ.get("K8S_VERSION", "v1.37.2")
+K8S_BIN = Path(os.environ.get("K8S_BIN_DIR", f"/var/cache/gpucluster/k8s-{K8S_VERSION}/bin"))
+KUBE_MINOR = ".".join(K8S_VERSION.lstrip("v").split(".")[:2])
 
 
 def spec(nodes: int, run: str) -> Any:
@@ -199,11 +201,11 @@ def throughput(nodes: int, pods: int) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError("extender did not start")
             time.sleep(0.2)
-        plain = {"apiVersion": "kubescheduler.config.k8s.io/v1beta1", "kind": "KubeSchedulerConfiguration",
+        plain = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                  "percentageOfNodesToScore": 100, "profiles": [{"schedulerName": "plain"}]}
         start_scheduler(d, plain, "plain")
         start_scheduler(d, scheduler_config(f"http://127.0.0.1:{port}", reg, "gpucluster",
-                                            kube_version="1.20"), "withext")
+                                            kube_version=KUBE_MINOR), "withext")
         for ns, sched, devices in (("plain", "plain", False), ("ext", "gpucluster", True)):
             core.create_namespace({"metadata": {"name": ns}})
             items = [dict(pod(f"p{i:05d}", sched, devices, vendor=i, run="tp"), metadata={"name": f"p{i:05d}"})

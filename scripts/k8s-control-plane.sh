@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# A real Kubernetes v1.20.2 control plane on 127.0.0.1 for tests: etcd + kube-apiserver
+# A real Kubernetes control plane (v1.37.2 by default, K8S_VERSION=v1.35.4 ...) on 127.0.0.1 for tests: etcd + kube-apiserver
 # (+ kube-scheduler, + kube-controller-manager on request). No kubelet: nodes are plain API objects.
 #
 #   scripts/k8s-control-plane.sh up DIR [--with-scheduler CONFIG.yaml] [--with-controller-manager]
 #   scripts/k8s-control-plane.sh scheduler DIR CONFIG.yaml [NAME]   start one more kube-scheduler
+#   scripts/k8s-control-plane.sh controller-manager DIR              start kube-controller-manager
 #   scripts/k8s-control-plane.sh down DIR
 #
 # `up` writes DIR/kubeconfig (admin token, system:masters), DIR/env (ports, pids, token; shell syntax),
 # logs to DIR/*.log, and returns once /readyz answers ok. `down` stops everything it started and removes
 # DIR's state (logs are kept).
-# Binaries: K8S_BIN_DIR (default: the cache of scripts/test-deps.sh), ETCD_BIN (default: etcd on PATH).
+# Binaries: K8S_VERSION (default v1.37.2) or K8S_BIN_DIR (default: that version's cache of scripts/test-deps.sh),
+# ETCD_BIN (default: the etcd 3.6 that scripts/test-deps.sh builds).
 # Ports are free ones picked at random; override with ETCD_CLIENT_PORT, ETCD_PEER_PORT, APISERVER_PORT.
+# APISERVER_EXTRA_ARGS: more kube-apiserver flags (e.g. --feature-gates=... --runtime-config=...).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-K8S_BIN_DIR="${K8S_BIN_DIR:-${GPUCLUSTER_CACHE:-/var/cache/gpucluster}/k8s-v1.20.2/bin}"
-ETCD_BIN="${ETCD_BIN:-$(command -v etcd || echo /usr/bin/etcd)}"
+K8S_VERSION="${K8S_VERSION:-v1.37.2}"
+K8S_BIN_DIR="${K8S_BIN_DIR:-$("$HERE/test-deps.sh" bindir "$K8S_VERSION")}"
+ETCD_BIN="${ETCD_BIN:-$("$HERE/test-deps.sh" path etcd)}"
 READY_TIMEOUT="${READY_TIMEOUT:-90}"
 
 log() { printf '[k8s-control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -125,11 +129,12 @@ load_env() {
   . "$DIR/env"
 }
 
-# A copy of the user's KubeSchedulerConfiguration with what a test cluster needs filled in when absent:
-# the kubeconfig, healthz/metrics on 127.0.0.1 (free port; otherwise it listens on all interfaces),
-# and no leader election. Text edits only (top-level block YAML); keys the user set are kept.
+# A copy of the user's KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) with what a test cluster needs
+# filled in when absent: the kubeconfig and no leader election. Text edits only (top-level block YAML); keys the
+# user set are kept. kube-scheduler serves /healthz, /readyz and /metrics on its secure port only (127.0.0.1,
+# a free port); /healthz needs no credentials, /metrics the admin token.
 start_scheduler() {  # CONFIG NAME
-  local config=$1 name=$2 cfg port sport pid
+  local config=$1 name=$2 cfg sport pid
   [ -f "$config" ] || die "scheduler config $config not found"
   [ -x "$K8S_BIN_DIR/kube-scheduler" ] || die "kube-scheduler not found in $K8S_BIN_DIR (run scripts/test-deps.sh install)"
   cfg="$DIR/scheduler-$name.yaml"
@@ -142,14 +147,6 @@ start_scheduler() {  # CONFIG NAME
       printf 'clientConnection:\n  kubeconfig: %s\n' "$DIR/kubeconfig" >>"$cfg"
     fi
   fi
-  local own_port=0
-  if grep -q '^healthzBindAddress:' "$cfg"; then
-    port=$(sed -n 's/^healthzBindAddress:.*:\([0-9]*\).*/\1/p' "$cfg" | head -1)
-  else
-    port=$(free_port); own_port=1; TAKEN="$TAKEN$port "
-    printf 'healthzBindAddress: 127.0.0.1:%s\n' "$port" >>"$cfg"
-  fi
-  grep -q '^metricsBindAddress:' "$cfg" || printf 'metricsBindAddress: 127.0.0.1:%s\n' "$port" >>"$cfg"
   grep -q '^leaderElection:' "$cfg" || printf 'leaderElection:\n  leaderElect: false\n' >>"$cfg"
   local attempt
   for attempt in 1 2 3; do
@@ -157,26 +154,52 @@ start_scheduler() {  # CONFIG NAME
     pid=$(start "scheduler-$name" "$DIR/scheduler-$name.log" "$K8S_BIN_DIR/kube-scheduler" \
       --config "$cfg" --bind-address 127.0.0.1 --secure-port "$sport" \
       --authentication-kubeconfig "$DIR/kubeconfig" --authorization-kubeconfig "$DIR/kubeconfig" -v 2)
-    wait_http_ok "http://127.0.0.1:$port/healthz" "$pid" && break
+    wait_http_ok "https://127.0.0.1:$sport/healthz" "$pid" --insecure && break
     stop_pid "$pid"; rm -f "$DIR/scheduler-$name.pid"
     if [ "$attempt" -lt 3 ] && port_clash "$DIR/scheduler-$name.log"; then
-      log "kube-scheduler $name: port clash, retrying with other ports"
-      if [ "$own_port" = 1 ]; then
-        port=$(free_port); TAKEN="$TAKEN$port "
-        sed -i -E "s/^(healthz|metrics)BindAddress: 127.0.0.1:[0-9]+/\1BindAddress: 127.0.0.1:$port/" "$cfg"
-      fi
+      log "kube-scheduler $name: port clash, retrying with another port"
       continue
     fi
     show_log "$DIR/scheduler-$name.log"; die "kube-scheduler $name $WAIT_ERR"
   done
   {
     echo "SCHEDULER_${name//[^A-Za-z0-9]/_}_PID=$pid"
-    echo "SCHEDULER_${name//[^A-Za-z0-9]/_}_HEALTHZ_PORT=$port"
+    echo "SCHEDULER_${name//[^A-Za-z0-9]/_}_PORT=$sport"
   } >>"$DIR/env"
-  log "kube-scheduler $name ready (pid $pid, healthz/metrics http://127.0.0.1:$port)"
+  log "kube-scheduler $name ready (pid $pid, healthz/metrics https://127.0.0.1:$sport)"
   echo "SCHEDULER_PID=$pid"
-  echo "SCHEDULER_HEALTHZ_PORT=$port"
+  echo "SCHEDULER_PORT=$sport"
+  echo "SCHEDULER_HEALTHZ_URL=https://127.0.0.1:$sport/healthz"
+  echo "SCHEDULER_METRICS_URL=https://127.0.0.1:$sport/metrics"
   echo "SCHEDULER_LOG=$DIR/scheduler-$name.log"
+}
+
+# kube-controller-manager with every controller but node-lifecycle (it would taint nodes that have no kubelet)
+# and node IPAM: Jobs, ReplicaSets, garbage collection, namespace deletion, ServiceAccounts ...; healthz on its
+# secure port (127.0.0.1, a free port).
+start_controller_manager() {
+  [ -x "$K8S_BIN_DIR/kube-controller-manager" ] || die "kube-controller-manager not found in $K8S_BIN_DIR"
+  local pid port attempt
+  for attempt in 1 2 3; do
+    port=$(free_port); TAKEN="$TAKEN$port "
+    pid=$(start kube-controller-manager "$DIR/kube-controller-manager.log" "$K8S_BIN_DIR/kube-controller-manager" \
+      --kubeconfig "$DIR/kubeconfig" --authentication-kubeconfig "$DIR/kubeconfig" --authorization-kubeconfig "$DIR/kubeconfig" \
+      --controllers '*,-node-ipam-controller,-node-lifecycle-controller' \
+      --service-account-private-key-file "$DIR/pki/sa.key" --root-ca-file "$DIR/pki/ca.crt" \
+      --use-service-account-credentials=false --leader-elect=false \
+      --bind-address 127.0.0.1 --secure-port "$port" --v 1)
+    wait_http_ok "https://127.0.0.1:$port/healthz" "$pid" --insecure && break
+    stop_pid "$pid"; rm -f "$DIR/kube-controller-manager.pid"
+    if [ "$attempt" -lt 3 ] && port_clash "$DIR/kube-controller-manager.log"; then
+      log "kube-controller-manager: port clash, retrying with another port"; continue
+    fi
+    show_log "$DIR/kube-controller-manager.log"; die "kube-controller-manager $WAIT_ERR"
+  done
+  { echo "CONTROLLER_MANAGER_PID=$pid"; echo "CONTROLLER_MANAGER_PORT=$port"; } >>"$DIR/env"
+  log "kube-controller-manager ready (pid $pid, healthz https://127.0.0.1:$port/healthz)"
+  echo "CONTROLLER_MANAGER_PID=$pid"
+  echo "CONTROLLER_MANAGER_PORT=$port"
+  echo "CONTROLLER_MANAGER_LOG=$DIR/kube-controller-manager.log"
 }
 
 PORTS_FROM_ENV="${ETCD_CLIENT_PORT:-}${ETCD_PEER_PORT:-}${APISERVER_PORT:-}"
@@ -214,7 +237,8 @@ up_once() {
 
   APISERVER_PID=$(start kube-apiserver "$DIR/kube-apiserver.log" "$K8S_BIN_DIR/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" --insecure-port 0 \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+    --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$DIR/pki/apiserver.crt" --tls-private-key-file "$DIR/pki/apiserver.key" \
     --client-ca-file "$DIR/pki/ca.crt" --token-auth-file "$DIR/tokens.csv" --anonymous-auth=false \
     --authorization-mode RBAC,Node \
@@ -223,7 +247,7 @@ up_once() {
     --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 \
     --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
-    --profiling=false --v 1)
+    --profiling=false --v 1 ${APISERVER_EXTRA_ARGS:-})
   cat >"$DIR/env" <<ENV
 DIR=$DIR
 API_URL=$API_URL
@@ -236,6 +260,7 @@ TOKEN=$TOKEN
 KUBECONFIG=$DIR/kubeconfig
 CA_CERT=$DIR/pki/ca.crt
 K8S_BIN_DIR=$K8S_BIN_DIR
+K8S_VERSION=$K8S_VERSION
 ENV
   chmod 600 "$DIR/env"
   write_kubeconfig
@@ -282,17 +307,7 @@ cmd_up() {
   done
   log "kube-apiserver ready at $API_URL (etcd pid $ETCD_PID, apiserver pid $APISERVER_PID) in $((SECONDS - t0)) s"
 
-  if [ "$with_cm" = 1 ]; then
-    local cm_pid
-    cm_pid=$(start kube-controller-manager "$DIR/kube-controller-manager.log" "$K8S_BIN_DIR/kube-controller-manager" \
-      --kubeconfig "$DIR/kubeconfig" --authentication-kubeconfig "$DIR/kubeconfig" --authorization-kubeconfig "$DIR/kubeconfig" \
-      --controllers '*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service,-route,-bootstrapsigner,-tokencleaner' \
-      --service-account-private-key-file "$DIR/pki/sa.key" --root-ca-file "$DIR/pki/ca.crt" \
-      --use-service-account-credentials=false --leader-elect=false \
-      --port 0 --bind-address 127.0.0.1 --secure-port "$(free_port)" --v 1)
-    echo "CONTROLLER_MANAGER_PID=$cm_pid" >>"$DIR/env"
-    log "kube-controller-manager started (pid $cm_pid)"
-  fi
+  [ "$with_cm" = 1 ] && start_controller_manager >/dev/null
   if [ -n "$sched_config" ]; then start_scheduler "$sched_config" default >/dev/null; fi
   echo "KUBECONFIG=$DIR/kubeconfig"
   echo "API_URL=$API_URL"
@@ -309,7 +324,7 @@ cmd_down() {
   log "stopped; logs kept in $DIR"
 }
 
-[ $# -ge 2 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 CMD=$1; DIR=$(realpath -m "$2"); shift 2
 case "$CMD" in
   up) cmd_up "$@" ;;
@@ -317,5 +332,11 @@ case "$CMD" in
   scheduler)
     [ $# -ge 1 ] || die "usage: $0 scheduler DIR CONFIG.yaml [NAME]"
     load_env; API_URL=$API_URL; start_scheduler "$(realpath "$1")" "${2:-extra$RANDOM}" ;;
-  *) die "unknown command $CMD (up|down|scheduler)" ;;
+  controller-manager)
+    load_env
+    if [ -n "${CONTROLLER_MANAGER_PID:-}" ] && alive "$CONTROLLER_MANAGER_PID"; then
+      die "kube-controller-manager already runs for $DIR (pid $CONTROLLER_MANAGER_PID)"
+    fi
+    start_controller_manager ;;
+  *) die "unknown command $CMD (up|down|scheduler|controller-manager)" ;;
 esac

@@ -1,41 +1,54 @@
 #!/usr/bin/env bash
 # Install the real services the integration tests need, on Debian 12 (bookworm), as root.
 #
-#   scripts/test-deps.sh install   apt packages + kube-apiserver/-scheduler/-controller-manager v1.20.2
-#                                  built from Debian's `kubernetes` source package (cached, built once;
-#                                  scripts/k8s-patches/BINARY--*.patch applied, a binary whose patches
-#                                  changed is rebuilt alone),
-#                                  and the chart renderer's Go sources (scripts/render-chart.sh)
-#   scripts/test-deps.sh check     exit 0 when everything is installed, 1 otherwise (prints what is missing)
-#   scripts/test-deps.sh bindir    print the directory holding the cached Kubernetes binaries
+#   scripts/test-deps.sh install        apt packages (Prometheus, Chromium, podman ...), then builds from Go modules,
+#                                       once per version, cached outside the repository:
+#                                         kube-apiserver, kube-scheduler, kube-controller-manager, kubectl
+#                                           at every version of K8S_VERSIONS (default: v1.37.2 v1.35.4),
+#                                         etcd v3.6.17 and helm v4.3.2
+#   scripts/test-deps.sh packages       only the apt packages
+#   scripts/test-deps.sh check          exit 0 when everything is there, 1 otherwise (prints what is missing)
+#   scripts/test-deps.sh bindir [VER]   directory of the Kubernetes binaries of VER (default: the first version)
+#   scripts/test-deps.sh path NAME      the cached binary NAME (etcd, helm, or kube-* / kubectl of the first version)
+#   scripts/test-deps.sh versions       the Kubernetes versions the tests run on, one a line
 #
-# Idempotent: a second run only checks and returns in about a second. Runs are serialised with a lock.
-# Cache: ${GPUCLUSTER_CACHE:-/var/cache/gpucluster}/k8s-v1.20.2/bin (outside the repository).
+# Idempotent: a second run only checks (about a second). Runs are serialised with a lock. A binary is written
+# by a rename, so processes still running the old file keep it.
+# Cache: ${GPUCLUSTER_CACHE:-/var/cache/gpucluster}/k8s-vX.Y.Z/bin, etcd-vX/bin, helm-vX/bin. The Go module cache
+# and build cache are Go's own (GOMODCACHE, GOCACHE), so a second version reuses what the first compiled.
 set -euo pipefail
 
-K8S_SRC_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
-K8S_VERSION="v1.20.2"
 CACHE="${GPUCLUSTER_CACHE:-/var/cache/gpucluster}"
-BIN_DIR="$CACHE/k8s-$K8S_VERSION/bin"
-K8S_BINS=(kube-apiserver kube-scheduler kube-controller-manager)
-PATCH_DIR="$(cd "$(dirname "$0")" && pwd)/k8s-patches"
-APT_PKGS=(etcd-server golang-go rsync openssl curl dpkg-dev prometheus chromium chromium-driver
-          golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev mmdebstrap podman runc)
-# mmdebstrap, podman, runc: scripts/build-image.sh (the image test) makes a Debian base and builds and runs
-# the image; runc because crun refuses hybrid cgroups.
-# golang-github-masterminds-sprig-dev, golang-k8s-sigs-yaml-dev: Go sources of the chart renderer that
-# scripts/render-chart.sh builds when helm is missing. kubectl (for `kubectl kustomize`): Debian's
-# kubernetes-client, installed only when no kubectl is on PATH (another package may own /usr/bin/kubectl).
-command -v kubectl >/dev/null 2>&1 || APT_PKGS+=(kubernetes-client)
+read -r -a K8S_VERSIONS <<<"${K8S_VERSIONS:-v1.37.2}"
+K8S_BINS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
+ETCD_VERSION="v3.6.17"
+HELM_VERSION="v4.3.2"
+GO_MIN="1.26.0"          # what k8s.io/kubernetes v1.37.2, etcd v3.6.17 and helm v4.3.2 declare in their go.mod
+# Bumped when the way a binary is built changes: a binary built by another recipe counts as missing.
+RECIPE=1
+APT_PKGS=(rsync openssl curl prometheus chromium chromium-driver mmdebstrap podman runc)
+# mmdebstrap, podman, runc: scripts/build-image.sh (the image test) makes a Debian base and builds and runs the
+# image; runc because crun refuses hybrid cgroups.
 LOCK_FILE="${GPUCLUSTER_DEPS_LOCK:-/var/lock/gpucluster-test-deps.lock}"
 
 log() { printf '[test-deps %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[test-deps] ERROR: %s\n' "$*" >&2; exit 1; }
 
 SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else die "run as root (or install sudo)"; fi
-fi
+need_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else die "run as root (or install sudo)"; fi
+  fi
+}
+
+k8s_dir() { echo "$CACHE/k8s-$1"; }
+etcd_bin() { echo "$CACHE/etcd-$ETCD_VERSION/bin/etcd"; }
+helm_bin() { echo "$CACHE/helm-$HELM_VERSION/bin/helm"; }
+stamp() { echo "recipe $RECIPE $1"; }   # what BIN.built holds beside each binary
+
+built() {  # BIN_PATH WHAT: 0 when BIN_PATH exists and was built by this recipe for WHAT
+  [ -x "$1" ] && [ "$(cat "$1.built" 2>/dev/null)" = "$(stamp "$2")" ]
+}
 
 missing_pkgs() {
   local p
@@ -44,44 +57,17 @@ missing_pkgs() {
   done
 }
 
-# A binary's patches (PATCH_DIR/BINARY--*.patch, applied to the source in name order) as one hash; the build
-# writes it to BIN_DIR/BINARY.patches, so a binary built before its patches changed counts as missing.
-patch_hash() {
-  local f out=""
-  for f in "$PATCH_DIR/$1"--*.patch; do [ -f "$f" ] && out="$out$(basename "$f") $(sha256sum <"$f" | cut -c1-16)
-"; done
-  printf '%s' "$out"
-}
-
-missing_bins() {
-  local b
-  for b in "${K8S_BINS[@]}"; do
-    if [ ! -x "$BIN_DIR/$b" ] || [ "$(cat "$BIN_DIR/$b.patches" 2>/dev/null)" != "$(patch_hash "$b")" ]; then echo "$b"; fi
+missing_bins() {  # one "WHAT BINARY" line per binary to build
+  local v b
+  for v in "${K8S_VERSIONS[@]}"; do
+    for b in "${K8S_BINS[@]}"; do built "$(k8s_dir "$v")/bin/$b" "k8s $v" || echo "k8s-$v $b"; done
   done
+  built "$(etcd_bin)" "etcd $ETCD_VERSION" || echo "etcd-$ETCD_VERSION etcd"
+  built "$(helm_bin)" "helm $HELM_VERSION" || echo "helm-$HELM_VERSION helm"
 }
 
-deb_src_enabled() {
-  grep -Eqs '^(Types:.*deb-src|deb-src[[:space:]])' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list
-}
-
-# Enable source packages without naming a mirror: derive them from the machine's own configuration.
-enable_deb_src() {
-  if deb_src_enabled; then log "deb-src already enabled"; return; fi
-  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-    log "enabling deb-src: /etc/apt/sources.list.d/debian.sources -> debian-src.sources (Types: deb-src)"
-    sed -E 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
-      | $SUDO tee /etc/apt/sources.list.d/debian-src.sources >/dev/null
-  elif grep -Eqs '^deb[[:space:]]' /etc/apt/sources.list; then
-    log "enabling deb-src: /etc/apt/sources.list deb lines -> sources.list.d/debian-src.list"
-    sed -nE 's/^deb([[:space:]])/deb-src\1/p' /etc/apt/sources.list \
-      | $SUDO tee /etc/apt/sources.list.d/debian-src.list >/dev/null
-  else
-    die "no Debian apt source found (/etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list)"
-  fi
-}
-
-# The prometheus package starts a system service on install; tests start their own instances.
-stop_system_prometheus() {
+# ------------------------------------------------------------------------------------------------ apt packages
+stop_system_prometheus() {  # the prometheus package starts a system service on install; tests start their own
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     $SUDO systemctl disable --now prometheus.service >/dev/null 2>&1 || true
   else
@@ -97,107 +83,197 @@ stop_system_prometheus() {
 install_pkgs() {
   local missing
   missing=$(missing_pkgs | tr '\n' ' ')
-  local need_src=0
-  [ -n "$(missing_bins)" ] && need_src=1
-  if [ -z "$missing" ] && { [ "$need_src" = 0 ] || deb_src_enabled; } && [ "${FORCE_APT_UPDATE:-0}" != 1 ]; then
+  if [ -z "${missing// /}" ] && [ "${FORCE_APT_UPDATE:-0}" != 1 ]; then
     log "apt packages already installed: ${APT_PKGS[*]}"
-    if [ "$need_src" = 0 ]; then stop_system_prometheus; return; fi
+    stop_system_prometheus
+    return
   fi
-  [ "$need_src" = 1 ] && enable_deb_src
   log "apt-get update"
   $SUDO apt-get update -q
-  if [ -n "$missing" ]; then
-    log "apt-get install --no-install-recommends $missing"
-    # Keep package maintainer scripts from starting services (prometheus) while installing.
-    local policy_created=0
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-      printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-      $SUDO chmod 755 /usr/sbin/policy-rc.d
-      policy_created=1
-    fi
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing || {
-      [ "$policy_created" = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d; die "apt-get install failed"; }
-    [ "$policy_created" = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d
+  log "apt-get install --no-install-recommends $missing"
+  local policy_created=0  # keep maintainer scripts from starting services (prometheus) while installing
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+    policy_created=1
   fi
+  # shellcheck disable=SC2086
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing || {
+    [ "$policy_created" = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d; die "apt-get install failed"; }
+  [ "$policy_created" = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d
   stop_system_prometheus
 }
 
-build_k8s() {
-  local todo
-  todo=$(missing_bins | tr '\n' ' ')
-  if [ -z "$todo" ]; then log "kubernetes $K8S_VERSION binaries cached in $BIN_DIR"; return; fi
-  log "building ${todo% } $K8S_VERSION (about 5 min on 2 cores for all three)"
-  $SUDO mkdir -p "$CACHE"
-  local work
-  work=$($SUDO mktemp -d "$CACHE/build.XXXXXX")
-  [ -n "$SUDO" ] && $SUDO chown "$(id -u):$(id -g)" "$work"
-  # let apt's sandbox user write the download (avoids the "unsandboxed as root" warning)
-  [ -z "$SUDO" ] && id _apt >/dev/null 2>&1 && chown _apt "$work"
-  # shellcheck disable=SC2064
-  trap "log 'removing build tree $work'; rm -rf '$work'" EXIT
-  cd "$work"
-  log "apt-get source --download-only kubernetes=$K8S_SRC_VERSION (into $work)"
-  apt-get source -q --download-only "kubernetes=$K8S_SRC_VERSION"
-  local orig
-  orig=$(ls kubernetes_*.orig.tar.* | head -1)
-  log "unpacking $orig"
-  tar xf "$orig"
-  local src
-  src=$(find . -maxdepth 1 -type d -name 'kubernetes*' | head -1)
-  [ -n "$src" ] || die "no kubernetes source directory in $orig"
-  cd "$src"
-  local b f what=""
-  for b in $todo; do
-    what="$what cmd/$b"
-    for f in "$PATCH_DIR/$b"--*.patch; do
-      [ -f "$f" ] || continue
-      log "patching the source for $b: $(basename "$f")"
-      patch -p1 --forward --quiet <"$f" || die "patch $f does not apply to kubernetes $K8S_SRC_VERSION"
+# ------------------------------------------------------------------------------------------------ Go builds
+GO="${GO:-go}"
+go_env() {  # the environment of every Go command here
+  export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+  command -v "$GO" >/dev/null 2>&1 || die "no Go toolchain ($GO): Go $GO_MIN or newer is needed (GO=/path/to/go)"
+  local have
+  have=$("$GO" env GOVERSION | sed 's/^go//')
+  [ "$(printf '%s\n%s\n' "$GO_MIN" "$have" | sort -V | head -1)" = "$GO_MIN" ] \
+    || die "$GO is Go $have; the modules need Go $GO_MIN or newer (GOTOOLCHAIN=local: no toolchain is downloaded)"
+}
+
+# install_bin SRC DEST WHAT: put a built binary in place by a rename and record the recipe beside it
+install_bin() {
+  $SUDO mkdir -p "$(dirname "$2")"
+  $SUDO install -m 0755 "$1" "$2.new"
+  $SUDO mv -f "$2.new" "$2"
+  stamp "$3" | $SUDO tee "$2.built" >/dev/null
+}
+
+# The k8s.io/kubernetes module keeps its staging modules (k8s.io/api, k8s.io/client-go ...) as `replace
+# k8s.io/X => ./staging/src/k8s.io/X` lines, which Go ignores in a module that depends on it. The wrapper module
+# here requires k8s.io/kubernetes at the version and replaces each of those modules (the list read from that
+# version's own go.mod) with its published tag v0.MINOR.PATCH; `go get` of the commands then fills go.sum.
+build_k8s() {  # VERSION BINARY...
+  local v=$1; shift
+  local dir src minor patch kmod start b ld
+  dir=$(k8s_dir "$v"); src="$dir/src"
+  minor=$(echo "$v" | cut -d. -f2); patch=$(echo "$v" | cut -d. -f3)
+  $SUDO mkdir -p "$src"
+  start=$SECONDS
+  if [ "$(cat "$src/resolved" 2>/dev/null)" != "$v" ]; then
+    log "kubernetes $v: wrapper module in $src"
+    printf 'module gpucluster.invalid/k8s-build\n\ngo %s\n\nrequire k8s.io/kubernetes %s\n\n' "$GO_MIN" "$v" >"$src/go.mod"
+    rm -f "$src/go.sum"
+    kmod=$(cd "$src" && "$GO" mod download -json "k8s.io/kubernetes@$v" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
+    [ -f "$kmod" ] || die "k8s.io/kubernetes@$v: no go.mod downloaded"
+    local staging
+    staging=$(sed -nE 's#^[[:space:]]*(k8s\.io/[A-Za-z0-9._-]+)[[:space:]]+=>[[:space:]]+\./staging/.*#\1#p' "$kmod")
+    [ -n "$staging" ] || die "k8s.io/kubernetes@$v: no staging replace lines in its go.mod"
+    for b in $staging; do echo "replace $b => $b v0.$minor.$patch" >>"$src/go.mod"; done
+    log "kubernetes $v: $(echo "$staging" | wc -l) staging modules replaced by v0.$minor.$patch; resolving"
+    local cmds=()
+    for b in "${K8S_BINS[@]}"; do cmds+=("k8s.io/kubernetes/cmd/$b@$v"); done
+    (cd "$src" && "$GO" get "${cmds[@]}" >"$src/get.log" 2>&1) || { tail -20 "$src/get.log" >&2; die "kubernetes $v: go get failed"; }
+    echo "$v" >"$src/resolved"
+    log "kubernetes $v: modules resolved in $((SECONDS - start)) s"
+  fi
+  ld="-s -w"
+  local kv
+  for kv in "gitVersion=$v" gitMajor=1 "gitMinor=$minor" gitTreeState=clean \
+            "buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"; do
+    ld="$ld -X k8s.io/component-base/version.$kv -X k8s.io/client-go/pkg/version.$kv"
+  done
+  for b in "$@"; do  # one at a time: linking kube-apiserver alone takes ~2 GB
+    local t=$SECONDS out
+    out=$(mktemp -d)
+    log "kubernetes $v: go build $b"
+    (cd "$src" && nice -n 10 "$GO" build -trimpath -ldflags "$ld" -o "$out/$b" "k8s.io/kubernetes/cmd/$b") \
+      || { rm -rf "$out"; die "kubernetes $v: building $b failed"; }
+    install_bin "$out/$b" "$dir/bin/$b" "k8s $v"
+    rm -rf "$out"
+    log "kubernetes $v: $b built in $((SECONDS - t)) s"
+  done
+}
+
+# etcd's server module has replace lines of its own (its sibling modules), so it is not `go install`able;
+# a three-line main package that calls etcdmain.Main, in a wrapper module, builds the same server.
+build_etcd() {
+  local dir="$CACHE/etcd-$ETCD_VERSION" t=$SECONDS out
+  $SUDO mkdir -p "$dir/src"
+  log "etcd $ETCD_VERSION: wrapper module in $dir/src"
+  printf 'module gpucluster.invalid/etcd-build\n\ngo %s\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+    "$GO_MIN" "$ETCD_VERSION" >"$dir/src/go.mod"
+  cat >"$dir/src/main.go" <<'GO'
+// Command etcd: the etcd server, built from the go.etcd.io/etcd/server/v3 module.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  rm -f "$dir/src/go.sum"
+  (cd "$dir/src" && "$GO" get "go.etcd.io/etcd/server/v3/etcdmain@$ETCD_VERSION" >"$dir/src/get.log" 2>&1) \
+    || { tail -20 "$dir/src/get.log" >&2; die "etcd $ETCD_VERSION: resolving modules failed"; }
+  out=$(mktemp -d)
+  (cd "$dir/src" && nice -n 10 "$GO" build -trimpath -ldflags "-s -w" -o "$out/etcd" .) \
+    || { rm -rf "$out"; die "etcd $ETCD_VERSION: build failed"; }
+  install_bin "$out/etcd" "$(etcd_bin)" "etcd $ETCD_VERSION"
+  rm -rf "$out"
+  log "etcd $ETCD_VERSION built in $((SECONDS - t)) s"
+}
+
+# helm's module has no replace lines, so `go install module@version` builds it; the version is stamped as helm's
+# Makefile does (internal/version), the client-go version helm reports comes from the module's build info.
+build_helm() {
+  local t=$SECONDS out p=helm.sh/helm/v4/internal/version
+  out=$(mktemp -d)
+  log "helm $HELM_VERSION: go install helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+  GOBIN=$out nice -n 10 "$GO" install -trimpath \
+    -ldflags "-s -w -X $p.version=$HELM_VERSION -X $p.metadata= -X $p.gitTreeState=clean" \
+    "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" || { rm -rf "$out"; die "helm $HELM_VERSION: build failed"; }
+  install_bin "$out/helm" "$(helm_bin)" "helm $HELM_VERSION"
+  rm -rf "$out"
+  log "helm $HELM_VERSION built in $((SECONDS - t)) s"
+}
+
+build_all() {
+  local todo what bins v
+  todo=$(missing_bins)
+  if [ -n "$todo" ]; then
+    go_env
+    log "Go $("$GO" env GOVERSION), GOTOOLCHAIN=local; to build: $(echo "$todo" | awk '{print $1 "/" $2}' | tr '\n' ' ')"
+    for v in "${K8S_VERSIONS[@]}"; do
+      bins=$(echo "$todo" | awk -v w="k8s-$v" '$1 == w {print $2}' | tr '\n' ' ')
+      # shellcheck disable=SC2086
+      [ -z "$bins" ] || build_k8s "$v" $bins
     done
+    what=$(echo "$todo" | awk '{print $1}')
+    grep -qx "etcd-$ETCD_VERSION" <<<"$what" && build_etcd
+    grep -qx "helm-$HELM_VERSION" <<<"$what" && build_helm
+  fi
+  for v in "${K8S_VERSIONS[@]}"; do
+    log "$(k8s_dir "$v")/bin/kube-apiserver --version: $("$(k8s_dir "$v")/bin/kube-apiserver" --version)"
   done
-  local start=$SECONDS
-  log "make WHAT=\"${what# }\" (in $work/$src)"
-  HOME=$PWD GOFLAGS= GO111MODULE= CGO_ENABLED=0 KUBE_GIT_VERSION="$K8S_VERSION" KUBE_GIT_TREE_STATE=clean \
-    make WHAT="${what# }" >"$work/build.log" 2>&1 || {
-      tail -40 "$work/build.log" >&2; die "kubernetes build failed"; }
-  log "build finished in $((SECONDS - start)) s"
-  $SUDO mkdir -p "$BIN_DIR"
-  for b in $todo; do  # each replaced by a rename: running copies keep their file
-    $SUDO install -m 0755 "_output/bin/$b" "$BIN_DIR/.$b.new"
-    $SUDO mv -f "$BIN_DIR/.$b.new" "$BIN_DIR/$b"
-    patch_hash "$b" | $SUDO tee "$BIN_DIR/$b.patches" >/dev/null
-    "$BIN_DIR/$b" --version
-  done
-  cd /
-  log "removing build tree $work"
-  rm -rf "$work"
-  trap - EXIT
+  log "$(etcd_bin) --version: $("$(etcd_bin)" --version | head -1)"
+  log "$(helm_bin) version: $("$(helm_bin)" version --short)"
+}
+
+lock() {
+  need_root
+  $SUDO mkdir -p "$(dirname "$LOCK_FILE")" "$CACHE"
+  [ -n "$SUDO" ] && $SUDO touch "$LOCK_FILE" && $SUDO chmod 666 "$LOCK_FILE"
+  exec 9>>"$LOCK_FILE"
+  if ! flock -n 9; then log "another install holds $LOCK_FILE; waiting"; flock 9; fi
 }
 
 cmd_install() {
   local t0=$SECONDS
-  $SUDO mkdir -p "$(dirname "$LOCK_FILE")"
-  [ -n "$SUDO" ] && $SUDO touch "$LOCK_FILE" && $SUDO chmod 666 "$LOCK_FILE"
-  exec 9>>"$LOCK_FILE"
-  if ! flock -n 9; then log "another install holds $LOCK_FILE; waiting"; flock 9; fi
+  lock
   install_pkgs
-  build_k8s
-  log "done in $((SECONDS - t0)) s; kubernetes binaries: $BIN_DIR"
+  build_all
+  log "done in $((SECONDS - t0)) s"
 }
 
 cmd_check() {
   local mp mb
-  mp=$(missing_pkgs | tr '\n' ' '); mb=$(missing_bins | tr '\n' ' ')
-  if [ -z "$mp" ] && [ -z "$mb" ]; then echo "ok: all test dependencies installed ($BIN_DIR)"; return 0; fi
-  [ -n "$mp" ] && echo "missing apt packages: $mp"
-  [ -n "$mb" ] && echo "missing kubernetes binaries in $BIN_DIR: $mb"
+  mp=$(missing_pkgs | tr '\n' ' '); mb=$(missing_bins | awk '{print $1 "/" $2}' | tr '\n' ' ')
+  if [ -z "${mp// /}" ] && [ -z "${mb// /}" ]; then echo "ok: all test dependencies installed ($CACHE)"; return 0; fi
+  [ -n "${mp// /}" ] && echo "missing apt packages: $mp"
+  [ -n "${mb// /}" ] && echo "missing binaries in $CACHE: $mb"
   echo "run: sudo scripts/test-deps.sh install"
   return 1
 }
 
 case "${1:-}" in
   install) cmd_install ;;
+  packages) lock; install_pkgs ;;
   check) cmd_check ;;
-  bindir) echo "$BIN_DIR" ;;
-  *) echo "usage: $0 install|check|bindir" >&2; exit 2 ;;
+  bindir) echo "$(k8s_dir "${2:-${K8S_VERSIONS[0]}}")/bin" ;;
+  path)
+    case "${2:-}" in
+      etcd) etcd_bin ;;
+      helm) helm_bin ;;
+      kube-apiserver|kube-scheduler|kube-controller-manager|kubectl) echo "$(k8s_dir "${3:-${K8S_VERSIONS[0]}}")/bin/$2" ;;
+      *) die "path: expected etcd, helm, kube-apiserver, kube-scheduler, kube-controller-manager or kubectl" ;;
+    esac ;;
+  versions) printf '%s\n' "${K8S_VERSIONS[@]}" ;;
+  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
 esac

@@ -1,8 +1,14 @@
 """Fixtures that run real services for integration tests.
 
-* ``kube_control_plane``: etcd + kube-apiserver v1.20.2 on 127.0.0.1 (``scripts/k8s-control-plane.sh``).
+* ``kube_control_plane``: etcd 3.6 + kube-apiserver on 127.0.0.1 (``scripts/k8s-control-plane.sh``), once per
+  Kubernetes version the suite runs on: v1.37.2 and v1.35.4 (``scripts/test-deps.sh versions``), or the ones the
+  environment variable ``K8S`` names (``K8S=v1.35.4``, ``K8S="v1.37.2 v1.35.4"``). Every test that uses it runs
+  on each version (test ids end in ``[v1.37.2]``); one control plane runs at a time.
 * ``kube_client``: a ``kubernetes.client.ApiClient`` for it (admin token).
-* ``kube_scheduler_factory``: start kube-scheduler(s) against it with a given KubeSchedulerConfiguration.
+* ``kube_scheduler_factory``: start kube-scheduler(s) of the same version against it with a given
+  KubeSchedulerConfiguration (``kubescheduler.config.k8s.io/v1``).
+* ``kube_controller_manager``: kube-controller-manager of the same version against it (Jobs, garbage
+  collection, namespace deletion ...); started by the first test that asks, kept for the session.
 * ``prometheus_factory``: start Debian's ``/usr/bin/prometheus`` with a given scrape config.
 * ``make_gpu_node`` (plain function) / ``gpu_node_factory`` (fixture, deletes its nodes afterwards):
   fake GPU nodes (Node object + patched status; there is no kubelet).
@@ -17,7 +23,6 @@ import contextlib
 import datetime as _dt
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -35,12 +40,38 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
 CONTROL_PLANE_SH = SCRIPTS / "k8s-control-plane.sh"
 TEST_DEPS_SH = SCRIPTS / "test-deps.sh"
-K8S_BIN_DIR = Path(
-    os.environ.get(
-        "K8S_BIN_DIR",
-        Path(os.environ.get("GPUCLUSTER_CACHE", "/var/cache/gpucluster")) / "k8s-v1.20.2" / "bin",
-    )
-)
+CACHE = Path(os.environ.get("GPUCLUSTER_CACHE", "/var/cache/gpucluster"))
+
+
+def _k8s_versions() -> list[str]:
+    """The Kubernetes versions to run on: ``K8S`` (space- or comma-separated, ``v`` optional), else the ones
+    ``scripts/test-deps.sh`` builds."""
+    wanted = os.environ.get("K8S", "").replace(",", " ").split()
+    if wanted:
+        return [v if v.startswith("v") else f"v{v}" for v in wanted]
+    out = subprocess.run([str(TEST_DEPS_SH), "versions"], capture_output=True, text=True, check=True, timeout=30)
+    return out.stdout.split()
+
+
+K8S_VERSIONS = _k8s_versions()
+
+
+def k8s_bin_dir(version: str) -> Path:
+    return CACHE / f"k8s-{version}" / "bin"
+
+
+def gang_api_args(version: str) -> str:
+    """kube-apiserver flags that serve Kubernetes' own gang-scheduling API where that version has the one we read
+    (1.37: PodGroup ``scheduling.k8s.io/v1alpha3``, behind the beta feature gate GenericWorkload, off by
+    default); empty for other versions."""
+    minor = int(version.lstrip("v").split(".")[1])
+    if minor == 37:
+        return "--feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha3=true"
+    return ""
+
+
+ETCD_BIN = Path(os.environ.get("ETCD_BIN") or subprocess.run(
+    [str(TEST_DEPS_SH), "path", "etcd"], capture_output=True, text=True, check=True, timeout=30).stdout.strip())
 PROMETHEUS_BIN = os.environ.get("PROMETHEUS_BIN", "/usr/bin/prometheus")
 INSTALL_HINT = f"install them with: sudo {TEST_DEPS_SH.relative_to(REPO)} install (see docs/testing.md)"
 
@@ -99,7 +130,18 @@ class KubeControlPlane:
     api_url: str
     token: str
     ca_cert: Path
+    version: str = K8S_VERSIONS[0]
+    """``v1.37.2``: the version of kube-apiserver (and of the kube-scheduler / -controller-manager started for it)."""
     env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def minor(self) -> str:
+        """``1.37``: what ``--kube-version`` and ``scheduler_config(kube_version=...)`` take."""
+        return ".".join(self.version.lstrip("v").split(".")[:2])
+
+    @property
+    def bin_dir(self) -> Path:
+        return k8s_bin_dir(self.version)
 
     def log(self, name: str = "kube-apiserver") -> str:
         return (self.dir / f"{name}.log").read_text(errors="replace")
@@ -110,15 +152,19 @@ def _control_plane_down(workdir: Path) -> None:
     subprocess.run(cmd, check=False, capture_output=True, timeout=120)
 
 
-@pytest.fixture(scope="session")
-def kube_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeControlPlane]:
-    for binary in ("kube-apiserver", "kube-scheduler"):
-        if not os.access(K8S_BIN_DIR / binary, os.X_OK):
-            _missing(f"{K8S_BIN_DIR / binary}")
-    if not shutil.which("etcd"):
-        _missing("etcd (apt package etcd-server)")
-    workdir = tmp_path_factory.mktemp("k8s")
-    env = {**os.environ, "K8S_BIN_DIR": str(K8S_BIN_DIR)}
+@pytest.fixture(scope="session", params=K8S_VERSIONS)
+def kube_control_plane(request: pytest.FixtureRequest,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeControlPlane]:
+    version: str = request.param
+    bin_dir = k8s_bin_dir(version)
+    for binary in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+        if not os.access(bin_dir / binary, os.X_OK):
+            _missing(f"{bin_dir / binary}")
+    if not os.access(ETCD_BIN, os.X_OK):
+        _missing(f"etcd 3.6 ({ETCD_BIN})")
+    workdir = tmp_path_factory.mktemp(f"k8s-{version}")
+    env = {**os.environ, "K8S_BIN_DIR": str(bin_dir), "K8S_VERSION": version, "ETCD_BIN": str(ETCD_BIN),
+           "APISERVER_EXTRA_ARGS": gang_api_args(version)}
     proc = subprocess.run(
         [str(CONTROL_PLANE_SH), "up", str(workdir)],
         check=False,
@@ -137,6 +183,7 @@ def kube_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kub
         api_url=values["API_URL"],
         token=values["TOKEN"],
         ca_cert=Path(values["CA_CERT"]),
+        version=version,
         env=values,
     )
     try:
@@ -163,8 +210,16 @@ class KubeScheduler:
     name: str
     pid: int
     healthz_url: str
+    """``https://127.0.0.1:PORT/healthz`` (kube-scheduler's secure port, self-signed; no credentials needed)."""
     metrics_url: str
+    """``https://127.0.0.1:PORT/metrics``: needs the admin token (:meth:`metrics`)."""
     log_path: Path
+    token: str = ""
+
+    def metrics(self) -> str:
+        r = httpx.get(self.metrics_url, headers={"Authorization": f"Bearer {self.token}"}, verify=False, timeout=5)
+        r.raise_for_status()
+        return r.text
 
     def alive(self) -> bool:
         try:
@@ -188,10 +243,12 @@ class KubeScheduler:
 
 
 def start_kube_scheduler(cp: KubeControlPlane, config: str | Path, name: str | None = None) -> KubeScheduler:
-    """Start kube-scheduler v1.20.2 with a KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1beta1).
+    """Start kube-scheduler of the control plane's version with a KubeSchedulerConfiguration
+    (``kubescheduler.config.k8s.io/v1``).
 
-    ``config`` is a path or the YAML text. The script fills in what is absent: the kubeconfig,
-    healthz/metrics on 127.0.0.1 at a free port, and ``leaderElect: false``. Returns once /healthz is ok.
+    ``config`` is a path or the YAML text. The script fills in what is absent: the kubeconfig and
+    ``leaderElect: false``; the secure port (healthz, metrics) is a free one on 127.0.0.1. Returns once /healthz
+    is ok.
     """
     name = name or f"s{uuid.uuid4().hex[:8]}"
     if isinstance(config, str) and "\n" in config:
@@ -202,7 +259,7 @@ def start_kube_scheduler(cp: KubeControlPlane, config: str | Path, name: str | N
     proc = subprocess.run(
         [str(CONTROL_PLANE_SH), "scheduler", str(cp.dir), str(path), name],
         check=False,
-        env={**os.environ, "K8S_BIN_DIR": str(K8S_BIN_DIR)},
+        env={**os.environ, "K8S_BIN_DIR": str(cp.bin_dir), "K8S_VERSION": cp.version},
         capture_output=True,
         text=True,
         timeout=120,
@@ -210,27 +267,18 @@ def start_kube_scheduler(cp: KubeControlPlane, config: str | Path, name: str | N
     if proc.returncode != 0:
         raise RuntimeError(f"kube-scheduler {name} did not start:\n{proc.stdout}\n{proc.stderr}")
     values = _read_env_text(proc.stdout)
-    port = values["SCHEDULER_HEALTHZ_PORT"]
     return KubeScheduler(
         name=name,
         pid=int(values["SCHEDULER_PID"]),
-        healthz_url=f"http://127.0.0.1:{port}/healthz",
-        metrics_url=f"http://127.0.0.1:{port}/metrics",
+        healthz_url=values["SCHEDULER_HEALTHZ_URL"],
+        metrics_url=values["SCHEDULER_METRICS_URL"],
         log_path=Path(values["SCHEDULER_LOG"]),
+        token=cp.token,
     )
 
 
 def _read_env_text(text: str) -> dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in text.splitlines() if "=" in ln)}
-
-
-@pytest.fixture(scope="session")
-def kube_scheduler_calls_extender_preempt() -> None:
-    """kube-scheduler v1.20.2 never calls an extender's preemptVerb (kubernetes#102971); test-deps.sh builds
-    ours with the upstream fix (scripts/k8s-patches) and records the patches next to the binary."""
-    stamp = K8S_BIN_DIR / "kube-scheduler.patches"
-    if "extenders-on-preemption" not in (stamp.read_text() if stamp.exists() else ""):
-        _missing(f"{K8S_BIN_DIR / 'kube-scheduler'} built with the extender-preemption fix ({stamp})")
 
 
 @pytest.fixture(scope="session")
@@ -250,6 +298,36 @@ def kube_scheduler_factory(
     finally:
         for sched in started:
             sched.stop()
+
+
+@dataclass
+class KubeControllerManager:
+    pid: int
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def kube_controller_manager(kube_control_plane: KubeControlPlane) -> KubeControllerManager:
+    """kube-controller-manager of the control plane's version (no cloud, node-lifecycle, IPAM, route or
+    service-LB controllers: there are no kubelets); stopped with the control plane."""
+    cp = kube_control_plane
+    proc = subprocess.run(
+        [str(CONTROL_PLANE_SH), "controller-manager", str(cp.dir)],
+        check=False,
+        env={**os.environ, "K8S_BIN_DIR": str(cp.bin_dir), "K8S_VERSION": cp.version},
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"kube-controller-manager did not start:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+    values = _read_env_text(proc.stdout)
+    # the control plane's `down` stops it
+    return KubeControllerManager(pid=int(values["CONTROLLER_MANAGER_PID"]),
+                                 log_path=Path(values["CONTROLLER_MANAGER_LOG"]))
 
 
 def _now() -> str:

@@ -1,6 +1,6 @@
 """The Grafana dashboard reads only what gpucluster exports. Its three sources run for real: the agent (simulated
 GPUs with pods on them, control-plane families on, one XID injected), a real ``gpucluster up`` and the extender
-against the v1.20.2 API server after one /filter. Every metric name in every dashboard expression (parsed as
+against the real API server after one /filter. Every metric name in every dashboard expression (parsed as
 PromQL, Grafana's ``label_values`` unwrapped) must be among the names they serve, and a real Prometheus that
 scrapes all three must accept every expression and hold series for every name."""
 

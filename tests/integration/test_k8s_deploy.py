@@ -21,8 +21,10 @@ def _gpucluster(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("mode", ["extender", "scheduler"])
-def test_manifests_pass_server_side_dry_run(kube_client: Any, namespace: str, mode: str) -> None:
-    out = _gpucluster("k8s", "manifests", "--mode", mode, "--namespace", namespace, "--kube-version", "1.20",
+def test_manifests_pass_server_side_dry_run(kube_control_plane: Any, kube_client: Any, namespace: str,
+                                            mode: str) -> None:
+    out = _gpucluster("k8s", "manifests", "--mode", mode, "--namespace", namespace,
+                      "--kube-version", kube_control_plane.minor,
                       "--scheduler-name", f"gpucluster-{uuid.uuid4().hex[:4]}")
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -32,7 +34,7 @@ def test_manifests_pass_server_side_dry_run(kube_client: Any, namespace: str, mo
     if mode == "extender":
         cm = next(d for d in docs if d["kind"] == "ConfigMap")
         cfg = yaml.safe_load(cm["data"]["config.yaml"])
-        assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1beta1"
+        assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
         assert cfg["extenders"][0]["bindVerb"] == "bind"
     for doc in docs:
         # the server validates and admits each object, then discards it
@@ -43,8 +45,9 @@ def test_manifests_pass_server_side_dry_run(kube_client: Any, namespace: str, mo
     assert "gpucluster-scheduler" not in names
 
 
-def test_manifest_rejected_by_server_when_broken(kube_client: Any, namespace: str) -> None:
-    out = _gpucluster("k8s", "manifests", "--mode", "scheduler", "--namespace", namespace, "--kube-version", "1.20")
+def test_manifest_rejected_by_server_when_broken(kube_control_plane: Any, kube_client: Any, namespace: str) -> None:
+    out = _gpucluster("k8s", "manifests", "--mode", "scheduler", "--namespace", namespace,
+                      "--kube-version", kube_control_plane.minor)
     deployment = next(d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "Deployment")
     deployment["spec"]["selector"]["matchLabels"] = {"other": "x"}  # selector no longer matches the template
     with pytest.raises(utils.FailToCreateError):

@@ -1,4 +1,4 @@
-"""The real kube-scheduler v1.20.2 with gpucluster's extender, on a real API server: 120 registered GPU
+"""The real kube-scheduler (v1.37.2 and v1.35.4) with gpucluster's extender, on a real API server: 120 registered GPU
 nodes of four models and three vendors, 1,000 HAMi pods created at once, the extender killed and restarted
 in the middle. Everything is checked by reading the API server back."""
 
@@ -55,9 +55,9 @@ def fleet(kube_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         reg.delete()
 
 
-def _config(port: int, name: str, node_cache_capable: bool = True) -> str:
+def _config(port: int, name: str, kube_version: str, node_cache_capable: bool = True) -> str:
     cfg = scheduler_config(f"http://127.0.0.1:{port}", registry(), name, node_cache_capable=node_cache_capable,
-                           kube_version="1.20")  # the API server and kube-scheduler here are v1.20.2
+                           kube_version=kube_version)
     cfg["podInitialBackoffSeconds"] = 1
     cfg["podMaxBackoffSeconds"] = 2
     return yaml.safe_dump(cfg, sort_keys=False)
@@ -87,7 +87,7 @@ def test_thousand_pods_through_kube_scheduler_with_restart(
     ext = start_extender(kube_control_plane.kubeconfig, port, tmp_path / "extender.log",
                          "--scheduler-name", name)
     try:
-        kube_scheduler_factory(_config(port, name), name=f"ext-{run}")
+        kube_scheduler_factory(_config(port, name, kube_control_plane.minor), name=f"ext-{run}")
         pods: list[dict[str, Any]] = []
         for i in range(500):
             pods.append(gpu_pod(f"nv-{i:04d}", name, "nvidia", 1, 8000, 20, run=run))
@@ -154,7 +154,8 @@ def test_thousand_pods_through_kube_scheduler_with_restart(
             return r if len(r) == len(unfit) else None
 
         # kube-scheduler retries a pod that failed while the extender was down only after its backoff
-        # (up to 60 s in 1.20), so on a loaded machine the last reasons can take a while to appear
+        # (pods an error sent back wait in its backoff queue, unschedulable ones until a cluster event or
+        # podMaxInUnschedulablePodsDuration), so on a loaded machine the last reasons can take a while to appear
         msgs = wait_until(unfit_reasons, 300, "50 unschedulable conditions with counted reasons")
         assert all("InsufficientGPUMemory" in m for k, m in msgs.items() if k.startswith("huge"))
         assert all("GPUTypeMismatch" in m for k, m in msgs.items() if k.startswith("h100"))

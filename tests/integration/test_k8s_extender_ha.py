@@ -1,4 +1,4 @@
-"""High availability as the chart deploys it, on the real v1.20.2 API server: two kube-scheduler replicas, each
+"""High availability as the chart deploys it, on the real API server (v1.37.2 and v1.35.4): two kube-scheduler replicas, each
 with its own gpucluster extender as a sidecar, elect a leader through a Lease. Only the leader's kube-scheduler
 schedules, so only the leader's extender filters and binds; the follower's extender keeps its informer warm and
 binds nothing. When the leader stops, the follower takes the Lease and its extender binds the next pods, with
@@ -56,7 +56,8 @@ def test_only_the_leaders_extender_binds_and_the_follower_takes_over(
         scheds, holders = {}, {}
         for r in ("a", "b"):  # a first, so a leads; b then waits on the Lease
             cfg = scheduler_config(f"http://127.0.0.1:{ports[r]}", registry(), name, leader_elect=True,
-                                   namespace=namespace, kube_version="1.20", lease_name=lease)
+                                   namespace=namespace, kube_version=kube_control_plane.minor,
+                                   lease_name=lease)
             # short terms keep the takeover quick (defaults: 15 s lease, 10 s renew deadline, 2 s retry)
             cfg["leaderElection"].update(leaseDuration="4s", renewDeadline="3s", retryPeriod="1s")
             scheds[r] = kube_scheduler_factory(yaml.safe_dump(cfg), name=f"ha-{r}-{run}")

@@ -1,4 +1,4 @@
-"""Ported HAMi cases on a real API server: kube-scheduler v1.20.2 with gpucluster's extender (``--policy
+"""Ported HAMi cases on a real API server: kube-scheduler (v1.37.2 and v1.35.4) with gpucluster's extender (``--policy
 binpack``, HAMi's node binpack + GPU spread, and ``--device-config`` with the ``hami.io/*`` resource names of
 HAMi's scheduler tests) must bind each pod to the node HAMi picks and write the same
 ``hami.io/vgpu-devices-to-allocate`` (and Cambricon/Hygon) annotation HAMi writes, so HAMi's device plugins would
@@ -136,7 +136,7 @@ def test_extender_writes_hamis_annotations(kube_control_plane: Any, kube_client:
                          scheduler, "--policy", "binpack", "--device-config", str(config_path))
     try:
         cfg = scheduler_config(f"http://127.0.0.1:{port}", registry, scheduler,
-                               kube_version="1.20")  # the API server and kube-scheduler here are v1.20.2
+                               kube_version=kube_control_plane.minor)
         cfg["podInitialBackoffSeconds"] = 1
         cfg["podMaxBackoffSeconds"] = 2
         kube_scheduler_factory(yaml.safe_dump(cfg, sort_keys=False), name=f"hami-{run}")

@@ -1,5 +1,5 @@
-"""``gpucluster up --kubeconfig``: the control plane shows and schedules a real API server (kube-apiserver v1.20.2,
-no kubelet). Registered GPU nodes appear in the REST API; a submitted job becomes Pods that the control plane's
+"""``gpucluster up --kubeconfig``: the control plane shows and schedules a real API server (kube-apiserver
+v1.37.2 and v1.35.4, no kubelet). Registered GPU nodes appear in the REST API; a submitted job becomes Pods that the control plane's
 own scheduler binds, it runs, and it succeeds after its duration (its pods deleted); cancelled jobs lose their
 pods."""
 

@@ -1,4 +1,4 @@
-"""Smoke tests of the real services the integration suite runs on: kube-apiserver v1.20.2 (+ kube-scheduler)
+"""Smoke tests of the real services the integration suite runs on: kube-apiserver v1.37.2 and v1.35.4 (+ kube-scheduler)
 and Prometheus. They prove the fixtures work; product tests build on them."""
 
 from __future__ import annotations
@@ -43,9 +43,11 @@ def _pod(name: str, scheduler_name: str, gpus: int = 1, node_selector: dict[str,
     )
 
 
-def test_apiserver_version(kube_client: Any) -> None:
+def test_apiserver_version(kube_control_plane: Any, kube_client: Any) -> None:
     info = client.VersionApi(kube_client).get_code()
-    assert info.git_version == "v1.20.2"
+    assert info.git_version == kube_control_plane.version
+    assert (info.major, info.minor) == ("1", kube_control_plane.minor.split(".")[1])
+    assert kube_control_plane.version in kube_control_plane.log()  # "Version" line of kube-apiserver's log
 
 
 def test_fake_gpu_nodes_report_allocatable(kube_client: Any, gpu_node_factory: Any) -> None:
@@ -103,7 +105,7 @@ def test_kube_scheduler_binds_to_fake_gpu_node(
     run = _uid()
     sched_name = f"smoke-{run}"
     scheduler = kube_scheduler_factory(
-        "apiVersion: kubescheduler.config.k8s.io/v1beta1\n"
+        "apiVersion: kubescheduler.config.k8s.io/v1\n"
         "kind: KubeSchedulerConfiguration\n"
         f"profiles:\n- schedulerName: {sched_name}\n"
     )

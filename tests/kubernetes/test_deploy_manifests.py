@@ -27,8 +27,7 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize(("version", "api"), [
-    ("1.20", "v1beta1"), ("1.22.3", "v1beta1"), ("1.23", "v1beta3"), ("1.24", "v1beta3"), ("1.25", "v1"),
-    ("v1.27.4", "v1"), ("1.33", "v1"), ("1.40", "v1"),
+    ("1.35", "v1"), ("v1.35.4", "v1"), ("1.36", "v1"), ("1.37.2", "v1"), ("1.40", "v1"),
 ])
 def test_scheduler_config_version_follows_kube_version(version: str, api: str) -> None:
     assert scheduler_api_version(version) == f"kubescheduler.config.k8s.io/{api}"
@@ -47,12 +46,15 @@ def test_scheduler_config_version_follows_kube_version(version: str, api: str) -
 
 
 def test_kube_version_parsing() -> None:
-    assert parse_kube_version("v1.30.4") == (1, 30, 4)
-    assert kube_scheduler_image("1.30.4") == "registry.k8s.io/kube-scheduler:v1.30.4"
-    assert kube_scheduler_image("1.33") == "registry.k8s.io/kube-scheduler:v1.33.1"
-    for bad in ("1", "one.two", "1.19"):
+    assert parse_kube_version("v1.36.4") == (1, 36, 4)
+    assert kube_scheduler_image("1.36.1") == "registry.k8s.io/kube-scheduler:v1.36.1"
+    assert kube_scheduler_image("1.37") == "registry.k8s.io/kube-scheduler:v1.37.2"
+    assert kube_scheduler_image("1.35.0") == "registry.k8s.io/kube-scheduler:v1.35.4"
+    for bad in ("1", "one.two", "1.19", "1.34", "v1.34.9"):
         with pytest.raises(KubeVersionError):
             parse_kube_version(bad)
+    with pytest.raises(KubeVersionError, match="oldest we support and test"):
+        scheduler_api_version("1.24")
 
 
 def _containers(objs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -106,13 +108,13 @@ def test_monitoring_objects_carry_the_rule_file_and_dashboard() -> None:
 
 
 def test_cli_kube_version_and_errors(tmp_path: Any) -> None:
-    r = runner.invoke(app, ["k8s", "manifests", "--kube-version", "1.21", "--no-agent"])
+    r = runner.invoke(app, ["k8s", "manifests", "--kube-version", "1.35", "--no-agent"])
     assert r.exit_code == 0, r.output
     docs = [d for d in yaml.safe_load_all(r.stdout) if d]
     assert "DaemonSet" not in {d["kind"] for d in docs}
     cfg = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
-    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1beta1"
-    r = runner.invoke(app, ["k8s", "manifests", "--kube-version", "1.19"])
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    r = runner.invoke(app, ["k8s", "manifests", "--kube-version", "1.34"])
     assert r.exit_code == 2 and "older than the oldest" in r.output
     r = runner.invoke(app, ["k8s", "manifests", "--twins", str(tmp_path / "missing.yaml")])
     assert r.exit_code == 2

@@ -30,21 +30,16 @@ labels:
 {{ .Values.kubeScheduler.image }}
 {{- else -}}
 {{- $v := semver .Capabilities.KubeVersion.Version -}}
-{{- $patches := dict "20" 15 "21" 14 "22" 17 "23" 17 "24" 17 "25" 16 "26" 15 "27" 16 "28" 15 "29" 15 "30" 14 "31" 9 "32" 5 "33" 1 -}}
+{{- $patches := dict "35" 4 "36" 3 "37" 2 -}}
 {{- $patch := $v.Patch -}}
 {{- if eq (int $patch) 0 -}}{{- $patch = get $patches (toString $v.Minor) | default 0 -}}{{- end -}}
 {{ printf "registry.k8s.io/kube-scheduler:v%d.%d.%d" (int $v.Major) (int $v.Minor) (int $patch) }}
 {{- end -}}
 {{- end -}}
 
+{{/* kube-scheduler 1.35 and newer (Chart.yaml's kubeVersion) read only v1 */}}
 {{- define "gpucluster.schedulerApiVersion" -}}
-{{- if semverCompare ">=1.25-0" .Capabilities.KubeVersion.Version -}}
 kubescheduler.config.k8s.io/v1
-{{- else if semverCompare ">=1.23-0" .Capabilities.KubeVersion.Version -}}
-kubescheduler.config.k8s.io/v1beta3
-{{- else -}}
-kubescheduler.config.k8s.io/v1beta1
-{{- end -}}
 {{- end -}}
 
 {{- define "gpucluster.podSecurityContext" -}}

@@ -194,9 +194,9 @@ def register(app: typer.Typer) -> None:
         mode: Annotated[str, typer.Option("--mode", help="extender (kube-scheduler + our extender) or "
                                                          "scheduler (our secondary scheduler).")] = "extender",
         kube_version: Annotated[str, typer.Option(
-            "--kube-version", help="Target Kubernetes version X.Y[.Z]: picks the KubeSchedulerConfiguration "
-                                   "version (v1 from 1.25, v1beta3 1.23-1.24, v1beta1 1.20-1.22) and the "
-                                   "registry.k8s.io/kube-scheduler image.")] = "1.33",
+            "--kube-version", help="Target Kubernetes version X.Y[.Z], 1.35 or newer (1.35-1.37 are tested; "
+                                   "older ones are refused): picks the registry.k8s.io/kube-scheduler image; the "
+                                   "KubeSchedulerConfiguration is kubescheduler.config.k8s.io/v1.")] = "1.37",
         namespace: Annotated[str, typer.Option("--namespace")] = "kube-system",
         release: Annotated[str, typer.Option("--release", help="Prefix of the objects' names (as a Helm "
                                                                "release name).")] = "gpucluster",

@@ -10,8 +10,9 @@ and compare them object by object, so this module is the reference the chart fol
   service account), node registration for a simulated twin (``k8s register-nodes``), a ServiceMonitor, a
   PrometheusRule (the text of ``gpucluster monitor rules``) and a Grafana dashboard ConfigMap (sidecar label).
 
-The KubeSchedulerConfiguration's API version follows the target version (:func:`scheduler_api_version`):
-``v1beta1`` up to 1.22, ``v1beta3`` for 1.23 and 1.24, ``v1`` from 1.25 (GA). Every container runs with the
+Supported and tested: Kubernetes 1.35, 1.36 and 1.37 (the releases in support in December 2026); older versions
+are refused (``--kube-version``). The KubeSchedulerConfiguration is ``kubescheduler.config.k8s.io/v1``, the only
+version those kube-schedulers read. Every container runs with the
 restricted Pod Security profile (non-root, no privilege escalation, all capabilities dropped, RuntimeDefault
 seccomp, read-only root file system).
 """
@@ -31,13 +32,12 @@ from gpucluster.devices import VendorRegistry
 Mode = Literal["extender", "scheduler"]
 APP = "gpucluster-scheduler"
 """Name of the scheduler's objects for the default release name ``gpucluster``."""
-DEFAULT_KUBE_VERSION = "1.33"
-"""A current Kubernetes minor (the default target)."""
-MIN_KUBE_VERSION = (1, 20)
+DEFAULT_KUBE_VERSION = "1.37"
+"""The newest Kubernetes minor we test (the default target)."""
+MIN_KUBE_VERSION = (1, 35)
+"""The oldest Kubernetes minor we test (integration tests run on 1.35 and 1.37, the chart is validated for 1.36)."""
 KUBE_SCHEDULER_REPOSITORY = "registry.k8s.io/kube-scheduler"
-KUBE_SCHEDULER_PATCH: Mapping[int, int] = {
-    20: 15, 21: 14, 22: 17, 23: 17, 24: 17, 25: 16, 26: 15, 27: 16, 28: 15, 29: 15, 30: 14, 31: 9, 32: 5, 33: 1,
-}
+KUBE_SCHEDULER_PATCH: Mapping[int, int] = {35: 4, 36: 3, 37: 2}
 """Patch release of registry.k8s.io/kube-scheduler used when ``--kube-version`` names only a minor (a
 published release of that minor; give X.Y.Z to match your cluster's exact version)."""
 DEFAULT_IMAGE = "ghcr.io/gpucluster/gpucluster:0.1.0"
@@ -62,16 +62,15 @@ def parse_kube_version(text: str) -> tuple[int, int, int | None]:
     major, minor = int(m.group(1)), int(m.group(2))
     if (major, minor) < MIN_KUBE_VERSION:
         raise KubeVersionError(f"--kube-version {text!r}: Kubernetes {major}.{minor} is older than the oldest we "
-                               f"support ({MIN_KUBE_VERSION[0]}.{MIN_KUBE_VERSION[1]})")
+                               f"support and test ({MIN_KUBE_VERSION[0]}.{MIN_KUBE_VERSION[1]})")
     return major, minor, None if m.group(3) is None else int(m.group(3))
 
 
 def scheduler_api_version(kube_version: str) -> str:
-    """The ``kubescheduler.config.k8s.io`` version that kube-scheduler of that release reads (v1beta1 up to
-    1.22, v1beta3 for 1.23-1.24, v1 GA from 1.25)."""
-    _, minor, _ = parse_kube_version(kube_version)
-    version = "v1" if minor >= 25 else "v1beta3" if minor >= 23 else "v1beta1"
-    return f"kubescheduler.config.k8s.io/{version}"
+    """The ``kubescheduler.config.k8s.io`` version that kube-scheduler of that release reads: ``v1`` for every
+    supported release (v1beta3 was removed in 1.29); raises :class:`KubeVersionError` for older ones."""
+    parse_kube_version(kube_version)
+    return "kubescheduler.config.k8s.io/v1"
 
 
 def kube_scheduler_image(kube_version: str) -> str:

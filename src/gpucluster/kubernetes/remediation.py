@@ -1,7 +1,7 @@
 """Remediation on a real cluster: monitoring's :class:`~gpucluster.monitoring.RemediationTarget` through the API.
 
 * cordon / uncordon: ``spec.unschedulable`` on the Node (what ``kubectl cordon`` does);
-* drain: cordon, then an Eviction (``policy/v1beta1``, so PodDisruptionBudgets are honoured) for every pod on
+* drain: cordon, then an Eviction (``policy/v1``, so PodDisruptionBudgets are honoured) for every pod on
   the node; their controllers recreate them and the scheduler places them on other nodes, so the evicted pods
   are reported as ``pending``, never as lost;
 * release: delete the pod (its allocation goes with it);
@@ -83,9 +83,9 @@ class KubeRemediationTarget:
 
     def _evict(self, key: str) -> bool:
         namespace, name = key.split("/", 1)
-        # policy/v1beta1 is the Eviction version every supported server (1.20 up) accepts
+        # policy/v1 (GA since 1.22; policy/v1beta1 Evictions were removed in 1.25)
         body = client.V1Eviction(
-            api_version="policy/v1beta1", kind="Eviction",
+            api_version="policy/v1", kind="Eviction",
             metadata=client.V1ObjectMeta(name=name, namespace=namespace),
             delete_options=client.V1DeleteOptions(grace_period_seconds=self.grace_period_s),
         )

@@ -20,6 +20,7 @@ from gpucluster.kubernetes.binder import KubeBinder
 from gpucluster.kubernetes.client import raw_get
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.extender import ExtenderLogic, ExtenderServer
+from gpucluster.kubernetes.gangs import GroupSizes
 from gpucluster.kubernetes.informer import Informer
 from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.kubernetes.secondary import SecondaryScheduler
@@ -109,7 +110,7 @@ def run_scheduler(api: ApiClient, registry: VendorRegistry, opts: RunOptions, *,
     if leader_elect:
         elector = LeaderElector(api, lease_name, namespace, identity, lease_duration=lease_duration,
                                 renew_deadline=lease_duration * 2 / 3, retry_period=max(lease_duration / 7, 0.2))
-    sched = SecondaryScheduler(cluster, binder, opts.scheduler_name, elector)
+    sched = SecondaryScheduler(cluster, binder, opts.scheduler_name, elector, group_sizes=GroupSizes.from_api(api))
     informer.pod_listeners.append(sched.on_pod)
     informer.node_listeners.append(sched.on_nodes)
     informer.start()

@@ -3,7 +3,9 @@ election.
 
 Pending pods come from the informer. Each pass (on a change, or every ``retry_interval`` seconds) takes
 them by priority, then age: a single pod is decided and bound; the pods of a gang (``gpucluster.io/gang``,
-``gpucluster.io/gang-min-member``) are decided together under the cluster lock and bound only when every
+``gpucluster.io/gang-min-member``; or the label ``scheduling.x-k8s.io/pod-group`` with its PodGroup's
+``minMember``; or ``spec.schedulingGroup`` with Kubernetes' PodGroup ``minCount``: :mod:`.gangs`) are decided
+together under the cluster lock and bound only when every
 pending member fits and at least ``min-member`` are there (``Scheduler.schedule_group``: the framework's
 Gang plugin and waiting-pods map), else every reservation is undone and nothing binds. Binding is
 ``Scheduler.bind_group`` (a single pod is a group of one): every member's bind is checked first (a dry-run
@@ -17,6 +19,7 @@ before every bind.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
@@ -26,6 +29,7 @@ from typing import Any
 from gpucluster.kubernetes.binder import KubeBinder
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import KubeInputError, parse_pod, pod_key, pod_node, pod_phase
+from gpucluster.kubernetes.gangs import COSCHEDULING_PREFIX, POD_GROUP_LABEL, GangRef, GroupSizes, gang_ref
 from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.model import Pod
 from gpucluster.scheduler import Decision
@@ -37,12 +41,17 @@ log = logging.getLogger(__name__)
 class _Pending:
     pod: Pod
     created: str
+    group: GangRef | None = None
+    """The pod-group convention that made it a gang member (None: ours, or no gang)."""
 
 
 class SecondaryScheduler:
     def __init__(self, cluster: KubeCluster, binder: KubeBinder, scheduler_name: str = "gpucluster",
-                 elector: LeaderElector | None = None, retry_interval: float = 2.0) -> None:
+                 elector: LeaderElector | None = None, retry_interval: float = 2.0,
+                 group_sizes: GroupSizes | None = None) -> None:
         self.cluster = cluster
+        self.group_sizes = group_sizes
+        """Reads the size of a PodGroup (other tools' gang conventions); None: only our annotations count."""
         self.binder = binder
         self.scheduler_name = scheduler_name
         self.elector = elector
@@ -78,7 +87,10 @@ class SecondaryScheduler:
                 self.pending.pop(key, None)
                 return
             created = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
-            self.pending[key] = _Pending(pod, created)
+            group = gang_ref(obj) if not pod.gang and self.group_sizes is not None else None
+            if group is not None:
+                pod = dataclasses.replace(pod, gang=group.gang)
+            self.pending[key] = _Pending(pod, created, group)
         self._wake.set()
 
     def on_nodes(self) -> None:
@@ -96,9 +108,12 @@ class SecondaryScheduler:
             items = sorted(self.pending.values(), key=lambda p: (-p.pod.priority, p.created, p.pod.key))
         singles = [p.pod for p in items if not p.pod.gang]
         gangs: dict[tuple[str, str], list[Pod]] = {}
+        groups: dict[tuple[str, str], GangRef] = {}
         for p in items:
             if p.pod.gang:
                 gangs.setdefault((p.pod.namespace, p.pod.gang), []).append(p.pod)
+                if p.group is not None:
+                    groups[(p.pod.namespace, p.pod.gang)] = p.group
         bound = 0
         for pod in singles:
             if not self.leading():
@@ -111,13 +126,35 @@ class SecondaryScheduler:
         for (namespace, gang), members in gangs.items():
             if not self.leading():
                 break
+            ref = groups.get((namespace, gang))
+            if ref is not None:
+                members = self._with_group_size(namespace, ref, members)
+                if not members:
+                    continue
             bound += self._schedule_gang(namespace, gang, members)
         return bound
 
+    def _with_group_size(self, namespace: str, ref: GangRef, members: list[Pod]) -> list[Pod]:
+        """Members carrying their PodGroup's size; none (each told why) while the PodGroup is missing. A size
+        of 0 (Kubernetes' ``basic`` policy) makes each member a single pod (a gang of one)."""
+        assert self.group_sizes is not None
+        size = self.group_sizes.min_member(namespace, ref)
+        if size is None:
+            api = "/".join(ref.api[:2])
+            msg = (f"0/{self.cluster.state.n_nodes} nodes are available: PodGroup {namespace}/{ref.name} "
+                   f"({api}) not found (GangNotReady).")
+            for pod in members:
+                self._report(pod, msg)
+            return []
+        return [dataclasses.replace(p, gang_min_member=max(size, 1)) for p in members]
+
     def _bound_members(self, namespace: str, gang: str) -> int:
+        # bound pods are read as parsed (our annotations only): a coscheduling member is known by its label
+        label = gang.removeprefix(COSCHEDULING_PREFIX) if gang.startswith(COSCHEDULING_PREFIX) else None
         with self.cluster.lock:
             return sum(1 for pod, _node in self.cluster.bound.values()
-                       if pod.namespace == namespace and pod.gang == gang)
+                       if pod.namespace == namespace
+                       and (pod.gang == gang or (label is not None and pod.labels.get(POD_GROUP_LABEL) == label)))
 
     def _schedule_gang(self, namespace: str, gang: str, members: list[Pod]) -> int:
         need = max(*(p.gang_min_member for p in members), 1) - self._bound_members(namespace, gang)
