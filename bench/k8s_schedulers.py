@@ -77,16 +77,22 @@ class BindWatch:
         self.namespace = namespace
         self.bound: dict[str, float] = {}
         self._w = watch.Watch()
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        for ev in self._w.stream(self.core.list_namespaced_pod, self.namespace, _request_timeout=3600):
-            obj = ev["object"]
-            if obj.spec.node_name and obj.metadata.name not in self.bound:
-                self.bound[obj.metadata.name] = time.monotonic()
+        try:
+            for ev in self._w.stream(self.core.list_namespaced_pod, self.namespace, _request_timeout=3600):
+                obj = ev["object"]
+                if obj.spec.node_name and obj.metadata.name not in self.bound:
+                    self.bound[obj.metadata.name] = time.monotonic()
+        except Exception as exc:  # the stream ends when stop() closes it
+            if not self._stopped:
+                print(f"watch of {self.namespace} ended: {exc!r}", flush=True)
 
     def stop(self) -> None:
+        self._stopped = True
         self._w.stop()
 
 
@@ -172,6 +178,9 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--only", default="a,b,c", help="which of a (kube-scheduler), b (+ extender), c (secondary)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for one scheduler's pods")
+    ap.add_argument("--ext-percentage", type=int, default=None,
+                    help="percentageOfNodesToScore for (b) (default: the chart's 100, so the extender sees every "
+                         "node; 0: kube-scheduler's adaptive default, as (a) runs)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     args = ap.parse_args()
     which = set(args.only.split(","))
@@ -203,8 +212,10 @@ def main() -> None:
                                         f"127.0.0.1:{port}", "--scheduler-name", "withext",
                                         "--handshake-timeout", "36000"], d / "extender.log"))
             wait_http(f"http://127.0.0.1:{port}/healthz")
-            start_kube_scheduler(d, scheduler_config(f"http://127.0.0.1:{port}", reg, "withext",
-                                                     kube_version=KUBE_MINOR), "withext", env)
+            cfg = scheduler_config(f"http://127.0.0.1:{port}", reg, "withext", kube_version=KUBE_MINOR)
+            if args.ext_percentage is not None:
+                cfg["percentageOfNodesToScore"] = args.ext_percentage  # 0: kube-scheduler's adaptive default
+            start_kube_scheduler(d, cfg, "withext", env)
             results.append(run_one(api, "b", "withext", args.pods, args.timeout))
         if "c" in which:
             port = free_port()

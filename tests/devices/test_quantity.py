@@ -129,3 +129,42 @@ def test_pod_parsing_accepts_the_bounds_themselves() -> None:
         VendorRegistry.from_settings().parse_pod({**_limits(), "spec": {"priority": "1e309", "containers": [{}]}},
                                                  "p")
     assert whole_number(MAX_WHOLE_NUMBER) == MAX_WHOLE_NUMBER
+
+
+# ---------------------------------------------------------------------------------------------- rounding (issue 31)
+_MEMORY_SUFFIXES = ("", "k", "M", "G", "Ki", "Mi", "Gi", "m")
+
+
+@pytest.mark.parametrize(("text", "mib"), [
+    ("1M", 1),  # 1,000,000 bytes: less than a MiB, still one MiB, never 0
+    ("1", 1), ("1Mi", 1), ("1025Ki", 2), ("1048577", 2), ("1500M", 1431), ("0.5Gi", 512), ("0", 0),
+])
+def test_memory_is_rounded_up_to_whole_mib(text: str, mib: int) -> None:
+    assert memory_mib(text) == mib
+
+
+@pytest.mark.parametrize(("text", "milli"), [
+    ("1m", 1), ("0.0001", 1), ("1.0001", 1001), ("2.5", 2500), ("0.1234", 124), ("0", 0),
+])
+def test_cpu_is_rounded_up_to_whole_millicores(text: str, milli: int) -> None:
+    assert cpu_milli(text) == milli
+
+
+@given(st.integers(0, 10**7), st.integers(0, 3), st.sampled_from(_MEMORY_SUFFIXES))
+def test_memory_and_cpu_are_never_rounded_down(mantissa: int, decimals: int, suffix: str) -> None:
+    """What a pod is given covers what it asked for, and by less than one unit more: ``ceil``, never ``int``."""
+    text = f"{Decimal(mantissa).scaleb(-decimals)}{suffix}"
+    exact = parse_quantity(text)
+    try:
+        mib = memory_mib(text)
+    except ValueError:
+        assert exact / 2**20 > MAX_MEMORY_MIB
+    else:
+        assert mib * 2**20 >= exact > (mib - 1) * 2**20
+    if suffix in ("", "k", "m"):
+        try:
+            milli = cpu_milli(text)
+        except ValueError:
+            assert exact * 1000 > MAX_CPU_MILLI
+        else:
+            assert milli >= exact * 1000 > milli - 1

@@ -159,3 +159,24 @@ def test_prometheus_scrapes_exporter(prometheus_factory: Any, metrics_server: tu
     up = prom.query('up{job="smoke"}')
     assert up
     assert up[0]["value"][1] == "1"
+
+
+def test_controller_manager_runs_jobs(kube_controller_manager: Any, kube_client: Any, namespace: str) -> None:
+    """kube-controller-manager of the control plane's version is there for the tests that need controllers: its
+    Job controller makes a Job's pods (they wait unscheduled: no scheduler serves their name, no kubelet)."""
+    batch = client.BatchV1Api(kube_client)
+    core: Any = client.CoreV1Api(kube_client)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "two"},
+           "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {
+               "schedulerName": "nobody", "restartPolicy": "Never",
+               "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}
+    batch.create_namespaced_job(namespace, job)
+
+    def pods_of_the_job() -> list[Any]:
+        pods = core.list_namespaced_pod(namespace, label_selector="job-name=two").items
+        return pods if len(pods) == 2 else []
+
+    pods = wait_until(pods_of_the_job, 60, "the Job controller to create 2 pods")
+    assert all(p.metadata.owner_references[0].kind == "Job" for p in pods)
+    assert all(not p.spec.node_name for p in pods)
+    assert kube_controller_manager.pid > 0

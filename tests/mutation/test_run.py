@@ -84,10 +84,10 @@ def test_load_refuses_malformed_lists(tmp_path: Path) -> None:
         load(bad)
 
 
-def test_the_repository_list_loads_and_has_both_sections() -> None:
+def test_the_repository_list_loads_and_has_its_sections() -> None:
     mutants = load(MUTANTS)
     assert len(mutants) >= 40
-    assert {m.section for m in mutants} == {"core", "engine"}
+    assert {m.section for m in mutants} == {"core", "engine", "users"}
 
 
 def test_a_run_judges_each_mutant_and_counts(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -287,3 +287,32 @@ def test_node_mirror_groups_are_the_distinct_free_states() -> None:
         same_state = (sig[:, None, :] == sig[None, :, :]).all(axis=2)
         same_group = mirror.group[:, None] == mirror.group[None, :]
         assert np.array_equal(same_state, same_group), i
+
+
+@pytest.mark.parametrize("completes", [True, False])
+def test_a_zero_drop_is_exact_only_for_the_shapes_it_was_measured_over(completes: bool) -> None:
+    """A CPU-only pod on a node with 10 cores and two idle GPUs changes nothing for the first target's shape
+    (4 cores each): its drop is exactly 0. A shape that needs 9 cores then joins the target: the same placement
+    now strands both GPUs for it (a drop of 2,000 milli times its weight), though the node itself never changed.
+    The kept zero may stand only over the shapes it was measured for; the score must be the full computation's,
+    whether the table can measure the newer shape for the kept placement (``complete``) or not."""
+    view = NodeArrays(cpu_left=np.array([10000]), cpu_cap=np.array([40000]), mem_left=np.array([1 << 20]),
+                      gpu_left=np.array([[1000, 1000]]), gpu_count=np.array([2]), model=np.array([0]),
+                      model_names=MODELS)
+    rows, generation = np.array([0]), np.ones(1, np.int64)
+    pod = (2000, 0, 0)
+    stranding = Stranding(0.0, np.zeros(4))
+    cache = IncrementalScores(1, bounds=True)
+    scores = []
+    for counts in (Counter({(4000, 500, 1, ""): 4}), Counter({(4000, 500, 1, ""): 4, (9000, 470, 1, "G2"): 4})):
+        target = target_from_counts(counts, 1.0)
+        assert cache.set_target(target, MODELS)
+        access = target.access(MODELS)
+        scorer = _scorer(view, pod, True, target, access, stranding, cache.universe)
+        if not completes:
+            scorer = Scorer(scorer.compute, scorer.sharing, scorer.inputs)
+        got, _ = cache.lookup((*pod, True), rows, generation, scorer)
+        want, _ = fgd_scores(view, rows, *pod, target, access, stranding=stranding, any_model=True)
+        assert got.tolist() == want.tolist()
+        scores.append(int(want[0]))
+    assert scores[0] != scores[1]  # the newer shape does change the answer

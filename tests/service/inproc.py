@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from gpucluster.service import EmbeddedRuntime, Service, ServiceConfig, create_app, open_service
 from gpucluster.service.limits import RateLimits
 from gpucluster.spec import Cluster, ClusterSpecFile, cluster_from_spec
+from gpucluster.web import mount as web_mount
 
 ADMIN = "in-process-admin-token"
 SPEC = {
@@ -63,12 +64,13 @@ class InProc:
 
 @contextmanager
 def in_process(data_dir: Path, admin: str = ADMIN, rates: RateLimits | None = None,
-               cluster: Cluster | None = None, queue_policy: str = "default") -> Iterator[InProc]:
+               cluster: Cluster | None = None, queue_policy: str = "default", web: bool = False) -> Iterator[InProc]:
+    """``web``: with the dashboard's routes mounted, as ``gpucluster up`` serves them."""
     runtime = EmbeddedRuntime(cluster or small_cluster(), background=0.0, fault_rate_per_hour=0.0,
                               queue_policy=queue_policy)
     config = ServiceConfig(data_dir=data_dir, speed=0.0, admin_token=admin, rates=rates or RateLimits())
     service, _ = open_service(runtime, config)
-    app = create_app(service)
+    app = create_app(service, mount_web=web_mount if web else None)
     client = TestClient(app, headers={"Authorization": f"Bearer {admin}"}, raise_server_exceptions=False)
     try:
         yield InProc(service, client, data_dir)

@@ -430,9 +430,9 @@ def describe_job(job: dict[str, Any]) -> None:
                          for d in p.get("devices", [])) or "-"
         rows.append((p["pod"], p["node"], devs))
     _section("Placements", ["POD", "NODE", "DEVICES"], rows)
-    events: list[Sequence[Any]] = [(clock(e.get("t")), e["kind"], e.get("message", ""))
-                                   for e in job.get("events", [])]
-    _section("Events", ["CLOCK", "KIND", "MESSAGE"], events, wrap_last=True)
+    events: list[Sequence[Any]] = [(clock(e.get("first_t", e.get("t"))), clock(e.get("t")), e["kind"],
+                                    e.get("count", 1), e.get("message", "")) for e in job.get("events", [])]
+    _section("Events", ["FIRST", "LAST", "KIND", "COUNT", "MESSAGE"], events, wrap_last=True)
 
 
 def describe_node(node: dict[str, Any], usage: dict[str, Any], alerts: list[dict[str, Any]]) -> None:
@@ -535,15 +535,18 @@ def _event_rows(events: list[dict[str, Any]], wide: bool) -> list[list[Any]]:
     now = time.time()
     rows = []
     for e in events:
-        row = [age(now - e["at"]), e["type"], e["kind"], e["object"], e.get("message", "")]
+        row = [age(now - e["at"]), e["type"], e["kind"], e["object"], e.get("count", 1), e.get("message", "")]
         if wide:
-            row += [clock(e.get("t")), e.get("tenant") or "-", e["id"]]
+            first = e.get("first_at") or e["at"]
+            row += [age(now - first), clock(e.get("t")), e.get("tenant") or "-", e["id"]]
         rows.append(row)
     return rows
 
 
 def events(
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", "--watch", "-w",
+                                         help="Keep printing new events (a repeat comes again with its count).")]
+    = False,
     job: Annotated[str | None, typer.Option("--job", help="Only this job's events (id or name).")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Newest events first shown.")] = 50,
     output: OutputOpt = OutputFormat.TABLE,
@@ -559,7 +562,8 @@ def events(
     Job lifecycle and scheduling decisions (a tenant sees its own jobs'), remediation, alerts firing and
     resolving."""
     wide = output == OutputFormat.WIDE
-    headers = ["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE", *(("CLOCK", "TENANT", "ID") if wide else ())]
+    headers = ["AGE", "TYPE", "REASON", "OBJECT", "COUNT", "MESSAGE",
+               *(("FIRST-SEEN", "CLOCK", "TENANT", "ID") if wide else ())]
     with client(resolve(server, token, context)) as http:
         params: dict[str, Any] = {"limit": limit}
         if job:
@@ -572,7 +576,7 @@ def events(
             _emit_changes(body["events"], output)
         else:
             print_table(headers, _event_rows(body["events"], wide), no_headers=no_headers, wide=wide,
-                        wrap_last=False)
+                        right=(4,))
         if not follow:
             return
         cursor = body["cursor"]
@@ -584,7 +588,7 @@ def events(
             if output.machine:
                 _emit_changes(body["events"], output)
             else:
-                print_table(headers, _event_rows(body["events"], wide), no_headers=True, wide=wide)
+                print_table(headers, _event_rows(body["events"], wide), no_headers=True, wide=wide, right=(4,))
 
 
 # ---------------------------------------------------------------------------------------------- sinfo

@@ -131,18 +131,24 @@ def register(app: typer.Typer) -> None:
         handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake.")] = 60.0,
         device_config: DeviceConfigOpt = None,
         legacy_metrics: LegacyOpt = False,
+        claim_settle: Annotated[float, typer.Option(
+            "--claim-settle", help="Seconds between writing ResourceClaim allocations and checking them against "
+                                   "every claim (kube-scheduler's DRA plugin may allocate the same device at the "
+                                   "same time); 0 skips the check.")] = 1.0,
     ) -> None:
         """Run a secondary scheduler for pods with spec.schedulerName = --scheduler-name (gangs, leader
-        election)."""
+        election, ResourceClaims allocated with our placement)."""
         from gpucluster.kubernetes.runtime import RunOptions, run_scheduler
 
         _check_policy(policy)
         registry = registry_or_fail(device_config)
         if lease_duration < 1:
             fail("--lease-duration: must be >= 1 second")
+        if not 0 <= claim_settle <= 60:
+            fail(f"--claim-settle: must be within 0..60 seconds, got {claim_settle:g}")
         where = _listen(listen) if listen else None
         opts = RunOptions(placement_policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
-                          collectors=_metrics(legacy_metrics))
+                          collectors=_metrics(legacy_metrics), claim_settle=claim_settle)
         try:
             run_scheduler(_api(kubeconfig), registry, opts, namespace=namespace,
                           lease_name=lease_name or scheduler_name, identity=identity or None,

@@ -37,6 +37,7 @@ from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Slowdo
 from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import (
+    FOLDED_EVENT_KINDS,
     STATUSES,
     Job,
     JobEvent,
@@ -44,6 +45,7 @@ from gpucluster.jobs.model import (
     JobSpec,
     JobState,
     JobStatus,
+    folds,
     task_pods,
 )
 from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
@@ -55,6 +57,7 @@ from gpucluster.model.labels import JOB_LABEL
 
 __all__ = [
     "DEFAULT_QUEUE_POLICY",
+    "FOLDED_EVENT_KINDS",
     "JOB_LABEL",
     "JOB_PLACEMENT",
     "POLICIES",
@@ -83,6 +86,7 @@ __all__ = [
     "default_registry",
     "default_speed_model",
     "describe_speed",
+    "folds",
     "job_profile",
     "job_spec",
     "jobs_profile",

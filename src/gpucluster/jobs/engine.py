@@ -69,6 +69,10 @@ log = logging.getLogger(__name__)
 _NO_CACHE: dict[str, float] = {}
 """Sentinel: tenant shares are not cached (outside a dynamic re-sort)."""
 
+NOTE_REPEAT_S = 60.0
+"""A waiting job whose reason did not change is reported again (``unschedulable``, folded into the one event by
+whoever records them) after this many clock seconds, so its last-seen time stays fresh without an event per
+scheduling pass."""
 PRIO_FINISH = 0
 PRIO_CALL = 1
 PRIO_ARRIVE = 2
@@ -579,8 +583,12 @@ class JobEngine:
 
     # ---------------------------------------------------------------------------- the pass
     def _note(self, job: Job, message: str) -> None:
-        if job.message != message and job.state == JobState.QUEUED:
+        if job.state != JobState.QUEUED:
+            return
+        if job.message != message:
             self._apply(job, Note(message))
+        elif self.now - job.noted_s >= NOTE_REPEAT_S:
+            self._apply(job, Note(message, repeat=True))
 
     def _pass(self) -> None:
         self._dirty = False
@@ -677,9 +685,16 @@ class JobEngine:
                 self.series.append(point)
 
     def _count_message(self, job: Job, free: float) -> str:
+        """Why a job the pass did not try waits, in words that do not change as the free count moves (one
+        reason, one event: the queue view shows the free GPUs)."""
         spec = job.spec
-        return (f"waiting for GPUs: needs {spec.gpu_share:g} GPU(s) as {spec.num_tasks} task(s), "
-                f"{max(free, 0.0):g} of {self.totals.gpus} free")
+        if spec.gpu_share > free:
+            return (f"waiting for GPUs: needs {spec.gpu_share:g} GPU(s) as {spec.num_tasks} task(s), more than "
+                    "are free now")
+        if spec.whole and spec.task_gpus > 0:
+            return (f"waiting for GPUs: needs {spec.num_tasks} task(s) of {spec.task_gpus:g} whole GPU(s) each; "
+                    "too few nodes have that many free now")
+        return "waiting for room: no node can take it now"
 
     def _failure_message(self, job: Job) -> str:
         """Why the last placement of ``job`` failed, in words (quota first: it is what the tenant can act on)."""

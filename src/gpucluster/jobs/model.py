@@ -266,6 +266,8 @@ class Job:
     """Queue index a multi-level policy (2D-LAS) keeps the job in."""
     extra: dict[str, float] = field(default_factory=dict)
     """Policy bookkeeping (2D-LAS promotion) and per-run figures (topology level)."""
+    noted_s: float = -math.inf
+    """When the job's waiting reason was last reported (an ``unschedulable`` event)."""
 
     # ---------------------------------------------------------------------------------------- progress
     @property
@@ -422,6 +424,18 @@ class JobEvent:
     def status(self) -> str:
         """The control plane's status after the event (``""`` for node events)."""
         return self.state.status.value if self.state is not None else ""
+
+
+FOLDED_EVENT_KINDS = frozenset({"unschedulable"})
+"""Event kinds that fold: a job's event of one of these kinds right after one of the same kind is a repeat of it
+(Kubernetes' event series: one event with a count and its first and last time, the latest message), never a new
+line in the job's history. A waiting job is reported again as its reason changes and at least every
+``NOTE_REPEAT_S`` (``jobs.engine``) while it waits."""
+
+
+def folds(previous_kind: str | None, kind: str) -> bool:
+    """Whether an event of ``kind`` right after one of ``previous_kind`` (of the same job) folds into it."""
+    return kind in FOLDED_EVENT_KINDS and previous_kind == kind
 
 
 def task_pods(spec: JobSpec, attempt: int, namespace: str = "") -> list[Pod]:

@@ -7,7 +7,8 @@ not fit (fragmentation the count could not see).
 
 * :func:`plan_preemption` (preemptive queue policies): running jobs whose policy rank is strictly worse than
   the claimant's and that have run at least the policy's lease; lowest priority class first, inside it the
-  smallest jobs (they free no more than needed), latest first.
+  smallest jobs (they free no more than needed), latest first; of those taken until the claimant fits, the
+  ones it does not need after all are spared.
 * :func:`plan_reclaim` (policies with ``reclaim`` and a :class:`QuotaTree` with guarantees): a claimant whose
   queue stays within its guaranteed GPUs once it runs (at every level of the hierarchy below what it shares
   with the victim) takes jobs of queues above their guarantee: the queue most over it per over-quota weight
@@ -56,16 +57,35 @@ class Free:
 
 def fits_after(claimant: JobSpec, free: Free, victims: Iterable[Job]) -> list[Job]:
     """Take ``victims`` in order until the claimant's tasks fit by count (whole free devices per node for
-    whole-GPU tasks); the victims taken, or ``[]`` when even all of them are not enough."""
+    whole-GPU tasks), then reprieve every one taken before the last that the claimant fits without (the later
+    ones first, as kube-scheduler reprieves): the victims still needed, in order, or ``[]`` when even all of
+    them are not enough. (A small job taken first whose node cannot hold a task is not stopped for nothing
+    when a larger one had to go anyway.)"""
     node_free = free.per_node.copy()
+
+    def fits() -> bool:
+        return not claimant.whole or int((node_free // claimant.task_gpus).sum()) >= claimant.num_tasks
+
+    def give(victim: Job, sign: int) -> None:
+        for name in victim.nodes:
+            node_free[free.node_index[name]] += sign * victim.spec.task_gpus
+
     chosen: list[Job] = []
     for victim in victims:
         chosen.append(victim)
-        for name in victim.nodes:
-            node_free[free.node_index[name]] += victim.spec.task_gpus
-        if not claimant.whole or int((node_free // claimant.task_gpus).sum()) >= claimant.num_tasks:
-            return chosen
-    return []
+        give(victim, 1)
+        if fits():
+            break
+    else:
+        return []
+    spared: set[str] = set()
+    for victim in reversed(chosen[:-1]):
+        give(victim, -1)
+        if fits():
+            spared.add(victim.job_id)
+        else:
+            give(victim, 1)
+    return [v for v in chosen if v.job_id not in spared]
 
 
 def plan_preemption(running: Running, claimant: Job, rank: Key, free: Free) -> list[Job]:

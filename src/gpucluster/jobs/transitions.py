@@ -10,7 +10,7 @@ the job: the engine that calls them carries out the side effects (placing pods, 
 | new | Arrive | queued | ``queued`` |
 | new | Reject | failed | ``rejected`` |
 | queued | Start | running | ``running`` |
-| queued | Note | queued | ``unschedulable`` (only when the message changes) |
+| queued | Note | queued | ``unschedulable`` (when the message changes, or again with ``repeat``) |
 | queued | Preempted | queued | ``preempted`` (counts a preemption that took effect) |
 | running | Finish | succeeded | ``succeeded`` |
 | running | Preempt | queued | (none: ``Preempted`` reports it once the claimant runs) |
@@ -99,9 +99,12 @@ class Fail:
 
 @dataclass(slots=True)
 class Note:
-    """Still queued, for this reason (``unschedulable: ...``, ``waiting for quota: ...``)."""
+    """Still queued, for this reason (``unschedulable: ...``, ``waiting for quota: ...``). ``repeat``: report it
+    again even when the reason did not change (the engine does so at most every ``NOTE_REPEAT_S``: the event's
+    last-seen time; a store folds the repeats into one event with a count)."""
 
     message: str
+    repeat: bool = False
 
 
 @dataclass(slots=True)
@@ -189,9 +192,10 @@ def _start(job: Job, s: Start, now: float) -> list[JobEvent]:
 
 
 def _note(job: Job, s: Note, now: float) -> list[JobEvent]:
-    if job.message == s.message:
+    if job.message == s.message and not s.repeat:
         return []
     job.message = s.message
+    job.noted_s = now
     return _event(job, now, "unschedulable")
 
 

@@ -17,6 +17,8 @@ from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
 from gpucluster.devices import VendorRegistry
+from gpucluster.kubernetes.claims import ClaimWriter
+from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import decision_annotations
 from gpucluster.model import Allocation, Pod
 from gpucluster.model.labels import SCHEDULED_BY_ANNOTATION
@@ -59,8 +61,54 @@ class KubeBinder:
         self.clock = clock
         self.binds = 0
         self.failures = 0
+        self.claims = ClaimWriter(api)
+        self.cluster: KubeCluster | None = None
+        """Set by whoever builds the cluster: its :attr:`KubeCluster.claim_plans` say which ResourceClaims a
+        bind writes first."""
+
+    def write_claims(self, pod: Pod) -> Status:
+        """Write the pod's ResourceClaims (its :class:`ClaimPlan`) now, before the Binding (idempotent: a plan
+        written already is left as it is). SUCCESS when there is nothing to write."""
+        cluster = self.cluster
+        plan = cluster.claim_plans.get(pod.key) if cluster is not None else None
+        if plan is None or cluster is None or plan.written is not None:
+            return Status.success()
+        names: list[str] = []
+
+        def written(key: str, obj: dict[str, Any]) -> None:
+            meta = obj.get("metadata") or {}
+            names.append(f"{meta.get('namespace')}/{meta.get('name')}")
+            cluster.claim_written(pod.key, key, obj)
+
+        try:
+            plan.undo = self.claims.write(pod, plan, written)
+        except ApiException as exc:
+            self.failures += 1
+            return Status.error(self.name, f"claims of {pod.key}: {exc.status} {exc.reason}")
+        except Exception as exc:
+            self.failures += 1
+            return Status.error(self.name, f"claims of {pod.key}: {exc}")
+        plan.written = names
+        return Status.success()
+
+    def undo_claims(self, pod_key: str) -> None:
+        """Take back what :meth:`write_claims` wrote for the pod (its bind will not happen)."""
+        cluster = self.cluster
+        plan = cluster.claim_plans.get(pod_key) if cluster is not None else None
+        if plan is not None and plan.written is not None:
+            self.claims.undo(plan.undo)
+            plan.written, plan.undo = None, []
 
     def bind(self, pod: Pod, allocation: Allocation) -> Status:
+        st = self.write_claims(pod)
+        if not st.ok:
+            return st
+        st = self._bind(pod, allocation)
+        if not st.ok:
+            self.undo_claims(pod.key)
+        return st
+
+    def _bind(self, pod: Pod, allocation: Allocation) -> Status:
         annotations = decision_annotations(allocation, self.registry, self.clock())
         if self.identity:
             annotations[SCHEDULED_BY_ANNOTATION] = self.identity
@@ -101,8 +149,9 @@ class KubeBinder:
         return Status.success()
 
     def unbind(self, pod: Pod, allocation: Allocation) -> Status:
-        """Undo our bind of ``pod`` (see the module docstring). Only the incarnation we bound is touched (a uid
-        precondition); a pod already gone or not bound there is done."""
+        """Undo our bind of ``pod`` (see the module docstring), and the claim writes of its bind. Only the
+        incarnation we bound is touched (a uid precondition); a pod already gone or not bound there is done."""
+        self.undo_claims(pod.key)
         try:
             current = self.core.read_namespaced_pod(pod.name, pod.namespace)
         except ApiException as exc:

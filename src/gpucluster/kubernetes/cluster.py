@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -32,7 +33,33 @@ from gpucluster.kubernetes.convert import (
     pod_key,
     pod_node,
 )
-from gpucluster.model import AllocationError, ClusterState, NodeSpec, Pod, Snapshot
+from gpucluster.kubernetes.dra import (
+    CLAIM_KEY_PREFIX,
+    ClaimInfo,
+    ClaimRequest,
+    DeviceClassInfo,
+    DraInputError,
+    Selectors,
+    SliceDevice,
+    SliceInfo,
+    consumption,
+    held,
+    merge_devices,
+    parse_claim,
+    parse_class,
+    parse_slice,
+)
+from gpucluster.model import (
+    Allocation,
+    AllocationError,
+    ClusterState,
+    ContainerRequest,
+    DeviceGrant,
+    DeviceRequest,
+    NodeSpec,
+    Pod,
+    Snapshot,
+)
 from gpucluster.scheduler import Decision, GroupDecision, Outcome, Scheduler, profile_for
 from gpucluster.scheduler.framework import (
     BindPlugin,
@@ -50,6 +77,43 @@ log = logging.getLogger(__name__)
 
 GATE_PLUGIN = "KubeNodeGate"
 BINDER_PLUGIN = "KubeBinder"
+DRA_CONTAINER_PREFIX = "dra:"
+"""Name prefix of the pseudo container that carries one ResourceClaim's device requests through the scheduler
+(``dra:<namespace>/<claim>``; ``dra:`` alone for the claim of the pod's DRA-backed extended resources)."""
+
+
+class ClaimNotReadyError(KubeInputError):
+    """A pod's ResourceClaim cannot be allocated now (not created yet, being deleted, a mode we do not
+    allocate); the message says which and why."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """One device an allocation gives a claim request."""
+
+    request: str
+    device: SliceDevice
+    memory_mib: int
+    core_milli: int
+
+
+@dataclasses.dataclass(slots=True)
+class ClaimPlan:
+    """What binding a pod must write to its ResourceClaims first: per claim (``namespace/name``; ``""`` for the
+    extended-resource claim to create), the devices chosen (none for a claim that is allocated already, which
+    only gets the pod in ``reservedFor``)."""
+
+    pod_key: str
+    node: str
+    claims: dict[str, list[ClaimResult]]
+    extended_requests: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The extended-resource claim's ``spec.devices.requests`` (kube-scheduler's naming)."""
+    extended_mappings: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    """``status.extendedResourceClaimStatus.requestMappings`` for the pod."""
+    written: list[str] | None = None
+    """The claims (``namespace/name``) written so far, once the binder wrote them (None before)."""
+    undo: list[Any] = dataclasses.field(default_factory=list)
+    """How to take the writes back (the binder's steps, last first)."""
 
 
 class NodeGate:
@@ -92,10 +156,12 @@ class NodeGate:
 
 def kube_profile(policy: str, *, binder: bool, seed: int = 0, scheduler_name: str = "gpucluster",
                  base: Profile | None = None) -> Profile:
-    """The named placement profile (or ``base``) with the gate first and (optionally) the Kubernetes binder
-    last."""
+    """The named placement profile (or ``base``) with the gate first (and ``NodeSelector``: a pod's
+    ``spec.nodeSelector``) and (optionally) the Kubernetes binder last."""
     base = base or profile_for(policy, seed)
     plugins = [PluginConfig(name=GATE_PLUGIN), *base.plugins]
+    if not any(p.name == "NodeSelector" for p in plugins):
+        plugins.insert(1, PluginConfig(name="NodeSelector"))
     if binder:
         plugins.append(PluginConfig(name=BINDER_PLUGIN))
     return base.model_copy(update={"plugins": plugins, "scheduler_name": scheduler_name})
@@ -152,6 +218,26 @@ class KubeCluster:
         """Nodes whose objects could not be understood, with why (they get no pods)."""
         self.rebuilds = 0
         self._mask_cache: tuple[tuple[Any, ...], npt.NDArray[np.bool_]] | None = None
+        # Dynamic Resource Allocation (resource.k8s.io/v1)
+        self.node_objs: dict[str, Mapping[str, Any]] = {}
+        """The last Node object seen per name (node rows are derived again when its DRA devices change)."""
+        self.slices: dict[str, SliceInfo] = {}
+        self.classes: dict[str, DeviceClassInfo] = {}
+        self.claims: dict[str, ClaimInfo] = {}
+        """ResourceClaims by ``namespace/name``."""
+        self.selectors = Selectors()
+        self.bad_dra: dict[str, str] = {}
+        """DRA objects that could not be understood (``kind name`` -> why)."""
+        self.claim_plans: dict[str, ClaimPlan] = {}
+        """Pod key -> the claim writes its bind must do first (secondary scheduler, control plane)."""
+        self._slice_devices: dict[str, list[SliceDevice]] = {}
+        self._dra_index: dict[str, tuple[str, int]] = {}
+        """DRA device key (``driver/pool/device``) -> (node, device index)."""
+        self._dra_by_key: dict[str, SliceDevice] = {}
+        self._extended_meta: dict[str, list[tuple[str, str, int, str, str]]] = {}
+        self._shared_claims: dict[str, list[str]] = {}
+        """Pod key -> claims it uses that are allocated already (its bind adds it to their ``reservedFor``)."""
+        """Pod key -> per DRA-backed extended resource request: (request name, class, count, container, resource)."""
         self.scheduler = self._new_scheduler([])
 
     # ------------------------------------------------------------------------------------------ plumbing
@@ -185,17 +271,20 @@ class KubeCluster:
             if info.unschedulable:
                 self.state.set_schedulable(info.spec.name, False)
             self._apply_health(info)
+        self._index_dra()
         for key, alloc in old.state.allocations.items():
             if alloc.node not in self.nodes:
                 continue
-            if key in self.bound:
-                continue  # re-accounted below from its annotations against the new node rows
+            if key in self.bound or self._claim_allocated(key):
+                continue  # re-accounted below from its annotations (claims: their status) on the new rows
             try:
                 self.scheduler.cache.assume(alloc)
             except AllocationError as exc:
                 log.warning("assumed allocation of %s dropped on rebuild: %s", key, exc)
         for key in list(self.bound):
             self._account(key)
+        for claim in list(self.claims.values()):
+            self._account_claim(claim)
 
     def _apply_health(self, info: NodeInfo) -> None:
         for dev in info.spec.devices:
@@ -206,6 +295,8 @@ class KubeCluster:
     # ------------------------------------------------------------------------------------------ nodes
     def _parse_node(self, obj: Mapping[str, Any]) -> NodeInfo | None:
         name = str((obj.get("metadata") or {}).get("name") or "")
+        if name:
+            self.node_objs[name] = obj
         try:
             info = node_info(obj, self.registry, self.nvlink_domain_size)
         except (KubeInputError, ValueError) as exc:
@@ -213,12 +304,16 @@ class KubeCluster:
             self.bad_nodes[name] = str(exc)
             return None
         self.bad_nodes.pop(name, None)
+        dra = self._slice_devices.get(name)
+        if dra:
+            info = dataclasses.replace(info, spec=merge_devices(info.spec, dra, self.nvlink_domain_size))
         return info
 
     def set_nodes(self, objs: Iterable[Mapping[str, Any]]) -> None:
         """Full resync (a list): exactly these nodes exist."""
         with self.lock:
             self.nodes = {}
+            self.node_objs = {}
             for obj in objs:
                 info = self._parse_node(obj)
                 if info is not None:
@@ -244,9 +339,12 @@ class KubeCluster:
                 self._set_gate_row(info)
                 if info.unschedulable:
                     st.set_schedulable(name, False)
+                self._index_dra()
                 for key, (_pod, node) in list(self.bound.items()):
                     if node == name:
                         self._account(key)
+                for claim in list(self.claims.values()):
+                    self._account_claim(claim)
                 return
             if old is None or old.signature != info.signature or not st.present[st.node_index[name]]:
                 self._rebuild()
@@ -258,6 +356,7 @@ class KubeCluster:
 
     def delete_node(self, name: str) -> None:
         with self.lock:
+            self.node_objs.pop(name, None)
             if self.nodes.pop(name, None) is None:
                 return
             if name in self.state.node_index:
@@ -331,6 +430,379 @@ class KubeCluster:
                         if k not in seen and not self.scheduler.cache.is_assumed(k)]:
                 self.delete_pod(key)
 
+    # ------------------------------------------------------------------------------------------ DRA objects
+    def _reindex_slices(self) -> set[str]:
+        """Rebuild node -> DRA devices (newest pool generation only); returns the nodes whose devices changed."""
+        newest: dict[tuple[str, str], int] = {}
+        for sl in self.slices.values():
+            pool = (sl.driver, sl.pool)
+            newest[pool] = max(newest.get(pool, sl.generation), sl.generation)
+        by_node: dict[str, list[SliceDevice]] = {}
+        for sl in self.slices.values():
+            if sl.generation != newest[(sl.driver, sl.pool)]:
+                continue
+            for dev in sl.devices:
+                if dev.node:
+                    by_node.setdefault(dev.node, []).append(dev)
+        changed = {n for n in by_node.keys() | self._slice_devices.keys()
+                   if by_node.get(n, []) != self._slice_devices.get(n, [])}
+        self._slice_devices = by_node
+        self._dra_by_key = {d.key: d for devs in by_node.values() for d in devs}
+        return changed
+
+    def _rederive(self, nodes: Iterable[str]) -> None:
+        for name in nodes:
+            obj = self.node_objs.get(name)
+            if obj is not None:
+                self.apply_node(obj)
+
+    def _parse_dra(self, kind: str, obj: Mapping[str, Any], parse: Callable[[Mapping[str, Any]], Any]) -> Any:
+        meta = obj.get("metadata") or {}
+        ns = str(meta.get("namespace") or "")
+        label = f"{kind} {ns + '/' if ns else ''}{meta.get('name')}"
+        try:
+            out = parse(obj)
+        except (DraInputError, ValueError) as exc:
+            log.warning("%s ignored: %s", label, exc)
+            self.bad_dra[label] = str(exc)
+            return None
+        self.bad_dra.pop(label, None)
+        return out
+
+    def set_slices(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        """Full resync of ResourceSlices."""
+        with self.lock:
+            self.slices = {}
+            for obj in objs:
+                info = self._parse_dra("resourceslice", obj, parse_slice)
+                if info is not None:
+                    self.slices[info.name] = info
+            self._rederive(self._reindex_slices())
+
+    def apply_slice(self, obj: Mapping[str, Any]) -> None:
+        with self.lock:
+            info = self._parse_dra("resourceslice", obj, parse_slice)
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            if info is None:
+                self.slices.pop(name, None)
+            else:
+                self.slices[name] = info
+            self._rederive(self._reindex_slices())
+
+    def delete_slice(self, name: str) -> None:
+        with self.lock:
+            if self.slices.pop(name, None) is not None:
+                self._rederive(self._reindex_slices())
+
+    def set_classes(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        with self.lock:
+            self.classes = {}
+            for obj in objs:
+                self.apply_class(obj)
+
+    def apply_class(self, obj: Mapping[str, Any]) -> None:
+        with self.lock:
+            info = self._parse_dra("deviceclass", obj, parse_class)
+            if info is not None:
+                self.classes[info.name] = info
+
+    def delete_class(self, name: str) -> None:
+        with self.lock:
+            self.classes.pop(name, None)
+
+    def set_claims(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        """Full resync of ResourceClaims: exactly these exist (assumed allocations of claims we are writing
+        stay until they expire or show up)."""
+        with self.lock:
+            seen = set()
+            for obj in objs:
+                info = self._parse_dra("resourceclaim", obj, parse_claim)
+                if info is not None:
+                    seen.add(info.key)
+                    self._put_claim(info)
+            for key in [k for k in self.claims if k not in seen]:
+                self.delete_claim(key)
+
+    def apply_claim(self, obj: Mapping[str, Any]) -> None:
+        with self.lock:
+            info = self._parse_dra("resourceclaim", obj, parse_claim)
+            if info is not None:
+                self._put_claim(info)
+
+    def delete_claim(self, key: str) -> None:
+        with self.lock:
+            self.claims.pop(key, None)
+            self.unaccounted.pop(CLAIM_KEY_PREFIX + key, None)
+            self.scheduler.cache.remove(CLAIM_KEY_PREFIX + key)
+
+    def _put_claim(self, info: ClaimInfo) -> None:
+        self.claims[info.key] = info
+        self._account_claim(info)
+
+    def _index_dra(self) -> None:
+        self._dra_index = {}
+        for i, node in enumerate(self.state.nodes):
+            if not self.state.present[i]:
+                continue
+            for dev in node.devices:
+                if dev.dra:
+                    self._dra_index[dev.dra] = (node.name, dev.index)
+
+    def _claim_allocated(self, state_key: str) -> bool:
+        if not state_key.startswith(CLAIM_KEY_PREFIX):
+            return False
+        info = self.claims.get(state_key[len(CLAIM_KEY_PREFIX):])
+        return info is not None and info.allocated is not None
+
+    def claim_allocation(self, info: ClaimInfo) -> Allocation | None:
+        """What an allocated claim holds on our device rows (None: not allocated, or holds no GPU we know).
+        Devices on several nodes (not node-local slices) are held on the first one's node only."""
+        if info.allocated is None:
+            return None
+        grants: list[DeviceGrant] = []
+        node = ""
+        for r in info.allocated:
+            if r.admin:
+                continue  # admin access shares a device with its users; it allocates nothing
+            where = self._dra_index.get(r.key)
+            dev = self._dra_by_key.get(r.key)
+            if where is None or dev is None or (node and where[0] != node):
+                continue
+            node = where[0]
+            mem, core = held(dev, r)
+            spec = self.state.node_spec(node).devices[where[1]]
+            grants.append(DeviceGrant(where[1], spec.uuid, spec.vendor, min(mem, spec.memory_mib),
+                                      min(core, spec.core_milli)))
+        if not grants:
+            return None
+        return Allocation(pod_key=info.state_key, node=node, cpu_milli=0, memory_mib=0, devices=(tuple(grants),),
+                          tenant=info.namespace)
+
+    def _account_claim(self, info: ClaimInfo) -> None:
+        """Make the state hold what the claim's allocation holds (idempotent); an unallocated claim holds
+        nothing unless we are writing its allocation (then it stays assumed)."""
+        key = info.state_key
+        cache = self.scheduler.cache
+        alloc = self.claim_allocation(info)
+        if info.extended and alloc is not None:  # we created it: it was held under a name of our own till now
+            for _res, pod_name, _uid in info.reserved_for:
+                cache.forget(CLAIM_KEY_PREFIX + f"{info.namespace}/{pod_name}-extended-resources")
+        current = self.state.allocations.get(key)
+        if alloc is None:
+            if current is not None and (info.allocated is not None or not cache.is_assumed(key)):
+                cache.remove(key)
+            self.unaccounted.pop(key, None)
+            return
+        if current is not None:
+            if current.node == alloc.node and sorted(current.grants, key=lambda g: g.device_index) == sorted(
+                    alloc.grants, key=lambda g: g.device_index):
+                cache.confirm(key)
+                self.unaccounted.pop(key, None)
+                return
+            cache.remove(key)
+        try:
+            self.state.assign(alloc)
+        except AllocationError as exc:
+            log.warning("allocated claim %s not accounted: %s", info.key, exc)
+            self.unaccounted[key] = str(exc)
+            return
+        self.unaccounted.pop(key, None)
+
+    # ------------------------------------------------------------------------------------------ DRA pods
+    def dra_extended(self) -> dict[str, DeviceClassInfo]:
+        """Extended resource name -> the DeviceClass that maps it to DRA."""
+        out: dict[str, DeviceClassInfo] = {}
+        for cls in sorted(self.classes.values(), key=lambda c: c.name):
+            for name in cls.extended_names:
+                out.setdefault(name, cls)
+        return out
+
+    def uses_dra(self, obj: Mapping[str, Any]) -> bool:
+        """The pod asks for devices through ResourceClaims or a DRA-backed extended resource."""
+        spec = obj.get("spec") or {}
+        if spec.get("resourceClaims"):
+            return True
+        mapped = self.dra_extended()
+        if not mapped:
+            return False
+        for c in (*(spec.get("containers") or ()), *(spec.get("initContainers") or ())):
+            res = (c or {}).get("resources") or {}
+            if any(k in mapped for part in ("limits", "requests") for k in (res.get(part) or {})):
+                return True
+        return False
+
+    def _pod_claim_keys(self, obj: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``(pod claim entry name, claim namespace/name)`` for the pod's ``spec.resourceClaims``."""
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        statuses = {str(s.get("name")): s.get("resourceClaimName")
+                    for s in (obj.get("status") or {}).get("resourceClaimStatuses") or () if isinstance(s, Mapping)}
+        out = []
+        for i, entry in enumerate((obj.get("spec") or {}).get("resourceClaims") or ()):
+            name = str((entry or {}).get("name") or "")
+            where = f"pod {pod_key(obj)}: spec.resourceClaims[{i}]"
+            if entry.get("resourceClaimName"):
+                out.append((name, f"{namespace}/{entry['resourceClaimName']}"))
+            elif entry.get("resourceClaimTemplateName"):
+                generated = statuses.get(name)
+                if not generated:
+                    raise ClaimNotReadyError(f"{where}: the claim of template {entry['resourceClaimTemplateName']} "
+                                        "is not created yet (status.resourceClaimStatuses)")
+                out.append((name, f"{namespace}/{generated}"))
+            else:
+                raise KubeInputError(f"{where}: resourceClaimName or resourceClaimTemplateName: required")
+        return out
+
+    def _device_request(self, req: ClaimRequest, where: str) -> DeviceRequest:
+        """One claim request as a device request over the DRA devices its class and selectors match."""
+        if req.admin or req.all_devices:
+            raise ClaimNotReadyError(f"{where}: {'adminAccess' if req.admin else 'allocationMode All'} requests are "
+                                "left to kube-scheduler; gpucluster allocates ExactCount requests")
+        cls = self.classes.get(req.class_name)
+        if cls is None:
+            raise ClaimNotReadyError(f"{where}: DeviceClass {req.class_name!r} does not exist")
+        exprs = (*cls.selectors, *req.selectors)
+        groups: dict[tuple[str, int, int, bool], set[str]] = {}
+        for dev in self._dra_by_key.values():
+            if not self.selectors.match_all(exprs, dev):
+                continue
+            got = consumption(dev, req)
+            if got is None:
+                continue
+            whole = not dev.shared
+            shape = (dev.vendor, 0 if whole else got[0], 0 if whole else got[1], whole)
+            groups.setdefault(shape, set()).add(dev.uuid)
+        if not groups:
+            bad = "; ".join(f"{e!r} {self.selectors.errors[e]}" for e in exprs if e in self.selectors.errors)
+            raise ClaimNotReadyError(f"{where}: no device matches DeviceClass {req.class_name}"
+                                f"{' and the selectors' if req.selectors else ''}{': ' + bad if bad else ''}")
+        (vendor, mem, core, whole), uuids = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0]))
+        if whole:
+            return DeviceRequest(vendor, req.count, memory_pct=100, core_milli=1000, dra=True,
+                                 uuids=frozenset(uuids))
+        return DeviceRequest(vendor, req.count, memory_mib=mem, core_milli=core, dra=True, uuids=frozenset(uuids))
+
+    def prepare_pod(self, obj: Mapping[str, Any]) -> Pod:
+        """A pod we schedule, with one pseudo container (``dra:<claim>``) per ResourceClaim still to allocate
+        and one (``dra:``) for its DRA-backed extended resources; a pod whose claims are all allocated
+        already gets the node they are on as its only candidate (:meth:`claim_node`). Raises
+        :class:`ClaimNotReadyError` / :class:`KubeInputError` saying why it cannot be scheduled now."""
+        pod = parse_pod(obj, self.registry)
+        with self.lock:
+            spec = obj.get("spec") or {}
+            mapped = self.dra_extended()
+            extra: list[ContainerRequest] = []
+            shared: list[str] = []
+            if spec.get("resourceClaims"):
+                for entry, key in self._pod_claim_keys(obj):
+                    info = self.claims.get(key)
+                    where = f"pod {pod.key}: claim {entry} ({key})"
+                    if info is None:
+                        raise ClaimNotReadyError(f"{where}: ResourceClaim {key} does not exist (yet)")
+                    if info.deleting:
+                        raise ClaimNotReadyError(f"{where}: ResourceClaim {key} is being deleted")
+                    if info.allocated is not None:
+                        shared.append(key)
+                        continue
+                    reqs = tuple(self._device_request(r, f"{where}: request {r.name}") for r in info.requests)
+                    extra.append(ContainerRequest(name=DRA_CONTAINER_PREFIX + key, devices=reqs))
+            if mapped and any(n in mapped for c in (*pod.containers, *pod.init_containers) for n in c.extended):
+                pod, ext = self._strip_extended(pod, mapped, obj)
+                if ext is not None:
+                    extra.append(ext)
+            self._shared_claims[pod.key] = shared
+        if not extra:
+            return pod
+        return dataclasses.replace(pod, containers=(*pod.containers, *extra))
+
+    def _strip_extended(self, pod: Pod, mapped: Mapping[str, DeviceClassInfo], obj: Mapping[str, Any]
+                        ) -> tuple[Pod, ContainerRequest | None]:
+        """Take DRA-backed extended resources out of the containers: one device request per (container,
+        resource), as kube-scheduler names them (``container-<i>-request-<j>``, init containers first)."""
+        extended = [c for c in self.claims.values() if c.extended and any(
+            ref[2] == pod.uid for ref in c.reserved_for)] if pod.uid else []
+        reqs: list[DeviceRequest] = []
+        meta: list[tuple[str, str, int, str, str]] = []
+        containers = []
+        spec = obj.get("spec") or {}
+        raws = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+        for ci, c in enumerate((*pod.init_containers, *pod.containers)):
+            keep = {k: v for k, v in c.extended.items() if k not in mapped}
+            res = (raws[ci] if ci < len(raws) else {}).get("resources") or {}
+            names = sorted({*(res.get("requests") or {}), *(res.get("limits") or {})})
+            for k, v in sorted(c.extended.items()):
+                if k in mapped and v > 0 and not extended:
+                    cls = mapped[k]
+                    reqs.append(self._device_request(ClaimRequest(name=k, class_name=cls.name, count=v),
+                                                     f"pod {pod.key}: {c.name}: {k}"))
+                    meta.append((f"container-{ci}-request-{names.index(k)}", cls.name, v, c.name, k))
+            containers.append(dataclasses.replace(c, extended=keep))
+        self._extended_meta[pod.key] = meta
+        n_init = len(pod.init_containers)
+        pod = dataclasses.replace(pod, init_containers=tuple(containers[:n_init]),
+                                  containers=tuple(containers[n_init:]))
+        if not reqs:
+            return pod, None
+        return pod, ContainerRequest(name=DRA_CONTAINER_PREFIX, devices=tuple(reqs))
+
+    def claim_conflicts(self, objs: Iterable[Mapping[str, Any]], mine: Iterable[str]) -> dict[str, str]:
+        """Of the claims ``mine`` (``namespace/name``), those that share a device with another claim beyond what
+        the device allows (an unshared device in two claims, a shared one over its memory or cores), with why:
+        another scheduler (kube-scheduler's DRA plugin) allocated the same device at the same time."""
+        mine = set(mine)
+        holders: dict[str, list[tuple[str, int, int]]] = {}
+        with self.lock:
+            for obj in objs:
+                try:
+                    info = parse_claim(obj)
+                except (DraInputError, ValueError):
+                    continue
+                for r in info.allocated or ():
+                    dev = self._dra_by_key.get(r.key)
+                    if dev is None or r.admin:
+                        continue
+                    mem, core = held(dev, r)
+                    holders.setdefault(r.key, []).append((info.key, mem, core))
+            out: dict[str, str] = {}
+            for key, held_by in holders.items():
+                dev = self._dra_by_key[key]
+                claims = {k for k, _, _ in held_by}
+                if len(claims) < 2 or not claims & mine:
+                    continue
+                mem = sum(m for _, m, _ in held_by)
+                core = sum(c for _, _, c in held_by)
+                if not dev.shared or mem > dev.memory_mib or core > dev.cores_pct * 10:
+                    others = sorted(claims - mine) or sorted(claims)
+                    for k in claims & mine:
+                        out[k] = f"device {key} is also allocated to claim {others[0]}"
+            return out
+
+    def without_dra_extended(self, pod: Pod) -> Pod:
+        """The pod without its DRA-backed extended resources (kube-scheduler's DRA plugin serves them)."""
+        mapped = self.dra_extended()
+        if not mapped or not any(n in mapped for c in (*pod.containers, *pod.init_containers) for n in c.extended):
+            return pod
+
+        def strip(cs: tuple[ContainerRequest, ...]) -> tuple[ContainerRequest, ...]:
+            return tuple(dataclasses.replace(c, extended={k: v for k, v in c.extended.items() if k not in mapped})
+                         for c in cs)
+
+        return dataclasses.replace(pod, containers=strip(pod.containers), init_containers=strip(pod.init_containers))
+
+    def claim_node(self, obj: Mapping[str, Any]) -> str | None:
+        """The node the pod's allocated claims are on (they must all agree), or None when none is allocated."""
+        node = None
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        with self.lock:
+            infos = [self.claims.get(key) for _entry, key in self._pod_claim_keys(obj)]
+            if uid:  # the claim of its DRA-backed extended resources, written before a restart
+                infos += [c for c in self.claims.values() if c.extended and any(r[2] == uid for r in c.reserved_for)]
+            for info in infos:
+                alloc = self.claim_allocation(info) if info is not None else None
+                if alloc is not None:
+                    node = alloc.node
+        return node
+
     # ------------------------------------------------------------------------------------------ decide
     def candidates_mask(self, names: Iterable[str]) -> npt.NDArray[np.bool_]:
         """Nodes named in ``names`` (unknown names are ignored). kube-scheduler sends the same list again
@@ -363,7 +835,7 @@ class KubeCluster:
                 cache.forget(pod.key)
             self.gate.candidates = None if candidates is None else self.candidates_mask(candidates)
             try:
-                return self.scheduler.schedule(pod)
+                return self._split(self.scheduler.schedule(pod))
             finally:
                 self.gate.candidates = None
 
@@ -377,7 +849,96 @@ class KubeCluster:
             for pod in pods:
                 if pod.key in self.state.allocations and cache.is_assumed(pod.key):
                     cache.forget(pod.key)
-            return self.scheduler.schedule_group(pods, bind=False)
+            group = self.scheduler.schedule_group(pods, bind=False)
+            group.decisions = [self._split(d) for d in group.decisions]
+            return group
+
+    # ------------------------------------------------------------------------------------------ DRA decisions
+    def _split(self, d: Decision) -> Decision:
+        """A decision for a pod with ``dra:`` pseudo containers -> the pod's own part (assumed under its key)
+        plus one assumed allocation per claim (under ``claim:<namespace>/<name>``) and the :class:`ClaimPlan`
+        its bind writes."""
+        pod, alloc = d.pod, d.allocation
+        if alloc is None:
+            return d
+        if not any(c.name.startswith(DRA_CONTAINER_PREFIX) for c in pod.containers):
+            join = [k for k in self._shared_claims.get(pod.key, ()) if not any(
+                ref[2] == pod.uid for ref in self.claims[k].reserved_for)] if pod.uid else []
+            if join:  # claims allocated already: the bind only adds the pod to their reservedFor
+                self.claim_plans[pod.key] = ClaimPlan(pod.key, alloc.node, {key: [] for key in join})
+            return d
+        n_real = next(i for i, c in enumerate(pod.containers) if c.name.startswith(DRA_CONTAINER_PREFIX))
+        cache = self.scheduler.cache
+        real = dataclasses.replace(pod, containers=pod.containers[:n_real])
+        own = Allocation(pod_key=pod.key, node=alloc.node, cpu_milli=alloc.cpu_milli, memory_mib=alloc.memory_mib,
+                         devices=alloc.devices[:n_real], tenant=alloc.tenant, pod=real,
+                         init_devices=alloc.init_devices)
+        plan = ClaimPlan(pod.key, alloc.node, {})
+        claim_allocs: list[Allocation] = []
+        node_devs = self.state.node_spec(alloc.node).devices
+        for c, grants in zip(pod.containers[n_real:], alloc.devices[n_real:], strict=True):
+            claim_key = c.name[len(DRA_CONTAINER_PREFIX):]
+            if claim_key:
+                info = self.claims[claim_key]
+                names = [r.name for r in info.requests]
+                namespace = info.namespace
+            else:
+                meta = self._extended_meta.get(pod.key, [])
+                names = [m[0] for m in meta]
+                namespace = pod.namespace
+                plan.extended_requests = [{"name": m[0], "exactly": {"deviceClassName": m[1],
+                                                                     "allocationMode": "ExactCount", "count": m[2]}}
+                                          for m in meta]
+                plan.extended_mappings = [{"containerName": m[3], "resourceName": m[4], "requestName": m[0]}
+                                          for m in meta]
+            results: list[ClaimResult] = []
+            it = iter(grants)
+            for name, req in zip(names, c.devices, strict=True):
+                for _ in range(req.count):
+                    g = next(it)
+                    dev = self._dra_by_key[node_devs[g.device_index].dra]
+                    results.append(ClaimResult(name, dev, g.memory_mib, g.core_milli))
+            plan.claims[claim_key] = results
+            state_key = CLAIM_KEY_PREFIX + (claim_key or f"{pod.key}-extended-resources")
+            claim_allocs.append(Allocation(pod_key=state_key, node=alloc.node, cpu_milli=0, memory_mib=0,
+                                           devices=(tuple(grants),), tenant=namespace))
+        for entry_key in self._claims_of(pod):
+            if not any(ref[2] == pod.uid for ref in self.claims[entry_key].reserved_for):
+                plan.claims.setdefault(entry_key, [])  # allocated already: only reservedFor
+        cache.forget(pod.key)
+        cache.assume(own)
+        for ca in claim_allocs:
+            cache.remove(ca.pod_key)
+            cache.assume(ca)
+        self.claim_plans[pod.key] = plan
+        d.pod, d.allocation = real, own
+        return d
+
+    def _claims_of(self, pod: Pod) -> list[str]:
+        """The claims (``namespace/name``) reserved for nobody yet that the pod's pseudo containers do not cover
+        but that it uses: allocated claims it shares (known from :meth:`prepare_pod`'s caller)."""
+        return list(self._shared_claims.get(pod.key, ()))
+
+    def forget_plan(self, pod_key: str) -> None:
+        with self.lock:
+            plan = self.claim_plans.pop(pod_key, None)
+            if plan is None:
+                return
+            for claim_key in plan.claims:
+                state_key = CLAIM_KEY_PREFIX + (claim_key or f"{pod_key}-extended-resources")
+                self.scheduler.cache.forget(state_key)
+
+    def claim_written(self, pod_key: str, claim_key: str, obj: Mapping[str, Any] | None) -> None:
+        """The binder wrote a claim's allocation (``obj``: the claim as the API server returned it): hold it
+        under its real name (the extended-resource claim got one only now) until the informer confirms it."""
+        with self.lock:
+            if not claim_key:
+                temp = CLAIM_KEY_PREFIX + f"{pod_key}-extended-resources"
+                self.scheduler.cache.forget(temp)
+            if obj is not None:
+                info = self._parse_dra("resourceclaim", obj, parse_claim)
+                if info is not None:
+                    self._put_claim(info)
 
     def node_reasons(self, pod: Pod, candidates: Iterable[str] | None = None) -> ReasonArray:
         """Per node, why ``pod`` does not fit it (0 = it fits), as Filter sees it now."""

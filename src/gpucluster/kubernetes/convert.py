@@ -11,6 +11,7 @@ Decision annotations (HAMi's format, one annotation per vendor)::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
@@ -69,7 +70,7 @@ class NodeInfo:
         are updated in place)."""
         s = self.spec
         devs = tuple((d.uuid, d.vendor, d.model, d.type_name, d.memory_mib, d.core_milli, d.max_tasks, d.numa,
-                      d.nvlink_domain, d.mode, d.cordoned) for d in s.devices)
+                      d.nvlink_domain, d.mode, d.cordoned, d.dra, d.hami) for d in s.devices)
         return (s.cpu_milli, s.memory_mib, s.rack, s.leaf, s.spine, devs, tuple(sorted(s.extended.items())),
                 tuple(sorted((k, tuple(sorted(v.items()))) for k, v in s.pair_scores.items())))
 
@@ -166,11 +167,18 @@ def pod_key(obj: Mapping[str, Any]) -> str:
 
 
 def parse_pod(obj: Mapping[str, Any], registry: VendorRegistry) -> Pod:
-    """A Pod (JSON dict) -> :class:`Pod`; raises :class:`KubeInputError` naming the pod and field."""
+    """A Pod (JSON dict) -> :class:`Pod` (with ``spec.nodeSelector``); raises :class:`KubeInputError` naming the
+    pod and field."""
     try:
-        return registry.parse_pod(obj, f"pod {pod_key(obj)}")
+        pod = registry.parse_pod(obj, f"pod {pod_key(obj)}")
     except DeviceInputError as exc:
         raise KubeInputError(str(exc)) from None
+    selector = (obj.get("spec") or {}).get("nodeSelector")
+    if selector:
+        if not isinstance(selector, Mapping):
+            raise KubeInputError(f"pod {pod_key(obj)}: spec.nodeSelector: must be a mapping of labels")
+        pod = dataclasses.replace(pod, node_selector={str(k): str(v) for k, v in selector.items()})
+    return pod
 
 
 def pod_node(obj: Mapping[str, Any]) -> str:

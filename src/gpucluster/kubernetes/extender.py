@@ -34,6 +34,10 @@ from gpucluster.scheduler.framework import Reason, Status
 log = logging.getLogger(__name__)
 
 MAX_EXTENDER_PRIORITY = 10
+DRA_NOTE_KEY = "gpucluster"
+"""Extra key of a filter answer (kube-scheduler ignores unknown keys) saying why every offered node passed."""
+DRA_NOTE = ("the pod's devices come from ResourceClaims (DRA): kube-scheduler's DynamicResources plugin "
+            "allocates them; gpucluster passes every offered node")
 
 PodReader = Callable[[str, str], Mapping[str, Any]]
 """``(namespace, name) -> Pod JSON``: reads a pod the extender has not seen in /filter (after a restart)."""
@@ -68,8 +72,16 @@ class ExtenderLogic:
             names, items = node_names(args)
         except KubeInputError as exc:
             raise ExtenderError(str(exc)) from None
+        raw = args.get("pod") or args.get("Pod")
+        dra = isinstance(raw, Mapping) and self.cluster.uses_dra(raw)
+        if dra:
+            pod = self.cluster.without_dra_extended(pod)
         if not pod.device_requests and not pod.init_device_requests:
-            return self._filter_result(names, items, None, {}, {})
+            out = self._filter_result(names, items, None, {}, {})
+            if dra:
+                out[DRA_NOTE_KEY] = DRA_NOTE
+                log.info("pod %s: %s", pod.key, DRA_NOTE)
+            return out
         decision = self.cluster.decide(pod, names)
         if decision.ok and decision.node is not None:
             keep = {decision.node}

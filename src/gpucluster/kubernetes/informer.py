@@ -1,7 +1,10 @@
-"""Informer-style list + watch of nodes and pods feeding a :class:`KubeCluster` (and listeners).
+"""Informer-style list + watch of nodes and pods, and of DRA's DeviceClasses, ResourceSlices and
+ResourceClaims (``resource.k8s.io/v1``), feeding a :class:`KubeCluster` (and listeners).
 
 Each kind runs in its own thread: list (a full resync), then watch from the list's resourceVersion; on any
-watch error (410 Gone, a dropped connection) it lists again. ``synced`` is set after the first list of both.
+watch error (410 Gone, a dropped connection) it lists again. ``synced`` is set after the first list of every
+kind. A server without ``resource.k8s.io/v1`` (before Kubernetes 1.34) answers 404: DRA is then taken as absent
+and its kinds count as synced.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client, watch
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, ApiException
 
 from gpucluster.kubernetes.client import raw_list
 from gpucluster.kubernetes.cluster import KubeCluster
@@ -30,11 +33,17 @@ A pod deleted while the watch was down gets no ``DELETED`` event; this is how li
 class Informer:
     def __init__(self, api: ApiClient, cluster: KubeCluster, watch_timeout: int = 300) -> None:
         self.core: Any = client.CoreV1Api(api)
+        self.resource: Any = client.ResourceV1Api(api)
         self.cluster = cluster
         self.watch_timeout = watch_timeout
         self.pod_listeners: list[PodListener] = []
         self.pod_resync_listeners: list[ResyncListener] = []
         self.node_listeners: list[Callable[[], None]] = []
+        self.claim_listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
+        """``(event type, claim)`` after the cluster took a ResourceClaim change in (``SYNC`` on a relist)."""
+        self.dra_available: bool | None = None
+        """Whether the server serves ``resource.k8s.io/v1`` (None until the first list answered)."""
+        self._dra_synced = {kind: threading.Event() for kind in ("deviceclasses", "resourceslices", "resourceclaims")}
         self._stop = threading.Event()
         self._nodes_synced = threading.Event()
         self._pods_synced = threading.Event()
@@ -43,13 +52,18 @@ class Informer:
 
     @property
     def synced(self) -> bool:
-        return self._nodes_synced.is_set() and self._pods_synced.is_set()
+        return (self._nodes_synced.is_set() and self._pods_synced.is_set()
+                and all(e.is_set() for e in self._dra_synced.values()))
 
     def wait_synced(self, timeout: float) -> bool:
-        return self._nodes_synced.wait(timeout) and self._pods_synced.wait(timeout)
+        return (self._nodes_synced.wait(timeout) and self._pods_synced.wait(timeout)
+                and all(e.wait(timeout) for e in self._dra_synced.values()))
 
     def start(self) -> None:
-        for target, name in ((self._run_nodes, "informer-nodes"), (self._run_pods, "informer-pods")):
+        for target, name in ((self._run_nodes, "informer-nodes"), (self._run_pods, "informer-pods"),
+                             (self._run_classes, "informer-deviceclasses"),
+                             (self._run_slices, "informer-resourceslices"),
+                             (self._run_claims, "informer-resourceclaims")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -65,7 +79,9 @@ class Informer:
         while not self._stop.is_set():
             try:
                 version = relist()
-                w: Any = watch.Watch()  # type: ignore[no-untyped-call]
+                # the events are not deserialised (dicts); naming a return type keeps the client from looking up a
+                # model class by name, which it gets wrong for resource.k8s.io/v1 (ResourceV1ResourceClaim)
+                w: Any = watch.Watch(return_type=dict)  # type: ignore[no-untyped-call]
                 self._watches.append(w)
                 for event in w.stream(list_call, resource_version=version, timeout_seconds=self.watch_timeout,
                                       deserialize=False, allow_watch_bookmarks=True):
@@ -102,6 +118,75 @@ class Informer:
                 cb()
 
         self._loop(relist, on_event, self.core.list_node, "nodes")
+
+    # ------------------------------------------------------------------------------------------ DRA
+    def _dra_loop(self, kind: str, list_call: Any, put_all: Callable[[list[dict[str, Any]]], None],
+                  put: Callable[[dict[str, Any]], None], delete: Callable[[dict[str, Any]], None],
+                  listeners: list[Callable[[str, Mapping[str, Any]], None]] | None = None) -> None:
+        synced = self._dra_synced[kind]
+
+        def relist() -> str:
+            if kind != "deviceclasses":
+                self._dra_synced["deviceclasses"].wait()
+            if kind == "resourceclaims":
+                self._dra_synced["resourceslices"].wait()
+                self._nodes_synced.wait()
+            try:
+                body = raw_list(list_call)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                if self.dra_available is not False:
+                    log.info("the API server does not serve %s/%s: no DRA objects are read", "resource.k8s.io", "v1")
+                self.dra_available = False
+                synced.set()
+                self._stop.wait(300)  # look again later (a server upgraded in place)
+                raise RuntimeError(f"{kind}: resource.k8s.io/v1 is not served") from None
+            self.dra_available = True
+            items = body.get("items") or []
+            put_all(items)
+            for obj in items:
+                for cb in listeners or ():
+                    cb("SYNC", obj)
+            synced.set()
+            return str(body["metadata"]["resourceVersion"])
+
+        def on_event(event: str, obj: dict[str, Any]) -> None:
+            if event == "DELETED":
+                delete(obj)
+            else:
+                put(obj)
+            for cb in listeners or ():
+                cb(event, obj)
+
+        self._loop(relist, on_event, list_call, kind)
+
+    def _run_classes(self) -> None:
+        c = self.cluster
+        self._dra_loop("deviceclasses", self.resource.list_device_class, c.set_classes, c.apply_class,
+                       lambda o: c.delete_class(str(o["metadata"]["name"])))
+
+    def _run_slices(self) -> None:
+        c = self.cluster
+
+        def put_all(items: list[dict[str, Any]]) -> None:
+            self._nodes_synced.wait()
+            c.set_slices(items)
+            for cb in self.node_listeners:
+                cb()
+
+        def put(obj: dict[str, Any]) -> None:
+            c.apply_slice(obj)
+            for cb in self.node_listeners:
+                cb()
+
+        self._dra_loop("resourceslices", self.resource.list_resource_slice, put_all, put,
+                       lambda o: c.delete_slice(str(o["metadata"]["name"])))
+
+    def _run_claims(self) -> None:
+        c = self.cluster
+        self._dra_loop("resourceclaims", self.resource.list_resource_claim_for_all_namespaces, c.set_claims,
+                       c.apply_claim, lambda o: c.delete_claim(pod_key(o)), self.claim_listeners)
 
     def _run_pods(self) -> None:
         def relist() -> str:

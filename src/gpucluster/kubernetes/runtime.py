@@ -39,6 +39,8 @@ class RunOptions:
     assume_ttl: float = 30.0
     """Seconds an assumed (decided, not bound) allocation is held."""
     sync_timeout: float = 60.0
+    claim_settle: float = 1.0
+    """Secondary scheduler: seconds between writing claim allocations and checking them against every claim."""
     collectors: Callable[[KubeCluster], Sequence[Collector]] | None = None
     """More metrics for ``/metrics`` over the cluster (the CLI passes the allocation collectors, ours and
     HAMi's, from ``gpucluster.monitoring``)."""
@@ -71,6 +73,7 @@ def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions, identity: 
     cluster = KubeCluster(registry, opts.placement_policy, binder=binder, handshake_timeout=opts.handshake_timeout,
                           assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name, profile=profile,
                           services=services)
+    binder.cluster = cluster
     informer = Informer(api, cluster)
     return cluster, binder, informer
 
@@ -110,9 +113,11 @@ def run_scheduler(api: ApiClient, registry: VendorRegistry, opts: RunOptions, *,
     if leader_elect:
         elector = LeaderElector(api, lease_name, namespace, identity, lease_duration=lease_duration,
                                 renew_deadline=lease_duration * 2 / 3, retry_period=max(lease_duration / 7, 0.2))
-    sched = SecondaryScheduler(cluster, binder, opts.scheduler_name, elector, group_sizes=GroupSizes.from_api(api))
+    sched = SecondaryScheduler(cluster, binder, opts.scheduler_name, elector, group_sizes=GroupSizes.from_api(api),
+                               claim_settle=opts.claim_settle)
     informer.pod_listeners.append(sched.on_pod)
     informer.node_listeners.append(sched.on_nodes)
+    informer.claim_listeners.append(sched.on_claim)
     informer.start()
     if not informer.wait_synced(opts.sync_timeout):
         raise TimeoutError(f"informer did not sync within {opts.sync_timeout}s")

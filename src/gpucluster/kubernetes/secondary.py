@@ -15,6 +15,13 @@ unbound), so a gang is never left partly bound, and it is placed again in a late
 fit gets a ``FailedScheduling`` Event and ``PodScheduled=False`` with the counted reasons (written again only
 when the message changes). With an elector, only the leader runs passes, and it checks leadership again
 before every bind.
+
+Pods with ResourceClaims (or DRA-backed extended resources) are ours to allocate too: the pod is prepared with
+one device request per claim request (:meth:`KubeCluster.prepare_pod`), placed by the same profile, and its
+claims are written (allocation, ``reservedFor``) before the Binding; a pod whose claims are allocated already
+goes to their node. A group rolled back takes its claim writes back too. When one of our pods is deleted or
+finishes, it is taken out of its claims' ``reservedFor`` and a claim nobody holds any more is deallocated (what
+kube-controller-manager's claim controller does, for a cluster that does not run it).
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ log = logging.getLogger(__name__)
 class _Pending:
     pod: Pod
     created: str
+    obj: Mapping[str, Any] | None = None
+    """The Pod object, for pods that use DRA (prepared again at each pass: their claims change)."""
     group: GangRef | None = None
     """The pod-group convention that made it a gang member (None: ours, or no gang)."""
 
@@ -48,7 +57,10 @@ class _Pending:
 class SecondaryScheduler:
     def __init__(self, cluster: KubeCluster, binder: KubeBinder, scheduler_name: str = "gpucluster",
                  elector: LeaderElector | None = None, retry_interval: float = 2.0,
-                 group_sizes: GroupSizes | None = None) -> None:
+                 group_sizes: GroupSizes | None = None, claim_settle: float = 1.0) -> None:
+        """``claim_settle``: seconds between writing a pass's claim allocations and checking them against every
+        claim on the server before binding (0: no check; see :meth:`_check_claims`)."""
+        self.claim_settle = claim_settle
         self.cluster = cluster
         self.group_sizes = group_sizes
         """Reads the size of a PodGroup (other tools' gang conventions); None: only our annotations count."""
@@ -63,6 +75,8 @@ class SecondaryScheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.bound_count = 0
+        self._releases: list[tuple[str, str, str]] = []
+        """Claims to release: (namespace, claim name, pod uid) of our pods that are gone."""
         self.rollbacks = 0
         """Groups whose bind failed part way and were rolled back."""
 
@@ -73,6 +87,9 @@ class SecondaryScheduler:
         spec = obj.get("spec") or {}
         mine = spec.get("schedulerName") == self.scheduler_name
         waiting = mine and not pod_node(obj) and pod_phase(obj) not in ("Succeeded", "Failed")
+        finished = kind == "DELETED" or pod_phase(obj) in ("Succeeded", "Failed")
+        if mine and finished:
+            self._release_claims(obj)
         with self._lock:
             if kind == "DELETED" or not waiting:
                 gone = self.pending.pop(key, None)
@@ -90,8 +107,37 @@ class SecondaryScheduler:
             group = gang_ref(obj) if not pod.gang and self.group_sizes is not None else None
             if group is not None:
                 pod = dataclasses.replace(pod, gang=group.gang)
-            self.pending[key] = _Pending(pod, created, group)
+            self.pending[key] = _Pending(pod, created, obj if self.cluster.uses_dra(obj) else None, group)
         self._wake.set()
+
+    def _release_claims(self, obj: Mapping[str, Any]) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return
+        with self.cluster.lock:
+            held = [(c.namespace, c.name) for c in self.cluster.claims.values()
+                    if any(ref[2] == uid for ref in c.reserved_for)]
+        if held:
+            with self._lock:
+                self._releases.extend((ns, name, uid) for ns, name in held)
+            self._wake.set()
+
+    def on_claim(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Informer listener: a claim appeared or changed (a pod waiting for it may fit now)."""
+        if kind != "SYNC":
+            self._wake.set()
+
+    def _do_releases(self) -> None:
+        with self._lock:
+            todo, self._releases = self._releases, []
+        for namespace, name, uid in todo:
+            try:
+                self.binder.claims.release(namespace, name, uid)
+                log.info("claim %s/%s released (pod %s is gone)", namespace, name, uid)
+            except Exception as exc:
+                log.warning("claim %s/%s not released: %s", namespace, name, exc)
+                with self._lock:
+                    self._releases.append((namespace, name, uid))
 
     def on_nodes(self) -> None:
         self._wake.set()
@@ -104,21 +150,36 @@ class SecondaryScheduler:
         """Try every pending pod once; returns how many were bound."""
         if not self.leading():
             return 0
+        self._do_releases()
         with self._lock:
             items = sorted(self.pending.values(), key=lambda p: (-p.pod.priority, p.created, p.pod.key))
-        singles = [p.pod for p in items if not p.pod.gang]
+        ready: list[tuple[Pod, list[str] | None, GangRef | None]] = []
+        for p in items:
+            if p.obj is None:
+                ready.append((p.pod, None, p.group))
+                continue
+            try:
+                pod = self.cluster.prepare_pod(p.obj)
+                node = self.cluster.claim_node(p.obj)
+            except KubeInputError as exc:  # a claim not there yet (ClaimNotReadyError) included: wait for it
+                self._report(p.pod, f"0/{self.cluster.state.n_nodes} nodes are available: {exc}.")
+                continue
+            if p.pod.gang and not pod.gang:
+                pod = dataclasses.replace(pod, gang=p.pod.gang)
+            ready.append((pod, None if node is None else [node], p.group))
+        singles = [(pod, cand) for pod, cand, _g in ready if not pod.gang]
         gangs: dict[tuple[str, str], list[Pod]] = {}
         groups: dict[tuple[str, str], GangRef] = {}
-        for p in items:
-            if p.pod.gang:
-                gangs.setdefault((p.pod.namespace, p.pod.gang), []).append(p.pod)
-                if p.group is not None:
-                    groups[(p.pod.namespace, p.pod.gang)] = p.group
+        for pod, _cand, group in ready:
+            if pod.gang:
+                gangs.setdefault((pod.namespace, pod.gang), []).append(pod)
+                if group is not None:
+                    groups[(pod.namespace, pod.gang)] = group
         bound = 0
-        for pod in singles:
+        for pod, cand in singles:
             if not self.leading():
                 break
-            decision = self.cluster.decide(pod)
+            decision = self.cluster.decide(pod, cand)
             if decision.ok:
                 bound += self._bind([decision])
             else:
@@ -172,10 +233,60 @@ class SecondaryScheduler:
             return 0
         return self._bind(group.decisions, f"gang {gang}")
 
+    def _check_claims(self, decisions: list[Decision]) -> list[Decision]:
+        """Write the claims of the decisions that have some, wait ``claim_settle`` seconds, then read every claim
+        from the server: a claim of ours that shares a device with a claim kube-scheduler's DRA plugin allocated
+        in the meantime (it cannot see our allocation before its informer does) is taken back and its pod tried
+        again later. Returns the decisions to bind (none of a group when one member lost its devices)."""
+        staged = [d for d in decisions if d.pod.key in self.cluster.claim_plans]
+        if not staged:
+            return decisions
+        failed: dict[str, str] = {}
+        for d in staged:
+            st = self.binder.write_claims(d.pod)
+            if not st.ok:
+                failed[d.pod.key] = "; ".join(st.reasons)
+        mine = {k: d.pod.key for d in staged if d.pod.key not in failed
+                for k in (self.cluster.claim_plans[d.pod.key].written or ())}
+        if self.claim_settle > 0 and mine:
+            self._stop.wait(self.claim_settle)
+            try:
+                objs = self.binder.claims.list_all()
+            except Exception as exc:
+                objs = None
+                for key in mine.values():
+                    failed[key] = f"claims could not be checked: {exc}"
+            if objs is not None:
+                for claim, conflict in self.cluster.claim_conflicts(objs, mine).items():
+                    failed[mine[claim]] = conflict
+        if not failed:
+            return decisions
+        group = len(decisions) > 1 and any(d.pod.gang for d in decisions)
+        out: list[Decision] = []
+        for d in decisions:
+            first = next(iter(failed.values()))
+            why = failed.get(d.pod.key) or (f"a member of its gang lost its devices: {first}" if group else None)
+            if why is None:
+                out.append(d)
+                continue
+            log.info("pod %s not bound: %s", d.pod.key, why)
+            self.binder.undo_claims(d.pod.key)
+            self.cluster.forget_plan(d.pod.key)
+            self.cluster.scheduler.cache.forget(d.pod.key)
+            self._report(d.pod, f"claims not allocated: {why}; retrying")
+        return out
+
     def _bind(self, decisions: list[Decision], what: str = "") -> int:
-        """Bind the group whole or roll it back (``Scheduler.bind_group``); returns how many pods bound."""
+        """Bind the group whole or roll it back (``Scheduler.bind_group``); returns how many pods bound. Claims
+        are written (and checked) first; a rollback takes them back."""
+        decisions = self._check_claims(decisions)
+        if not decisions:
+            return 0
         result = self.cluster.scheduler.bind_group(decisions, may_bind=self.leading)
         if not result.ok:
+            for d in decisions:
+                self.binder.undo_claims(d.pod.key)
+                self.cluster.forget_plan(d.pod.key)
             self.rollbacks += 1
             msg = f"{what or 'pod'}: {result.message()}"
             log.warning("%s", msg)
@@ -184,6 +295,7 @@ class SecondaryScheduler:
                     self._report(d.pod, msg)
             return 0
         for d in result.bound:
+            self.cluster.claim_plans.pop(d.pod.key, None)
             self.bound_count += 1
             with self._lock:
                 self.pending.pop(d.pod.key, None)

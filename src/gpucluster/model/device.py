@@ -44,7 +44,14 @@ class DeviceSpec:
     """The full type string the device plugin registers (``NVIDIA-A100``, ``NVIDIA A10``, ``DCU-K100_AI``): HAMi
     matches ``use-gputype`` / ``nouse-gputype`` against it. Empty = the model."""
     cordoned: bool = False
-    """Excluded from new placements (HAMi's ``hami.io/device-cordon`` node annotation); pods already on it stay."""
+    """Excluded from new placements (HAMi's ``hami.io/device-cordon`` node annotation, or a DRA device taint with
+    effect ``NoSchedule`` / ``NoExecute``); pods already on it stay."""
+    dra: str = ""
+    """``driver/pool/device`` when a DRA driver publishes the device in a ResourceSlice (``resource.k8s.io/v1``),
+    else empty. Only ResourceClaim requests (``DeviceRequest.dra``) may be given DRA-published devices."""
+    hami: bool = True
+    """Published through HAMi's node annotations (or a cluster spec): HAMi-style pods (resource limits, decision
+    annotations) may be given it. False for a device only a DRA driver publishes."""
 
     def __post_init__(self) -> None:
         if self.memory_mib < 0 or self.core_milli <= 0 or self.max_tasks <= 0:

@@ -146,6 +146,8 @@ class ClusterState:
         """Usable devices (all, per model, idle), CPU and memory of the schedulable nodes (kept by ``_touch``)."""
         self.row_model: list[int] = []
         """Per node, the GPU model id all its devices share (-1: none or several)."""
+        self.dra_devices = 0
+        """Devices a DRA driver publishes (0: every device is HAMi-published and the source checks are skipped)."""
         self.min_core_cap = 1 << 62
         """The smallest compute capacity of any device (a request at least this large may be exclusive)."""
         self._alloc_arrays(len(nodes), max((len(n.devices) for n in nodes), default=0))
@@ -191,6 +193,10 @@ class ClusterState:
         self.dev_healthy: BoolArray = np.zeros((n, d), np.bool_)
         self.dev_cordoned: BoolArray = np.zeros((n, d), np.bool_)
         """Devices excluded from new placements (HAMi ``hami.io/device-cordon``)."""
+        self.dev_dra: BoolArray = np.zeros((n, d), np.bool_)
+        """Devices a DRA driver publishes (only ResourceClaim requests may get them)."""
+        self.dev_hami: BoolArray = np.zeros((n, d), np.bool_)
+        """Devices published through HAMi's annotations or a cluster spec (HAMi-style requests may get them)."""
         self.dev_numa: IntArray = np.zeros((n, d), np.int64)
         self.dev_nvlink: IntArray = np.full((n, d), -1, np.int64)
         self.dev_uuid: list[list[str]] = []
@@ -221,6 +227,7 @@ class ClusterState:
     _DEV_ARRAYS = (
         "dev_valid", "dev_vendor", "dev_model", "dev_type", "dev_mem_cap", "dev_mem_used", "dev_core_cap",
         "dev_core_used", "dev_tasks", "dev_max_tasks", "dev_healthy", "dev_numa", "dev_nvlink", "dev_cordoned",
+        "dev_dra", "dev_hami",
         "dev_core_free", "dev_mem_free", "dev_live", "dev_usable", "dev_idle",
     )
 
@@ -295,6 +302,10 @@ class ClusterState:
         self.dev_max_tasks[i, j] = dev.max_tasks
         self.dev_healthy[i, j] = dev.healthy
         self.dev_cordoned[i, j] = dev.cordoned
+        self.dev_dra[i, j] = bool(dev.dra)
+        self.dev_hami[i, j] = dev.hami
+        if dev.dra:
+            self.dra_devices += 1
         self.dev_numa[i, j] = dev.numa
         self.dev_nvlink[i, j] = dev.nvlink_domain
         self.node_core_cap[i] += dev.core_milli
@@ -527,6 +538,9 @@ class Snapshot:
         self.dev_max_tasks = v["dev_max_tasks"]
         self.dev_healthy = v["dev_healthy"]
         self.dev_cordoned = v["dev_cordoned"]
+        self.dev_dra = v["dev_dra"]
+        self.dev_hami = v["dev_hami"]
+        self.dra_devices = state.dra_devices
         self.dev_numa = v["dev_numa"]
         self.dev_nvlink = v["dev_nvlink"]
         self.dev_uuid: Sequence[Sequence[str]] = state.dev_uuid

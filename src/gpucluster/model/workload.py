@@ -26,6 +26,11 @@ class DeviceRequest:
     """Device memory per device as a percentage of that device's memory."""
     core_milli: int = 0
     """Compute per device in core milli (1000 = whole device; a whole-device request is exclusive)."""
+    dra: bool = False
+    """Served from DRA-published devices (a ResourceClaim's request); else from HAMi-published ones."""
+    uuids: frozenset[str] | None = None
+    """Only these devices (by UUID) may serve the request (the devices a ResourceClaim request's DeviceClass and
+    selectors match); None = any device of the vendor."""
 
     def __post_init__(self) -> None:
         if self.count <= 0:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from gpucluster.embedded import ClusterMonitor
+from gpucluster.jobs import folds
 from gpucluster.model import ClusterState, views
 from gpucluster.service.core import REMEDIATION_ACTOR, SYNTHETIC_TENANT, Service
 from gpucluster.service.logs import EVENTS_LOGGER, log_event
@@ -131,6 +132,8 @@ class Operations:
         self.silences = Silences(service)
         self.history: deque[dict[str, float]] = deque(maxlen=HISTORY_POINTS)
         self._next_sample = -math.inf
+        self._last_kind: dict[str, str] = {}
+        """Live user job -> kind of its last logged event (repeats are logged at debug level)."""
         service.tick_hooks.append(self.on_tick)
 
     @property
@@ -146,8 +149,13 @@ class Operations:
             job = svc.find_job(ev.job_id)
             if job is None or job.synthetic:
                 continue
-            log_event(log, f"job {job.id} {ev.kind}: {ev.message}", event="job", job=job.id, name=job.name,
-                      tenant=job.tenant, kind=ev.kind, status=ev.status, t=round(ev.t, 3))
+            # a repeat (the same kind again: folded into one event by the store) is logged at debug level
+            level = logging.DEBUG if folds(self._last_kind.get(job.id), ev.kind) else logging.INFO
+            self._last_kind[job.id] = ev.kind
+            if (ev.state is not None and ev.state.terminal) or len(self._last_kind) > 100_000:
+                self._last_kind.pop(job.id, None)
+            log_event(log, f"job {job.id} {ev.kind}: {ev.message}", level, event="job", job=job.id,
+                      name=job.name, tenant=job.tenant, kind=ev.kind, status=ev.status, t=round(ev.t, 3))
         mon = self.monitor
         if mon is not None:
             changes = mon.take_transitions()
@@ -239,11 +247,13 @@ class Operations:
         cluster = [] if job_id else store.audit_page(after_a, limit, (REMEDIATION_ACTOR, ALERTING_ACTOR))
         out = [{"id": f"e{r['id']}", "at": r["at"], "t": r["t"], "type": "job", "kind": r["kind"],
                 "object": f"job/{r['job_id']}", "name": r["name"], "tenant": r["tenant"], "status": r["status"],
-                "message": r["message"]} for r in jobs]
+                "message": r["message"], "count": r["count"], "first_at": r["first_at"], "first_t": r["first_t"]}
+               for r in jobs]
         out += [{"id": f"a{r['id']}", "at": r["at"], "t": None,
                  "type": "alert" if r["actor"] == ALERTING_ACTOR else "remediation",
                  "kind": r["action"].partition(".")[2] or r["action"], "object": _object_of(r["target"]),
-                 "name": r["target"], "tenant": "", "status": "", "message": r["detail"]} for r in cluster]
+                 "name": r["target"], "tenant": "", "status": "", "message": r["detail"], "count": 1,
+                 "first_at": r["at"], "first_t": None} for r in cluster]
         out.sort(key=lambda e: (e["at"], e["id"]))
         if not cursor:
             out = out[-limit:]

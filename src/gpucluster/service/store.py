@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.devices import VendorRegistry
-from gpucluster.jobs import SPEED_KEY, JobSpec, JobState, JobStatus, job_spec
+from gpucluster.jobs import FOLDED_EVENT_KINDS, SPEED_KEY, JobSpec, JobState, JobStatus, folds, job_spec
 from gpucluster.model import Pod
 from gpucluster.service.runtime import Job, JobEvent
 
@@ -72,6 +72,9 @@ MIGRATIONS = (
     ("jobs", "attempts", "ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "preemptions", "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "gpu_speed", "ALTER TABLE jobs ADD COLUMN gpu_speed REAL"),
+    ("events", "count", "ALTER TABLE events ADD COLUMN count INTEGER NOT NULL DEFAULT 1"),
+    ("events", "first_at", "ALTER TABLE events ADD COLUMN first_at REAL"),
+    ("events", "first_t", "ALTER TABLE events ADD COLUMN first_t REAL"),
 )
 """(table, column, statement) applied when an older database lacks the column."""
 
@@ -246,9 +249,7 @@ class Store:
                     cur = self._db.execute("UPDATE jobs SET status=?, message=?, updated_at=? WHERE id=?",
                                            (ev.status, ev.message, now, ev.job_id))
                     if cur.rowcount:
-                        self._db.execute(
-                            "INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
-                            (ev.job_id, now, ev.t, ev.kind, ev.status, ev.message))
+                        self._insert_event(ev, now)
                         n += 1
                 self._db.executemany(
                     "UPDATE jobs SET status=?, message=?, priority=?, submitted_t=?, started_t=?, finished_t=?, "
@@ -261,6 +262,24 @@ class Store:
                 self._db.execute("ROLLBACK")
                 raise
         return n
+
+    def _insert_event(self, ev: JobEvent, now: float) -> None:
+        """Append a job event, or fold it into the job's latest event when it repeats it (``jobs.folds``): that
+        row is replaced by one with the count plus one, the first time kept and the new message and last time.
+        The folded event gets a new id, so a reader following the feed by cursor sees it again. The caller
+        holds the lock and a transaction."""
+        count, first_at, first_t = 1, now, ev.t
+        if ev.kind in FOLDED_EVENT_KINDS:
+            last = self._db.execute("SELECT id, kind, count, at, t, first_at, first_t FROM events WHERE job_id=? "
+                                    "ORDER BY id DESC LIMIT 1", (ev.job_id,)).fetchone()
+            if last is not None and folds(str(last["kind"]), ev.kind):
+                count = int(last["count"] or 1) + 1
+                first_at = float(last["first_at"] if last["first_at"] is not None else last["at"])
+                first_t = float(last["first_t"] if last["first_t"] is not None else last["t"])
+                self._db.execute("DELETE FROM events WHERE id=?", (last["id"],))
+        self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message, count, first_at, first_t) "
+                         "VALUES(?,?,?,?,?,?,?,?,?)",
+                         (ev.job_id, now, ev.t, ev.kind, ev.status, ev.message, count, first_at, first_t))
 
     def idempotent_job(self, owner: str, key: str) -> tuple[str, str] | None:
         """``(job id, request hash)`` recorded for ``owner``'s ``Idempotency-Key``, or None."""
@@ -296,10 +315,12 @@ class Store:
         return None if row is None or row["t"] is None else float(row["t"])
 
     def job_events(self, job_id: str) -> list[dict[str, Any]]:
+        """A job's events, oldest first; a folded one (``count`` > 1) carries its first time (``first_at``,
+        ``first_t``) beside its last (``at``, ``t``)."""
         with self._lock:
-            rows = self._db.execute("SELECT at, t, kind, status, message FROM events WHERE job_id=? ORDER BY id",
-                                    (job_id,)).fetchall()
-        return [dict(r) for r in rows]
+            rows = self._db.execute("SELECT at, t, kind, status, message, count, first_at, first_t FROM events "
+                                    "WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
+        return [_event_row(r) for r in rows]
 
     def events_page(self, after: int | None, limit: int, tenant: str | None = None,
                     job_id: str | None = None) -> list[dict[str, Any]]:
@@ -316,11 +337,12 @@ class Store:
         if job_id is not None:
             where.append("e.job_id = ?")
             args.append(job_id)
-        sql = ("SELECT e.id, e.job_id, e.at, e.t, e.kind, e.status, e.message, j.name, j.tenant FROM events e "
+        sql = ("SELECT e.id, e.job_id, e.at, e.t, e.kind, e.status, e.message, e.count, e.first_at, e.first_t, "
+               "j.name, j.tenant FROM events e "
                "JOIN jobs j ON j.id = e.job_id" + (" WHERE " + " AND ".join(where) if where else "")
                + (" ORDER BY e.id LIMIT ?" if after is not None else " ORDER BY e.id DESC LIMIT ?"))
         with self._lock:
-            rows = [dict(r) for r in self._db.execute(sql, (*args, limit)).fetchall()]
+            rows = [_event_row(r) for r in self._db.execute(sql, (*args, limit)).fetchall()]
         return rows if after is not None else rows[::-1]
 
     def audit_page(self, after: int | None, limit: int, actors: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -364,6 +386,18 @@ class Store:
             rows = self._db.execute("SELECT at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ?",
                                     (limit,)).fetchall()
         return [dict(r) for r in rows]
+
+
+def _event_row(r: sqlite3.Row) -> dict[str, Any]:
+    """An events row as a dict: ``count`` (1 unless repeats folded into it), ``first_at``/``first_t`` (the first
+    time; an older row without them: its own time)."""
+    out = dict(r)
+    out["count"] = int(out.get("count") or 1)
+    if out.get("first_at") is None:
+        out["first_at"] = out["at"]
+    if out.get("first_t") is None:
+        out["first_t"] = out["t"]
+    return out
 
 
 def _duration(spec: JobSpec) -> float | None:

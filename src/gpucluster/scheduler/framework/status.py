@@ -58,6 +58,8 @@ class Reason(enum.IntEnum):
     GangModelMismatch = 26
     """A gang member would land on another GPU model than the members already placed (or on a model that
     cannot hold the whole gang)."""
+    ClaimDeviceMismatch = 27
+    """No device on the node matches a ResourceClaim request's DeviceClass and selectors (DRA)."""
 
     @property
     def unresolvable(self) -> bool:
@@ -68,6 +70,7 @@ class Reason(enum.IntEnum):
 _UNRESOLVABLE = frozenset(
     {
         Reason.NodeUnschedulable, Reason.NodeNotReady, Reason.NoDevicesOfVendor, Reason.InsufficientGPUCount,
+        Reason.ClaimDeviceMismatch,
         Reason.GPUTypeMismatch, Reason.GPUUUIDMismatch, Reason.NodeHandshakeTimeout, Reason.NodeNameMismatch,
         Reason.GPUCordoned, Reason.InsufficientExtendedResource, Reason.NodeSelectorMismatch,
     }

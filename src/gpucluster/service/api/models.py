@@ -186,11 +186,15 @@ class JobOut(_Out):
 
 
 class JobEventOut(_Out):
-    at: float
-    t: float
+    at: float = Field(description="Wall-clock (Unix) time it was (last) recorded.")
+    t: float = Field(description="Runtime clock time it last happened.")
     kind: str
     status: str
-    message: str
+    message: str = Field(description="What happened (the latest message of a folded event).")
+    count: int = Field(1, description="How many times it happened in a row: repeats (a waiting job's "
+                                      "``unschedulable``) fold into one event, as Kubernetes counts them.")
+    first_at: float | None = Field(None, description="Wall-clock time of the first of the folded repeats.")
+    first_t: float | None = Field(None, description="Runtime clock time of the first of the folded repeats.")
 
 
 class JobDetail(JobOut):
@@ -348,6 +352,10 @@ class EventOut(_Out):
     tenant: str
     status: str
     message: str
+    count: int = Field(1, description="Repeats folded into this event (a waiting job's ``unschedulable``); it "
+                                      "comes back with a new id and a higher count when it repeats again.")
+    first_at: float | None = Field(None, description="Wall-clock time of the first of the folded repeats.")
+    first_t: float | None = Field(None, description="Runtime clock time of the first of the folded repeats.")
 
 
 class EventList(_Out):

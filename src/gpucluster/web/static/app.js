@@ -480,7 +480,14 @@ async function refreshJobDrawer() {
   const res = Object.entries(j.resources).map(([k, v]) => `<code>${esc(k)}: ${esc(v)}</code>`).join(" ");
   const pl = j.placements.map((p) => `<tr><td class="mono">${esc(p.pod)}</td><td><a href="#racks" data-node="${esc(p.node)}">${esc(p.node)}</a></td>
     <td data-testid="placement-devices">${p.devices.map((d) => `GPU ${d.index} (${esc(shareText(d))})`).join(", ")}</td></tr>`).join("");
-  const ev = (j.events || []).map((e) => `<li><span class="muted">${clockText(e.t)}</span><span class="tag">${esc(e.kind)}</span><span>${esc(e.message)}</span></li>`).join("");
+  // a repeated event is one row with its count and its first and last time (as kubectl describe shows them)
+  const ev = (j.events || []).map((e) => {
+    const n = e.count || 1;
+    const since = n > 1 ? `<div class="small">since ${clockText(e.first_t)}</div>` : "";
+    return `<li data-testid="job-event" data-kind="${esc(e.kind)}"><span class="muted">${clockText(e.t)}${since}</span>` +
+      `<span><span class="tag">${esc(e.kind)}</span>${n > 1 ? ` <span class="tag count-tag" data-testid="event-count" title="reported ${n} times">×${n}</span>` : ""}</span>` +
+      `<span>${esc(e.message)}</span></li>`;
+  }).join("");
   $("#drawer-body").innerHTML = `<div class="kv">
     <div>ID</div><div class="mono">${esc(j.id)}</div><div>Tenant</div><div>${esc(j.tenant)}</div>
     <div>Replicas</div><div>${j.replicas} (placed all-or-nothing)</div><div>Resources</div><div>${res}</div>

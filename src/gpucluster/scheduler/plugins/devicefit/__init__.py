@@ -193,7 +193,12 @@ def device_stages(
     valid = snap.dev_valid[rows]
     if len(snap.vendors) > 1:
         valid = valid & (snap.dev_vendor[rows] == vendor_id)
+    if snap.dra_devices:  # a claim's request gets DRA-published devices, a HAMi-style request HAMi-published ones
+        valid = valid & (snap.dev_dra[rows] if request.dra else snap.dev_hami[rows])
     stages: list[tuple[Reason, BoolArray]] = [(Reason.InsufficientGPUCount, valid)]
+    if request.uuids is not None:
+        valid = valid & uuid_mask(snap, rows, request.uuids)
+        stages.append((Reason.ClaimDeviceMismatch, valid))
     m = valid & snap.dev_healthy[rows]
     stages.append((Reason.GPUUnhealthy, m))
     m = m & ~snap.dev_cordoned[rows]
@@ -228,6 +233,21 @@ def device_stages(
         m = _numa_groups(snap, rows, m, request.count)
         stages.append((Reason.NumaConstraint, m))
     return stages
+
+
+def uuid_mask(snap: Snapshot, rows: slice | IntArray | int, uuids: frozenset[str]) -> BoolArray:
+    """Devices (rows x D) whose UUID is in ``uuids``."""
+    d = snap.device_slots
+    if isinstance(rows, (int, np.integer)):
+        return np.array([u in uuids for u in snap.dev_uuid[int(rows)]] + [False] * (d - len(snap.dev_uuid[int(rows)])),
+                        np.bool_)
+    index = range(snap.n_nodes)[rows] if isinstance(rows, slice) else [int(i) for i in rows]
+    out = np.zeros((len(index), d), np.bool_)
+    for k, i in enumerate(index):
+        for j, u in enumerate(snap.dev_uuid[i]):
+            if u in uuids:
+                out[k, j] = True
+    return out
 
 
 def request_memory(snap: Snapshot, node: int, device: int, request: DeviceRequest) -> int:

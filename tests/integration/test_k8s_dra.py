@@ -1,0 +1,219 @@
+"""DRA on a real API server (resource.k8s.io/v1, Kubernetes >= 1.36): kube-scheduler's DynamicResources plugin
+allocates the claims of default-scheduler pods while our secondary scheduler (a separate process, killed and
+restarted half way) allocates the claims of its own pods and places HAMi pods, on the same nodes.
+
+The test driver (``tests/kubernetes/dra_objects.py``) publishes, per node, four whole GPUs the way NVIDIA's
+``gpu.nvidia.com`` driver does and four shared GPUs the way HAMi's DRA driver does (consumable memory and cores);
+the shared four are also in the node's HAMi register annotation (same UUIDs), so HAMi pods and shared claims
+meet on them. kube-scheduler's pods only ask for the whole GPUs: it cannot see HAMi's annotation bookings
+(``docs/kubernetes.md`` "DRA").
+
+A checker then reads every claim and every pod from the server: per GPU, who holds it and how much; zero GPUs
+may be held twice (an unshared GPU in two claims, a shared one over its memory or cores, a HAMi pod on a GPU
+HAMi does not publish).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_helpers import Process, create_pods, gpu_pod, list_pods
+from kubernetes import client
+from polling import wait_until
+from tests.kubernetes.dra_objects import (
+    HAMI_DRIVER,
+    NVIDIA_DRIVER,
+    claim,
+    claim_pod,
+    device_class,
+    gpu_uuid,
+    hami_device,
+    nvidia_device,
+    resource_slice,
+)
+
+from gpucluster.kubernetes.dra import parse_claim, parse_slice
+
+pytestmark = pytest.mark.integration
+
+NODES = 24
+WHOLE, SHARED = 4, 4  # per node: GPUs 0-3 from NVIDIA's driver, 4-7 from HAMi's DRA driver and annotation
+GPU_MIB = 80 * 1024
+
+
+def _version(api: Any) -> tuple[int, int]:
+    info = client.VersionApi(api).get_code()
+    return int(info.major), int("".join(ch for ch in info.minor if ch.isdigit()))
+
+
+def _hami_register(node: str) -> str:
+    return json.dumps([{"id": gpu_uuid(node, j), "index": j - WHOLE, "count": 10, "devmem": GPU_MIB, "devcore": 100,
+                        "type": "NVIDIA-A100-SXM4-80GB", "numa": 0, "health": True}
+                       for j in range(WHOLE, WHOLE + SHARED)])
+
+
+def _raw(resp: Any) -> dict[str, Any]:
+    try:
+        out: dict[str, Any] = json.loads(resp.data)
+    finally:
+        resp.release_conn()
+    return out
+
+
+def check_devices(slices: list[dict[str, Any]], claims: list[dict[str, Any]], pods: list[dict[str, Any]],
+                  hami_uuids: set[str]) -> tuple[list[str], dict[str, int]]:
+    """Every GPU's holders from the API objects alone -> (violations, counts of holders by kind)."""
+    devices = {d.key: d for s in slices for d in parse_slice(s).devices}
+    by_uuid = {d.uuid: d for d in devices.values()}
+    use: dict[str, list[tuple[str, int, int, bool]]] = defaultdict(list)  # uuid -> (holder, MiB, cores %, whole)
+    counts = {"claims": 0, "hami_pods": 0}
+    for obj in claims:
+        info = parse_claim(obj)
+        for r in info.allocated or ():
+            dev = devices.get(r.key)
+            if dev is None:
+                continue
+            counts["claims"] += 1
+            if r.consumed:
+                mem = math.ceil(r.consumed.get("memory", 0) / (1 << 20))
+                use[dev.uuid].append((f"claim {info.key}", mem, int(r.consumed.get("cores", 0)), False))
+            else:
+                use[dev.uuid].append((f"claim {info.key}", dev.memory_mib, 100, True))
+    for p in pods:
+        text = (p["metadata"].get("annotations") or {}).get("hami.io/vgpu-devices-allocated")
+        if not text or not p["spec"].get("nodeName"):
+            continue
+        for part in text.split(";"):
+            for item in filter(None, part.split(":")):
+                uid, _kind, mem, cores = item.split(",")[:4]
+                counts["hami_pods"] += 1
+                use[uid].append((f"pod {p['metadata']['name']}", int(mem), int(cores), False))
+    bad = []
+    for uid, holders in use.items():
+        dev = by_uuid.get(uid)
+        names = ", ".join(h[0] for h in holders)
+        if dev is None:
+            bad.append(f"{uid}: held by {names} but published by no driver")
+            continue
+        if any(h[0].startswith("pod") for h in holders) and uid not in hami_uuids:
+            bad.append(f"{uid}: a HAMi pod holds a GPU only DRA publishes ({names})")
+        if any(h[3] for h in holders) and len(holders) > 1:
+            bad.append(f"{uid}: held whole by one and shared with others: {names}")
+        if sum(h[1] for h in holders) > dev.memory_mib or sum(h[2] for h in holders) > dev.cores_pct:
+            bad.append(f"{uid}: over capacity ({sum(h[1] for h in holders)} MiB, "
+                       f"{sum(h[2] for h in holders)} % cores): {names}")
+    return bad, counts
+
+
+def test_mixed_500_pods_two_schedulers_no_gpu_held_twice(
+    kube_control_plane: Any, kube_client: Any, kube_scheduler_factory: Any, gpu_node_factory: Any, namespace: str,
+    tmp_path: Path,
+) -> None:
+    if _version(kube_client) < (1, 36):
+        pytest.skip("DRA with consumable capacity and extended resources needs Kubernetes >= 1.36")
+    core, res = client.CoreV1Api(kube_client), client.ResourceV1Api(kube_client)
+    run = uuid.uuid4().hex[:6]
+    ext = f"example.com/gpu-{run}"
+    whole_class, shared_class = f"nvidia-{run}", f"hami-{run}"
+    nodes = [f"dra-{run}-{i}" for i in range(NODES)]
+    for name in nodes:
+        gpu_node_factory(name, {"nvidia.com/gpu": str(SHARED * 10)},
+                         annotations={"hami.io/node-nvidia-register": _hami_register(name)},
+                         labels={"gpucluster.io/run": run})
+    slices = []
+    for name in nodes:
+        slices.append(resource_slice(name, NVIDIA_DRIVER, [nvidia_device(name, j) for j in range(WHOLE)]))
+        slices.append(resource_slice(name, HAMI_DRIVER, [hami_device(name, j) for j in range(WHOLE, WHOLE + SHARED)]))
+    for s in slices:
+        res.create_resource_slice(s)
+    res.create_device_class(device_class(whole_class, NVIDIA_DRIVER, extended=ext))
+    res.create_device_class(device_class(shared_class, HAMI_DRIVER))
+    hami_uuids = {gpu_uuid(n, j) for n in nodes for j in range(WHOLE, WHOLE + SHARED)}
+
+    def pod(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["metadata"].pop("uid", None)
+        obj["metadata"]["namespace"] = namespace
+        obj["spec"]["nodeSelector"] = {"gpucluster.io/run": run}
+        obj["spec"]["terminationGracePeriodSeconds"] = 0
+        obj.pop("status", None)
+        return obj
+
+    claims, pods = [], []
+    for i in range(40):  # kube-scheduler: whole GPUs through claims and through the extended resource
+        claims.append(claim(f"ks-{i}", whole_class, namespace=namespace))
+        pods.append(pod(claim_pod(f"ks-{i}", [f"ks-{i}"], scheduler="default-scheduler")))
+    for i in range(20):
+        pods.append(pod(claim_pod(f"ks-ext-{i}", [], scheduler="default-scheduler", extended={ext: "1"})))
+    for i in range(20):  # ours: whole GPUs, shared GPUs, the extended resource, HAMi pods
+        claims.append(claim(f"gc-{i}", whole_class, namespace=namespace))
+        pods.append(pod(claim_pod(f"gc-{i}", [f"gc-{i}"])))
+    for i in range(200):
+        claims.append(claim(f"gcs-{i}", shared_class, namespace=namespace, capacity={"memory": "8Gi", "cores": "20"}))
+        pods.append(pod(claim_pod(f"gcs-{i}", [f"gcs-{i}"])))
+    for i in range(10):
+        pods.append(pod(claim_pod(f"gc-ext-{i}", [], extended={ext: "1"})))
+    hami = [gpu_pod(f"hami-{i}", "gpucluster", mem=8000, cores=20, run=run) for i in range(210)]
+    assert len(pods) + len(hami) == 500
+    for c in claims:
+        c["metadata"].pop("uid", None)
+        c["metadata"].pop("resourceVersion", None)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c: res.create_namespaced_resource_claim(namespace, c), claims))
+
+    kube_scheduler_factory("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+                           "profiles:\n- schedulerName: default-scheduler\n", f"dra-{run}")
+    args = ["k8s", "scheduler", "--kubeconfig", str(kube_control_plane.kubeconfig), "--no-leader-elect",
+            "--scheduler-name", "gpucluster", "--claim-settle", "1"]
+    ours = Process(args, tmp_path / "scheduler-1.log").start()
+    try:
+        create_pods(core, namespace, [*pods, *hami])
+
+        def ours_bound() -> int:
+            return sum(1 for p in list_pods(core, namespace)
+                       if p["spec"].get("nodeName") and p["spec"]["schedulerName"] == "gpucluster")
+
+        wait_until(lambda: ours_bound() >= 150, 420, "half of our pods to be bound")
+        ours.kill()  # a crash in the middle: claims written, pods half bound
+        ours = Process(args, tmp_path / "scheduler-2.log").start()
+
+        def all_bound() -> bool:
+            if not ours.alive():
+                raise AssertionError(f"our scheduler exited:\n{ours.log()[-3000:]}")
+            return all(p["spec"].get("nodeName") for p in list_pods(core, namespace))
+
+        wait_until(all_bound, 420, "all 500 pods to be bound")
+    finally:
+        ours.stop()
+    all_claims = _raw(res.list_namespaced_resource_claim(namespace, _preload_content=False))["items"]
+    all_pods = list_pods(core, namespace)
+    bad, counts = check_devices(slices, all_claims, all_pods, hami_uuids)
+    assert bad == [], "\n".join(bad[:20])
+    assert counts["claims"] == 290 and counts["hami_pods"] == 210, counts  # 260 claims + 30 extended-resource ones
+    # every claim pod sits on the node its claims were allocated for, reserved for it
+    by_name = {p["metadata"]["name"]: p for p in all_pods}
+    for obj in all_claims:
+        info = parse_claim(obj)
+        assert info.allocated, f"claim {info.key} is not allocated"
+        [(_res, owner, uid)] = info.reserved_for
+        node = obj["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+        assert by_name[owner]["spec"]["nodeName"] == node and by_name[owner]["metadata"]["uid"] == uid
+    # a claim our scheduler allocated, as kubectl shows it
+    kubectl = kube_control_plane.bin_dir / "kubectl" if hasattr(kube_control_plane, "bin_dir") else None
+    exe = str(kubectl) if kubectl is not None and kubectl.exists() else shutil.which("kubectl")
+    if exe:
+        out = subprocess.run([exe, "--kubeconfig", str(kube_control_plane.kubeconfig), "-n", namespace, "get",
+                              "resourceclaim", "gcs-0", "-o", "yaml"], capture_output=True, text=True, timeout=30,
+                             check=True).stdout
+        print(f"--- kubectl get resourceclaim gcs-0 -o yaml (allocated by gpucluster) ---\n{out}")
+        assert "consumedCapacity" in out and "reservedFor" in out
+    log = ours.log()
+    assert "Traceback" not in log, log[-3000:]
