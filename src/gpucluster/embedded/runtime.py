@@ -190,7 +190,6 @@ class EmbeddedRuntime(EngineFront):
         if not waiting:
             self.state.set_schedulable(node, True)
             self.monitor.node_restored(node)
-        self.engine.changed()
         note = (f"GPU {device} reset and passed checks; "
                 + ("node back in service" if not waiting else "node stays cordoned: another GPU awaits repair"))
         self.monitor.record(AuditRecord(self.now, "reset-and-uncordon", f"{node}/gpu{device}", "", note,
@@ -277,7 +276,6 @@ class EmbeddedTarget(SimTarget):
         jobs = {a.pod.labels.get(JOB_LABEL, "") for a in self.state.allocations_on(node) if a.pod}
         released = [k for j in sorted(jobs) if j in engine.jobs for k in engine.jobs[j].pod_keys]
         engine.evict_on(i, lambda alloc: True, f"{node} drained by automatic remediation")
-        engine.changed()
         return DrainResult(evicted=released, pending=list(released))
 
     def release(self, pod_key: str) -> bool:

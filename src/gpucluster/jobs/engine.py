@@ -8,8 +8,10 @@ drivers feed it: the simulator (:class:`gpucluster.simulator.Simulation`: a trac
 the embedded control plane (the same simulation on the wall clock) and Kubernetes (pods created and
 observed).
 
-A scheduling pass runs only at a time when something changed (arrival, finish, failure, repair, priority
-change), walks the queue in policy order, skips a job without calling the scheduler when the free GPU count
+A scheduling pass runs only at a time when something changed (arrival, finish, priority change, or the cluster
+itself: the engine compares the state's change stamp, :mod:`gpucluster.model.capacity`, with the one its last
+pass saw, so no driver has to say that it cordoned, failed or repaired something; a new quota tree revision
+counts too), walks the queue in policy order, skips a job without calling the scheduler when the free GPU count
 cannot hold it or a job of the same shape already failed in this pass, and stops at the first job that does
 not fit for policies without backfilling. Preemption and reclaim ask the planners of
 :mod:`gpucluster.jobs.preemption` for victims; the ``offers`` policy runs one Mesos-style round
@@ -54,6 +56,7 @@ from gpucluster.jobs.transitions import (
     transition,
 )
 from gpucluster.model import ClusterState, Pod, views
+from gpucluster.model.capacity import state_stamp
 from gpucluster.model.labels import DATA_LOCALITY_ANNOTATION, JOB_LABEL, NODE_NAME_ANNOTATION
 from gpucluster.model.share import allocation_gpus
 from gpucluster.scheduler import GroupDecision
@@ -126,9 +129,11 @@ class _TenantUse:
 
 @dataclass(slots=True)
 class Totals:
-    gpus: int = 0
-    cpu_milli: int = 0
-    memory_mib: int = 0
+    """The run's counters, and the cluster's usable capacity read through from the state that owns it
+    (``gpus``, ``cpu_milli``, ``memory_mib``: :class:`gpucluster.model.capacity.UsableCapacity`)."""
+
+    state: Callable[[], ClusterState] | None = None
+    """Where the capacity figures come from (the engine's placer's current state)."""
     busy_gpu_s: float = 0.0
     last_t: float = 0.0
     preemptions: int = 0
@@ -140,6 +145,21 @@ class Totals:
     offers_accepted: int = 0
     offers_declined: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        """Usable GPUs (healthy, on schedulable nodes)."""
+        return self.state().capacity.devices if self.state is not None else 0
+
+    @property
+    def cpu_milli(self) -> int:
+        """CPU of the schedulable nodes."""
+        return self.state().capacity.cpu_milli if self.state is not None else 0
+
+    @property
+    def memory_mib(self) -> int:
+        """Host memory of the schedulable nodes."""
+        return self.state().capacity.memory_mib if self.state is not None else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +210,7 @@ class JobEngine:
         self.jobs: dict[str, Job] = {}
         self.listeners: list[Callable[[JobEvent], None]] = []
         self.series: list[SeriesPoint] = []
-        self.totals = Totals()
+        self.totals = Totals(state=lambda: self.placer.state)
         self._delay_wake: set[tuple[str, float]] = set()
         self._queue: list[tuple[Key, int, str]] = []
         self._entry: dict[str, tuple[Key, int, str]] = {}
@@ -202,13 +222,11 @@ class JobEngine:
         self._dirty = False
         self._busy = 0.0
         self._share_cache: dict[str, float] = _NO_CACHE
-        self._free_gen = -1
-        self._free_state: ClusterState | None = None
-        self._free_cache: np.ndarray[Any, np.dtype[np.int64]] = np.zeros(0, np.int64)
-        self._slots_gen = -1
-        self._slots_state: ClusterState | None = None
+        self._slots_stamp: tuple[Any, ...] = ()
         self._slots: dict[int, int] = {}
-        """Task size -> whole tasks of that size the free devices hold (cached per state generation)."""
+        """Task size -> whole tasks of that size the free devices hold (cached per state stamp)."""
+        self._seen: tuple[Any, ...] = ()
+        """The cluster's change stamp (and the quota tree's revision) when the last pass ended."""
         self._shapes: dict[str, tuple[float, int, tuple[Any, ...], bool, int]] = {}
         """Job id -> (GPU share, task GPUs, shape, whole, tasks): the pass reads these for every queued job."""
         self._never: dict[tuple[Any, ...], Infeasible | None] = {}
@@ -218,8 +236,8 @@ class JobEngine:
         """Queued jobs that ask for no GPU (they may start while every GPU is busy)."""
         self.paused = False
         """True: no scheduling pass runs (a control-plane replica that is not the leader only mirrors what the
-        leader decides: :meth:`adopt`, :meth:`requeue`, :meth:`finish`, :meth:`fail`)."""
-        self.recount()
+        leader decides: :meth:`adopt`, :meth:`withdraw`, :meth:`finish`, :meth:`fail`)."""
+        self._seen = self._stamp()
 
     # ================================================================================ public API
     @property
@@ -253,9 +271,10 @@ class JobEngine:
         return record
 
     def never_fits(self, spec: JobSpec) -> Infeasible | None:
-        """Why ``spec`` could never run here, even on the empty cluster (None when it could)."""
+        """Why ``spec`` could never run here, even on the empty cluster (None when it could). Cached per shape
+        and tenant under the state's layout (which nodes exist) and the quota tree's revision."""
         key = (spec.shape, spec.task_gpus, spec.cpu_milli, spec.memory_mib, spec.num_tasks, spec.tenant,
-               self.state.n_nodes, id(self.state))
+               self.state.layout, self.quota.revision if self.quota is not None else 0)
         if key in self._never:
             return self._never[key]
         found = self._never[key] = never_fits(spec, self.state, self.quota)
@@ -296,19 +315,12 @@ class JobEngine:
             del self.jobs[job_id]
             self._shapes.pop(job_id, None)
 
-    def changed(self) -> None:
-        """The cluster or the quota changed outside the engine (cordon, health, repair, new limits): recount and
-        schedule again."""
-        self.recount()
-        self._never.clear()
-        self._dirty = True
-
     def run_until(self, t: float) -> None:
         """Run every event up to time ``t`` and leave the clock at ``t`` (or at the last event for inf).
 
-        Changes made through the API since the last call (submit, cancel, faults) are scheduled first, at the
-        current time."""
-        if self._dirty:
+        Changes made since the last call (submit, cancel, and any change of the cluster or the quota tree) are
+        scheduled first, at the current time."""
+        if self._dirty or self._moved():
             self._pass()
         while True:
             nxt = self.kernel.peek()
@@ -319,7 +331,7 @@ class JobEngine:
                 event = self.kernel.step()
                 assert event is not None
                 self._handle(event)
-            if self._dirty:
+            if self._dirty or self._moved():
                 self._pass()
         if t != math.inf and t > self.now:
             self._advance(t)
@@ -395,6 +407,12 @@ class JobEngine:
                 self.quota.charge(pod.key, pod.charged_tenant, pod_charge(pod, snap))
         names = tuple(state.allocations[p.key].node for p in held)
         self._begin(job, job.attempt + 1 if attempt is None else attempt, held, names, [], run_start=started_s)
+
+    def resume(self) -> None:
+        """Run scheduling passes again (after :attr:`paused`: a replica that became the leader); the next run
+        makes one at once."""
+        self.paused = False
+        self._dirty = True
 
     def withdraw(self, job_id: str, why: str) -> bool:
         """The running job was stopped outside the engine without losing work (another control-plane replica
@@ -516,14 +534,14 @@ class JobEngine:
                 for fn in self.listeners:
                     fn(ev)
 
-    def recount(self) -> None:
-        """Usable GPUs, CPU and memory of the cluster (after nodes or devices changed)."""
+    def _stamp(self) -> tuple[Any, ...]:
         s = self.state
-        usable = s.dev_valid & s.dev_healthy & s.schedulable[:, None] & s.present[:, None]
-        self.totals.gpus = int(usable.sum())
-        live = s.present & s.schedulable
-        self.totals.cpu_milli = int(s.cpu_cap[live].sum())
-        self.totals.memory_mib = int(s.mem_cap[live].sum())
+        return s.layout, s.generation, self.quota.revision if self.quota is not None else 0
+
+    def _moved(self) -> bool:
+        """The cluster or the quota tree changed since the last pass ended (outside the engine: a cordon, a
+        failure, a repair, an informer update, new limits)."""
+        return self._stamp() != self._seen
 
     def _advance(self, t: float) -> None:
         tot = self.totals
@@ -695,6 +713,7 @@ class JobEngine:
         # what the pass itself changed (victims re-queued) waits for the next event, so stepping the clock
         # in small or large increments gives the same run
         self._dirty = False
+        self._seen = self._stamp()
         if self.record_series:
             point = SeriesPoint(self.now, self._busy, len(self._queue), len(self._running))
             last = self.series[-1] if self.series else None
@@ -738,7 +757,7 @@ class JobEngine:
         return Running(self.jobs, self._running, self._running_rank, self.now - self.policy.min_run_s)
 
     def _free(self, free: float) -> Free:
-        return Free(free, self._node_free(), self.state.node_index)
+        return Free(free, self.state.node_idle, self.state.node_index)
 
     def _preempt_for(self, job: Job, key: Key, free: float) -> bool:
         """Preempt the worst running jobs whose key is worse than ``key`` until ``job`` fits by count, and
@@ -780,12 +799,10 @@ class JobEngine:
     def _offers_pass(self) -> None:
         """One Mesos-style offer round (:mod:`gpucluster.jobs.offers`); place what was accepted."""
         s = self.state
-        usable = s.dev_valid & s.dev_healthy & (s.schedulable & s.present)[:, None]
-        share = (np.where(usable, np.maximum(s.dev_core_cap - s.dev_core_used, 0), 0).sum(axis=1)
-                 / 1000.0)
-        whole = self._node_free()
-        cpu = s.cpu_cap - s.cpu_used
-        mem = s.mem_cap - s.mem_used
+        share = np.where(s.dev_usable, np.maximum(s.dev_core_free, 0), 0).sum(axis=1) / 1000.0
+        whole = s.node_idle
+        cpu = s.cpu_free
+        mem = s.mem_free
         nodes = {s.nodes[i].name: {"gpu": float(share[i]), "whole": float(whole[i]), "cpu": float(cpu[i]),
                                    "mem": float(mem[i])}
                  for i in np.flatnonzero(share > 0).tolist()}
@@ -816,26 +833,16 @@ class JobEngine:
             self._try_start(job, self._entry[job.job_id][0], placement)
 
     # ---------------------------------------------------------------------------- start / stop
-    def _node_free(self) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """Free whole devices per node (cached per state generation)."""
-        s = self.placer.state
-        if self._free_gen != s.generation or self._free_state is not s:
-            usable = s.dev_valid & s.dev_healthy & (s.schedulable & s.present)[:, None]
-            self._free_cache = (usable & (s.dev_tasks == 0) & (s.dev_core_used == 0)).sum(axis=1)
-            self._free_gen = s.generation
-            self._free_state = s
-        return self._free_cache
-
     def _slots_for(self, task_gpus: int) -> int:
-        """Whole tasks of ``task_gpus`` devices the free devices can hold (cached per state generation)."""
+        """Whole tasks of ``task_gpus`` devices the idle devices can hold (cached per state stamp)."""
         s = self.placer.state
-        if self._slots_gen != s.generation or self._slots_state is not s:
+        stamp = state_stamp(s)
+        if self._slots_stamp != stamp:
             self._slots.clear()
-            self._slots_gen = s.generation
-            self._slots_state = s
+            self._slots_stamp = stamp
         n = self._slots.get(task_gpus)
         if n is None:
-            n = self._slots[task_gpus] = int((self._node_free() // max(task_gpus, 1)).sum())
+            n = self._slots[task_gpus] = int((s.node_idle // max(task_gpus, 1)).sum())
         return n
 
     def _try_start(self, job: Job, key: Key, pinned: tuple[str, ...] = ()) -> bool:

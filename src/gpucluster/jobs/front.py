@@ -87,7 +87,6 @@ class EngineFront:
         """Tenant -> GPU-equivalents it may hold: one queue per tenant with a ``gpu`` limit."""
         with self.engine_lock():
             self.quota.replace_queues([QueueSpec(n, limit={"gpu": float(q)}) for n, q in sorted(quotas.items())])
-            self.engine.changed()
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
         return self.engine.usage_by_tenant()

@@ -597,7 +597,6 @@ class KubeRuntime(EngineFront):
                 rec = self.recs.get(job.id)
                 if rec is not None:
                     self._observe(job, rec, by_uid.get(rec.uid, []))
-            self.engine.changed()
             self.engine.run_until(t)
         if self._leading:
             self._write_notes()
@@ -612,8 +611,7 @@ class KubeRuntime(EngineFront):
         self._leading = leading
         if leading:
             log.info("%s leads: admitting jobs", self.identity)
-            self.engine.paused = False
-            self.engine.changed()
+            self.engine.resume()
             return
         log.warning("%s lost the lease: following, rebuilding every job from the cluster", self.identity)
         with self.cluster.lock:

@@ -905,9 +905,8 @@ class KubeCluster:
     # ------------------------------------------------------------------------------------------ decide
     def candidates_mask(self, names: Iterable[str]) -> npt.NDArray[np.bool_]:
         """Nodes named in ``names`` (unknown names are ignored). kube-scheduler sends the same list again
-        and again, so the last mask is kept (keyed by the names and the state's node rows: its ``uid``, never
-        its ``id()``, which a state built after a rebuild may reuse, with the nodes in another order)."""
-        key = (tuple(names), self.state.uid, self.state.n_nodes)
+        and again, so the last mask is kept (keyed by the names and the state's node rows)."""
+        key = (tuple(names), self.state.layout)
         cached = self._mask_cache
         if cached is not None and cached[0] == key:
             return cached[1]

@@ -6,7 +6,8 @@ for a pod is then a handful of vectorised expressions over these arrays.
 
 Only :class:`ClusterState` mutates the arrays (``assign`` / ``release`` / node and device changes); every
 mutation bumps ``generation`` and the changed node's ``node_generation`` so that caches can recompute just
-the nodes that changed.
+the nodes that changed, and keeps the capacity facts (free amounts, the usable mask, usable totals) right
+itself: :mod:`gpucluster.model.capacity` says what they are and the one change-stamp contract caches use.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from gpucluster.model.capacity import Layout, UsableCapacity
 from gpucluster.model.device import DeviceSpec
 from gpucluster.model.node import NodeSpec
 from gpucluster.model.topology import Fabric, TopologyLevel
@@ -137,6 +139,13 @@ class ClusterState:
         """Unique among the states of this process (``id()`` may be reused): a cache keyed by
         ``node_generation`` is valid only for the state it was filled from."""
         self.generation = 0
+        """Bumped by every mutation."""
+        self.layout_generation = 0
+        """Bumped when nodes are added or removed (with ``uid`` and the shape: :attr:`layout`)."""
+        self.capacity = UsableCapacity()
+        """Usable devices (all, per model, idle), CPU and memory of the schedulable nodes (kept by ``_touch``)."""
+        self.row_model: list[int] = []
+        """Per node, the GPU model id all its devices share (-1: none or several)."""
         self.dra_devices = 0
         """Devices a DRA driver publishes (0: every device is HAMi-published and the source checks are skipped)."""
         self.min_core_cap = 1 << 62
@@ -196,19 +205,30 @@ class ClusterState:
         self.mem_free: IntArray = np.zeros(n, np.int64)
         self.dev_core_free: IntArray = np.zeros((n, d), np.int64)
         self.dev_mem_free: IntArray = np.zeros((n, d), np.int64)
+        self.dev_live: BoolArray = np.zeros((n, d), np.bool_)
+        """Devices that exist and are healthy (whether or not their node is cordoned)."""
         self.dev_usable: BoolArray = np.zeros((n, d), np.bool_)
         """Devices that exist, are healthy and sit on a schedulable node."""
+        self.dev_idle: BoolArray = np.zeros((n, d), np.bool_)
+        """Usable devices that hold no task and no compute (whole and free)."""
+        self.node_idle: IntArray = np.zeros(n, np.int64)
+        """Idle (whole, free, usable) devices per node."""
+        self.node_usable: IntArray = np.zeros(n, np.int64)
+        """Usable devices per node."""
+        self.node_live: BoolArray = np.zeros(n, np.bool_)
+        """Present and schedulable, as of the node's last change (its CPU and memory count in the totals)."""
 
     _NODE_ARRAYS = (
         "cpu_cap", "cpu_used", "mem_cap", "mem_used", "schedulable", "present", "pod_count", "rack_id",
         "leaf_id", "spine_id", "node_generation", "dev_count", "node_core_cap", "node_core_used",
-        "node_dmem_cap", "node_dmem_used", "node_task_cap", "node_tasks", "cpu_free", "mem_free",
+        "node_dmem_cap", "node_dmem_used", "node_task_cap", "node_tasks", "cpu_free", "mem_free", "node_idle",
+        "node_usable", "node_live",
     )
     _DEV_ARRAYS = (
         "dev_valid", "dev_vendor", "dev_model", "dev_type", "dev_mem_cap", "dev_mem_used", "dev_core_cap",
         "dev_core_used", "dev_tasks", "dev_max_tasks", "dev_healthy", "dev_numa", "dev_nvlink", "dev_cordoned",
         "dev_dra", "dev_hami",
-        "dev_core_free", "dev_mem_free", "dev_usable",
+        "dev_core_free", "dev_mem_free", "dev_live", "dev_usable", "dev_idle",
     )
 
     def _grow(self, need_devices: int) -> None:
@@ -235,11 +255,19 @@ class ClusterState:
     def device_slots(self) -> int:
         return int(self.dev_valid.shape[1])
 
+    @property
+    def layout(self) -> Layout:
+        """The key of every cache of this state (:mod:`gpucluster.model.capacity`): another state, a node added
+        or removed, or a new GPU model invalidates it."""
+        return (self.uid, self.layout_generation, len(self.nodes), int(self.dev_valid.shape[1]),
+                len(self.models.names))
+
     def add_node(self, node: NodeSpec) -> int:
         """Add a node (elastic scale-up); returns its index."""
         self._grow(len(node.devices))
         i = len(self.nodes)
         self._fill_row(i, node)
+        self.layout_generation += 1
         return i
 
     def _fill_row(self, i: int, node: NodeSpec) -> None:
@@ -259,6 +287,8 @@ class ClusterState:
         self.dev_uuid.append([d.uuid for d in node.devices])
         for dev in node.devices:
             self._set_device(i, dev)
+        models = {int(m) for m in self.dev_model[i][self.dev_valid[i]]}
+        self.row_model.append(models.pop() if len(models) == 1 else -1)
         self._touch(i)
 
     def _set_device(self, i: int, dev: DeviceSpec) -> None:
@@ -289,6 +319,7 @@ class ClusterState:
         evicted = [self.release(key) for key in sorted(self.pods_on_node[i])]
         self.present[i] = False
         self.schedulable[i] = False
+        self.layout_generation += 1
         self._touch(i)
         return evicted
 
@@ -309,13 +340,23 @@ class ClusterState:
         return self.nodes[self.node_index[name]]
 
     def _touch(self, i: int) -> None:
+        """Node ``i`` changed: bump its generation, recompute its capacity rows and move the totals by the
+        difference (:mod:`gpucluster.model.capacity`)."""
         self.generation += 1
         self.node_generation[i] = self.generation
+        cap = self.capacity
+        cap.move(self, i, -1)
         self.cpu_free[i] = self.cpu_cap[i] - self.cpu_used[i]
         self.mem_free[i] = self.mem_cap[i] - self.mem_used[i]
         self.dev_core_free[i] = self.dev_core_cap[i] - self.dev_core_used[i]
         self.dev_mem_free[i] = self.dev_mem_cap[i] - self.dev_mem_used[i]
-        self.dev_usable[i] = self.dev_valid[i] & self.dev_healthy[i] & self.schedulable[i]
+        live = self.node_live[i] = self.schedulable[i] and self.present[i]
+        self.dev_live[i] = self.dev_valid[i] & self.dev_healthy[i]
+        usable = self.dev_usable[i] = self.dev_live[i] & live
+        idle = self.dev_idle[i] = usable & (self.dev_tasks[i] == 0) & (self.dev_core_used[i] == 0)
+        self.node_usable[i] = usable.sum()
+        self.node_idle[i] = idle.sum()
+        cap.move(self, i, 1)
 
     # ------------------------------------------------------------------ allocations
     def check_fits(self, alloc: Allocation) -> None:
@@ -456,6 +497,8 @@ class Snapshot:
         self._state = state
         self.state_uid = state.uid
         """The viewed state's :attr:`ClusterState.uid`."""
+        self.layout = state.layout
+        """The viewed state's :attr:`ClusterState.layout` (the key of caches)."""
         self.generation = state.generation
         self.nodes: Sequence[NodeSpec] = state.nodes
         self.node_index = state.node_index
@@ -535,6 +578,26 @@ class Snapshot:
     def dev_usable(self) -> BoolArray:
         """Devices that exist, are healthy and sit on a schedulable node."""
         return self._views["dev_usable"]
+
+    @property
+    def dev_live(self) -> BoolArray:
+        """Devices that exist and are healthy (cordoned or not)."""
+        return self._views["dev_live"]
+
+    @property
+    def dev_idle(self) -> BoolArray:
+        """Usable devices holding nothing (whole and free)."""
+        return self._views["dev_idle"]
+
+    @property
+    def node_idle(self) -> IntArray:
+        """Idle devices per node."""
+        return self._views["node_idle"]
+
+    @property
+    def node_usable(self) -> IntArray:
+        """Usable devices per node."""
+        return self._views["node_usable"]
 
     @property
     def allocations(self) -> dict[str, Allocation]:

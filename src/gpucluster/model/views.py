@@ -30,9 +30,9 @@ def node_fragmentation(s: ClusterState | Snapshot) -> FloatArray:
     full, not fragmented. Unhealthy and padding slots do not count. (The FGD measure against a target workload
     is ``scheduler.plugins.fragmentation``; this one needs no workload model.)
     """
-    usable = s.dev_valid & s.dev_healthy
-    free = np.where(usable, s.dev_core_cap - s.dev_core_used, 0).astype(np.float64)
-    partial = usable & ((s.dev_core_used > 0) | (s.dev_tasks > 0))
+    live = s.dev_live
+    free = np.where(live, s.dev_core_free, 0).astype(np.float64)
+    partial = live & ((s.dev_core_used > 0) | (s.dev_tasks > 0))
     free_total = free.sum(axis=1)
     free_partial = np.where(partial, free, 0.0).sum(axis=1)
     out: FloatArray = np.divide(free_partial, free_total, out=np.zeros_like(free_total), where=free_total > 0)
@@ -41,8 +41,7 @@ def node_fragmentation(s: ClusterState | Snapshot) -> FloatArray:
 
 def fragmentation(s: ClusterState) -> float:
     """The same measure over the whole cluster's schedulable nodes."""
-    usable = s.dev_valid & s.dev_healthy & s.schedulable[:, None]
-    free = np.where(usable, s.dev_core_cap - s.dev_core_used, 0)
+    free = np.where(s.dev_usable, s.dev_core_free, 0)
     partial = free[(s.dev_core_used > 0) | (s.dev_tasks > 0)].sum()
     total = free.sum()
     return float(partial / total) if total else 0.0

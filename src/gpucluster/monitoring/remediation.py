@@ -140,6 +140,8 @@ class SimTarget:
             self.state.set_schedulable(alloc.node, was)
         if d.outcome == Outcome.SCHEDULED and d.node is not None:
             return d.node
+        if d.allocation is not None:  # a gang member alone waits for its gang (Permit): give its reservation up
+            self.scheduler.forget_group([d])
         try:  # no room elsewhere: put it back exactly where it was
             self.state.assign(alloc)
         except AllocationError as exc:  # pragma: no cover - nothing else ran in between
@@ -154,7 +156,7 @@ class SimTarget:
         st = self.state
         i = st.node_index[node]
         used = st.dev_core_used[i]
-        cand = np.flatnonzero(st.dev_valid[i] & st.dev_healthy[i] & (st.dev_tasks[i] > 0) & (used < st.dev_core_cap[i]))
+        cand = np.flatnonzero(st.dev_live[i] & (st.dev_tasks[i] > 0) & (st.dev_core_free[i] > 0))
         return [int(j) for j in sorted(cand, key=lambda j: (int(used[j]), int(j)))]
 
 

@@ -199,8 +199,7 @@ class Scheduler:
                 if not st.ok:
                     return self._roll_back(decisions, bound, d, st)
             for d in decisions:
-                assert d.allocation is not None
-                st = fw.run_bind_cycle(d.pod, d.allocation) if may_bind() else _LOST
+                st = self.bind(d) if may_bind() else _LOST
                 if not st.ok:
                     return self._roll_back(decisions, bound, d, st)
                 bound.append(d)

@@ -80,7 +80,7 @@ def run_design(req: Any, report: Report, task: Task) -> dict[str, Any]:
 
 
 def _fragmentation(state: ClusterState) -> float:
-    free = np.where(state.dev_valid, state.dev_core_cap - state.dev_core_used, 0)
+    free = np.where(state.dev_valid, state.dev_core_free, 0)
     partial = free[state.dev_tasks > 0].sum()
     total = free.sum()
     return float(partial / total) if total else 0.0

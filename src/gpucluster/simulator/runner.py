@@ -95,7 +95,7 @@ job without one runs the same on every GPU model.
         self.scheduler = Scheduler(self.state, prof, clock=lambda: kernel.now, handle=handle,
                                    assume_ttl=float("inf"))
         self._down: set[str] = set()
-        self._levels: dict[str, float] = {}
+        self._levels: dict[str, Any] = {}
         self.engine = JobEngine(
             SchedulerPlacer(self.scheduler), self.queue_policy, quota=quota, catalog=handle.services.get("datasets"),
             slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown),
@@ -208,11 +208,9 @@ job without one runs the same on every GPU model.
         if name not in self._down:
             self._down.add(name)
             self.state.set_schedulable(name, False)
-            self.engine.changed()
             self._node_event("node_down", name)
         if repair_after_s is not None:
             self.at(self.now + repair_after_s, lambda: self.repair_node(name))
-        self.engine.changed()
         return evicted
 
     def repair_node(self, name: str) -> None:
@@ -221,7 +219,6 @@ job without one runs the same on every GPU model.
             self.state.set_schedulable(name, True)
             for j in range(int(self.state.dev_count[self.state.node_index[name]])):
                 self.state.set_device_health(name, j, True)
-            self.engine.changed()
             self._node_event("node_up", name)
 
     def fail_device(self, name: str, device_index: int, repair_after_s: float | None = None) -> list[str]:
@@ -231,19 +228,15 @@ job without one runs the same on every GPU model.
             i, lambda alloc: any(g.device_index == device_index for g in alloc.grants), f"device_down:{name}"
         )
         self.state.set_device_health(name, device_index, False)
-        self.engine.changed()
         self._node_event("device_down", name, str(device_index))
         if repair_after_s is not None:
             def repair() -> None:
                 self.state.set_device_health(name, device_index, True)
-                self.engine.changed()
             self.at(self.now + repair_after_s, repair)
         return evicted
 
     def add_node(self, node: NodeSpec) -> None:
         self.state.add_node(node)
-        self._levels.clear()
-        self.engine.changed()
         self._node_event("node_added", node.name)
 
     def remove_node(self, name: str) -> list[str]:
@@ -251,8 +244,6 @@ job without one runs the same on every GPU model.
         evicted = self.engine.evict_on(i, lambda alloc: True, "node_removed:" + name)
         self.state.remove_node(name)
         self._down.discard(name)
-        self._levels.clear()
-        self.engine.changed()
         self._node_event("node_removed", name)
         return evicted
 
@@ -277,7 +268,9 @@ job without one runs the same on every GPU model.
 
     def _ideal_level(self, gpus: int) -> TopologyLevel:
         cache = self._levels
-        if "domain" not in cache:
+        if cache.get("layout") != self.state.layout:  # valid while the same nodes exist
+            cache.clear()
+            cache["layout"] = self.state.layout
             s = self.state
             dom = 1
             for i in range(s.n_nodes):

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from gpucluster.model import DeviceRequest, Pod, Snapshot
+from gpucluster.model.capacity import RowStamps
 from gpucluster.scheduler.framework import (
     BoolArray,
     CycleState,
@@ -98,27 +99,22 @@ def node_kinds(snap: Snapshot, rows: IntArray) -> IntArray:
 
 
 class GpuClusteringScore:
-    """Keeps per node counts of GPU-pod kinds, recomputed only for nodes whose generation moved."""
+    """Keeps per node counts of GPU-pod kinds, recomputed only for nodes whose generation moved (the state's
+    change-stamp contract, :class:`gpucluster.model.capacity.RowStamps`)."""
 
     name = "GpuClusteringScore"
 
     def __init__(self) -> None:
         self._kinds = np.zeros((0, bs.N_KINDS), np.int64)
-        self._stamp = np.zeros(0, np.int64)
-        self._uid = -1
-        """The state the rows were counted on (``Snapshot.state_uid``): another state's generations say nothing."""
+        self._stamps = RowStamps()
 
     def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
-        n = snap.n_nodes
-        if self._stamp.size != n or self._uid != snap.state_uid:
-            self._kinds = np.zeros((n, bs.N_KINDS), np.int64)
-            self._stamp = np.full(n, -1, np.int64)
-            self._uid = snap.state_uid
-        gen = np.asarray(snap.node_generation)
-        stale = candidates[self._stamp[candidates] != gen[candidates]]
+        reset, stale = self._stamps.stale(snap, among=candidates)
+        if reset:
+            self._kinds = np.zeros((snap.n_nodes, bs.N_KINDS), np.int64)
         if stale.size:
             self._kinds[stale] = node_kinds(snap, stale)
-            self._stamp[stale] = gen[stale]
+            self._stamps.mark(stale)
         v = _view(state, snap)
         _, milli, num, _ = pod_shape(pod)
         gl = v.gpu_left[candidates].sum(axis=1)
@@ -184,7 +180,7 @@ class BestFitDevice:
                       feasible: BoolArray, taken: IntArray) -> FloatArray:
         if not _sharing(request):
             return np.zeros(snap.device_slots, np.float64)
-        left = snap.dev_core_cap[node] - snap.dev_core_used[node] - taken
+        left = snap.dev_core_free[node] - taken
         return np.asarray((bs.MILLI - left) / 10.0, np.float64)
 
 

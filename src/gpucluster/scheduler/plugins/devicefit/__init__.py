@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from gpucluster.devices import DeviceInputError, hami
 from gpucluster.model import DeviceConstraints, DeviceGrant, DeviceRequest, Pod, Snapshot
+from gpucluster.model.capacity import Layout, RowStamps
 from gpucluster.model.resources import CORE_MILLI_PER_DEVICE, VENDOR_NVIDIA
 from gpucluster.scheduler.framework import (
     BoolArray,
@@ -264,19 +265,19 @@ class _FitCache:
     every check of :func:`device_stages`, kept per ``node_generation`` so that Filter recomputes only the nodes
     that changed since the kind was last asked for (one or two per decision in a busy cluster, instead of every
     device of every node). Pods that name devices (UUIDs, types, vGPU modes) are not cached: their masks are
-    their own. Valid for one :class:`~gpucluster.model.ClusterState` (its ``uid``) and shape; any other resets it.
+    their own. Keyed by the state's ``layout`` and stamped per node (:class:`gpucluster.model.capacity.RowStamps`):
+    another state, a node added or removed resets it.
     """
 
     def __init__(self) -> None:
-        self._owner: tuple[int, int, int] = (-1, -1, -1)
-        self._entries: dict[tuple[Any, ...], tuple[ReasonArray, IntArray]] = {}
+        self._layout: Layout | None = None
+        self._entries: dict[tuple[Any, ...], tuple[ReasonArray, RowStamps]] = {}
 
     def verdict(self, snap: Snapshot, vid: int, req: DeviceRequest, prep: _Prepared) -> ReasonArray:
         """Per node, 0 where the request fits and ``DeviceDoesNotFit`` where it does not (a read-only view of
         the kept array)."""
-        owner = (snap.state_uid, snap.n_nodes, snap.device_slots)
-        if owner != self._owner:
-            self._owner = owner
+        if snap.layout != self._layout:
+            self._layout = snap.layout
             self._entries.clear()
         options = prep.options
         key = (vid, req, options.mutex, options.numa_bind, prep.selection)
@@ -284,16 +285,15 @@ class _FitCache:
         if entry is None:
             if len(self._entries) >= _FIT_KEYS:
                 del self._entries[next(iter(self._entries))]
-            entry = (np.zeros(snap.n_nodes, np.int16), np.full(snap.n_nodes, -1, np.int64))
+            entry = (np.zeros(snap.n_nodes, np.int16), RowStamps())
         self._entries[key] = entry  # most recently used last
-        out, stamp = entry
-        gen = np.asarray(snap.node_generation)
-        stale = np.flatnonzero(stamp != gen)
+        out, stamps = entry
+        _, stale = stamps.stale(snap)
         if stale.size:
             rows: slice | IntArray = slice(None) if stale.size == snap.n_nodes else stale
             final = device_stages(snap, rows, vid, req, prep.allowed, prep.type_bad, options=options)[-1][1]
             out[rows] = np.where(final.sum(axis=1) >= req.count, 0, Reason.DeviceDoesNotFit)
-            stamp[rows] = gen[rows]
+            stamps.mark(rows)
         view = out.view()
         view.flags.writeable = False
         return view

@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpucluster.model import DeviceRequest, Pod, Snapshot
+from gpucluster.model.capacity import Layout
 from gpucluster.scheduler.framework import (
     BoolArray,
     CycleState,
@@ -134,9 +135,8 @@ class FGDScore:
         self._nodes = NodeMirror()
         self._target_changed = True
         self._access: BoolArray | None = None
-        self._models = -1
-        self._uid = -1
-        """The state the cached scores were computed on (``Snapshot.state_uid``)."""
+        self._layout: Layout | None = None
+        """The layout of the state the cached scores were computed on (``Snapshot.layout``)."""
         self.stranding: Stranding | None = None
 
     def _stranding(self, target: TargetWorkload, view: NodeArrays) -> Stranding | None:
@@ -158,10 +158,9 @@ class FGDScore:
 
     def _prepare(self, snap: Snapshot, view: NodeArrays) -> None:
         assert self.target is not None
-        if self._models != len(snap.models) or self._cache.n != snap.n_nodes or self._uid != snap.state_uid:
+        if self._layout != snap.layout:
             self._cache = self._new_cache(snap)
-            self._models = len(snap.models)
-            self._uid = snap.state_uid
+            self._layout = snap.layout
             self._target_changed = True
         if self._target_changed:
             self._target_changed = False

@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpucluster.model import Snapshot
+from gpucluster.model.capacity import RowStamps
 from gpucluster.scheduler.plugins.fragmentation.measure import (
     Drops,
     NodeArrays,
@@ -393,21 +394,17 @@ class NodeMirror:
         self.view: NodeArrays | None = None
         self.idle = np.zeros(0, np.int64)
         self.group = np.zeros(0, np.int64)
-        self._stamp = np.zeros(0, np.int64)
-        self._shape: tuple[int, int, int, int] = (-1, -1, -1, -1)
+        self._stamps = RowStamps()
         self._groups: dict[bytes, int] = {}
 
     def sync(self, snap: Snapshot) -> NodeArrays:
-        shape = (snap.state_uid, snap.n_nodes, snap.device_slots, len(snap.models))
-        gen = np.asarray(snap.node_generation)
-        if self.view is None or shape != self._shape:
+        reset, stale = self._stamps.stale(snap)
+        if self.view is None or reset:
             self.view = NodeArrays.from_snapshot(snap)
             self.idle = self.view.gpu_left.sum(axis=1)
-            self._stamp = gen.copy()
-            self._shape = shape
+            self._stamps.mark(slice(None))
             self._regroup()
             return self.view
-        stale = np.flatnonzero(self._stamp != gen)
         if stale.size:
             part = NodeArrays.rows_of(snap, stale)
             v = self.view
@@ -418,7 +415,7 @@ class NodeMirror:
             v.gpu_count[stale] = part.gpu_count
             v.model[stale] = part.model
             self.idle[stale] = part.gpu_left.sum(axis=1)
-            self._stamp[stale] = gen[stale]
+            self._stamps.mark(stale)
             if len(self._groups) > _REGROUP_AT * max(self.group.size, 1):
                 self._regroup()
             else:

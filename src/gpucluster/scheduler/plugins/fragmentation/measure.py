@@ -136,14 +136,13 @@ class NodeArrays:
     @classmethod
     def rows_of(cls, snap: Snapshot, rows: IntArray | slice) -> NodeArrays:
         """The view of only ``rows`` of ``snap`` (row k of the result is node ``rows[k]``)."""
-        usable = snap.dev_valid[rows] & snap.dev_healthy[rows]
-        left = np.where(usable, snap.dev_core_cap[rows] - snap.dev_core_used[rows], 0).astype(np.int64)
+        left = np.where(snap.dev_live[rows], snap.dev_core_free[rows], 0).astype(np.int64)
         n, d = left.shape
         model = np.array(snap.dev_model[rows, 0], np.int64) if d else np.full(n, -1, np.int64)
         return cls(
-            cpu_left=(snap.cpu_cap[rows] - snap.cpu_used[rows]).astype(np.int64),
+            cpu_left=np.array(snap.cpu_free[rows], np.int64),
             cpu_cap=np.array(snap.cpu_cap[rows], np.int64),
-            mem_left=(snap.mem_cap[rows] - snap.mem_used[rows]).astype(np.int64), gpu_left=left,
+            mem_left=np.array(snap.mem_free[rows], np.int64), gpu_left=left,
             gpu_count=np.array(snap.dev_count[rows], np.int64), model=model, model_names=list(snap.models),
         )
 

@@ -29,8 +29,7 @@ NAME = "Gang"
 
 def free_whole_devices(snap: Snapshot) -> int:
     """Devices that are usable and hold no task at all."""
-    free = snap.dev_usable & (snap.dev_tasks == 0) & (snap.dev_core_used == 0)
-    return int(free.sum())
+    return int(snap.node_idle.sum())
 
 
 def node_models(snap: Snapshot) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -76,8 +75,7 @@ class Gang:
         whole = [r for _, r in pod.device_requests if r.whole]
         if whole:  # the first member: only models whose free whole devices could take the whole gang
             per_pod = sum(r.count for r in whole)
-            free = (snap.dev_usable & (snap.dev_tasks == 0) & (snap.dev_core_used == 0)).sum(axis=1)
-            tasks = np.where(models >= 0, free // per_pod, 0)
+            tasks = np.where(models >= 0, snap.node_idle // per_pod, 0)
             per_model = np.bincount(np.maximum(models, 0), weights=tasks)
             ok = per_model >= max(pod.gang_min_member, 1)
             out[(models < 0) | ~ok[np.maximum(models, 0)]] = Reason.GangModelMismatch

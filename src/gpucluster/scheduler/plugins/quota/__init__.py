@@ -101,6 +101,8 @@ class QuotaTree:
                 p = self.queues[p].parent
         self.used: dict[str, dict[str, float]] = {n: dict.fromkeys(RESOURCES, 0.0) for n in self.queues}
         self._charged: dict[str, tuple[str, dict[str, float]]] = {}
+        self.revision = 0
+        """Bumped when the queues are replaced (a job engine schedules again and re-checks admission)."""
 
     def chain(self, queue: str) -> list[str]:
         out = []
@@ -128,7 +130,9 @@ class QuotaTree:
         """New queue definitions (limits, guarantees, weights); what is charged stays charged and is counted
         again against the new queues."""
         charged = dict(self._charged)
+        revision = self.revision
         self.__init__(queues)  # type: ignore[misc]
+        self.revision = revision + 1
         for key, (queue, charge) in charged.items():
             self.charge(key, queue, charge)
 

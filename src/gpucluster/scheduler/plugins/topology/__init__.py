@@ -50,8 +50,8 @@ class _Prepared:
 
 
 def free_devices_per_node(snap: Snapshot) -> IntArray:
-    free = snap.dev_usable & (snap.dev_tasks == 0) & (snap.dev_core_used == 0)
-    return np.asarray(free.sum(axis=1), np.int64)
+    """Idle (whole, free, usable) devices per node: the state keeps them (``node_idle``)."""
+    return np.array(snap.node_idle, np.int64)  # a copy: the cycle keeps it
 
 
 def job_gpus(pod: Pod) -> int:
