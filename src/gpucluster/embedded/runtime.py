@@ -14,7 +14,7 @@ exactly as ``gpucluster simulate`` measures them, GPU speed included: a job with
 
 from __future__ import annotations
 
-import math
+import contextlib
 import random
 from collections import deque
 from typing import Any
@@ -25,7 +25,7 @@ from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.embedded.monitor import ClusterMonitor
 from gpucluster.embedded.workload import Arrival, SyntheticWorkload
 from gpucluster.jobs import DEFAULT_QUEUE_POLICY, EngineFront, Job, JobEvent, JobState, job_spec, restored_submission
-from gpucluster.model import Allocation, views
+from gpucluster.model import ClusterState
 from gpucluster.model.labels import JOB_LABEL
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY
@@ -33,8 +33,6 @@ from gpucluster.scheduler.plugins.quota import QuotaTree
 from gpucluster.simulator import Simulation
 from gpucluster.spec import Cluster
 
-HISTORY_POINTS = 240
-HISTORY_EVERY_S = 5.0
 KEEP_FINISHED_SYNTHETIC = 300
 REPAIR_AFTER_S = 600.0
 """Clock seconds until a faulted GPU is reset (the simulated technician), its XID cleared and the node back."""
@@ -90,8 +88,7 @@ class EmbeddedRuntime(EngineFront):
         self.target = EmbeddedTarget(self)
         self.monitor = ClusterMonitor(self.state, self.target, self.queue_stats, clock=lambda: self.now,
                                       policy=remediation, start_t=start_t)
-        self._history: deque[dict[str, float]] = deque(maxlen=HISTORY_POINTS)
-        self._last_sample = -math.inf
+        self._start_history()
         self.workload = SyntheticWorkload(float(self.state.dev_valid.sum()), background, seed)
         for arrival in self.workload.warm_start():
             self._submit_synthetic(arrival, start_t)
@@ -107,6 +104,13 @@ class EmbeddedRuntime(EngineFront):
     @property
     def backend(self) -> str:
         return "embedded"
+
+    @property
+    def cluster_label(self) -> str:
+        return self.cluster.name
+
+    def reading(self) -> contextlib.AbstractContextManager[ClusterState]:
+        return contextlib.nullcontext(self.state)
 
     # ------------------------------------------------------------------ events
     def _on_event(self, ev: JobEvent) -> None:
@@ -156,8 +160,7 @@ class EmbeddedRuntime(EngineFront):
         self.sim.run_until(t)  # what remediation changed is scheduled now
         while len(self._synthetic_done) > KEEP_FINISHED_SYNTHETIC:
             self.engine.forget(self._synthetic_done.popleft())
-        if t - self._last_sample >= HISTORY_EVERY_S:
-            self._sample()
+        self._sample_due()
         return self._take_events()
 
     def queue_stats(self) -> QueueStats:
@@ -216,46 +219,15 @@ class EmbeddedRuntime(EngineFront):
         """Remediation audit records not yet handed out (the service persists them in its audit table)."""
         return self.monitor.take_unsaved()
 
-    # ------------------------------------------------------------------ views
-    def _sample(self) -> None:
-        self._last_sample = self.now
-        self._history.append(views.sample(self.state, self.now, len(self.engine.views.queued())))
-
+    # ------------------------------------------------------------------ views (the rest: EngineFront)
     def alerts(self) -> list[dict[str, Any]]:
         return self.monitor.alerts()
 
     def remediations(self) -> list[dict[str, Any]]:
         return self.monitor.remediations()
 
-    def nodes(self) -> list[dict[str, Any]]:
-        return views.present_rows(self.state)
-
-    def _describe(self, alloc: Allocation) -> dict[str, Any]:
-        jid = alloc.pod.labels.get(JOB_LABEL, "") if alloc.pod is not None else ""
-        job = self.engine.jobs.get(jid)
-        return {"job": jid, "job_name": job.name if job else "", "tenant": alloc.tenant or (job.tenant if job else "")}
-
-    def node(self, name: str) -> dict[str, Any] | None:
-        return views.node_detail(self.state, name, self._describe)
-
-    def overview(self) -> dict[str, Any]:
-        counts, user_counts = self.engine.views.status_counts()
-        return {
-            "backend": self.backend,
-            "cluster": self.cluster.name,
-            "policy": self.placement_policy,
-            "queue_policy": self.queue_policy,
-            "t": self.now,
-            **views.figures(self.state),
-            "queue": len(self.engine.views.queued()),
-            "jobs": counts,
-            "user_jobs": user_counts,
-            "alerts_firing": self.monitor.firing,
-            "history": list(self._history),
-        }
-
-    def topology(self) -> dict[str, Any]:
-        return views.topology(self.state)
+    def _alerts_firing(self) -> int:
+        return self.monitor.firing
 
 
 class EmbeddedTarget(SimTarget):

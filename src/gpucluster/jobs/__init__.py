@@ -19,6 +19,8 @@ Kubernetes run.
 * :mod:`~gpucluster.jobs.speed`: :class:`GpuSpeeds`, a job's speed on the GPU models it got (work is seconds on
   its ``ref_gpu``; :mod:`gpucluster.perf`);
 * :mod:`~gpucluster.jobs.kernel`: the event heap the engine's clock runs on;
+* :mod:`~gpucluster.jobs.recipe`: :func:`engine_recipe` / :class:`EngineRecipe`, how every backend makes its
+  engine (queue policy, placement profile, quota, options);
 * :mod:`~gpucluster.jobs.front`: :class:`EngineFront`, the job-facing half every control-plane runtime shares.
 
 Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
@@ -56,6 +58,7 @@ from gpucluster.jobs.model import (
 )
 from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
 from gpucluster.jobs.policies import DEFAULT_QUEUE_POLICY, POLICIES, QueuePolicy, make_policy
+from gpucluster.jobs.recipe import EngineRecipe, engine_recipe
 from gpucluster.jobs.speed import SPEED_KEY, GpuSpeeds, default_speed_model
 from gpucluster.jobs.speed import describe as describe_speed
 from gpucluster.jobs.transitions import Cancel, Fail, InvalidTransitionError, Note, Reject, transition
@@ -94,6 +97,7 @@ __all__ = [
     "CapacityView",
     "EngineFront",
     "EngineOptions",
+    "EngineRecipe",
     "EnvFrom",
     "EnvVar",
     "Fail",
@@ -124,6 +128,7 @@ __all__ = [
     "default_registry",
     "default_speed_model",
     "describe_speed",
+    "engine_recipe",
     "folds",
     "job_profile",
     "job_spec",

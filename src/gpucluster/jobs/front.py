@@ -1,32 +1,69 @@
-"""What a control plane's runtime says and does about its jobs, the same whatever runs them.
+"""What a control plane's runtime says and does about its jobs and shows of its cluster, the same whatever runs
+them.
 
 :class:`EngineFront` is the part of ``service.runtime.Runtime`` that only reads or feeds the job engine:
 validation (one check: can the job ever fit here), submission of a user's job, cancellation, the job records,
-tenant quotas (a ``QuotaTree`` the ``Quota`` plugin enforces) and usage. The embedded and the Kubernetes
-runtimes inherit it and add what only they do (a simulated cluster on the wall clock; real pods)."""
+tenant quotas (a ``QuotaTree`` the ``Quota`` plugin enforces) and usage; and the view half, written once: the
+overview (figures, queue, job counts, the sampled history), the node rows and one node's detail (each pod with
+its job and tenant) and the topology, all read from the cluster state under :meth:`EngineFront.reading`. The
+embedded and the Kubernetes runtimes inherit it and add what only they do (a simulated cluster on the wall
+clock; real pods) through a few hooks (:meth:`reading`, :meth:`_job_of`, :meth:`_overview_extra`,
+:meth:`_alerts_firing`)."""
 
 from __future__ import annotations
 
 import contextlib
+import math
+from collections import deque
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from gpucluster.jobs.admission import user_submission
 from gpucluster.jobs.engine import JobEngine
 from gpucluster.jobs.model import Job, JobEvent
+from gpucluster.model import Allocation, ClusterState, views
+from gpucluster.model.labels import JOB_LABEL
 from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
+
+HISTORY_POINTS = 240
+"""Samples of the overview's history a runtime keeps."""
+HISTORY_EVERY_S = 5.0
+"""Clock seconds between two samples."""
 
 
 class EngineFront:
-    """Job-facing half of a runtime over ``engine`` (set by the subclass before use)."""
+    """Job-facing half and view half of a runtime over ``engine`` (set by the subclass before use)."""
 
     engine: JobEngine
     quota: QuotaTree
+    placement_policy: str
+    queue_policy: str
     _events: list[JobEvent]
     """Events of the jobs the runtime reports, waiting for the next ``advance``."""
+    _history: deque[dict[str, float]]
+    _last_sample: float
+
+    @property
+    def backend(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def now(self) -> float:
+        return self.engine.now
+
+    @property
+    def cluster_label(self) -> str:
+        """The cluster's name as the overview shows it."""
+        raise NotImplementedError
 
     def engine_lock(self) -> contextlib.AbstractContextManager[object]:
         """Held around every engine call (the Kubernetes runtime shares its cluster with the informer)."""
         return contextlib.nullcontext()
+
+    def reading(self) -> contextlib.AbstractContextManager[ClusterState]:
+        """The cluster state, held still while the block reads it (the Kubernetes runtime's informer rebuilds
+        it under the cluster lock)."""
+        raise NotImplementedError
 
     def _report(self, event: JobEvent) -> None:
         """Keep an engine event of a reported job for the next ``advance``. A user's job arrives when it is
@@ -90,3 +127,67 @@ class EngineFront:
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
         return self.engine.views.usage_by_tenant()
+
+    # ------------------------------------------------------------------ the view half
+    def _start_history(self) -> None:
+        self._history = deque(maxlen=HISTORY_POINTS)
+        self._last_sample = -math.inf
+
+    def _sample_due(self) -> None:
+        """Sample the overview's history when :data:`HISTORY_EVERY_S` passed since the last sample."""
+        if self.now - self._last_sample >= HISTORY_EVERY_S:
+            self._sample()
+
+    def _sample(self) -> None:
+        with self.reading() as state:
+            self._history.append(views.sample(state, self.now, len(self.engine.views.queued())))
+        self._last_sample = self.now
+
+    def _job_of(self, alloc: Allocation) -> str:
+        """The id of the job an allocation belongs to (its pod's job label)."""
+        return alloc.pod.labels.get(JOB_LABEL, "") if alloc.pod is not None else ""
+
+    def _describe(self, alloc: Allocation) -> dict[str, Any]:
+        jid = self._job_of(alloc)
+        job = self.engine.jobs.get(jid)
+        return {"job": jid, "job_name": job.name if job else "", "tenant": alloc.tenant or (job.tenant if job else "")}
+
+    def _alerts_firing(self) -> int:
+        """Alerts firing now (the overview's count)."""
+        return 0
+
+    def _overview_extra(self) -> dict[str, Any]:
+        """What only this backend adds to the overview (called while :meth:`reading` holds the state)."""
+        return {}
+
+    def nodes(self) -> list[dict[str, Any]]:
+        with self.reading() as state:
+            return views.present_rows(state)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        with self.reading() as state:
+            return views.node_detail(state, name, self._describe)
+
+    def topology(self) -> dict[str, Any]:
+        with self.reading() as state:
+            return views.topology(state)
+
+    def overview(self) -> dict[str, Any]:
+        counts, user = self.engine.views.status_counts()
+        with self.reading() as state:
+            figures = views.figures(state)
+            extra = self._overview_extra()
+        return {
+            "backend": self.backend,
+            "cluster": self.cluster_label,
+            "policy": self.placement_policy,
+            "queue_policy": self.queue_policy,
+            "t": self.now,
+            **figures,
+            "queue": len(self.engine.views.queued()),
+            "jobs": counts,
+            "user_jobs": user,
+            "alerts_firing": self._alerts_firing(),
+            "history": list(self._history),
+            **extra,
+        }

@@ -42,7 +42,6 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,15 +57,13 @@ from gpucluster.jobs import (
     EngineOptions,
     Fail,
     Job,
-    JobEngine,
     JobEvent,
     JobSpec,
     JobState,
     Kernel,
     Note,
     Reject,
-    job_profile,
-    make_policy,
+    engine_recipe,
     restored_submission,
     task_pods,
     transition,
@@ -106,8 +103,6 @@ log = logging.getLogger(__name__)
 
 TENANT_LABEL = QUEUE_LABEL
 """Deprecated name of the queue label (the tenant a Job is charged to)."""
-HISTORY_POINTS = 240
-HISTORY_EVERY_S = 5.0
 NOTE_EVERY_S = 5.0
 """Shortest time between two "why it waits" notes written on one Job."""
 ADMISSIONS = ("devices", "count")
@@ -261,15 +256,17 @@ class KubeRuntime(EngineFront):
         self.batch: Any = client.BatchV1Api(self.api)
         self.cluster_name = _cluster_name(self.kubeconfig)
         self.server_version = self._probe()
-        queue = make_policy(queue_policy)
         self.quota = QuotaTree([])
+        self.recipe = engine_recipe(queue_policy, placement_policy, quota=self.quota, options=EngineOptions(
+            describe=True, namespace=namespace, record_series=False, timed_finish=False,
+            device_check=admission == "devices"))
+        """How the engine is made (:func:`gpucluster.jobs.engine_recipe`, as the simulator makes its own); a
+        replica that becomes the leader builds a fresh one from it."""
         opts = RunOptions(placement_policy=placement_policy, scheduler_name=scheduler_name,
                           handshake_timeout=handshake_timeout, sync_timeout=sync_timeout)
         self.cluster, self.binder, self.informer = build(
-            self.api, self.registry, opts, identity=f"control-plane/{self.identity}",
-            profile=job_profile(placement_policy, queue, quota=True), services={"quota": self.quota},
-            recreate_unbound=False)
-        self._queue = queue
+            self.api, self.registry, opts, identity=f"control-plane/{self.identity}", profile=self.recipe.profile,
+            services=self.recipe.services(), recreate_unbound=False)
         self._lock = threading.Lock()
         self._pods: dict[str, PodView] = {}
         """Pods made by Jobs (label ``batch.kubernetes.io/controller-uid``), as the informer last reported them."""
@@ -307,8 +304,7 @@ class KubeRuntime(EngineFront):
                                          retry_period=max(lease_duration / 7, 0.2))
         self._leading = self.elector is None
         self._new_engine()
-        self._history: deque[dict[str, float]] = deque(maxlen=HISTORY_POINTS)
-        self._last_sample = -math.inf
+        self._start_history()
         with self._lock:
             self._dirty = set(self._job_objs)
         self._sync_jobs()
@@ -318,10 +314,7 @@ class KubeRuntime(EngineFront):
 
     def _new_engine(self) -> None:
         with self.cluster.lock:
-            self.engine = JobEngine(KubePlacer(self), self._queue, quota=self.quota, kernel=Kernel(),
-                                    options=EngineOptions(describe=True, namespace=self.namespace,
-                                                          record_series=False, timed_finish=False,
-                                                          device_check=self.admission == "devices"))
+            self.engine = self.recipe.build(KubePlacer(self), kernel=Kernel())
             self.engine.paused = not self._leading
         self.engine.listeners.append(self._report)
 
@@ -600,8 +593,7 @@ class KubeRuntime(EngineFront):
             self.engine.run_until(t)
         if self._leading:
             self._write_notes()
-        if t - self._last_sample >= HISTORY_EVERY_S:
-            self._sample()
+        self._sample_due()
         return self._take_events()
 
     def _leadership(self) -> None:
@@ -977,49 +969,28 @@ class KubeRuntime(EngineFront):
 
         return stream()
 
-    # ------------------------------------------------------------------ views
-    def _sample(self) -> None:
-        with self.cluster.lock:
-            self._history.append(views.sample(self.cluster.state, self.now, len(self.engine.views.queued())))
-        self._last_sample = self.now
+    # ------------------------------------------------------------------ views (the rest: EngineFront)
+    @property
+    def cluster_label(self) -> str:
+        return self.cluster_name
 
-    def _describe(self, alloc: Allocation) -> dict[str, Any]:
-        job_id = ""
-        if alloc.pod is not None:
-            job_id = alloc.pod.labels.get(JOB_LABEL, "")
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[ClusterState]:
+        with self.cluster.lock:
+            yield self.cluster.state
+
+    def _job_of(self, alloc: Allocation) -> str:
+        """The pod's job label, else the job of the Job object that made the pod."""
+        job_id = super()._job_of(alloc)
         if not job_id:
             with self._lock:
                 view = self._pods.get(alloc.pod_key)
             job_id = self.by_uid.get(view.job_uid, "") if view is not None else ""
-        job = self.engine.jobs.get(job_id)
-        return {"job": job.id if job else "", "job_name": job.name if job else "",
-                "tenant": alloc.tenant or (job.tenant if job else "")}
+        return job_id
 
-    def nodes(self) -> list[dict[str, Any]]:
-        with self.cluster.lock:
-            return views.present_rows(self.cluster.state)
-
-    def node(self, name: str) -> dict[str, Any] | None:
-        with self.cluster.lock:
-            return views.node_detail(self.cluster.state, name, self._describe)
-
-    def overview(self) -> dict[str, Any]:
-        counts, user = self.engine.views.status_counts()
-        with self.cluster.lock:
-            figures = views.figures(self.cluster.state)
-            summary = self.cluster.summary()
+    def _overview_extra(self) -> dict[str, Any]:
+        summary = self.cluster.summary()
         return {
-            "backend": self.backend,
-            "cluster": self.cluster_name,
-            "policy": self.placement_policy,
-            "queue_policy": self.queue_policy,
-            "t": self.now,
-            **figures,
-            "queue": len(self.engine.views.queued()),
-            "jobs": counts,
-            "user_jobs": user,
-            "alerts_firing": 0,
-            "history": list(self._history),
             "kubernetes": {
                 "api_server": self.api.configuration.host,
                 "version": self.server_version,
@@ -1036,10 +1007,6 @@ class KubeRuntime(EngineFront):
                 "leader_elect": self.elector is not None,
             },
         }
-
-    def topology(self) -> dict[str, Any]:
-        with self.cluster.lock:
-            return views.topology(self.cluster.state)
 
     def alerts(self) -> list[dict[str, Any]]:
         """No alert rules run against a real cluster here (Prometheus does that: ``docs/monitoring.md``)."""

@@ -25,7 +25,6 @@ from gpucluster.jobs import (
     EngineOptions,
     GpuSpeeds,
     Job,
-    JobEngine,
     JobEvent,
     JobSpec,
     Kernel,
@@ -34,9 +33,8 @@ from gpucluster.jobs import (
     SeriesPoint,
     Timer,
     Totals,
-    job_profile,
+    engine_recipe,
     jobs_profile,
-    make_policy,
     no_slowdown,
 )
 from gpucluster.model import ClusterState, NodeSpec, TopologyLevel
@@ -82,7 +80,6 @@ job without one runs the same on every GPU model.
         start_t: float = 0.0,
     ) -> None:
         self.state = cluster.state() if isinstance(cluster, Cluster) else cluster
-        self.queue_policy = make_policy(queue_policy) if isinstance(queue_policy, str) else queue_policy
         self.network = network or NetworkModel(self.state.fabric)
         self.speeds = GpuSpeeds(self.state)
         """Job speeds on this cluster's GPU models (a job's work is seconds on its ``ref_gpu``)."""
@@ -90,19 +87,21 @@ job without one runs the same on every GPU model.
         quota = handle.services.get("quota")
         if quota is not None and not isinstance(quota, QuotaTree):
             raise TypeError("services['quota'] must be a QuotaTree")
-        prof = profile or job_profile(placement_policy, self.queue_policy, seed, quota=quota is not None)
+        self.recipe = engine_recipe(
+            queue_policy, placement_policy, seed=seed, quota=quota, profile=profile,
+            options=EngineOptions(restart_overhead_s=restart_overhead_s, tenant_weights=dict(tenant_weights or {}),
+                                  locality_delay_s=locality_delay_s, record_series=record_series,
+                                  describe=describe))
+        """How the engine is made (:func:`gpucluster.jobs.engine_recipe`: the same for every backend)."""
+        self.queue_policy = self.recipe.queue_policy
         kernel: Kernel[Timer] = Kernel(start_t)
-        self.scheduler = Scheduler(self.state, prof, clock=lambda: kernel.now, handle=handle,
+        self.scheduler = Scheduler(self.state, self.recipe.profile, clock=lambda: kernel.now, handle=handle,
                                    assume_ttl=float("inf"))
         self._down: set[str] = set()
         self._levels: dict[str, Any] = {}
-        self.engine = JobEngine(
-            SchedulerPlacer(self.scheduler), self.queue_policy, quota=quota, catalog=handle.services.get("datasets"),
-            slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown),
-            options=EngineOptions(restart_overhead_s=restart_overhead_s, tenant_weights=dict(tenant_weights or {}),
-                                  locality_delay_s=locality_delay_s, record_series=record_series,
-                                  describe=describe),
-            kernel=kernel)
+        self.engine = self.recipe.build(
+            SchedulerPlacer(self.scheduler), kernel=kernel, catalog=handle.services.get("datasets"),
+            slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown))
         self.speeds.jobs = self.engine.jobs
 
     # ================================================================================ the engine's API
