@@ -24,6 +24,7 @@ from gpucluster.monitoring import (
     node_fragmentation,
 )
 from gpucluster.monitoring import metrics as m
+from gpucluster.monitoring.exposition import CONTENT_TYPE
 from gpucluster.scheduler import Scheduler, profile_for
 from tests.helpers import gpu_pod
 from tests.monitoring.conftest import activity_pod, place, small_state
@@ -158,8 +159,16 @@ def test_metrics_server_serves_over_http(make_sim: Sim) -> None:
         r = httpx.get(server.url, timeout=5)
         assert r.status_code == 200
         assert f'{m.DCGM_GPU_UTIL}{{' in r.text and m.DEVICE_TASKS in r.text
+        assert r.headers["content-type"] == CONTENT_TYPE
+        assert r.content == server.exposition.render()  # the one exposition path, served by uvicorn
+        assert 'href="/metrics"' in httpx.get(server.url.removesuffix("metrics"), timeout=5).text
+        assert httpx.get(server.url.removesuffix("/metrics") + "/nothing", timeout=5).status_code == 404
+        with pytest.raises(OSError):  # the address is taken: a clear error, not a server that never answers
+            MetricsServer(CollectorRegistry(), "127.0.0.1", server.port)
     finally:
         server.stop()
+    again = MetricsServer(CollectorRegistry(), "127.0.0.1", server.port)  # stop gave the port back
+    again.stop()
 
 
 def test_fast_renderer_matches_prometheus_client(make_sim: Sim) -> None:

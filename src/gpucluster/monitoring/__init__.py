@@ -23,7 +23,7 @@ from gpucluster.monitoring.exporter import (
     build_registry,
     control_plane_registry,
 )
-from gpucluster.monitoring.exposition import MetricsServer, TextRenderer
+from gpucluster.monitoring.exposition import Exposition, MetricsServer, TextRenderer, metrics_app
 from gpucluster.monitoring.remediation import (
     DISRUPTIVE,
     AuditLog,
@@ -65,6 +65,7 @@ __all__ = [
     "DeviceSource",
     "DrainResult",
     "EmbeddedMonitor",
+    "Exposition",
     "JobAnalysis",
     "JobSample",
     "JobSimulatorTarget",
@@ -91,6 +92,7 @@ __all__ = [
     "describe_record",
     "load_metrics",
     "lost_pods",
+    "metrics_app",
     "node_fragmentation",
     "rule_file",
 ]

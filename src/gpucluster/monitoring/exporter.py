@@ -301,8 +301,8 @@ def control_plane_registry(
     legacy_metrics: bool = False,
 ) -> tuple[CollectorRegistry, ControlPlaneMetrics]:
     """What the control-plane process exports: cluster-wide allocation metrics (ours and HAMi's) plus queue,
-    latency and decisions. Serve ``TextRenderer().render(registry)`` at ``/metrics`` (content type
-    ``exposition.CONTENT_TYPE``) and report each decision with ``metrics.observe`` / ``metrics.timed``."""
+    latency and decisions. Serve it through ``exposition.Exposition(registry)`` (the one exposition path) and
+    report each decision with ``metrics.observe`` / ``metrics.timed``."""
     reg = CollectorRegistry(auto_describe=False)
     register_allocation(reg, state, None, lock, legacy_metrics)
     return reg, ControlPlaneMetrics(reg, queue_stats)

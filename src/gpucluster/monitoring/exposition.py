@@ -1,19 +1,28 @@
-"""A fast Prometheus text-format (0.0.4) renderer and the HTTP server the agent uses.
+"""The one Prometheus exposition path: every ``/metrics`` we serve renders a ``prometheus_client`` registry here.
 
-prometheus_client's ``generate_latest`` validates and escapes every label of every sample on every scrape;
-the agent's label sets barely change between scrapes (one set per device, shared by ~30 families), so this
-renderer escapes each distinct label set once and reuses the text. Output is the same format (checked
-against prometheus_client's parser in the tests).
+* :class:`TextRenderer`: the text format (0.0.4). prometheus_client's ``generate_latest`` validates and escapes
+  every label of every sample on every scrape; the agent's label sets barely change between scrapes (one set per
+  device, shared by ~30 families), so this renderer escapes each distinct label set once and reuses the text.
+  Output is the same format (checked against prometheus_client's parser in the tests).
+* :class:`Exposition`: a registry and its renderer, safe to call from several request threads; what the control
+  plane's ``GET /metrics`` (``service.api.meta``) and the agent serve.
+* :func:`metrics_app`: ``GET /metrics`` (and a link at ``/``) as a FastAPI application, the server stack of the
+  rest of the project; :class:`MetricsServer` runs it under uvicorn in a thread (the monitoring agent,
+  ``gpucluster monitor agent``, and tests).
 """
 
 from __future__ import annotations
 
 import math
+import socket
 import threading
+import time
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, Response
 from prometheus_client import CollectorRegistry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -80,47 +89,73 @@ class TextRenderer:
         return "".join(out).encode()
 
 
+class Exposition:
+    """A registry and the renderer of its text: :meth:`render` is the body of ``GET /metrics`` (the renderer's
+    label cache is shared, so calls are serialised)."""
+
+    content_type = CONTENT_TYPE
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._renderer = TextRenderer()
+        self._lock = threading.Lock()
+
+    def render(self) -> bytes:
+        with self._lock:
+            return self._renderer.render(self.registry)
+
+
+def metrics_app(exposition: Exposition) -> FastAPI:
+    """``GET /metrics``: the registry's text exposition; ``GET /``: a link to it."""
+    app = FastAPI(title="gpucluster metrics", openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.get("/metrics")
+    def metrics() -> Response:  # a plain def: FastAPI runs it in its thread pool, so a slow collector blocks no one
+        return Response(exposition.render(), media_type=exposition.content_type)
+
+    @app.get("/")
+    def index() -> HTMLResponse:
+        return HTMLResponse('<html><body><a href="/metrics">metrics</a></body></html>')
+
+    return app
+
+
 class MetricsServer:
-    """``GET /metrics`` on ``host:port`` (``port=0`` picks a free one) in daemon threads."""
+    """:func:`metrics_app` over ``registry`` under uvicorn on ``host:port`` (``port=0`` picks a free one), in a
+    daemon thread; ``OSError`` when the address cannot be bound."""
 
-    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> None:
-        renderer = TextRenderer()
-        lock = threading.Lock()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path not in ("/metrics", "/"):
-                    self.send_error(404, "try /metrics")
-                    return
-                if path == "/":
-                    body = b'<html><body><a href="/metrics">metrics</a></body></html>'
-                    ctype = "text/html"
-                else:
-                    with lock:  # the renderer's cache is shared between request threads
-                        body = renderer.render(registry)
-                    ctype = CONTENT_TYPE
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-server", daemon=True)
-        self._thread.start()
+    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0,
+                 start_timeout: float = 10.0) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
         self.host = host
-        self.port = int(self._server.server_address[1])
+        self.port = int(sock.getsockname()[1])
+        self.exposition = Exposition(registry)
+        config = uvicorn.Config(metrics_app(self.exposition), log_level="warning", access_log=False,
+                                log_config=None, lifespan="off")
+        self._server = uvicorn.Server(config)  # off the main thread it leaves the process's signals alone
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name="metrics-server",
+                                        daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + start_timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise OSError(f"metrics server on {host}:{self.port} did not start")
+            time.sleep(0.01)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/metrics"
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.should_exit = True
         self._thread.join(5)
+        self._sock.close()

@@ -62,7 +62,7 @@ def metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | None
     elif not isinstance(state, ClusterState):
         return None
     from gpucluster.monitoring.exporter import QueueStats, control_plane_registry
-    from gpucluster.monitoring.exposition import CONTENT_TYPE, TextRenderer
+    from gpucluster.monitoring.exposition import Exposition
 
     def queue() -> QueueStats:
         pending = [j for j in service.runtime.jobs() if j.status == JobStatus.PENDING]
@@ -74,10 +74,10 @@ def metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | None
     if hasattr(scheduler, "on_decision"):  # the embedded runtime's: its decisions feed latency and decisions
         scheduler.on_decision = control.observe_decision
     registry.register(TenantCollector(service))
-    renderer = TextRenderer()
+    exposition = Exposition(registry)
 
     def render() -> tuple[bytes, str]:
-        return renderer.render(registry), CONTENT_TYPE
+        return exposition.render(), exposition.content_type
 
     return render
 
