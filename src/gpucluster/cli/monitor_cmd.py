@@ -355,7 +355,7 @@ def _job_of(pod: Pod) -> set[str]:
 def _sim_job_samples(job_id: str, state: ClusterState, pods: list[Pod], seconds: float) -> list[JobSample]:
     mine = {p.key for p in pods if job_id in _job_of(p)}
     if not mine:
-        fail(f"job {job_id!r}: no pod named so or labelled job-name / gpucluster.io/job / gang {job_id!r}")
+        fail(f"job {job_id!r}: no pod named so or labelled job-name / {JOB_LABEL} / gang {job_id!r}")
     _place(state, pods, "binpack")
     placed = [k for k in mine if k in state.allocations]
     if not placed:

@@ -30,6 +30,7 @@ from gpucluster.cli.common import (
 from gpucluster.cli.get_cmd import VIEWS, Resource
 from gpucluster.cli.output import print_table
 from gpucluster.devices.quantity import finite_number
+from gpucluster.model.labels import QUEUE_LABEL
 from gpucluster.monitoring import Action, RemediationPolicy
 
 PORT_ENV = "GPUCLUSTER_PORT"
@@ -238,7 +239,7 @@ def up(
         lines.append(f"  remediate: {_remediation_line(remediation)}")
     else:
         kube = summary.get("kubernetes") or {}
-        lines.append(f"  queue:     Jobs labelled gpucluster.io/queue=TENANT; admission by {admission}; "
+        lines.append(f"  queue:     Jobs labelled {QUEUE_LABEL}=TENANT; admission by {admission}; "
                      + (f"leader election on Lease {lease_namespace or namespace}/{lease_name} as "
                         f"{kube.get('identity')}" if leader_elect else "no leader election"))
     print("\n".join(lines), flush=True)

@@ -91,7 +91,9 @@ class Service:
             self._cache[key] = compute()
         return self._cache[key]
 
-    def changed(self) -> None:
+    def invalidate_views(self) -> None:
+        """A request changed what the API shows: the cached views (``cached``) are computed again. (The cluster's
+        capacity needs no such call: the state keeps it, ``gpucluster.model.capacity``.)"""
         self.version += 1
 
     def clock(self) -> float:
@@ -125,7 +127,7 @@ class Service:
             self.store.insert_job(job, DISCOVERED_ACTOR, message=f"found in the cluster: {job.message}")
             self.order.append(job.id)
             self.store.record_events([], {job.id: job})
-            self.changed()
+            self.invalidate_views()
 
     def record(self, events: list[JobEvent]) -> None:
         """Persist events and, whole, the persisted jobs they are about (status, message, run fields)."""

@@ -79,7 +79,7 @@ async def inject_fault(
     service.store.audit(who.actor, "device.fault", f"{name}/{index}", f"XID {xid} injected")
     events: list[JobEvent] = []
     runtime.inject_fault(name, index, events, xid=xid)
-    service.changed()
+    service.invalidate_views()
     service.record(events)
     service.persist_remediation()
     return {"ok": True, "evicted_user_jobs": sum(1 for e in events if e.kind == "evicted")}

@@ -100,7 +100,7 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
     service.store.ensure_tenant(tenant)
     service.store.insert_job(job, who.actor, idem)
     service.order.append(job.id)
-    service.changed()
+    service.invalidate_views()
     try:
         service.runtime.submit(job)
     except Exception as exc:  # validate built the same pods, so this is a bug: fail the job, keep serving
@@ -188,7 +188,7 @@ async def cancel_job(job_id: str, who: Auth, service: Svc) -> dict[str, Any]:
     cancelled = service.runtime.cancel(job_id)
     if cancelled is None:  # a terminal job from the archive is caught above; a live one is in the runtime
         raise ApiError(409, "path.id", f"job {job_id} is not running here")
-    service.changed()
+    service.invalidate_views()
     if not cancelled.synthetic:
         cancelled.message = f"cancelled by {who.actor}"
         service.record([JobEvent(job_id, service.runtime.now, "cancelled", JobState.CANCELLED, cancelled.message)])

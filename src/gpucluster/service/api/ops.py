@@ -110,7 +110,7 @@ async def add_silence(request: Request, body: SilenceIn, who: Auth, service: Svc
     s = get_ops(request).silences.add(body.alert, body.target, body.duration_s, body.comment, who.actor)
     service.store.audit(who.actor, "alert.silence", s.id, f"{s.alert or '*'} on {s.target or '*'} until "
                                                            f"t={s.ends_t:.0f}: {s.comment}"[:500])
-    service.changed()
+    service.invalidate_views()
     return _silence(s)
 
 
@@ -123,7 +123,7 @@ async def remove_silence(request: Request, silence_id: Annotated[str, Path(max_l
     if s is None:
         raise ApiError(404, "path.silence_id", f"no silence {silence_id[:64]!r}")
     service.store.audit(who.actor, "alert.unsilence", s.id, "")
-    service.changed()
+    service.invalidate_views()
     return _silence(s)
 
 

@@ -71,7 +71,7 @@ async def create_tenant(body: TenantIn, who: Auth, service: Svc) -> dict[str, An
                         f"quota={body.quota_gpus} weight={body.weight} max_priority={body.max_priority}; token "
                         f"issued, {revoked} revoked")
     service.sync_quotas()
-    service.changed()
+    service.invalidate_views()
     max_priority = DEFAULT_TENANT_MAX_PRIORITY if body.max_priority is None else body.max_priority
     return {"name": body.name, "quota_gpus": body.quota_gpus, "weight": body.weight, "max_priority": max_priority,
             "token": token}
