@@ -34,7 +34,8 @@ KubeconfigOpt = Annotated[
 ]
 PolicyOpt = Annotated[str, typer.Option(
     "--placement-policy", "--policy",
-    help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ... (--policy: the same)")]
+    help="Placement policy: default (speed-fgd), stranding-fgd, binpack, spread, fgd, bestfit, ... "
+         "(--policy: the same)")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
 LegacyOpt = Annotated[bool, typer.Option(
     "--legacy-metrics", help="Also export HAMi's legacy metric names (GPUDeviceMemoryAllocated, ...) beside "

@@ -227,7 +227,8 @@ def up(
     summary = runtime.overview()
     lines = [
         f"gpucluster control plane ({runtime.backend}: {summary['cluster']}, {summary['nodes']} nodes, "
-        f"{summary['devices']} GPUs, speed x{speed:g}; placement {policy}, queue policy {queue_policy})",
+        f"{summary['devices']} GPUs, speed x{speed:g}; placement {summary.get('placement_in_use', policy)}, "
+        f"queue policy {queue_policy})",
         f"  dashboard: {url}",
         f"  log in:    {how}",
         f"  API docs:  {url}docs",

@@ -24,6 +24,7 @@ from gpucluster.cli.common import (
     load_cluster_or_fail,
     print_json,
     registry_or_fail,
+    training_share_rows,
 )
 from gpucluster.cli.output import print_table
 from gpucluster.jobs import DEFAULT_QUEUE_POLICY, JOB_PLACEMENT, JobSpec
@@ -99,6 +100,7 @@ def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, prog
             progress.update(task, completed=sum(1 for j in sim.jobs.values() if j.done))
     summary = sim.summary()
     summary["placement_policy"] = placement or JOB_PLACEMENT
+    summary.update(sim.placement_report())
     summary["wall_s"] = round(time.perf_counter() - started, 3)
     return sim, summary
 
@@ -167,6 +169,8 @@ def simulate(
             row.append(f"{v:.3f}" if isinstance(v, float) and v < 10 else
                        f"{v:,.0f}" if isinstance(v, float) else str(v))
         rows.append(row)
+    rows.append(["placement in use", *(str(results[n]["placement_in_use"]) for n in names)])
+    rows.extend(training_share_rows([results[n] for n in names]))
     print_table(["metric", *names], rows,
                 title=f"{len(jobs)} jobs on {cluster.name}, placement {placement or JOB_PLACEMENT}",
                 right=range(1, len(names) + 1))

@@ -185,6 +185,7 @@ def evaluate(cand: Candidate, jobs: list[JobSpec], queue_policy: str, seed: int,
         "spot_avg_jct_s": sp.get("avg_jct_s"),
         "costs": costs,
         "warnings": list(d.warnings),
+        **sim.placement_report(),
     }
 
 
