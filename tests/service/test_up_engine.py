@@ -174,5 +174,7 @@ def test_a_training_gang_runs_on_h100_under_the_default_placement(tmp_path: Path
             assert len(set(nodes)) == 2
             assert {_model(api, n) for n in nodes} == {"H100-SXM5-80GB"}
             assert gang["gpu_speed"] > 2.0 or ref_gpu == "H100"
+            overview = api.get("/api/v1/overview").json()
+            assert overview["training_share_by_model"] == {"H100-SXM5-80GB": 1.0, "L40S-48GB": 0.0}
     finally:
         srv.stop()
