@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,3 +107,16 @@ def test_approve_and_dismiss_a_planned_remediation(server: Server) -> None:
         assert c.get(f"/api/v1/jobs/{jobs[1]['id']}").json()["status"] == "running"  # dismissed: left alone
         for job in jobs:
             c.delete(f"/api/v1/jobs/{job['id']}")
+
+
+def test_a_resource_no_node_has_is_refused_at_submission(server: Server, tmp_path: Path) -> None:
+    """Item 1: ``nvidia.com/gpumemory`` beside ``nvidia.com/gpu`` used to be accepted and wait forever."""
+    body = {"name": "op-typo", "resources": {"nvidia.com/gpu": 1, "nvidia.com/gpumemory": 8000}}
+    with server.client() as c:
+        r = c.post("/api/v1/jobs", json=body)
+    assert r.status_code == 422 and r.json()["where"] == "resources.nvidia.com/gpumemory"
+    assert "did you mean nvidia.com/gpumem" in r.json()["error"]
+    job = tmp_path / "typo.yaml"
+    job.write_text("name: op-typo\nresources: {nvidia.com/gpu: 1, nvidia.com/gpumemory: 8000}\n")
+    code, _, err = cli(server, "submit", str(job))
+    assert code == 2 and "did you mean nvidia.com/gpumem" in err and "resources.nvidia.com/gpumemory" in err

@@ -216,7 +216,7 @@ KEEP_DECIDED = 1000
 """Approved or dismissed planned-action ids remembered (so a second approval says so instead of 'unknown')."""
 
 
-class RemediationConflict(Exception):
+class RemediationConflictError(Exception):
     """An operator's decision on a planned action that no longer applies (already approved or dismissed)."""
 
 
@@ -424,7 +424,7 @@ class Remediator:
         key = next((k for k, i in self._ids.items() if i == rid and k in self._planned), None)
         if key is None:
             if rid in self._decided:
-                raise RemediationConflict(f"remediation {rid} was already {self._decided[rid]}")
+                raise RemediationConflictError(f"remediation {rid} was already {self._decided[rid]}")
             raise LookupError(f"no planned remediation {rid!r} (its alert resolved, or it never existed)")
         p = self._planned_action[key]
         del self._planned[key], self._planned_action[key], self._ids[key]
@@ -437,7 +437,7 @@ class Remediator:
     def approve(self, rid: str, actor: str) -> AuditRecord:
         """Carry out the planned action ``rid`` now, as if it were switched on (an operator's approval passes
         the cooldown and the cluster-wide brake: a person decided). Raises ``LookupError`` for an id that is
-        not planned, :class:`RemediationConflict` for one already approved or dismissed. A failing backend call
+        not planned, :class:`RemediationConflictError` for one already approved or dismissed. A failing backend call
         is recorded (outcome ``failed``) and returned, not raised."""
         key, p = self._take_planned(rid)
         self._decided[rid] = f"approved by {actor}"

@@ -158,7 +158,7 @@ def _device_resource_names() -> frozenset[str]:
     return VendorRegistry.from_settings().device_resources
 
 
-def _unknown_resource(pods: Sequence[Pod], state: ClusterState, known: Iterable[str]) -> Infeasible | None:
+def unknown_resource(pods: Sequence[Pod], state: ClusterState, known: Iterable[str]) -> Infeasible | None:
     """An extended resource the pods ask for that no present node offers (not even a cordoned one)."""
     wanted = sorted({r for p in pods for r, n in p.extended.items() if n > 0})
     if not wanted:
@@ -179,7 +179,7 @@ def never_fits(pods: Sequence[Pod], state: ClusterState, quota_gpus: float | Non
     """Why ``pods`` (one job, placed all at once) can never run on ``state``'s cluster, or None when they
     might. ``quota_gpus`` is the tenant's GPU-equivalent limit (None = no limit); ``known_resources``: more
     resource names to suggest for a misspelt one (the configured vendors')."""
-    found = _unknown_resource(pods, state, known_resources)
+    found = unknown_resource(pods, state, known_resources)
     if found is not None:
         return found
     groups: dict[tuple[object, ...], list[Pod]] = {}

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
+from gpucluster.monitoring import RemediationConflictError
 from gpucluster.service.api.deps import Auth, Svc, admin_only
 from gpucluster.service.api.models import (
     ERRORS,
@@ -21,7 +22,6 @@ from gpucluster.service.api.models import (
     SilenceList,
     SilenceOut,
 )
-from gpucluster.monitoring import RemediationConflict
 from gpucluster.service.errors import ApiError
 from gpucluster.service.ops import Operations, Silence, visible_tenant
 
@@ -81,7 +81,7 @@ def _decide(request: Request, service: Svc, who: Auth, rid: str, decision: str) 
         row = mon.approve(rid, who.actor) if decision == "approved" else mon.dismiss(rid, who.actor)
     except LookupError as exc:
         raise ApiError(404, "path.id", str(exc)) from None
-    except RemediationConflict as exc:
+    except RemediationConflictError as exc:
         raise ApiError(409, "path.id", str(exc)) from None
     service.persist_remediation()  # the record goes to the audit log (actor remediation) with the others
     service.store.audit(who.actor, f"remediation.{'approve' if decision == 'approved' else 'dismiss'}",
