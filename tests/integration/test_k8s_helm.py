@@ -114,6 +114,20 @@ def _extender_args(command: list[str]) -> list[str]:
     return args[:i] + args[i + 2:]
 
 
+def _up_args(command: list[str]) -> list[str]:
+    """The chart's ``gpucluster up`` command without the program, the verb and the in-pod paths and address."""
+    args, out = command[2:], []
+    skip = {"--kubeconfig", "--host", "--port", "--data-dir"}
+    i = 0
+    while i < len(args):
+        if args[i] in skip:
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
 def _scheduler_config(core: Any, namespace: str, release: str, port: int, kubeconfig: Path) -> str:
     cm = core.read_namespaced_config_map(f"{release}-scheduler-config", namespace)
     cfg = yaml.safe_load(cm.data["config.yaml"])
@@ -177,10 +191,13 @@ def test_helm_install_schedule_upgrade_uninstall(
         assert ext_args[ext_args.index("--scheduler-name") + 1] == sched_name
         procs.append(start_extender(sched_kc, port, tmp_path / "extender.log", *ext_args))
         sched = kube_scheduler_factory(_scheduler_config(core, namespace, name, port, sched_kc), name=f"helm-{run}")
-        # `up --kubeconfig` under its own token: it reads the cluster (the same nodes) and answers
+        # `up --kubeconfig` under its own token, with the chart's arguments (policy, the Lease in the release's
+        # namespace): it reads the cluster (the same nodes, Jobs, DRA kinds) and answers
+        up_args = _up_args(_container(apps, namespace, f"{name}-up", "up").command)
+        assert up_args[up_args.index("--lease-namespace") + 1] == namespace
         up_port = free_port()
         up = Process(["up", "--kubeconfig", str(up_kc), "--host", "127.0.0.1", "--port", str(up_port),
-                      "--data-dir", str(tmp_path / "up-data")], tmp_path / "up.log").start()
+                      "--data-dir", str(tmp_path / "up-data"), *up_args], tmp_path / "up.log").start()
         procs.append(up)
 
         def up_nodes() -> set[str]:
@@ -195,7 +212,10 @@ def test_helm_install_schedule_upgrade_uninstall(
 
         pods = [gpu_pod(f"p{i:03d}", sched_name, mem=8000, cores=20, run=run) for i in range(100)]
         create_pods(core, namespace, pods)
-        placed = wait_until(lambda: len(bound(got := list_pods(core, namespace))) == 100 and got, 240,
+        # only the test's pods: with the Job/Deployment controllers running (another test started
+        # kube-controller-manager), the chart's own Deployments have pods in this namespace too
+        mine = f"gpucluster.io/run={run}"
+        placed = wait_until(lambda: len(bound(got := list_pods(core, namespace, mine))) == 100 and got, 240,
                             "100 pods bound by kube-scheduler + the extender under the chart's token")
         assert device_usage_violations(list_nodes(core, f"gpucluster.io/run={run}"), placed) == []
         assert all(p["metadata"]["annotations"]["hami.io/vgpu-node"] == p["spec"]["nodeName"] for p in placed)
@@ -215,7 +235,7 @@ def test_helm_install_schedule_upgrade_uninstall(
         assert yaml.safe_load(cfg)["profiles"][0]["schedulerName"] == renamed
         kube_scheduler_factory(cfg, name=f"helm2-{run}")
         create_pods(core, namespace, [gpu_pod(f"n{i}", renamed, mem=8000, cores=20, run=run) for i in range(4)])
-        wait_until(lambda: {f"n{i}" for i in range(4)} <= set(bound(list_pods(core, namespace))), 120,
+        wait_until(lambda: {f"n{i}" for i in range(4)} <= set(bound(list_pods(core, namespace, mine))), 120,
                    "pods of the upgraded scheduler name to be bound")
     finally:
         for proc in procs:

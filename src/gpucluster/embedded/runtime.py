@@ -162,7 +162,7 @@ class EmbeddedRuntime(EngineFront):
 
     def queue_stats(self) -> QueueStats:
         """Pending pods and the wait of the oldest (read by the monitor's control-plane target)."""
-        pods, wait = self.engine.queue_stats()
+        pods, wait = self.engine.views.queue_stats()
         return QueueStats(pending=pods, oldest_wait_s=wait)
 
     # ------------------------------------------------------------------ faults, alerts, remediation
@@ -219,7 +219,7 @@ class EmbeddedRuntime(EngineFront):
     # ------------------------------------------------------------------ views
     def _sample(self) -> None:
         self._last_sample = self.now
-        self._history.append(views.sample(self.state, self.now, len(self.engine.queued())))
+        self._history.append(views.sample(self.state, self.now, len(self.engine.views.queued())))
 
     def alerts(self) -> list[dict[str, Any]]:
         return self.monitor.alerts()
@@ -239,7 +239,7 @@ class EmbeddedRuntime(EngineFront):
         return views.node_detail(self.state, name, self._describe)
 
     def overview(self) -> dict[str, Any]:
-        counts, user_counts = self.engine.status_counts()
+        counts, user_counts = self.engine.views.status_counts()
         return {
             "backend": self.backend,
             "cluster": self.cluster.name,
@@ -247,7 +247,7 @@ class EmbeddedRuntime(EngineFront):
             "queue_policy": self.queue_policy,
             "t": self.now,
             **views.figures(self.state),
-            "queue": len(self.engine.queued()),
+            "queue": len(self.engine.views.queued()),
             "jobs": counts,
             "user_jobs": user_counts,
             "alerts_firing": self.monitor.firing,
