@@ -293,3 +293,15 @@ def test_a_malformed_file_exits_2_naming_it(tmp_path: Path, valid: dict[str, str
     assert "Traceback" not in output, (args, res.output)
     shown = str(target) if reader.param != "trace_dir" else str(Path(args[args.index("--trace-dir") + 1]))
     assert shown in output, (args, res.output)
+
+
+@pytest.mark.parametrize("case", sorted(set(CORPUS) - {"missing", "empty"}))  # no contexts, by design
+def test_a_malformed_config_file_exits_2_naming_it(tmp_path: Path, case: str) -> None:
+    """The contexts file every client command reads (``$GPUCLUSTER_CONFIG``), not a parameter."""
+    from gpucluster.cli.client import CONFIG_ENV
+
+    target = CORPUS[case](tmp_path / "config.yaml")
+    res = runner.invoke(app, ["config", "get-contexts"], env={CONFIG_ENV: str(target)})
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert res.exit_code == 2, res.output
+    assert str(target) in res.output.replace("\n", ""), res.output
