@@ -281,7 +281,7 @@ def parse_json(text: str, source: str | Path) -> Any:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputFileError(f"{source}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
+        raise InputFileError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}") from None
     except RecursionError:
         raise InputFileError(f"{source}: nested deeper than {MAX_NESTING} levels") from None
     except ValueError as exc:  # an integer of more digits than Python converts
