@@ -311,7 +311,8 @@ def _scheduler(o: DeployOptions, registry: VendorRegistry) -> list[dict[str, Any
             _container("extender", o.image,
                        ["gpucluster", "k8s", "extender", "--listen", f"0.0.0.0:{SCHEDULER_PORT}", *ours],
                        ports=[{"name": "http", "containerPort": SCHEDULER_PORT}],
-                       readinessProbe=_http_probe("http"), livenessProbe=_http_probe("http", initial=30),
+                       readinessProbe=_http_probe("http", path="/readyz"),
+                       livenessProbe=_http_probe("http", initial=30),
                        resources=_resources("100m", "256Mi", "1Gi"), volumeMounts=our_mounts),
         ]
     else:
@@ -321,7 +322,8 @@ def _scheduler(o: DeployOptions, registry: VendorRegistry) -> list[dict[str, Any
                         "--listen", f"0.0.0.0:{SCHEDULER_PORT}", *ours],
                        env=[{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                        ports=[{"name": "http", "containerPort": SCHEDULER_PORT}],
-                       readinessProbe=_http_probe("http"), livenessProbe=_http_probe("http", initial=30),
+                       readinessProbe=_http_probe("http", path="/readyz"),
+                       livenessProbe=_http_probe("http", initial=30),
                        resources=_resources("100m", "256Mi", "1Gi"), volumeMounts=our_mounts),
         ]
     if device_cm is not None:
