@@ -222,8 +222,10 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
             svc.archive[job.id] = job
             continue
         try:
-            runtime.validate(job)
-            runtime.restore(job)
+            # quotas apply to admission, never retroactively: a job accepted before is not re-admitted against
+            # today's quota (a running one is put back as it ran, a queued one waits for the quota)
+            runtime.validate(job, quota=False)
+            runtime.restore(job, admitted=job.id in ran)
         except Exception as exc:  # a row this version cannot run: fail it, say why, go on
             recovered.append(_fail_unrestorable(store, job.id, runtime.now, str(exc)[:300]))
             if not job.done:
