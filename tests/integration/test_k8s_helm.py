@@ -114,6 +114,20 @@ def _extender_args(command: list[str]) -> list[str]:
     return args[:i] + args[i + 2:]
 
 
+def _up_args(command: list[str]) -> list[str]:
+    """The chart's ``gpucluster up`` command without the program, the verb and the in-pod paths and address."""
+    args, out = command[2:], []
+    skip = {"--kubeconfig", "--host", "--port", "--data-dir"}
+    i = 0
+    while i < len(args):
+        if args[i] in skip:
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
 def _scheduler_config(core: Any, namespace: str, release: str, port: int, kubeconfig: Path) -> str:
     cm = core.read_namespaced_config_map(f"{release}-scheduler-config", namespace)
     cfg = yaml.safe_load(cm.data["config.yaml"])
@@ -177,10 +191,13 @@ def test_helm_install_schedule_upgrade_uninstall(
         assert ext_args[ext_args.index("--scheduler-name") + 1] == sched_name
         procs.append(start_extender(sched_kc, port, tmp_path / "extender.log", *ext_args))
         sched = kube_scheduler_factory(_scheduler_config(core, namespace, name, port, sched_kc), name=f"helm-{run}")
-        # `up --kubeconfig` under its own token: it reads the cluster (the same nodes) and answers
+        # `up --kubeconfig` under its own token, with the chart's arguments (policy, the Lease in the release's
+        # namespace): it reads the cluster (the same nodes, Jobs, DRA kinds) and answers
+        up_args = _up_args(_container(apps, namespace, f"{name}-up", "up").command)
+        assert up_args[up_args.index("--lease-namespace") + 1] == namespace
         up_port = free_port()
         up = Process(["up", "--kubeconfig", str(up_kc), "--host", "127.0.0.1", "--port", str(up_port),
-                      "--data-dir", str(tmp_path / "up-data")], tmp_path / "up.log").start()
+                      "--data-dir", str(tmp_path / "up-data"), *up_args], tmp_path / "up.log").start()
         procs.append(up)
 
         def up_nodes() -> set[str]:

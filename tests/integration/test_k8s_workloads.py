@@ -273,7 +273,11 @@ def test_a_job_created_without_suspend_is_queued_before_any_pod_binds(cp_with_jo
         [pod] = wait_until(lambda: _pods_of(kube_client, eager) or None, 30,
                            "the Job controller to make the unsuspended Job's pod at once")
         made_at = pod["metadata"]["creationTimestamp"]
-        assert not pod["spec"].get("nodeName") and _status(server, eager, "pending")
+        # the control plane may see the Job a moment after the Job controller made its pod: once it shows the job
+        # queued, the pod is still unbound (it binds only when admitted, after the blocker)
+        wait_until(lambda: _status(server, eager, "pending"), 30, "the control plane to queue the unsuspended Job")
+        [pod] = _pods_of(kube_client, eager)
+        assert not pod["spec"].get("nodeName")
         wait_until(lambda: _status(server, eager, "succeeded"), 90, "the eager job to run after the blocker")
         adm = Admission.parse(_job(batch, eager)["metadata"]["annotations"][ADMISSION_ANNOTATION], "test")
         ended = max(c["state"]["terminated"]["finishedAt"] for p in _pods_of(kube_client, blocker)
