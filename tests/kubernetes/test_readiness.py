@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -105,3 +109,38 @@ def test_readiness_reports_a_lost_informer_sync() -> None:
     synced[0] = False
     ok, why = readiness.check()
     assert not ok and "not in sync" in why
+
+
+def test_the_secondary_scheduler_cli_answers_while_it_waits(tmp_path: Path) -> None:
+    """``gpucluster k8s scheduler --listen`` as its own process: /readyz says why it waits; SIGTERM ends it."""
+    api_port, port = _closed_port(), _closed_port()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:{api_port}', insecure-skip-tls-verify: true}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n")
+    proc = subprocess.Popen([sys.executable, "-m", "gpucluster.cli.main", "k8s", "scheduler", "--kubeconfig",
+                             str(kubeconfig), "--listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        def waiting() -> bool:
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            try:
+                return "unreachable" in httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).text
+            except httpx.TransportError:
+                return False
+
+        _until(waiting, "the scheduler to say it waits", 240)
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+        assert ready.status_code == 503
+        assert re.fullmatch(rf"not ready: API server https://127\.0\.0\.1:{api_port} unreachable: connection "
+                            r"refused, retrying in \d+s", ready.text), ready.text
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert code == 0
