@@ -129,7 +129,7 @@ def test_duplicate_names_are_told_apart(app: typer.Typer, designs: tuple[Path, P
 @pytest.mark.parametrize(
     ("which", "trace", "message"),
     [
-        ("missing", "synthetic:20", "missing.yaml: cannot read"),
+        ("missing", "synthetic:20", "missing.yaml: no such file"),
         ("bad", "synthetic:20", "bad.yaml: servers: must be > 0"),
         ("notmap", "synthetic:20", "notmap.yaml: requirements: must be a mapping"),
         ("small", "bogus:x", "--trace 'bogus:x': unknown format 'bogus'"),

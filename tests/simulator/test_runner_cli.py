@@ -101,7 +101,7 @@ def test_bad_quota_file_exits_2_saying_where(tmp_path: Path) -> None:
     for text, why in (("queues:\n  - {name: a, guarantee: -1}\n", "queues.0.guarantee"),
                       ("queues:\n  - {name: a, limit: {gpus: 1}}\n", "queues.0.limit.gpus"),
                       ("queues:\n  - {name: a, parent: nope}\n", "unknown parent 'nope'"),
-                      ("[1, 2", "not YAML")):
+                      ("[1, 2", "not valid YAML")):
         quota.write_text(text)
         res = runner.invoke(app, ["simulate", "--trace", "synthetic:5:philly:0.001", "--quota", str(quota)])
         assert res.exit_code == 2, res.output

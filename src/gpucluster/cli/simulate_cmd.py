@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gpucluster import inputfile
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
     QUEUE_HELP,
@@ -62,11 +62,9 @@ def load_quota(path: Path) -> list[QueueSpec]:
     """A queue tree file (YAML: ``queues: [{name, parent, guarantee, limit: {gpu, gpumem, gpucores}, weight}]``;
     a job's tenant names its queue) -> queue specs; raises TraceError saying where and why."""
     try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise TraceError(f"--quota {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TraceError(f"--quota {path}: not YAML: {exc}") from None
+        raw = inputfile.load_yaml(path)
+    except inputfile.InputFileError as exc:
+        raise TraceError(f"--quota {exc}") from None
     try:
         spec = _QuotaFile.model_validate(raw)
     except ValidationError as exc:
