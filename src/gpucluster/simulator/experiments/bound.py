@@ -52,6 +52,24 @@ NodeType = tuple[int, int, int, str]
 PodShape = tuple[int, int, int, int, tuple[str, ...]]
 
 
+class _SparseRows:
+    """The ``A_ub x <= b_ub`` rows of an LP, built row by row in coordinate form (zeros left out)."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.rhs: list[float] = []
+
+    def add(self, entries: list[tuple[int, float]], limit: float) -> None:
+        r = len(self.rhs)
+        for c, v in entries:
+            if v:
+                self.rows.append(r)
+                self.cols.append(c)
+                self.vals.append(v)
+        self.rhs.append(limit)
+
 def threshold_dff(e: int) -> Callable[[int], float]:
     """Fekete-Schepers' ``u_e`` on integer milli (``1 <= e <= 500``)."""
 
@@ -128,19 +146,8 @@ def allocation_bound(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], *, in
     nv = len(pairs)
     sizes = sorted({p[3] for p in plist if p[2] > 0})
     family = dff_family(sizes)
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    rhs: list[float] = []
-
-    def add_row(entries: list[tuple[int, float]], limit: float) -> None:
-        r = len(rhs)
-        for c, v in entries:
-            if v:
-                rows.append(r)
-                cols.append(c)
-                vals.append(v)
-        rhs.append(limit)
+    lp = _SparseRows()
+    rows, cols, vals, rhs, add_row = lp.rows, lp.cols, lp.vals, lp.rhs, lp.add
 
     by_shape: dict[int, list[int]] = {}
     by_type: dict[int, list[int]] = {}
@@ -273,19 +280,8 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
         by_shape.setdefault(i, []).append(v)
 
     # the rows shared by every segment's LP: final packing (ub)
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    rhs: list[float] = []
-
-    def row(entries: list[tuple[int, float]], limit: float) -> None:
-        r = len(rhs)
-        for c, val in entries:
-            if val:
-                rows.append(r)
-                cols.append(c)
-                vals.append(val)
-        rhs.append(limit)
+    lp = _SparseRows()
+    rows, cols, vals, rhs, row = lp.rows, lp.cols, lp.vals, lp.rhs, lp.add
 
     def all3(v: int, val: float) -> list[tuple[int, float]]:
         return [(xa + v, val), (xb + v, val), (xc + v, val)]
