@@ -52,6 +52,23 @@ NodeType = tuple[int, int, int, str]
 PodShape = tuple[int, int, int, int, tuple[str, ...]]
 
 
+class _BoundFigures:
+    """What a bound says in the units of the FGD table (both bounds' results carry ``bound_milli`` and
+    ``capacity_milli``)."""
+
+    __slots__ = ()
+    bound_milli: float
+    capacity_milli: int
+
+    @property
+    def allocation_pct(self) -> float:
+        return 100.0 * self.bound_milli / self.capacity_milli if self.capacity_milli else 0.0
+
+    @property
+    def idle_gpus(self) -> float:
+        return (self.capacity_milli - self.bound_milli) / MILLI
+
+
 class _SparseRows:
     """The ``A_ub x <= b_ub`` rows of an LP, built row by row in coordinate form (zeros left out)."""
 
@@ -101,7 +118,7 @@ def dff_family(sizes: Sequence[int]) -> list[Callable[[int], float]]:
 
 
 @dataclass(frozen=True, slots=True)
-class Bound:
+class Bound(_BoundFigures):
     bound_milli: float
     """Upper bound on the allocated GPU milli."""
     capacity_milli: int
@@ -112,14 +129,6 @@ class Bound:
     constraints: int
     exact: bool
     """True when the solver proved its value optimal for the (relaxed) program; False: its dual bound."""
-
-    @property
-    def allocation_pct(self) -> float:
-        return 100.0 * self.bound_milli / self.capacity_milli if self.capacity_milli else 0.0
-
-    @property
-    def idle_gpus(self) -> float:
-        return (self.capacity_milli - self.bound_milli) / MILLI
 
 
 def _fits(p: PodShape, t: NodeType) -> bool:
@@ -223,7 +232,7 @@ stops once that relaxed optimum is below the best found."""
 
 
 @dataclass(frozen=True, slots=True)
-class MustPlaceBound:
+class MustPlaceBound(_BoundFigures):
     bound_milli: float
     capacity_milli: int
     arrived_milli: int
@@ -231,14 +240,6 @@ class MustPlaceBound:
     """Segment (of ``segments``) whose LP gave the bound; -1: no pod need fail."""
     segments: int
     lps_solved: int
-
-    @property
-    def allocation_pct(self) -> float:
-        return 100.0 * self.bound_milli / self.capacity_milli if self.capacity_milli else 0.0
-
-    @property
-    def idle_gpus(self) -> float:
-        return (self.capacity_milli - self.bound_milli) / MILLI
 
 
 def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segments: int = 40,
