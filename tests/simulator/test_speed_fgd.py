@@ -62,3 +62,14 @@ def test_exactly_stranding_fgd_where_speed_cannot_matter(seed: int, n: int, spee
     for h100, l40s in ((2, 0), (0, 2)) if speeds else ((2, 0), (1, 1), (0, 2)):
         assert _placements(_run(h100, l40s, jobs, "speed-fgd", "default")) == \
             _placements(_run(h100, l40s, jobs, "stranding-fgd", "default"))
+
+
+def test_an_open_ended_job_counts_the_gpu_seconds_it_has_run() -> None:
+    """A job with no duration (the API's default) must not turn the share into inf / nan: the overview that
+    carries it is JSON, which has neither."""
+    sim = Simulation(mixed_cluster(1, 1), "fifo", placement_policy="default")
+    sim.submit_many([JobSpec("open", 0.0, 8, float("inf"), kind=JobKind.TRAIN, ref_gpu="H100"),
+                     JobSpec("short", 0.0, 8, 100.0, kind=JobKind.TRAIN, ref_gpu="H100")])
+    sim.run_until(400.0)
+    share = sim.placement_report()["training_share_by_model"]
+    assert all(0.0 <= v <= 1.0 for v in share.values()) and sum(share.values()) == 1.0

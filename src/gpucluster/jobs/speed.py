@@ -18,6 +18,7 @@ Gavel's effective throughput, the ``gavel`` queue and placement policies) and of
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -206,7 +207,8 @@ class GpuSpeeds:
     def training_share(self, jobs: Iterable[Job]) -> dict[str, float]:
         """Share of the training work (reference GPU-seconds: GPUs x ``duration_s``) of the jobs that ran or run
         on each GPU model, by the model of their (last) placement's first node; {} on a cluster of one model.
-        Jobs that never started are left out; a share is rounded to 4 digits."""
+        Jobs that never started are left out; one with no duration counts the GPU-seconds it has run so far; a
+        share is rounded to 4 digits."""
         models = self.gpu_models()
         if len(models) <= 1:
             return {}
@@ -219,8 +221,9 @@ class GpuSpeeds:
             if n is None or not self.state.dev_model.shape[1]:
                 continue
             m = int(self.state.dev_model[n, 0])
-            if m >= 0:
-                work[names[m]] = work.get(names[m], 0.0) + job.spec.gpu_share * job.spec.duration_s
+            if m >= 0:  # an open-ended job (no duration) counts the GPU-seconds it has run so far
+                w = job.spec.gpu_share * job.spec.duration_s
+                work[names[m]] = work.get(names[m], 0.0) + (w if math.isfinite(w) else job.attained_gpu_s)
         total = sum(work.values())
         return {m: round(w / total, 4) if total > 0 else 0.0 for m, w in work.items()}
 
