@@ -8,7 +8,7 @@ overview (figures, queue, job counts, the sampled history), the node rows and on
 its job and tenant) and the topology, all read from the cluster state under :meth:`EngineFront.reading`. The
 embedded and the Kubernetes runtimes inherit it and add what only they do (a simulated cluster on the wall
 clock; real pods) through a few hooks (:meth:`reading`, :meth:`_job_of`, :meth:`_overview_extra`,
-:meth:`_alerts_firing`)."""
+:meth:`_alerts_firing`, :meth:`_placement_report`)."""
 
 from __future__ import annotations
 
@@ -87,11 +87,11 @@ class EngineFront:
                 into.extend(self._events[mark:])
             del self._events[mark:]
 
-    def validate(self, job: Job) -> None:
+    def validate(self, job: Job, quota: bool = True) -> None:
         """``ValueError("where: why")`` when the job could never run here (``where``: the request field at fault,
-        e.g. ``resources``, ``replicas``, ``gpu_type``, ``node_selector`` or ``quota``)."""
+        e.g. ``resources``, ``replicas``, ``gpu_type``, ``node_selector`` or, with ``quota``, ``quota``)."""
         with self.engine_lock():
-            found = self.engine.capacity.never_fits(job.spec)
+            found = self.engine.capacity.never_fits(job.spec, quota)
         if found is not None:
             raise ValueError(f"{found.where}: {found.why}")
 
@@ -156,6 +156,11 @@ class EngineFront:
         """Alerts firing now (the overview's count)."""
         return 0
 
+    def _placement_report(self) -> dict[str, Any]:
+        """The overview's ``placement_in_use`` (the placement policy's name, ``default`` resolved) and, where the
+        backend measures it, ``training_share_by_model``."""
+        raise NotImplementedError
+
     def _overview_extra(self) -> dict[str, Any]:
         """What only this backend adds to the overview (called while :meth:`reading` holds the state)."""
         return {}
@@ -182,6 +187,7 @@ class EngineFront:
             "cluster": self.cluster_label,
             "policy": self.placement_policy,
             "queue_policy": self.queue_policy,
+            **self._placement_report(),
             "t": self.now,
             **figures,
             "queue": len(self.engine.views.queued()),

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpucluster.jobs.engine import EngineOptions, JobEngine, Slowdown, Timer, no_slowdown
 from gpucluster.jobs.kernel import Kernel
-from gpucluster.jobs.placement import Placer, job_profile
+from gpucluster.jobs.placement import Placer, job_profile, placement_in_use
 from gpucluster.jobs.policies import QueuePolicy, make_policy
 from gpucluster.scheduler.framework import Profile
 from gpucluster.scheduler.plugins.datalocality import DataCatalog
@@ -36,6 +36,9 @@ class EngineRecipe:
     """Tenant queues the ``Quota`` plugin charges and the engine's fair share and reclaim read."""
     options: EngineOptions = field(default_factory=EngineOptions)
     """How the engine runs (the simulator's defaults; a control plane describes what waits)."""
+    placement_in_use: str = "custom"
+    """The placement policy's name as reports show it (:func:`gpucluster.jobs.placement_in_use`: ``default``
+    resolved, none the queue policy's own; ``custom`` for a ready profile)."""
 
     def services(self) -> dict[str, Any]:
         """The services the scheduler's plugins read (``Handle.services``): the quota tree as ``quota``."""
@@ -57,4 +60,5 @@ def engine_recipe(queue_policy: str | QueuePolicy, placement_policy: str | None 
     an unknown policy name."""
     queue = make_policy(queue_policy) if isinstance(queue_policy, str) else queue_policy
     prof = profile or job_profile(placement_policy, queue, seed, quota=quota is not None)
-    return EngineRecipe(queue, prof, quota, options or EngineOptions())
+    in_use = "custom" if profile is not None else placement_in_use(placement_policy, queue)
+    return EngineRecipe(queue, prof, quota, options or EngineOptions(), in_use)

@@ -258,7 +258,7 @@ class KubeRuntime(EngineFront):
         self.server_version = self._probe()
         self.quota = QuotaTree([])
         self.recipe = engine_recipe(queue_policy, placement_policy, quota=self.quota, options=EngineOptions(
-            describe=True, namespace=namespace, record_series=False, timed_finish=False,
+            describe=True, namespace=namespace, record_series=False, timed_finish=False, quota_waits=True,
             device_check=admission == "devices"))
         """How the engine is made (:func:`gpucluster.jobs.engine_recipe`, as the simulator makes its own); a
         replica that becomes the leader builds a fresh one from it."""
@@ -530,9 +530,10 @@ class KubeRuntime(EngineFront):
         self.submit_write("create", job.id, self.write_create, body)
         return job
 
-    def restore(self, job: Job) -> None:
-        """A job the store knows after a restart: the cluster's record wins; a job whose Job object is missing
-        is created again (nothing accepted is lost)."""
+    def restore(self, job: Job, admitted: bool = False) -> None:
+        """A job the store knows after a restart: the cluster's record wins (a running Job object is adopted as
+        it runs, whatever the quota is now); a job whose Job object is missing is created again (nothing
+        accepted is lost) and admitted again."""
         if job.id in self.engine.jobs or job.id in self._creating:
             return
         job.spec = restored_submission(job.spec, self.now)
@@ -987,6 +988,9 @@ class KubeRuntime(EngineFront):
                 view = self._pods.get(alloc.pod_key)
             job_id = self.by_uid.get(view.job_uid, "") if view is not None else ""
         return job_id
+
+    def _placement_report(self) -> dict[str, Any]:
+        return {"placement_in_use": self.recipe.placement_in_use}
 
     def _overview_extra(self) -> dict[str, Any]:
         summary = self.cluster.summary()

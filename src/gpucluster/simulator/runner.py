@@ -78,6 +78,7 @@ job without one runs the same on every GPU model.
         slowdown: bool = True,
         describe: bool = False,
         start_t: float = 0.0,
+        quota_waits: bool = False,
     ) -> None:
         self.state = cluster.state() if isinstance(cluster, Cluster) else cluster
         self.network = network or NetworkModel(self.state.fabric)
@@ -91,9 +92,11 @@ job without one runs the same on every GPU model.
             queue_policy, placement_policy, seed=seed, quota=quota, profile=profile,
             options=EngineOptions(restart_overhead_s=restart_overhead_s, tenant_weights=dict(tenant_weights or {}),
                                   locality_delay_s=locality_delay_s, record_series=record_series,
-                                  describe=describe))
+                                  describe=describe, quota_waits=quota_waits))
         """How the engine is made (:func:`gpucluster.jobs.engine_recipe`: the same for every backend)."""
         self.queue_policy = self.recipe.queue_policy
+        self.placement_in_use = self.recipe.placement_in_use
+        """The placement policy's name (``default`` resolved; ``custom`` for a given profile)."""
         kernel: Kernel[Timer] = Kernel(start_t)
         self.scheduler = Scheduler(self.state, self.recipe.profile, clock=lambda: kernel.now, handle=handle,
                                    assume_ttl=float("inf"))
@@ -194,6 +197,15 @@ job without one runs the same on every GPU model.
 
     def summary(self) -> dict[str, Any]:
         return summarize(self)
+
+    def placement_report(self, jobs: Iterable[Job] | None = None) -> dict[str, Any]:
+        """``placement_in_use`` (the placement policy's name) and, on a cluster of several GPU models,
+        ``training_share_by_model``: the share of the training work (``jobs``; default all) that ran on each."""
+        out: dict[str, Any] = {"placement_in_use": self.placement_in_use}
+        share = self.speeds.training_share(self.engine.jobs.values() if jobs is None else jobs)
+        if share:
+            out["training_share_by_model"] = share
+        return out
 
     # ================================================================================ faults
     def _node_event(self, kind: str, node: str, detail: str = "") -> None:
