@@ -20,6 +20,7 @@ from kubernetes.client import ApiClient, ApiException
 
 from gpucluster.devices import VendorRegistry
 from gpucluster.kubernetes.claims import ClaimWriter
+from gpucluster.kubernetes.client import discard
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import decision_annotations
 from gpucluster.model import Allocation, Pod
@@ -126,9 +127,8 @@ class KubeBinder:
             # the API server copies a Binding's annotations onto the pod in the same write that sets its node:
             # one round trip instead of a patch and a Binding, and no moment where the pod is on a node without
             # its device decision (or carries a decision for a node it never reached)
-            resp = self.core.create_namespaced_binding(
-                pod.namespace, self._binding(pod, allocation.node, annotations), _preload_content=False)
-            resp.release_conn()
+            discard(self.core.create_namespaced_binding(
+                pod.namespace, self._binding(pod, allocation.node, annotations), _preload_content=False))
         except ApiException as exc:
             if exc.status == 409 and self._bound_to(pod, allocation.node):
                 self.binds += 1
@@ -154,9 +154,8 @@ class KubeBinder:
     def check_bind(self, pod: Pod, allocation: Allocation) -> Status:
         """A dry-run Binding: the pod (this incarnation) exists and is unbound, and admission allows the bind."""
         try:
-            resp = self.core.create_namespaced_binding(pod.namespace, self._binding(pod, allocation.node),
-                                                       dry_run="All", _preload_content=False)
-            resp.release_conn()
+            discard(self.core.create_namespaced_binding(pod.namespace, self._binding(pod, allocation.node),
+                                                        dry_run="All", _preload_content=False))
         except ApiException as exc:
             if exc.status == 409 and self._bound_to(pod, allocation.node):
                 return Status.success()  # bound there already (a retried bind)
@@ -300,8 +299,7 @@ class KubeBinder:
             event = self._events.get()
             meta = event["involvedObject"]
             try:
-                resp = self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False)
-                resp.release_conn()
+                discard(self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False))
             except ApiException as exc:
                 log.debug("event for %s/%s not written: %s", meta["namespace"], meta["name"], exc.status)
             except Exception as exc:  # network errors: an Event is best effort
