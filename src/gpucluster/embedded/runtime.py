@@ -162,7 +162,7 @@ class EmbeddedRuntime(EngineFront):
 
     def queue_stats(self) -> QueueStats:
         """Pending pods and the wait of the oldest (read by the monitor's control-plane target)."""
-        pods, wait = self.engine.queue_stats()
+        pods, wait = self.engine.views.queue_stats()
         return QueueStats(pending=pods, oldest_wait_s=wait)
 
     # ------------------------------------------------------------------ faults, alerts, remediation
@@ -212,6 +212,41 @@ class EmbeddedRuntime(EngineFront):
             i = int(present[self.rng.randrange(present.size)])
             self._fault(s.nodes[i].name, self.rng.randrange(int(s.dev_count[i])), DRILL_XID)
 
+    # ------------------------------------------------------------------ node actions (an operator's)
+    def _node_or_raise(self, node: str) -> int:
+        i = self.state.node_index.get(node)
+        if i is None or not self.state.present[i]:
+            raise LookupError(f"no node {node!r}")
+        return i
+
+    def cordon(self, node: str) -> bool:
+        """No new pods on ``node``; False if it was already cordoned. ``LookupError`` for an unknown node."""
+        i = self._node_or_raise(node)
+        if not self.state.schedulable[i]:
+            return False
+        self.target.cordon(node)
+        return True
+
+    def uncordon(self, node: str) -> bool:
+        """Back in service (also for remediation's count of nodes out); False if it was not cordoned."""
+        i = self._node_or_raise(node)
+        if self.state.schedulable[i]:
+            return False
+        self.target.uncordon(node)
+        self.monitor.node_restored(node)
+        return True
+
+    def drain(self, node: str, why: str, events: list[JobEvent]) -> list[str]:
+        """Cordon ``node`` and evict every job with a pod on it back to the queue (from its last checkpoint; a
+        gang restarts whole, elsewhere), as remediation's drain does; returns the evicted job ids. The job
+        events go to ``events``; the queue is tried at once."""
+        i = self._node_or_raise(node)
+        with self._collect(events):
+            self.target.cordon(node)
+            jobs = self.engine.evict_on(i, lambda alloc: True, why)
+            self.sim.run_until(self.now)
+        return jobs
+
     def take_audit_records(self) -> list[AuditRecord]:
         """Remediation audit records not yet handed out (the service persists them in its audit table)."""
         return self.monitor.take_unsaved()
@@ -219,7 +254,7 @@ class EmbeddedRuntime(EngineFront):
     # ------------------------------------------------------------------ views
     def _sample(self) -> None:
         self._last_sample = self.now
-        self._history.append(views.sample(self.state, self.now, len(self.engine.queued())))
+        self._history.append(views.sample(self.state, self.now, len(self.engine.views.queued())))
 
     def alerts(self) -> list[dict[str, Any]]:
         return self.monitor.alerts()
@@ -239,7 +274,7 @@ class EmbeddedRuntime(EngineFront):
         return views.node_detail(self.state, name, self._describe)
 
     def overview(self) -> dict[str, Any]:
-        counts, user_counts = self.engine.status_counts()
+        counts, user_counts = self.engine.views.status_counts()
         return {
             "backend": self.backend,
             "cluster": self.cluster.name,
@@ -247,7 +282,7 @@ class EmbeddedRuntime(EngineFront):
             "queue_policy": self.queue_policy,
             "t": self.now,
             **views.figures(self.state),
-            "queue": len(self.engine.queued()),
+            "queue": len(self.engine.views.queued()),
             "jobs": counts,
             "user_jobs": user_counts,
             "alerts_firing": self.monitor.firing,

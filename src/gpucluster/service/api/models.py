@@ -349,6 +349,34 @@ class FaultOut(_Out):
     evicted_user_jobs: int
 
 
+class AffectedJob(_Out):
+    id: str
+    name: str
+    tenant: str
+    synthetic: bool = Field(description="True for the background workload's jobs (embedded backend).")
+    status: str = Field(description="The job's status after the action (a drained job is pending again).")
+
+
+class NodeActionOut(_Out):
+    node: str
+    action: str = Field(description="``cordon``, ``uncordon`` or ``drain``.")
+    schedulable: bool = Field(description="Whether new pods may land on the node after the action.")
+    jobs: list[AffectedJob] = Field(description="Jobs the action moved (a drain evicts them back to the queue "
+                                                "from their last checkpoint; they start elsewhere when room "
+                                                "frees); empty for cordon and uncordon.")
+    message: str
+
+
+class RemediationDecision(_Out):
+    id: str = Field(description="The planned action's id (``GET /api/v1/remediations``, ``planned[].id``).")
+    decision: str = Field(description="``approved`` or ``dismissed``.")
+    action: str
+    target: str
+    outcome: str = Field(description="``done`` or ``failed`` for an approval; ``dismissed``.")
+    detail: str
+    alert: str
+
+
 class Topology(_Out):
     fabric: dict[str, Any]
     spines: list[dict[str, Any]]
@@ -474,7 +502,9 @@ class QueueView(_Out):
 class RemediationPlan(_Out):
     available: bool = Field(description="False where the backend does not remediate on its own.")
     modes: dict[str, str] = Field(description="Per action: on, dry-run (planned only) or off.")
-    planned: list[dict[str, Any]] = Field(description="Planned (dry-run) actions whose alert still fires.")
+    planned: list[dict[str, Any]] = Field(description="Planned (dry-run) actions whose alert still fires, each with "
+                                                      "an ``id`` to approve (``POST /api/v1/remediations/{id}/"
+                                                      "approve``) or dismiss.")
     log: list[dict[str, Any]] = Field(description="Every decision, newest first.")
 
 
@@ -544,6 +574,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 __all__ = [
     "ERRORS",
     "NAME_RE",
+    "AffectedJob",
     "Alerts",
     "AuditLog",
     "DeviceUsage",
@@ -558,12 +589,14 @@ __all__ = [
     "JobIn",
     "JobList",
     "JobOut",
+    "NodeActionOut",
     "NodeDetail",
     "NodeList",
     "NodeUsage",
     "Overview",
     "QueueRow",
     "QueueView",
+    "RemediationDecision",
     "RemediationPlan",
     "SilenceIn",
     "SilenceList",
