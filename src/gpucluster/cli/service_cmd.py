@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
+from gpucluster import inputfile
 from gpucluster.cli.client import ContextOpt, ServerOpt, TokenOpt, call, client, resolve
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
@@ -123,6 +123,10 @@ def up(
         help="Job submissions (and task starts) per second each tenant may make; 0 = unlimited.")] = 20.0,
     submit_burst: Annotated[int, typer.Option(
         "--submit-burst", min=1, max=100000, help="Submissions a tenant may make at once.")] = 100,
+    max_queued_jobs: Annotated[int, typer.Option(
+        "--max-queued-jobs", min=0, max=1_000_000,
+        help="Jobs each tenant may have pending at once (429 beyond), unless the tenant's own max_queued_jobs "
+             "(POST /api/v1/tenants) says otherwise.")] = 1000,
     legacy_metrics: Annotated[bool, typer.Option(
         "--legacy-metrics", help="/metrics also carries HAMi's legacy names (GPUDeviceMemoryAllocated, ...).")]
     = False,
@@ -169,6 +173,7 @@ def up(
         open_service,
     )
     from gpucluster.service.limits import RateLimits
+    from gpucluster.service.store import StoreWriteError, disk_full
 
     check_placement_policy(policy)
     [queue_policy] = check_queue_policies(queue_policy)
@@ -180,8 +185,13 @@ def up(
         fail(f"--log-level {log_level!r}: expected debug, info, warning or error")
     if kubeconfig is not None and cluster is not None:
         fail("--cluster and --kubeconfig: give one of them")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        fail(f"--kubeconfig: {kubeconfig}: no such file")
+    if kubeconfig is not None:
+        try:
+            kube_doc = inputfile.load_yaml(kubeconfig)
+        except inputfile.InputFileError as exc:
+            fail(f"--kubeconfig: {exc}")
+        if not isinstance(kube_doc, dict):
+            fail(f"--kubeconfig: {kubeconfig}: not a kubeconfig: expected a mapping with clusters, users, contexts")
     if admission not in ("devices", "count"):
         fail(f"--admission {admission!r}: expected devices or count")
     from gpucluster.devices import VendorRegistry
@@ -210,11 +220,18 @@ def up(
     except RuntimeUnavailableError as exc:
         fail(str(exc))
     config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst),
+                           max_queued_jobs=max_queued_jobs,
                            legacy_metrics=legacy_metrics)
     try:
         service, generated = open_service(runtime, config, lock)
     except TokenError as exc:
         fail(str(exc))
+    except (StoreWriteError, OSError) as exc:  # a full disk, a read-only one: one line, not a traceback
+        stop = getattr(runtime, "close", None)
+        if callable(stop):
+            stop()
+        why = ("the disk is full" if disk_full(exc) else "it cannot be written") + f" ({_cause(exc)})"
+        fail(f"--data-dir: {data}: cannot open the store: {why}")
     app = create_app(service, web.mount)
     shown_host, exposed = _shown_host(host)
     url = f"http://{shown_host}:{port}/"
@@ -227,7 +244,8 @@ def up(
     summary = runtime.overview()
     lines = [
         f"gpucluster control plane ({runtime.backend}: {summary['cluster']}, {summary['nodes']} nodes, "
-        f"{summary['devices']} GPUs, speed x{speed:g}; placement {policy}, queue policy {queue_policy})",
+        f"{summary['devices']} GPUs, speed x{speed:g}; placement {summary.get('placement_in_use', policy)}, "
+        f"queue policy {queue_policy})",
         f"  dashboard: {url}",
         f"  log in:    {how}",
         f"  API docs:  {url}docs",
@@ -288,11 +306,9 @@ def submit(
 ) -> None:
     """Submit a job to a running control plane."""
     try:
-        doc = yaml.safe_load(job_file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        fail(f"{job_file}: {exc.strerror}")
-    except yaml.YAMLError as exc:
-        fail(f"{job_file}: not valid YAML: {exc}")
+        doc = inputfile.load_yaml(job_file)
+    except inputfile.InputFileError as exc:
+        fail(str(exc))
     if not isinstance(doc, dict):
         fail(f"{job_file}: must be a mapping with name, resources, ...")
     doc = with_speed_flags(doc, ref_gpu, work_class, tokens, speedup or [])
@@ -409,3 +425,10 @@ def register(app: typer.Typer) -> None:
     app.command("logs")(logs)
     app.command("jobs")(jobs)
     app.command("nodes")(nodes)
+
+
+def _cause(exc: BaseException) -> str:
+    """The first error under a store failure, in one line."""
+    cause = getattr(exc, "cause", None) or exc
+    text = getattr(cause, "strerror", None) or str(cause)
+    return f"{type(cause).__name__}: {text}".splitlines()[0][:300]
