@@ -933,18 +933,17 @@ class KubeCluster:
 
     # ------------------------------------------------------------------------------------------ decide
     def candidates_mask(self, names: Iterable[str]) -> npt.NDArray[np.bool_]:
-        """Nodes named in ``names`` (unknown names are ignored). kube-scheduler sends the same list again
-        and again, so the last mask is kept (keyed by the names and the state's node rows)."""
-        key = (tuple(names), self.state.layout)
+        """Nodes named in ``names`` (unknown names are ignored). kube-scheduler sends the same nodes again and
+        again, in a different order each time (it filters in parallel and starts where the last cycle stopped),
+        so the last mask is kept keyed by the *set* of names and the state's node rows."""
+        key = (frozenset(names), self.state.layout)
         cached = self._mask_cache
         if cached is not None and cached[0] == key:
             return cached[1]
-        mask = np.zeros(self.state.n_nodes, np.bool_)
         index = self.state.node_index
-        for name in key[0]:
-            i = index.get(name)
-            if i is not None:
-                mask[i] = True
+        rows = np.fromiter((index.get(name, -1) for name in key[0]), np.int64, len(key[0]))
+        mask = np.zeros(self.state.n_nodes, np.bool_)
+        mask[rows[rows >= 0]] = True
         mask.flags.writeable = False
         self._mask_cache = (key, mask)
         return mask
