@@ -81,7 +81,7 @@ def test_top_nodes_puts_allocated_but_idle_first_in_80_columns(server: Server) -
     assert len(rows) == 240 and rows[0]["allocated_idle_gpus"] == idle[0]
     with server.client() as c:
         total = c.get("/api/v1/overview").json()["allocated_idle_gpus"]
-    assert abs(sum(r["allocated_idle_gpus"] for r in rows) - total) <= 16  # read a moment apart
+    assert abs(sum(r["allocated_idle_gpus"] for r in rows) - total) <= max(16, total // 5)  # read a moment apart
     code, out, _ = cli(server, "top", "nodes", "--sort-by", "util", "--json", "--limit", "10")
     utils = [r["util_pct"] for r in json.loads(out)]
     assert len(utils) == 10 and utils == sorted(utils, reverse=True)
@@ -95,8 +95,8 @@ def test_top_jobs_and_the_wide_node_list(server: Server) -> None:
     code, out, err = cli(server, "top", "jobs", "-A")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["ID", "NAME", "TENANT", "GPUS", "UTIL", "FB-USED", "IDLE", "NODES"]
-    assert all(len(x) <= 80 for x in lines)
+    assert lines[0].split() == ["ID", "NAME", "TENANT", "GPUS", "UTIL", "IDLE", "NODES"]
+    assert all(len(x) <= 80 for x in lines), [x for x in lines if len(x) > 80]
     ids = [x.split()[0] for x in lines[1:]]
     assert job["id"] in ids and all("…" not in i for i in ids)  # the id you need for describe/cancel is whole
     rows = json.loads(cli(server, "top", "jobs", "-A", "--json")[1])
@@ -106,6 +106,8 @@ def test_top_jobs_and_the_wide_node_list(server: Server) -> None:
     code, out, _ = cli(server, "get", "nodes", "-o", "wide")
     head = out.splitlines()[0].split()
     assert head[:9] == ["NAME", "STATUS", "MODEL", "GPUS", "ALLOC", "MEM", "PODS", "UTIL", "FB-USED"]
-    assert all(x.split()[7].endswith("%") for x in out.splitlines()[1:])
+    utils = [x.split()[7] for x in out.splitlines()[1:]]
+    # "-" only for a node whose every GPU was allocated since its last scrape (no reading of that work yet)
+    assert all(u.endswith("%") or u == "-" for u in utils) and sum(u.endswith("%") for u in utils) > 200, utils
     code, _, err = cli(server, "top", "pods")
     assert code == 2 and "nodes" in err

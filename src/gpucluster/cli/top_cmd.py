@@ -4,7 +4,7 @@ Both read the control plane's REST API: ``/api/v1/nodes`` (per GPU: allocation, 
 device metrics, utilisation, framebuffer in use and temperature as of the last scrape) and, for jobs,
 ``/api/v1/jobs?status=running`` (where each job's pods sit). A job's utilisation is the mean over the GPUs it
 holds; a shared GPU counts every pod's use of it. ``--json`` prints the rows as a JSON list. Tables keep to the
-terminal's width (80 columns included): the name column is the one cut, never a number.
+terminal's width (80 columns included): a job's name is the cell cut, never its id or a figure.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import typer
 
 from gpucluster.cli.client import ContextOpt, ServerOpt, TokenOpt, call, client, resolve
 from gpucluster.cli.common import fail
-from gpucluster.cli.output import print_table, write_json
+from gpucluster.cli.output import SEPARATOR, print_table, terminal_width, truncate, write_json
 
 IDLE_UTIL_PCT = 5.0
 """An allocated GPU below this utilisation counts as idle (the ``GpuAllocatedIdle`` alert's threshold)."""
@@ -154,12 +154,29 @@ def top(
         print_table(["NAME", "GPUS", "ALLOC", "UTIL", "FB-USED", "TEMP", "IDLE-GPUS"], table, no_headers=no_headers,
                     right=(1, 2, 3, 4, 5, 6))
     else:
-        table = [[r["id"], r["name"], r["tenant"], f"{r['gpus']:g}", _pct(r["util_pct"]), _pct(r["fb_used_pct"]),
-                  f"{r['idle_devices']}/{r['devices']}", ",".join(r["nodes"][:2]) + (",…" if len(r["nodes"]) > 2
-                                                                                     else "")]
-                 for r in rows]
-        print_table(["ID", "NAME", "TENANT", "GPUS", "UTIL", "FB-USED", "IDLE", "NODES"], table,
-                    no_headers=no_headers, right=(3, 4, 5, 6))
+        table = [[r["id"], r["name"], r["tenant"], f"{r['gpus']:g}", _pct(r["util_pct"]),
+                  f"{r['idle_devices']}/{r['devices']}", _nodes_cell(r["nodes"])] for r in rows]
+        headers = ["ID", "NAME", "TENANT", "GPUS", "UTIL", "IDLE", "NODES"]
+        _fit_names(headers, table, name_col=1)
+        print_table(headers, table, no_headers=no_headers, right=(3, 4, 5))
+
+
+def _nodes_cell(nodes: list[str]) -> str:
+    """The first node and how many more (``train-0001+3``), so the cell stays short."""
+    return (nodes[0] + (f"+{len(nodes) - 1}" if len(nodes) > 1 else "")) if nodes else "-"
+
+
+def _fit_names(headers: list[str], table: list[list[Any]], name_col: int) -> None:
+    """Cut the name column (only it) so the row fits the terminal: the job id, the figures and the node stay
+    whole, as ``describe``/``cancel`` need the id."""
+    width = terminal_width()
+    if width is None or not table:
+        return
+    natural = [max(len(str(h)), *(len(str(row[k])) for row in table)) for k, h in enumerate(headers)]
+    room = width - (sum(natural) - natural[name_col]) - len(SEPARATOR) * (len(headers) - 1)
+    room = max(room, len(headers[name_col]), 6)
+    for row in table:
+        row[name_col] = truncate(str(row[name_col]), room)
 
 
 def register(app: typer.Typer) -> None:

@@ -367,7 +367,8 @@ class ClusterMonitor:
         (framebuffer in use / physical framebuffer), ``allocated_idle_gpus`` (GPUs with a pod on them at the
         last scrape, still allocated now, below :data:`IDLE_UTIL_PCT`) and ``allocated_idle`` (the first
         :data:`KEEP_IDLE_LIST` of them, emptiest first: node, gpu, util_pct, pod and what ``describe(pod)``
-        adds, e.g. job and tenant). ``per_node``: node -> per device ``[util %, memory used %, temp °C]``."""
+        adds, e.g. job and tenant). ``per_node``: node -> per device ``[util %, memory used %, temp °C]``, util None
+        for a GPU allocated since its last scrape (what it measured was someone else's, or nobody's, work)."""
         st = self.state
         util_sum, reporting, mem_used, mem_total, idle = 0.0, 0, 0.0, 0.0, []
         per_node: dict[str, list[list[float | None]]] = {}
@@ -390,10 +391,14 @@ class ClusterMonitor:
                 util_sum += util
                 mem_used += 0.0 if math.isnan(used) else used
                 mem_total += physical
-                row.append([round(util, 1), round(100.0 * used / physical, 1) if physical else None,
-                            None if math.isnan(temp) else round(temp, 1)])
                 pod = rec.owner[r]
-                if pod and util < IDLE_UTIL_PCT and int(st.dev_tasks[i, gpu]) > 0 and pod in st.allocations:
+                held = int(st.dev_tasks[i, gpu]) > 0
+                seen = bool(pod) and pod in st.allocations  # the pod the scrape measured is still there
+                # a GPU allocated since its last scrape has no utilisation of its own yet (not "idle")
+                row.append([round(util, 1) if seen or not held else None,
+                            round(100.0 * used / physical, 1) if physical else None,
+                            None if math.isnan(temp) else round(temp, 1)])
+                if seen and held and util < IDLE_UTIL_PCT:
                     idle.append({"node": node, "gpu": gpu, "util_pct": round(util, 1), "pod": pod,
                                  **(describe(pod) if describe else {})})
         idle.sort(key=lambda x: (x["util_pct"], x["node"], x["gpu"]))
