@@ -19,7 +19,7 @@
 set -euo pipefail
 
 CACHE="${GPUCLUSTER_CACHE:-/var/cache/gpucluster}"
-read -r -a K8S_VERSIONS <<<"${K8S_VERSIONS:-v1.37.2}"
+read -r -a K8S_VERSIONS <<<"${K8S_VERSIONS:-v1.37.2 v1.35.4}"
 K8S_BINS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
 ETCD_VERSION="v3.6.17"
 HELM_VERSION="v4.3.2"

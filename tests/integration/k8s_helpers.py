@@ -89,8 +89,8 @@ def create_pods(core: Any, namespace: str, pods: Iterable[Mapping[str, Any]], wo
         list(pool.map(lambda p: core.create_namespaced_pod(namespace, p), pods))
 
 
-def list_pods(core: Any, namespace: str) -> list[dict[str, Any]]:
-    resp = core.list_namespaced_pod(namespace, _preload_content=False)
+def list_pods(core: Any, namespace: str, label_selector: str = "") -> list[dict[str, Any]]:
+    resp = core.list_namespaced_pod(namespace, label_selector=label_selector, _preload_content=False)
     return list(json.loads(resp.data)["items"])
 
 

@@ -212,7 +212,10 @@ def test_helm_install_schedule_upgrade_uninstall(
 
         pods = [gpu_pod(f"p{i:03d}", sched_name, mem=8000, cores=20, run=run) for i in range(100)]
         create_pods(core, namespace, pods)
-        placed = wait_until(lambda: len(bound(got := list_pods(core, namespace))) == 100 and got, 240,
+        # only the test's pods: with the Job/Deployment controllers running (another test started
+        # kube-controller-manager), the chart's own Deployments have pods in this namespace too
+        mine = f"gpucluster.io/run={run}"
+        placed = wait_until(lambda: len(bound(got := list_pods(core, namespace, mine))) == 100 and got, 240,
                             "100 pods bound by kube-scheduler + the extender under the chart's token")
         assert device_usage_violations(list_nodes(core, f"gpucluster.io/run={run}"), placed) == []
         assert all(p["metadata"]["annotations"]["hami.io/vgpu-node"] == p["spec"]["nodeName"] for p in placed)
@@ -232,7 +235,7 @@ def test_helm_install_schedule_upgrade_uninstall(
         assert yaml.safe_load(cfg)["profiles"][0]["schedulerName"] == renamed
         kube_scheduler_factory(cfg, name=f"helm2-{run}")
         create_pods(core, namespace, [gpu_pod(f"n{i}", renamed, mem=8000, cores=20, run=run) for i in range(4)])
-        wait_until(lambda: {f"n{i}" for i in range(4)} <= set(bound(list_pods(core, namespace))), 120,
+        wait_until(lambda: {f"n{i}" for i in range(4)} <= set(bound(list_pods(core, namespace, mine))), 120,
                    "pods of the upgraded scheduler name to be bound")
     finally:
         for proc in procs:

@@ -70,7 +70,9 @@ def job_yaml(name: str, tenant: str, run: str, *, pods: int, gpus: int, suspend:
                                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}},
         },
     }
-    return yaml.safe_dump(doc, sort_keys=False)
+    # JSON, which kubectl reads as YAML: a YAML dump would leave a run id like '5e1234' unquoted and the API
+    # server's YAML reader would take it for a number
+    return json.dumps(doc, indent=2)
 
 
 def _job(core_batch: Any, name: str) -> dict[str, Any]:
@@ -249,7 +251,7 @@ def test_a_job_that_can_never_fit_is_refused_with_an_event(cp_with_jobs: Any, ku
         # a Job for another scheduler is refused too, naming the field
         doc = yaml.safe_load(job_yaml(wrong, tenant, run, pods=1, gpus=1))
         doc["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
-        _kubectl(cp_with_jobs, "apply", "-f", "-", stdin=yaml.safe_dump(doc))
+        _kubectl(cp_with_jobs, "apply", "-f", "-", stdin=json.dumps(doc))
         [event] = wait_until(lambda: refused(wrong), 60, "a Refused event on the Job for another scheduler")
         assert "spec.template.spec.schedulerName: must be 'gpucluster'" in event["message"]
     finally:

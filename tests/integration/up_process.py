@@ -114,7 +114,9 @@ def registered(api: Any, nodes: list[NodeSpec]) -> Iterator[list[NodeSpec]]:
 
 
 def new_run() -> str:
-    return uuid.uuid4().hex[:6]
+    """A short run id for names and label values; it starts with a letter, so no YAML reader takes it for a
+    number (an all-hex id such as '5e1234' reads as 5 x 10^1234)."""
+    return "r" + uuid.uuid4().hex[:5]
 
 
 __all__ = ["ADMIN", "ControlPlane", "gpu_nodes", "new_run", "registered", "wait_until"]
