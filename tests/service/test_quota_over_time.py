@@ -174,7 +174,7 @@ def test_jobs_adopted_after_a_restart_are_charged_to_their_tenant() -> None:
     engine.submit(JobSpec("next", 0.0, 1, 100.0, tenant="a"))
     engine.run_until(10.0)
     assert engine.job("kept").state == JobState.RUNNING
-    assert engine.tenant_usage()["a"]["gpus"] == 2.0 and tree.used["a"]["gpu"] == 2.0
+    assert engine.ledger.usage()["a"]["gpus"] == 2.0 and tree.used["a"]["gpu"] == 2.0
     assert engine.job("next").state == JobState.QUEUED  # the quota is taken by the adopted job
     engine.cancel("kept")
     engine.run_until(20.0)

@@ -166,7 +166,7 @@ class EmbeddedRuntime(EngineFront):
 
     def queue_stats(self) -> QueueStats:
         """Pending pods and the wait of the oldest (read by the monitor's control-plane target)."""
-        pods, wait = self.engine.queue_stats()
+        pods, wait = self.engine.views.queue_stats()
         return QueueStats(pending=pods, oldest_wait_s=wait)
 
     # ------------------------------------------------------------------ faults, alerts, remediation
@@ -223,7 +223,7 @@ class EmbeddedRuntime(EngineFront):
     # ------------------------------------------------------------------ views
     def _sample(self) -> None:
         self._last_sample = self.now
-        point = views.sample(self.state, self.now, len(self.engine.queued()))
+        point = views.sample(self.state, self.now, len(self.engine.views.queued()))
         use = self.monitor.utilisation()
         for key in ("gpu_utilisation", "gpu_memory_used_fraction", "allocated_idle_gpus"):
             if use[key] is not None:
@@ -266,7 +266,7 @@ class EmbeddedRuntime(EngineFront):
         return views.node_detail(self.state, name, self._describe)
 
     def overview(self) -> dict[str, Any]:
-        counts, user_counts = self.engine.status_counts()
+        counts, user_counts = self.engine.views.status_counts()
         use = self.utilisation()
         del use["per_node"]
         return {
@@ -277,7 +277,7 @@ class EmbeddedRuntime(EngineFront):
             "t": self.now,
             **views.figures(self.state),
             **use,
-            "queue": len(self.engine.queued()),
+            "queue": len(self.engine.views.queued()),
             "jobs": counts,
             "user_jobs": user_counts,
             "alerts_firing": self.monitor.firing,

@@ -12,7 +12,10 @@ Kubernetes run.
 * :mod:`~gpucluster.jobs.placement`: the profile a job is placed with and the :class:`Placer` port;
 * :mod:`~gpucluster.jobs.preemption`: preemption and reclaim as pure planners;
 * :mod:`~gpucluster.jobs.offers`: Mesos-style offers with DRF arbitration;
-* :mod:`~gpucluster.jobs.engine`: :class:`JobEngine`, the queue, the scheduling pass and the clock;
+* :mod:`~gpucluster.jobs.engine`: :class:`JobEngine`, the event loop, the queue (:mod:`~gpucluster.jobs.queue`)
+  and the scheduling pass; it holds :class:`CapacityView` (:mod:`~gpucluster.jobs.capacity`),
+  :class:`TenantLedger` (:mod:`~gpucluster.jobs.accounting`), the offers adaptor and :class:`JobViews`
+  (:mod:`~gpucluster.jobs.views`, what the control plane reads);
 * :mod:`~gpucluster.jobs.speed`: :class:`GpuSpeeds`, a job's speed on the GPU models it got (work is seconds on
   its ``ref_gpu``; :mod:`gpucluster.perf`);
 * :mod:`~gpucluster.jobs.kernel`: the event heap the engine's clock runs on;
@@ -25,6 +28,7 @@ Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
     engine.run_until(600.0)
 """
 
+from gpucluster.jobs.accounting import TenantLedger
 from gpucluster.jobs.admission import (
     default_registry,
     job_spec,
@@ -34,6 +38,7 @@ from gpucluster.jobs.admission import (
     template_pod,
     user_submission,
 )
+from gpucluster.jobs.capacity import CapacityView
 from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Slowdown, Timer, Totals, no_slowdown
 from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
@@ -54,6 +59,7 @@ from gpucluster.jobs.policies import DEFAULT_QUEUE_POLICY, POLICIES, QueuePolicy
 from gpucluster.jobs.speed import SPEED_KEY, GpuSpeeds, default_speed_model
 from gpucluster.jobs.speed import describe as describe_speed
 from gpucluster.jobs.transitions import Cancel, Fail, InvalidTransitionError, Note, Reject, transition
+from gpucluster.jobs.views import JobViews
 from gpucluster.jobs.workload import (
     ENV_NAME_RE,
     NO_WORKLOAD,
@@ -85,6 +91,7 @@ __all__ = [
     "VOLUME_NAME_RE",
     "WORKLOAD_FIELDS",
     "Cancel",
+    "CapacityView",
     "EngineFront",
     "EngineOptions",
     "EnvFrom",
@@ -99,6 +106,7 @@ __all__ = [
     "JobSpec",
     "JobState",
     "JobStatus",
+    "JobViews",
     "Kernel",
     "Note",
     "Placer",
@@ -107,6 +115,7 @@ __all__ = [
     "SchedulerPlacer",
     "SeriesPoint",
     "Slowdown",
+    "TenantLedger",
     "Timer",
     "Toleration",
     "Totals",

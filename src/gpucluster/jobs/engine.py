@@ -8,6 +8,12 @@ drivers feed it: the simulator (:class:`gpucluster.simulator.Simulation`: a trac
 the embedded control plane (the same simulation on the wall clock) and Kubernetes (pods created and
 observed).
 
+Beside its core (the event loop, the queue, the pass) the engine holds its other concerns as objects of their
+own: :class:`~gpucluster.jobs.capacity.CapacityView` (what it reads of the cluster's capacity: usable totals,
+whole-task slots, never-fit verdicts, the change stamp), :class:`~gpucluster.jobs.accounting.TenantLedger`
+(what each tenant's running jobs hold, fair shares), :class:`~gpucluster.jobs.offers.OffersAdaptor` (the
+``offers`` policy's round) and :class:`~gpucluster.jobs.views.JobViews` (what the control plane reads).
+
 A scheduling pass runs only at a time when something changed (arrival, finish, priority change, or the cluster
 itself: the engine compares the state's change stamp, :mod:`gpucluster.model.capacity`, with the one its last
 pass saw, so no driver has to say that it cordoned, failed or repaired something; a new quota tree revision
@@ -23,23 +29,22 @@ Single-threaded by contract: one driver calls it at a time.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
-from gpucluster.jobs.admission import least_gpus, never_fits
+from gpucluster.jobs.accounting import TenantLedger
+from gpucluster.jobs.admission import least_gpus
+from gpucluster.jobs.capacity import CapacityView
 from gpucluster.jobs.kernel import Kernel
-from gpucluster.jobs.model import STATUSES, Job, JobEvent, JobSpec, JobState, task_pods
-from gpucluster.jobs.offers import offer_round
+from gpucluster.jobs.model import Job, JobEvent, JobSpec, JobState, task_pods
+from gpucluster.jobs.offers import OffersAdaptor
 from gpucluster.jobs.placement import Placer
 from gpucluster.jobs.policies import Key, QueuePolicy
-from gpucluster.jobs.preemption import Free, Running, plan_preemption, plan_reclaim
+from gpucluster.jobs.preemption import Running, plan_preemption, plan_reclaim
+from gpucluster.jobs.queue import JobQueue
 from gpucluster.jobs.transitions import (
     Arrive,
     Cancel,
@@ -55,8 +60,8 @@ from gpucluster.jobs.transitions import (
     Stimulus,
     transition,
 )
+from gpucluster.jobs.views import JobViews, count_message, failure_message
 from gpucluster.model import ClusterState, Pod, views
-from gpucluster.model.capacity import state_stamp
 from gpucluster.model.labels import DATA_LOCALITY_ANNOTATION, JOB_LABEL, NODE_NAME_ANNOTATION
 from gpucluster.model.share import allocation_gpus
 from gpucluster.scheduler import GroupDecision
@@ -65,9 +70,6 @@ from gpucluster.scheduler.plugins.datalocality import DataCatalog
 from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
 
 log = logging.getLogger(__name__)
-
-_NO_CACHE: dict[str, float] = {}
-"""Sentinel: tenant shares are not cached (outside a dynamic re-sort)."""
 
 NOTE_REPEAT_S = 60.0
 """A waiting job whose reason did not change is reported again (``unschedulable``, folded into the one event by
@@ -121,19 +123,12 @@ class SeriesPoint:
 
 
 @dataclass(slots=True)
-class _TenantUse:
-    gpus: float = 0.0
-    cpu_milli: int = 0
-    memory_mib: int = 0
-
-
-@dataclass(slots=True)
 class Totals:
     """The run's counters, and the cluster's usable capacity read through from the state that owns it
     (``gpus``, ``cpu_milli``, ``memory_mib``: :class:`gpucluster.model.capacity.UsableCapacity`)."""
 
-    state: Callable[[], ClusterState] | None = None
-    """Where the capacity figures come from (the engine's placer's current state)."""
+    capacity: CapacityView | None = None
+    """Where the capacity figures come from (the engine's capacity view)."""
     busy_gpu_s: float = 0.0
     last_t: float = 0.0
     preemptions: int = 0
@@ -149,17 +144,17 @@ class Totals:
     @property
     def gpus(self) -> int:
         """Usable GPUs (healthy, on schedulable nodes)."""
-        return self.state().capacity.devices if self.state is not None else 0
+        return self.capacity.gpus if self.capacity is not None else 0
 
     @property
     def cpu_milli(self) -> int:
         """CPU of the schedulable nodes."""
-        return self.state().capacity.cpu_milli if self.state is not None else 0
+        return self.capacity.cpu_milli if self.capacity is not None else 0
 
     @property
     def memory_mib(self) -> int:
         """Host memory of the schedulable nodes."""
-        return self.state().capacity.memory_mib if self.state is not None else 0
+        return self.capacity.memory_mib if self.capacity is not None else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,39 +200,34 @@ class JobEngine:
                              and any(q.guarantee > 0 for q in quota.queues.values()))
         self.locality_delay_s = self.options.locality_delay_s
         self.restart_overhead_s = self.options.restart_overhead_s
-        self.tenant_weights = dict(self.options.tenant_weights)
         self.record_series = self.options.record_series
         self.jobs: dict[str, Job] = {}
         self.listeners: list[Callable[[JobEvent], None]] = []
         self.series: list[SeriesPoint] = []
-        self.totals = Totals(state=lambda: self.placer.state)
+        self.capacity = CapacityView(lambda: self.placer.state, quota)
+        """What the engine reads of the cluster's capacity (usable totals, slots, never-fit verdicts)."""
+        self.ledger = TenantLedger(self.capacity, quota, self.options.tenant_weights)
+        """What each tenant's running jobs hold, and the fair shares computed from it."""
+        self.offers = OffersAdaptor(self.capacity, self.ledger, catalog)
+        """The ``offers`` policy's round."""
+        self.totals = Totals(capacity=self.capacity)
         self._delay_wake: set[tuple[str, float]] = set()
-        self._queue: list[tuple[Key, int, str]] = []
-        self._entry: dict[str, tuple[Key, int, str]] = {}
-        self._seq = itertools.count()
+        self._queue = JobQueue()
         self._running: dict[str, Key] = {}
         self._running_rank: dict[str, Key] = {}
+        self.views = JobViews(self.jobs, self._queue, self._running, policy, self, self.ledger)
+        """What the control plane reads: queued and running jobs, queue order, counts, usage, queue stats."""
         self._finish_seq: dict[str, int] = {}
-        self._tenants: dict[str, _TenantUse] = {}
         self._dirty = False
-        self._busy = 0.0
-        self._share_cache: dict[str, float] = _NO_CACHE
-        self._slots_stamp: tuple[Any, ...] = ()
-        self._slots: dict[int, int] = {}
-        """Task size -> whole tasks of that size the free devices hold (cached per state stamp)."""
         self._seen: tuple[Any, ...] = ()
         """The cluster's change stamp (and the quota tree's revision) when the last pass ended."""
         self._shapes: dict[str, tuple[float, int, tuple[Any, ...], bool, int]] = {}
         """Job id -> (GPU share, task GPUs, shape, whole, tasks): the pass reads these for every queued job."""
-        self._never: dict[tuple[Any, ...], Infeasible | None] = {}
-        """(shape, tasks, tenant, node count) -> why such a job can never fit (None = it can)."""
         self._failure: GroupDecision | None = None
-        self._gpuless = 0
-        """Queued jobs that ask for no GPU (they may start while every GPU is busy)."""
         self.paused = False
         """True: no scheduling pass runs (a control-plane replica that is not the leader only mirrors what the
         leader decides: :meth:`adopt`, :meth:`withdraw`, :meth:`finish`, :meth:`fail`)."""
-        self._seen = self._stamp()
+        self._seen = self.capacity.stamp()
 
     # ================================================================================ public API
     @property
@@ -271,14 +261,9 @@ class JobEngine:
         return record
 
     def never_fits(self, spec: JobSpec) -> Infeasible | None:
-        """Why ``spec`` could never run here, even on the empty cluster (None when it could). Cached per shape
-        and tenant under the state's layout (which nodes exist) and the quota tree's revision."""
-        key = (spec.shape, spec.task_gpus, spec.cpu_milli, spec.memory_mib, spec.num_tasks, spec.tenant,
-               self.state.layout, self.quota.revision if self.quota is not None else 0)
-        if key in self._never:
-            return self._never[key]
-        found = self._never[key] = never_fits(spec, self.state, self.quota)
-        return found
+        """Why ``spec`` could never run here, even on the empty cluster (None when it could):
+        :meth:`CapacityView.never_fits`."""
+        return self.capacity.never_fits(spec)
 
     def cancel(self, job_id: str, why: str = "cancelled by request") -> bool:
         """Cancel a job wherever it is; False if it had already ended."""
@@ -397,7 +382,7 @@ class JobEngine:
             self.jobs[job.spec.job_id] = job
         if job.state == JobState.NEW:
             self._apply(job, Arrive())
-        elif job.state == JobState.QUEUED and job.job_id in self._entry:
+        elif job.state == JobState.QUEUED and job.job_id in self._queue:
             self._dequeue(job)
         state = self.state
         held = [p for p in pods if p.key in state.allocations]
@@ -427,104 +412,14 @@ class JobEngine:
         self._enqueue(job)
         return True
 
-    # ---------------------------------------------------------------------------- views
+    # ---------------------------------------------------------------------------- the policies' view
     def tenant_share(self, tenant: str) -> float:
-        cached = self._share_cache.get(tenant)
-        if cached is not None:
-            return cached
-        use = self._tenants.get(tenant)
-        if use is None:
-            return 0.0
-        t = self.totals
-        share = max(use.gpus / max(t.gpus, 1), use.cpu_milli / max(t.cpu_milli, 1),
-                    use.memory_mib / max(t.memory_mib, 1))
-        share /= self.tenant_weights.get(tenant, 1.0)
-        if self._share_cache is not _NO_CACHE:
-            self._share_cache[tenant] = share
-        return share
+        """The tenant's dominant share divided by its weight (:meth:`TenantLedger.share`)."""
+        return self.ledger.share(tenant)
 
     def tenant_standing(self, tenant: str) -> tuple[float, float]:
-        tree = self.quota
-        if tree is not None and tenant in tree.queues:
-            q = tree.queues[tenant]
-            used = tree.used[tenant]["gpu"]
-            return (0.0 if used < q.guarantee else 1.0,
-                    max(used - q.guarantee, 0.0) / max(self.totals.gpus, 1) / q.weight)
-        return (1.0, self.tenant_share(tenant))
-
-    def tenant_usage(self) -> dict[str, dict[str, float]]:
-        return {k: {"gpus": v.gpus, "cpu_milli": v.cpu_milli, "memory_mib": v.memory_mib}
-                for k, v in self._tenants.items()}
-
-    @property
-    def busy_gpus(self) -> float:
-        return self._busy
-
-    @property
-    def usable_gpus(self) -> int:
-        return self.totals.gpus
-
-    def queued(self) -> list[Job]:
-        """Queued jobs in the policy's order."""
-        return [self.jobs[jid] for _, _, jid in self._queue]
-
-    def queue_order(self) -> list[str]:
-        """Ids of the jobs waiting to run, the next to be tried first: the queued ones in the policy's order (a
-        dynamic policy's as its next pass re-sorts them), then those not yet arrived, keyed as they will be."""
-        pol = self.policy
-        entries = self._queue
-        self._share_cache = {}
-        try:
-            if pol.dynamic:
-                entries = sorted((pol.key(self.jobs[jid], self), s, jid) for _, s, jid in self._queue)
-            arriving = sorted((j for j in self.jobs.values() if j.state == JobState.NEW),
-                              key=lambda j: (j.spec.submit_s, j.job_id))
-            late = [(pol.key(j, self), n, j.job_id) for n, j in enumerate(arriving, start=1 << 62)]
-        finally:
-            self._share_cache = _NO_CACHE
-        return [jid for _, _, jid in sorted([*entries, *late])]
-
-    def running(self) -> list[Job]:
-        return [self.jobs[jid] for jid in self._running]
-
-    def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in JobState}
-        for job in self.jobs.values():
-            out[job.state.value] += 1
-        return out
-
-    def status_counts(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Jobs per control-plane status (``pending``, ``running`` ...): all jobs, and the user (non-synthetic)
-        ones."""
-        every = dict.fromkeys(STATUSES, 0)
-        user = dict.fromkeys(STATUSES, 0)
-        for job in self.jobs.values():
-            every[job.status] += 1
-            if not job.synthetic:
-                user[job.status] += 1
-        return every, user
-
-    def usage_by_tenant(self) -> dict[str, dict[str, float]]:
-        """Tenant -> {"gpus": held, "pending_gpus": asked by waiting jobs, "running": n, "pending": n}."""
-        out: dict[str, dict[str, float]] = {}
-        for job in self.jobs.values():
-            if job.state.terminal:
-                continue
-            u = out.setdefault(job.tenant, {"gpus": 0.0, "pending_gpus": 0.0, "running": 0.0, "pending": 0.0})
-            if job.state == JobState.RUNNING:
-                u["gpus"] += job.gpus
-                u["running"] += 1
-            else:
-                u["pending_gpus"] += job.gpus
-                u["pending"] += 1
-        return out
-
-    def queue_stats(self) -> tuple[int, float]:
-        """(pods of the jobs waiting to run, seconds the oldest of them has waited)."""
-        waiting = [j for j in self.jobs.values() if j.state in (JobState.NEW, JobState.QUEUED)]
-        oldest = min((j.queued_since_s if j.state == JobState.QUEUED else j.spec.submit_s for j in waiting),
-                     default=self.now)
-        return sum(j.replicas for j in waiting), max(0.0, self.now - oldest)
+        """The tenant's standing against its guarantee (:meth:`TenantLedger.standing`)."""
+        return self.ledger.standing(tenant)
 
     # ================================================================================ internals
     def _apply(self, job: Job, stimulus: Stimulus) -> None:
@@ -534,19 +429,15 @@ class JobEngine:
                 for fn in self.listeners:
                     fn(ev)
 
-    def _stamp(self) -> tuple[Any, ...]:
-        s = self.state
-        return s.layout, s.generation, self.quota.revision if self.quota is not None else 0
-
     def _moved(self) -> bool:
         """The cluster or the quota tree changed since the last pass ended (outside the engine: a cordon, a
         failure, a repair, an informer update, new limits)."""
-        return self._stamp() != self._seen
+        return self.capacity.stamp() != self._seen
 
     def _advance(self, t: float) -> None:
         tot = self.totals
         if t > tot.last_t:
-            tot.busy_gpu_s += self._busy * (t - tot.last_t)
+            tot.busy_gpu_s += self.ledger.busy * (t - tot.last_t)
             tot.last_t = t
 
     def _handle(self, event: Timer) -> None:
@@ -570,29 +461,14 @@ class JobEngine:
 
     # ---------------------------------------------------------------------------- queue
     def _enqueue(self, job: Job) -> None:
-        if job.spec.gpu_share <= 0:
-            self._gpuless += 1
-        entry = (self.policy.key(job, self), next(self._seq), job.job_id)
-        bisect.insort(self._queue, entry)
-        self._entry[job.job_id] = entry
+        self._queue.push(job, self.policy.key(job, self))
         t = self.policy.queued_change_at(job, self.now)
         if t != math.inf:
             self.kernel.schedule(t, _Rekey(job.job_id, job.queued_since_s, False), PRIO_REKEY)
         self._dirty = True
 
     def _dequeue(self, job: Job) -> None:
-        if job.spec.gpu_share <= 0:
-            self._gpuless -= 1
-        entry = self._entry.pop(job.job_id)
-        i = bisect.bisect_left(self._queue, entry)
-        assert self._queue[i] == entry
-        del self._queue[i]
-
-    def _unlink(self, job: Job) -> None:
-        entry = self._entry.pop(job.job_id)
-        i = bisect.bisect_left(self._queue, entry)
-        assert self._queue[i] == entry
-        del self._queue[i]
+        self._queue.remove(job)
 
     def _rekey(self, ev: _Rekey) -> None:
         job = self.jobs.get(ev.job_id)
@@ -609,10 +485,7 @@ class JobEngine:
         else:
             if job.state != JobState.QUEUED or job.queued_since_s != ev.stamp:
                 return
-            self._unlink(job)
-            entry = (self.policy.key(job, self), next(self._seq), job.job_id)
-            bisect.insort(self._queue, entry)
-            self._entry[job.job_id] = entry
+            self._queue.rekey(job.job_id, self.policy.key(job, self))
         self._dirty = True
 
     # ---------------------------------------------------------------------------- the pass
@@ -634,15 +507,14 @@ class JobEngine:
         if self.paused:
             return
         if pol.via_offers:
-            if self._queue and tot.gpus - self._busy > 0:
+            if self._queue and tot.gpus - self.ledger.busy > 0:
                 self._offers_pass()
-        elif self._queue and (pol.preemptive or self._reclaim or tot.gpus - self._busy > 0 or self._gpuless):
+        elif self._queue and (pol.preemptive or self._reclaim or tot.gpus - self.ledger.busy > 0
+                              or self._queue.gpuless):
             if pol.dynamic:
-                self._share_cache = {}
-                self._queue = sorted(((pol.key(self.jobs[jid], self), s, jid) for _, s, jid in self._queue))
-                self._entry = {jid: e for e in self._queue for jid in (e[2],)}
-                self._share_cache = _NO_CACHE
-            free = tot.gpus - self._busy
+                with self.ledger.fixed_shares():
+                    self._queue.resort(lambda jid: pol.key(self.jobs[jid], self))
+            free = tot.gpus - self.ledger.busy
             failed: dict[tuple[Any, ...], float] = {}
             why: dict[tuple[Any, ...], str] = {}
             worst: Key | None = None
@@ -665,7 +537,7 @@ class JobEngine:
                                           spec.num_tasks)
                 need, task_gpus, shape, whole, tasks = info
                 if need <= free and need < failed.get(shape, math.inf) and (
-                        not whole or not device_check or self._slots_for(task_gpus) >= tasks):
+                        not whole or not device_check or self.capacity.slots_for(task_gpus) >= tasks):
                     if self._try_start(job, key):
                         free -= need
                         stale_worst = True
@@ -676,7 +548,7 @@ class JobEngine:
                     if describe:
                         why[shape] = self._failure_message(job)
                 if self._reclaim and self._reclaim_for(job, key, free):
-                    free = tot.gpus - self._busy
+                    free = tot.gpus - self.ledger.busy
                     failed.clear()
                     continue
                 stop = False
@@ -687,7 +559,7 @@ class JobEngine:
                     rank = pol.rank(key)
                     if rank < worst and need < no_victims.get((rank, task_gpus), math.inf):
                         if self._preempt_for(job, key, free):
-                            free = tot.gpus - self._busy
+                            free = tot.gpus - self.ledger.busy
                             stale_worst = True
                             no_victims.clear()
                             continue
@@ -697,7 +569,7 @@ class JobEngine:
                 if describe:
                     self._note(job, why.get(shape) or self._count_message(job, free))
                 if stop or not pol.backfill or (free <= 0 and not pol.preemptive and not self._reclaim
-                                                and not self._gpuless):
+                                                and not self._queue.gpuless):
                     stopped = pos + 1
                     break
             if describe:  # the jobs the pass did not reach wait their turn
@@ -707,69 +579,42 @@ class JobEngine:
                         self._note(job, self._count_message(job, free) if job.spec.gpu_share > free else
                                    f"waiting its turn: {ahead} job(s) ahead in {pol.name} order")
         elif describe:
-            free = tot.gpus - self._busy
-            for job in self.queued():
+            free = tot.gpus - self.ledger.busy
+            for job in self.views.queued():
                 self._note(job, self._count_message(job, free))
         # what the pass itself changed (victims re-queued) waits for the next event, so stepping the clock
         # in small or large increments gives the same run
         self._dirty = False
-        self._seen = self._stamp()
+        self._seen = self.capacity.stamp()
         if self.record_series:
-            point = SeriesPoint(self.now, self._busy, len(self._queue), len(self._running))
+            point = SeriesPoint(self.now, self.ledger.busy, len(self._queue), len(self._running))
             last = self.series[-1] if self.series else None
             if last is None or (last.busy_gpus, last.queued_jobs, last.running_jobs) != (
                     point.busy_gpus, point.queued_jobs, point.running_jobs):
                 self.series.append(point)
 
     def _count_message(self, job: Job, free: float) -> str:
-        """Why a job the pass did not try waits, in words that do not change as the free count moves (one
-        reason, one event: the queue view shows the free GPUs)."""
-        spec = job.spec
-        if spec.gpu_share > free:
-            return (f"waiting for GPUs: needs {spec.gpu_share:g} GPU(s) as {spec.num_tasks} task(s), more than "
-                    "are free now")
-        if spec.whole and spec.task_gpus > 0:
-            if self.options.device_check and self._slots_for(spec.task_gpus) < spec.num_tasks:
-                # enough free GPUs in all, in the wrong places: admission sees devices, a count would not
-                return (f"waiting for a placement: needs {spec.num_tasks} task(s) of {spec.task_gpus:g} whole "
-                        f"GPU(s) on one node each; enough GPUs are free in all but fragmented: too few nodes have "
-                        f"{spec.task_gpus:g} free")
-            return (f"waiting for GPUs: needs {spec.num_tasks} task(s) of {spec.task_gpus:g} whole GPU(s) each; "
-                    "too few nodes have that many free now")
-        return "waiting for room: no node can take it now"
+        """Why a job the pass did not try waits (:func:`gpucluster.jobs.views.count_message`)."""
+        return count_message(job.spec, free, self.capacity.slots_for if self.options.device_check else None)
 
     def _failure_message(self, job: Job) -> str:
-        """Why the last placement of ``job`` failed, in words (quota first: it is what the tenant can act on)."""
-        group = self._failure
-        if group is None or group.failed is None:
-            return "unschedulable"
-        failed = group.failed
-        tree = self.quota
-        if "QuotaExceeded" in failed.reasons or "QuotaExceeded" in failed.status.reasons:
-            tenant = job.spec.tenant
-            if tree is not None and tenant in tree.queues and "gpu" in tree.queues[tenant].limit:
-                return (f"waiting for quota: tenant {tenant} holds {tree.used[tenant]['gpu']:g} of "
-                        f"{tree.queues[tenant].limit['gpu']:g} GPUs, the job needs {job.gpus:g}")
-            return f"waiting for quota: {failed.message()}"
-        return f"unschedulable: {failed.message()}"
+        """Why the last placement of ``job`` failed (:func:`gpucluster.jobs.views.failure_message`)."""
+        return failure_message(job, self._failure, self.quota)
 
     def _running_view(self) -> Running:
         return Running(self.jobs, self._running, self._running_rank, self.now - self.policy.min_run_s)
 
-    def _free(self, free: float) -> Free:
-        return Free(free, self.state.node_idle, self.state.node_index)
-
     def _preempt_for(self, job: Job, key: Key, free: float) -> bool:
         """Preempt the worst running jobs whose key is worse than ``key`` until ``job`` fits by count, and
         start it; False (nothing changed) if that cannot work."""
-        victims = plan_preemption(self._running_view(), job, self.policy.rank(key), self._free(free))
+        victims = plan_preemption(self._running_view(), job, self.policy.rank(key), self.capacity.free(free))
         return self._evict_and_start(job, key, victims, f"for {job.job_id}")
 
     def _reclaim_for(self, job: Job, key: Key, free: float) -> bool:
         """Give ``job``'s queue back its guarantee (:func:`~gpucluster.jobs.preemption.plan_reclaim`)."""
         assert self.quota is not None
-        tenant_gpus = {t: u.gpus for t, u in self._tenants.items()}
-        victims = plan_reclaim(self._running_view(), job, self._free(free), self.quota, tenant_gpus)
+        victims = plan_reclaim(self._running_view(), job, self.capacity.free(free), self.quota,
+                               self.ledger.gpus_by_tenant())
         before = self.totals.preemptions
         if not self._evict_and_start(job, key, victims, f"reclaim for {job.job_id}"):
             return False
@@ -791,37 +636,19 @@ class JobEngine:
                 self._apply(victim, Preempted(why))
             return True
         for victim in victims:
-            if not self._try_start(victim, self._entry[victim.job_id][0]) and victim.state == JobState.QUEUED:
+            if not self._try_start(victim, self._queue.key(victim.job_id)) and victim.state == JobState.QUEUED:
                 self.totals.preemptions += 1
                 self._apply(victim, Preempted(why))
         return False
 
     def _offers_pass(self) -> None:
-        """One Mesos-style offer round (:mod:`gpucluster.jobs.offers`); place what was accepted."""
-        s = self.state
-        share = np.where(s.dev_usable, np.maximum(s.dev_core_free, 0), 0).sum(axis=1) / 1000.0
-        whole = s.node_idle
-        cpu = s.cpu_free
-        mem = s.mem_free
-        nodes = {s.nodes[i].name: {"gpu": float(share[i]), "whole": float(whole[i]), "cpu": float(cpu[i]),
-                                   "mem": float(mem[i])}
-                 for i in np.flatnonzero(share > 0).tolist()}
-        if not nodes:
+        """One Mesos-style offer round (:class:`gpucluster.jobs.offers.OffersAdaptor`); place what was
+        accepted."""
+        delay = self.locality_delay_s or float(getattr(self.policy, "locality_delay_s", 0.0))
+        result = self.offers.round(self.views.queued(), self.now, delay)
+        if result is None:
             return
         tot = self.totals
-        queued: dict[str, list[Job]] = {}
-        for _, _, jid in self._queue:
-            job = self.jobs[jid]
-            queued.setdefault(job.spec.tenant, []).append(job)
-        used = {t: {"gpu": u.gpus, "cpu": float(u.cpu_milli), "mem": float(u.memory_mib)}
-                for t, u in self._tenants.items()}
-        weights = dict(self.tenant_weights)
-        if self.quota is not None:
-            weights.update({q: spec.weight for q, spec in self.quota.queues.items()})
-        delay = self.locality_delay_s or float(getattr(self.policy, "locality_delay_s", 0.0))
-        result = offer_round(nodes, {"gpu": float(tot.gpus), "cpu": float(tot.cpu_milli),
-                                     "mem": float(tot.memory_mib)},
-                             queued, used, weights, self.now, delay, self.catalog)
         tot.offers_accepted += result.accepted
         tot.offers_declined += result.declined
         for t in result.wake_at:
@@ -830,21 +657,9 @@ class JobEngine:
                 self._delay_wake.add(stamp)
                 self.at(t, self._wake)
         for job, placement in result.placed:
-            self._try_start(job, self._entry[job.job_id][0], placement)
+            self._try_start(job, self._queue.key(job.job_id), placement)
 
     # ---------------------------------------------------------------------------- start / stop
-    def _slots_for(self, task_gpus: int) -> int:
-        """Whole tasks of ``task_gpus`` devices the idle devices can hold (cached per state stamp)."""
-        s = self.placer.state
-        stamp = state_stamp(s)
-        if self._slots_stamp != stamp:
-            self._slots.clear()
-            self._slots_stamp = stamp
-        n = self._slots.get(task_gpus)
-        if n is None:
-            n = self._slots[task_gpus] = int((s.node_idle // max(task_gpus, 1)).sum())
-        return n
-
     def _try_start(self, job: Job, key: Key, pinned: tuple[str, ...] = ()) -> bool:
         """Place every task of ``job`` (on ``pinned``, one node per task, when given) or none; start it."""
         spec = job.spec
@@ -907,11 +722,7 @@ class JobEngine:
         end = max(start + job.remaining_s * job.slowdown, self.now)
         if end != math.inf and self.options.timed_finish:
             self._finish_seq[job.job_id] = self.kernel.schedule(end, _Finish(job.job_id, attempt), PRIO_FINISH)
-        self._busy += spec.gpu_share
-        use = self._tenants.setdefault(spec.tenant, _TenantUse())
-        use.gpus += spec.gpu_share
-        use.cpu_milli += spec.cpu_milli
-        use.memory_mib += spec.memory_mib
+        self.ledger.hold(spec)
         self._running[job.job_id] = self.policy.key(job, self)
         self._running_rank[job.job_id] = self.policy.rank(self._running[job.job_id])
         t = self.policy.running_change_at(job, self.now)
@@ -930,12 +741,7 @@ class JobEngine:
         seq = self._finish_seq.pop(job.job_id, None)
         if seq is not None:
             self.kernel.cancel(seq)
-        spec = job.spec
-        self._busy -= spec.gpu_share
-        use = self._tenants[spec.tenant]
-        use.gpus -= spec.gpu_share
-        use.cpu_milli -= spec.cpu_milli
-        use.memory_mib -= spec.memory_mib
+        self.ledger.give_back(job.spec)
         self._running.pop(job.job_id, None)
         self._running_rank.pop(job.job_id, None)
         self._dirty = True

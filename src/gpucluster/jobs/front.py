@@ -54,7 +54,7 @@ class EngineFront:
         """``ValueError("where: why")`` when the job could never run here (``where``: the request field at fault,
         e.g. ``resources``, ``replicas``, ``gpu_type``, ``node_selector`` or ``quota``)."""
         with self.engine_lock():
-            found = self.engine.never_fits(job.spec)
+            found = self.engine.capacity.never_fits(job.spec)
         if found is not None:
             raise ValueError(f"{found.where}: {found.why}")
 
@@ -75,7 +75,7 @@ class EngineFront:
     def queue_order(self) -> list[str]:
         """Pending job ids, the next to be tried first (``service.ops.QueueOrder``): the queue policy's order."""
         with self.engine_lock():
-            return self.engine.queue_order()
+            return self.engine.views.queue_order()
 
     def job(self, job_id: str) -> Job | None:
         return self.engine.jobs.get(job_id)
@@ -89,4 +89,4 @@ class EngineFront:
             self.quota.replace_queues([QueueSpec(n, limit={"gpu": float(q)}) for n, q in sorted(quotas.items())])
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
-        return self.engine.usage_by_tenant()
+        return self.engine.views.usage_by_tenant()

@@ -23,10 +23,12 @@ as for every other policy and no device is ever over-committed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpucluster.jobs.accounting import TenantLedger
+from gpucluster.jobs.capacity import CapacityView
 from gpucluster.jobs.model import Job
 from gpucluster.scheduler.plugins.datalocality import DataCatalog
 
@@ -361,3 +363,27 @@ def offer_round(nodes: Mapping[str, Resources], capacity: Resources, queued: Map
         wake.extend(tf.wake_at)
     alloc.round()
     return OfferResult(placed, alloc.declined, alloc.accepted, wake)
+
+
+class OffersAdaptor:
+    """The job engine's side of a round: what each node offers and the cluster's total from the
+    :class:`CapacityView`, each tenant's usage and weight from the :class:`TenantLedger`, the queued jobs by
+    tenant in queue order; the engine places what was accepted."""
+
+    __slots__ = ("capacity", "catalog", "ledger")
+
+    def __init__(self, capacity: CapacityView, ledger: TenantLedger, catalog: DataCatalog | None = None) -> None:
+        self.capacity = capacity
+        self.ledger = ledger
+        self.catalog = catalog
+
+    def round(self, queued: Iterable[Job], now: float, delay_s: float) -> OfferResult | None:
+        """One round over ``queued`` (in queue order); None when no node has a free GPU share to offer."""
+        nodes = self.capacity.offers()
+        if not nodes:
+            return None
+        by_tenant: dict[str, list[Job]] = {}
+        for job in queued:
+            by_tenant.setdefault(job.spec.tenant, []).append(job)
+        return offer_round(nodes, self.capacity.totals(), by_tenant, self.ledger.offer_usage(),
+                           self.ledger.offer_weights(), now, delay_s, self.catalog)

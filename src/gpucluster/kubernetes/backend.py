@@ -593,7 +593,7 @@ class KubeRuntime(EngineFront):
             if self._leading:
                 self._place_waiting_slots()
                 self._bind(pods, by_uid)
-            for job in self.engine.running():
+            for job in self.engine.views.running():
                 rec = self.recs.get(job.id)
                 if rec is not None:
                     self._observe(job, rec, by_uid.get(rec.uid, []))
@@ -835,7 +835,7 @@ class KubeRuntime(EngineFront):
         """Count-only admission: try the pods that had no place again, one at a time (as kube-scheduler does)."""
         if self.admission != "count":
             return
-        for job in self.engine.running():
+        for job in self.engine.views.running():
             rec = self.recs.get(job.id)
             if rec is None or "" not in rec.slots:
                 continue
@@ -921,7 +921,7 @@ class KubeRuntime(EngineFront):
     def _write_notes(self) -> None:
         """On each waiting Job, why it waits (an annotation and an Event), when the kind of reason changes."""
         now = time.monotonic()
-        for job in self.engine.queued():
+        for job in self.engine.views.queued():
             rec = self.recs.get(job.id)
             if rec is None or not rec.uid or not job.message:
                 continue
@@ -980,7 +980,7 @@ class KubeRuntime(EngineFront):
     # ------------------------------------------------------------------ views
     def _sample(self) -> None:
         with self.cluster.lock:
-            self._history.append(views.sample(self.cluster.state, self.now, len(self.engine.queued())))
+            self._history.append(views.sample(self.cluster.state, self.now, len(self.engine.views.queued())))
         self._last_sample = self.now
 
     def _describe(self, alloc: Allocation) -> dict[str, Any]:
@@ -1004,7 +1004,7 @@ class KubeRuntime(EngineFront):
             return views.node_detail(self.cluster.state, name, self._describe)
 
     def overview(self) -> dict[str, Any]:
-        counts, user = self.engine.status_counts()
+        counts, user = self.engine.views.status_counts()
         with self.cluster.lock:
             figures = views.figures(self.cluster.state)
             summary = self.cluster.summary()
@@ -1018,7 +1018,7 @@ class KubeRuntime(EngineFront):
             # no device metrics in this runtime (they are Prometheus'): unknown, not zero
             "gpu_utilisation": None, "gpu_memory_used_fraction": None, "allocated_idle_gpus": None,
             "allocated_idle": [],
-            "queue": len(self.engine.queued()),
+            "queue": len(self.engine.views.queued()),
             "jobs": counts,
             "user_jobs": user,
             "alerts_firing": 0,

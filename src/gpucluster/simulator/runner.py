@@ -132,15 +132,15 @@ job without one runs the same on every GPU model.
 
     @property
     def tenant_weights(self) -> dict[str, float]:
-        return self.engine.tenant_weights
+        return self.engine.ledger.weights
 
     @property
     def busy_gpus(self) -> float:
-        return self.engine.busy_gpus
+        return self.engine.ledger.busy
 
     @property
     def usable_gpus(self) -> int:
-        return self.engine.usable_gpus
+        return self.engine.capacity.gpus
 
     def job(self, job_id: str) -> Job:
         return self.engine.job(job_id)
@@ -181,17 +181,17 @@ job without one runs the same on every GPU model.
         return self.engine.tenant_standing(tenant)
 
     def tenant_usage(self) -> dict[str, dict[str, float]]:
-        return self.engine.tenant_usage()
+        return self.engine.ledger.usage()
 
     def queued(self) -> list[Job]:
         """Queued jobs in the policy's order."""
-        return self.engine.queued()
+        return self.engine.views.queued()
 
     def running(self) -> list[Job]:
-        return self.engine.running()
+        return self.engine.views.running()
 
     def counts(self) -> dict[str, int]:
-        return self.engine.counts()
+        return self.engine.views.counts()
 
     def summary(self) -> dict[str, Any]:
         return summarize(self)

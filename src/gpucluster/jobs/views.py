@@ -1,0 +1,129 @@
+"""What the control plane (and the simulator's report) reads of a job engine, and the words a waiting job
+gets.
+
+:class:`JobViews` reads the engine's jobs, queue and running set without changing them: the queued and running
+jobs, the order the queue will be tried in (``service.ops.QueueOrder``), counts per state and per control-plane
+status, each tenant's held and asked GPUs and the queue's pending pods and oldest wait (the monitor's queue
+gauges). :func:`count_message` and :func:`failure_message` say why a job waits, in words that stay the same
+while the reason does (one reason, one event).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from gpucluster.jobs.accounting import TenantLedger
+from gpucluster.jobs.model import STATUSES, Job, JobSpec, JobState
+from gpucluster.jobs.policies import Key, PolicyView, QueuePolicy
+from gpucluster.jobs.queue import JobQueue
+from gpucluster.scheduler import GroupDecision
+from gpucluster.scheduler.plugins.quota import QuotaTree
+
+
+class JobViews:
+    """Read-only views of one engine's jobs (see the module docstring)."""
+
+    __slots__ = ("_clock", "_jobs", "_ledger", "_policy", "_queue", "_running", "_view")
+
+    def __init__(self, jobs: Mapping[str, Job], queue: JobQueue, running: Mapping[str, Key], policy: QueuePolicy,
+                 view: PolicyView, ledger: TenantLedger) -> None:
+        self._jobs = jobs
+        self._queue = queue
+        self._running = running
+        self._policy = policy
+        self._view = view
+        self._ledger = ledger
+
+    def queued(self) -> list[Job]:
+        """Queued jobs in the policy's order."""
+        return [self._jobs[jid] for _, _, jid in self._queue]
+
+    def running(self) -> list[Job]:
+        return [self._jobs[jid] for jid in self._running]
+
+    def queue_order(self) -> list[str]:
+        """Ids of the jobs waiting to run, the next to be tried first: the queued ones in the policy's order (a
+        dynamic policy's as its next pass re-sorts them), then those not yet arrived, keyed as they will be."""
+        pol, view, jobs = self._policy, self._view, self._jobs
+        entries = list(self._queue)
+        with self._ledger.fixed_shares():
+            if pol.dynamic:
+                entries = sorted((pol.key(jobs[jid], view), s, jid) for _, s, jid in entries)
+            arriving = sorted((j for j in jobs.values() if j.state == JobState.NEW),
+                              key=lambda j: (j.spec.submit_s, j.job_id))
+            late = [(pol.key(j, view), n, j.job_id) for n, j in enumerate(arriving, start=1 << 62)]
+        return [jid for _, _, jid in sorted([*entries, *late])]
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per engine state."""
+        out = {s.value: 0 for s in JobState}
+        for job in self._jobs.values():
+            out[job.state.value] += 1
+        return out
+
+    def status_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Jobs per control-plane status (``pending``, ``running`` ...): all jobs, and the user (non-synthetic)
+        ones."""
+        every = dict.fromkeys(STATUSES, 0)
+        user = dict.fromkeys(STATUSES, 0)
+        for job in self._jobs.values():
+            every[job.status] += 1
+            if not job.synthetic:
+                user[job.status] += 1
+        return every, user
+
+    def usage_by_tenant(self) -> dict[str, dict[str, float]]:
+        """Tenant -> {"gpus": held, "pending_gpus": asked by waiting jobs, "running": n, "pending": n}."""
+        out: dict[str, dict[str, float]] = {}
+        for job in self._jobs.values():
+            if job.state.terminal:
+                continue
+            u = out.setdefault(job.tenant, {"gpus": 0.0, "pending_gpus": 0.0, "running": 0.0, "pending": 0.0})
+            if job.state == JobState.RUNNING:
+                u["gpus"] += job.gpus
+                u["running"] += 1
+            else:
+                u["pending_gpus"] += job.gpus
+                u["pending"] += 1
+        return out
+
+    def queue_stats(self) -> tuple[int, float]:
+        """(pods of the jobs waiting to run, seconds the oldest of them has waited)."""
+        now = self._view.now
+        waiting = [j for j in self._jobs.values() if j.state in (JobState.NEW, JobState.QUEUED)]
+        oldest = min((j.queued_since_s if j.state == JobState.QUEUED else j.spec.submit_s for j in waiting),
+                     default=now)
+        return sum(j.replicas for j in waiting), max(0.0, now - oldest)
+
+
+def count_message(spec: JobSpec, free: float, slots_for: Callable[[int], int] | None) -> str:
+    """Why a job the pass did not try waits, in words that do not change as the free count moves (one reason,
+    one event: the queue view shows the free GPUs). ``slots_for``: whole tasks of a size the idle devices hold,
+    None when admission counts GPUs only."""
+    if spec.gpu_share > free:
+        return (f"waiting for GPUs: needs {spec.gpu_share:g} GPU(s) as {spec.num_tasks} task(s), more than "
+                "are free now")
+    if spec.whole and spec.task_gpus > 0:
+        if slots_for is not None and slots_for(spec.task_gpus) < spec.num_tasks:
+            # enough free GPUs in all, in the wrong places: admission sees devices, a count would not
+            return (f"waiting for a placement: needs {spec.num_tasks} task(s) of {spec.task_gpus:g} whole "
+                    f"GPU(s) on one node each; enough GPUs are free in all but fragmented: too few nodes have "
+                    f"{spec.task_gpus:g} free")
+        return (f"waiting for GPUs: needs {spec.num_tasks} task(s) of {spec.task_gpus:g} whole GPU(s) each; "
+                "too few nodes have that many free now")
+    return "waiting for room: no node can take it now"
+
+
+def failure_message(job: Job, group: GroupDecision | None, tree: QuotaTree | None) -> str:
+    """Why the last placement of ``job`` (``group``) failed, in words (quota first: it is what the tenant can
+    act on)."""
+    if group is None or group.failed is None:
+        return "unschedulable"
+    failed = group.failed
+    if "QuotaExceeded" in failed.reasons or "QuotaExceeded" in failed.status.reasons:
+        tenant = job.spec.tenant
+        if tree is not None and tenant in tree.queues and "gpu" in tree.queues[tenant].limit:
+            return (f"waiting for quota: tenant {tenant} holds {tree.used[tenant]['gpu']:g} of "
+                    f"{tree.queues[tenant].limit['gpu']:g} GPUs, the job needs {job.gpus:g}")
+        return f"waiting for quota: {failed.message()}"
+    return f"unschedulable: {failed.message()}"
