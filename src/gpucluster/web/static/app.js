@@ -781,12 +781,15 @@ function alertTable(items, actions = false) {
     <td class="muted">${clockText(a.since)}${a.resolved ? ` → ${clockText(a.resolved)}` : ""}</td>
     ${actions ? `<td>${a.silenced ? `<button class="ghost small-btn" data-unsilence="${esc(a.silence)}">unsilence</button>` : a.state !== "resolved" ? `<button class="small-btn" data-silence="1">silence</button>` : ""}</td>` : ""}</tr>`).join("")}</tbody></table>`;
 }
-function remedList(items, planned) {
+function remedList(items, planned, decide = false) {
+  // decide: the admin's approve / dismiss buttons on each planned action that has an id (the server's API has them)
   const keys = new Set((planned || []).map((r) => `${r.t}|${r.action}|${r.target}`));
   return `<ul class="timeline">${items.map((r) => {
     const isPlanned = r.outcome === "dry-run";
     const pending = keys.has(`${r.t}|${r.action}|${r.target}`);
-    return `<li class="${isPlanned ? "planned" : ""}"><span class="muted">${clockText(r.t)}</span><span><span class="tag">${esc(r.action)}</span> <span class="mono">${esc(r.target)}</span>${isPlanned ? ` <span class="tag plan-tag" title="not carried out: this action is not switched on">${pending ? "planned" : "dry run"}</span>` : ""}</span><span>${esc(r.detail)}</span></li>`;
+    const buttons = decide && r.id ? `<div class="decide"><button class="primary small-btn" data-approve="${esc(r.id)}" data-testid="approve-${esc(r.id)}">approve</button>
+      <button class="ghost small-btn" data-dismiss="${esc(r.id)}" data-testid="dismiss-${esc(r.id)}">dismiss</button></div>` : "";
+    return `<li class="${isPlanned ? "planned" : ""}" ${r.id ? `data-remediation="${esc(r.id)}"` : ""}><span class="muted">${clockText(r.t)}</span><span><span class="tag">${esc(r.action)}</span> <span class="mono">${esc(r.target)}</span>${isPlanned ? ` <span class="tag plan-tag" title="not carried out: this action is not switched on">${pending ? "planned" : "dry run"}</span>` : ""}</span><span>${esc(r.detail)}${buttons}</span></li>`;
   }).join("")}</ul>`;
 }
 const ALERT_TABS = [["firing", "Firing"], ["pending", "Pending"], ["resolved", "Resolved"], ["silenced", "Silenced"]];
@@ -827,6 +830,18 @@ pages.alerts = {
         await this.refresh();
       } catch (err) { toast(err.message, true); }
     });
+    $("#al-planned").addEventListener("click", async (e) => {
+      // approve: carry the planned action out now (as `up --remediate` would); dismiss: drop it
+      const b = e.target.closest("button[data-approve], button[data-dismiss]");
+      if (!b) return;
+      const id = b.dataset.approve || b.dataset.dismiss, verb = b.dataset.approve ? "approve" : "dismiss";
+      $$("button", b.parentElement).forEach((x) => { x.disabled = true; });
+      try {
+        const d = await api("POST", `/api/v1/remediations/${encodeURIComponent(id)}/${verb}`);
+        toast(`${d.action} ${d.target}: ${d.decision}${d.outcome && d.outcome !== d.decision ? ` (${d.outcome})` : ""}`, d.outcome === "failed");
+      } catch (err) { toast(err.message, true); }
+      await this.refresh();
+    });
     const f = $("#al-form");
     if (f) f.addEventListener("submit", async (e) => {
       e.preventDefault();
@@ -849,7 +864,8 @@ pages.alerts = {
       `<span class="mode mode-${esc(m)}" data-action="${esc(k)}">${esc(k)}: <b>${m === "on" ? "on" : m === "dry-run" ? "planned only" : "off"}</b></span>`).join("")}</div>
       ${modes.some(([, m]) => m === "dry-run") ? `<div class="muted small" style="margin-top:6px">Disruptive actions are opt-in: <code>gpucluster up --remediate drain,defragment</code> carries them out.</div>` : ""}`
       : `<div class="muted">This backend does not remediate on its own.</div>`;
-    $("#al-planned").innerHTML = r.planned.length ? remedList(r.planned, r.planned) : `<div class="empty">Nothing planned</div>`;
+    const admin = S.me && S.me.role === "admin";
+    $("#al-planned").innerHTML = r.planned.length ? remedList(r.planned, r.planned, admin) : `<div class="empty">Nothing planned</div>`;
     $("#al-remed").innerHTML = r.log.length ? remedList(r.log.slice(0, 60), r.planned) : `<div class="empty">No remediation actions yet</div>`;
   },
   render() {
