@@ -24,6 +24,16 @@ status:
   allocatable: {cpu: "32", memory: 64Gi, nvidia.com/gpu: "20", example.com/fpga: "2"}
 """
 
+TYPO = """
+apiVersion: v1
+kind: Pod
+metadata: {name: typo}
+spec:
+  containers:
+  - name: c
+    resources: {limits: {nvidia.com/gpus: 1}}
+"""
+
 PODS = """
 apiVersion: v1
 kind: Pod
@@ -32,14 +42,6 @@ spec:
   containers:
   - name: c
     resources: {limits: {hami.io/gpu: 1, hami.io/gpumem: 1000}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: typo}
-spec:
-  containers:
-  - name: c
-    resources: {limits: {nvidia.com/gpus: 1}}
 ---
 apiVersion: v1
 kind: Pod
@@ -67,28 +69,31 @@ def test_schedule_reads_the_device_config(tmp_path: Path) -> None:
     nodes, pods, config = files(tmp_path)
     r = runner.invoke(app, ["schedule", "--cluster", str(nodes), "--pods", str(pods), "--policy", "binpack",
                             "--device-config", str(config), "--json"])
-    assert r.exit_code == 3, r.output  # default/typo is not placed
+    assert r.exit_code == 0, r.output
     got = {p["pod"]: p for p in json.loads(r.stdout)["placements"]}
     # hami.io/gpu is the GPU count here; 1000 MiB and no cores: HAMi's defaultCores (0), spread: the later GPU
     dev = got["default/renamed"]["devices"][0][0]
     assert {k: dev[k] for k in ("id", "memory_mib", "cores", "whole")} == {"id": "GPU-b", "memory_mib": 1000,
                                                                            "cores": 0, "whole": False}
-    # a resource no node offers is never ignored: kube-scheduler's words, counted per node
-    assert got["default/typo"]["node"] is None
-    assert got["default/typo"]["reasons"] == {"Insufficient nvidia.com/gpus": 1}
     # the init container fits on its own; the extended resource the node offers is checked
     assert got["default/fpga"]["node"] == "node1"
     assert len(got["default/fpga"]["init_devices"]) == 1
     # the unused plugin-only setting is reported, not silently dropped
     assert "gpuCorePolicy" in r.stderr and "not used" in r.stderr
+    # a resource no node offers is never ignored: the file is refused, naming the pod and the closest name
+    pods.write_text(PODS + "---" + TYPO)
+    r = runner.invoke(app, ["schedule", "--cluster", str(nodes), "--pods", str(pods), "--device-config",
+                            str(config)])
+    assert r.exit_code == 2, r.output
+    assert "pod default/typo: resources.nvidia.com/gpus: no node has the resource nvidia.com/gpus; did you mean " \
+           "nvidia.com/gpu?" in r.stderr
 
 
 def test_without_the_config_the_renamed_resources_are_unknown(tmp_path: Path) -> None:
     nodes, pods, _ = files(tmp_path)
     r = runner.invoke(app, ["schedule", "--cluster", str(nodes), "--pods", str(pods), "--json"])
-    assert r.exit_code == 3, r.output
-    got = {p["pod"]: p for p in json.loads(r.stdout)["placements"]}
-    assert got["default/renamed"]["reasons"] == {"Insufficient hami.io/gpu": 1, "Insufficient hami.io/gpumem": 1}
+    assert r.exit_code == 2, r.output  # no node offers hami.io/gpu as a plain resource either
+    assert "pod default/renamed: resources.hami.io/gpu: no node has the resource hami.io/gpu" in r.stderr
 
 
 @pytest.mark.parametrize("command", [

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from fastapi.testclient import TestClient
 
+from gpucluster.monitoring import RemediationPolicy
 from gpucluster.service import EmbeddedRuntime, Service, ServiceConfig, create_app, open_service
 from gpucluster.service.limits import RateLimits
 from gpucluster.spec import Cluster, ClusterSpecFile, cluster_from_spec
@@ -64,10 +65,12 @@ class InProc:
 
 @contextmanager
 def in_process(data_dir: Path, admin: str = ADMIN, rates: RateLimits | None = None,
-               cluster: Cluster | None = None, queue_policy: str = "default", web: bool = False) -> Iterator[InProc]:
-    """``web``: with the dashboard's routes mounted, as ``gpucluster up`` serves them."""
+               cluster: Cluster | None = None, queue_policy: str = "default", web: bool = False,
+               remediation: RemediationPolicy | None = None) -> Iterator[InProc]:
+    """``web``: with the dashboard's routes mounted, as ``gpucluster up`` serves them. ``remediation``: what
+    automatic remediation may do (``up --remediate``; default: the monitoring package's)."""
     runtime = EmbeddedRuntime(cluster or small_cluster(), background=0.0, fault_rate_per_hour=0.0,
-                              queue_policy=queue_policy)
+                              queue_policy=queue_policy, remediation=remediation)
     config = ServiceConfig(data_dir=data_dir, speed=0.0, admin_token=admin, rates=rates or RateLimits())
     service, _ = open_service(runtime, config)
     app = create_app(service, mount_web=web_mount if web else None)

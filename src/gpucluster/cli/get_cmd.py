@@ -187,9 +187,10 @@ def _alert_row(a: dict[str, Any], body: dict[str, Any]) -> list[Any]:
 
 
 def _rem_row(r: dict[str, Any], body: dict[str, Any]) -> list[Any]:
-    planned = {(p["t"], p["action"], p["target"]) for p in body.get("planned", [])}
-    outcome = "planned" if (r["t"], r["action"], r["target"]) in planned else r["outcome"]
-    return [clock(r["t"]), r["action"], r["target"], outcome, r.get("detail", ""),
+    planned = {(p["t"], p["action"], p["target"]): p.get("id", "") for p in body.get("planned", [])}
+    rid = planned.get((r["t"], r["action"], r["target"]))
+    outcome = "planned" if rid is not None else r["outcome"]
+    return [rid or "-", clock(r["t"]), r["action"], r["target"], outcome, r.get("detail", ""),
             body.get("modes", {}).get(r["action"], "-"), r.get("alert", "")]
 
 
@@ -225,7 +226,8 @@ VIEWS: dict[Resource, View] = {
                           ["SINCE", "RESOLVED", "SILENCE"], _alert_row),
     Resource.REMEDIATIONS: View("/api/v1/remediations", lambda b: b["log"],
                                 lambda r: f"{r['t']}|{r['action']}|{r['target']}",
-                                ["TIME", "ACTION", "TARGET", "OUTCOME", "DETAIL"], ["MODE", "ALERT"], _rem_row),
+                                ["ID", "TIME", "ACTION", "TARGET", "OUTCOME", "DETAIL"], ["MODE", "ALERT"],
+                                _rem_row),
     Resource.QUEUE: View("/api/v1/queue", lambda b: b["jobs"], lambda q: q["id"],
                          ["POS", "ID", "NAME", "TENANT", "GPUS", "WAITING", "EST-START", "WHY"],
                          ["PRIORITY", "REPLICAS"], _queue_row, right=(0, 4)),

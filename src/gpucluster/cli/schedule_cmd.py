@@ -25,6 +25,7 @@ from gpucluster.scheduler import (
     binpack_spread_profile,
     profile_for,
 )
+from gpucluster.scheduler.feasibility import unknown_resource
 from gpucluster.spec import SpecError, load_pods
 
 EXIT_UNPLACED = 3
@@ -113,7 +114,12 @@ def register(app: typer.Typer) -> None:
                 fail(f"--policy {name!r}: unknown; known: {', '.join(sorted(PROFILES))}")
             profile = profile_for(name, seed)
             label = f"policy {DEFAULT_PLACEMENT_POLICY if name == 'default' else name}"
-        sched = Scheduler(c.state(), profile)
+        state = c.state()
+        for p in pod_list:  # a resource no node has (a typo) is bad input, not a pod that waits
+            unknown = unknown_resource([p], state, registry.device_resources)
+            if unknown is not None:
+                fail(f"{pods}: pod {p.key}: {unknown.where}: {unknown.why}")
+        sched = Scheduler(state, profile)
         decisions = [sched.schedule_and_bind(p) for p in pod_list]
         placed = sum(1 for d in decisions if d.ok)
         rows = [placement_json(d, sched.state) for d in decisions]

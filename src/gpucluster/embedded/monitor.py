@@ -328,7 +328,15 @@ class ClusterMonitor:
 
     def planned(self) -> list[dict[str, Any]]:
         """Actions planned but not carried out (dry-run, not opted in) whose alert still fires."""
-        return [remediation_row(r) for r in self.remediator.planned()]
+        return [{"id": self.remediator.planned_id(r), **remediation_row(r)} for r in self.remediator.planned()]
+
+    def approve(self, rid: str, actor: str) -> dict[str, Any]:
+        """Carry out the planned action ``rid`` now (``Remediator.approve``; its errors pass through)."""
+        return remediation_row(self.remediator.approve(rid, actor))
+
+    def dismiss(self, rid: str, actor: str) -> dict[str, Any]:
+        """Drop the planned action ``rid`` (``Remediator.dismiss``; its errors pass through)."""
+        return remediation_row(self.remediator.dismiss(rid, actor))
 
     def modes(self) -> dict[str, str]:
         """Each remediation action: ``on``, ``dry-run`` or ``off``."""

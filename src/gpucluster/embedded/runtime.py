@@ -49,7 +49,8 @@ def embedded_simulation(cluster: Cluster, queue_policy: str = DEFAULT_QUEUE_POLI
     """The simulation an :class:`EmbeddedRuntime` drives: a quota tree (empty until tenants get quotas), no
     network slowdown, no series. ``gpucluster simulate`` builds the same with ``describe=False``."""
     return Simulation(cluster, queue_policy, seed=seed, placement_policy=placement_policy, slowdown=False,
-                      describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t)
+                      describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t,
+                      quota_waits=describe)
 
 
 class EmbeddedRuntime(EngineFront):
@@ -124,12 +125,13 @@ class EmbeddedRuntime(EngineFront):
         self.sim.speeds.note(job.spec)
         return out
 
-    def restore(self, job: Job) -> None:
+    def restore(self, job: Job, admitted: bool = False) -> None:
         """Queue a live job recovered from the store (a new record, as :func:`gpucluster.service.store` builds)
         and try it at once: jobs are placed in the order the service restores them (those that ran before the
-        restart first, so they get their room back whatever the queue policy would prefer among them)."""
+        restart first, so they get their room back whatever the queue policy would prefer among them).
+        ``admitted`` (it ran before the restart): its tenant's quota, lowered since, does not hold it back."""
         job.spec = restored_submission(job.spec, self.now)
-        self.engine.submit(job)
+        self.engine.submit(job, admitted=admitted)
         self.sim.speeds.note(job.spec)
         job.message = "re-queued after a control-plane restart"
         self.sim.run_until(self.now)
@@ -215,6 +217,41 @@ class EmbeddedRuntime(EngineFront):
         if present.size:
             i = int(present[self.rng.randrange(present.size)])
             self._fault(s.nodes[i].name, self.rng.randrange(int(s.dev_count[i])), DRILL_XID)
+
+    # ------------------------------------------------------------------ node actions (an operator's)
+    def _node_or_raise(self, node: str) -> int:
+        i = self.state.node_index.get(node)
+        if i is None or not self.state.present[i]:
+            raise LookupError(f"no node {node!r}")
+        return i
+
+    def cordon(self, node: str) -> bool:
+        """No new pods on ``node``; False if it was already cordoned. ``LookupError`` for an unknown node."""
+        i = self._node_or_raise(node)
+        if not self.state.schedulable[i]:
+            return False
+        self.target.cordon(node)
+        return True
+
+    def uncordon(self, node: str) -> bool:
+        """Back in service (also for remediation's count of nodes out); False if it was not cordoned."""
+        i = self._node_or_raise(node)
+        if self.state.schedulable[i]:
+            return False
+        self.target.uncordon(node)
+        self.monitor.node_restored(node)
+        return True
+
+    def drain(self, node: str, why: str, events: list[JobEvent]) -> list[str]:
+        """Cordon ``node`` and evict every job with a pod on it back to the queue (from its last checkpoint; a
+        gang restarts whole, elsewhere), as remediation's drain does; returns the evicted job ids. The job
+        events go to ``events``; the queue is tried at once."""
+        i = self._node_or_raise(node)
+        with self._collect(events):
+            self.target.cordon(node)
+            jobs = self.engine.evict_on(i, lambda alloc: True, why)
+            self.sim.run_until(self.now)
+        return jobs
 
     def take_audit_records(self) -> list[AuditRecord]:
         """Remediation audit records not yet handed out (the service persists them in its audit table)."""

@@ -212,6 +212,14 @@ class JobSimulatorTarget:
         return None
 
 
+KEEP_DECIDED = 1000
+"""Approved or dismissed planned-action ids remembered (so a second approval says so instead of 'unknown')."""
+
+
+class RemediationConflictError(Exception):
+    """An operator's decision on a planned action that no longer applies (already approved or dismissed)."""
+
+
 DISRUPTIVE = frozenset({Action.DRAIN, Action.DEFRAGMENT, Action.RELEASE})
 """Actions that stop or move running pods (a drain evicts, a defragmentation migrates, a release stops). An
 operator opts in to each (``gpucluster up --remediate drain,defragment``); otherwise they are planned only."""
@@ -284,7 +292,7 @@ class AuditRecord:
     reason: str
     dry_run: bool
     outcome: str
-    """``done``, ``dry-run``, ``skipped`` or ``failed``."""
+    """``done``, ``dry-run``, ``skipped``, ``failed`` or ``dismissed`` (an operator dropped a planned action)."""
     detail: dict[str, object] = field(default_factory=dict)
 
 
@@ -343,6 +351,12 @@ class Remediator:
         """Nodes this remediator cordoned or drained."""
         self._planned: dict[tuple[Action, str], AuditRecord] = {}
         """Dry-run records whose alert still fires: what the remediator would do now if allowed."""
+        self._planned_action: dict[tuple[Action, str], PlannedAction] = {}
+        self._ids: dict[tuple[Action, str], str] = {}
+        """Planned action -> its id (``rem-N``), for an operator to approve or dismiss it."""
+        self._decided: dict[str, str] = {}
+        """Ids of planned actions an operator approved or dismissed -> which (most recent :data:`KEEP_DECIDED`)."""
+        self._seq = 0
 
     def node_restored(self, node: str) -> None:
         """The backend put ``node`` back in service (repaired and uncordoned): it no longer counts against
@@ -384,6 +398,8 @@ class Remediator:
         current = {_key(p) for p in plan}
         self._handled &= current
         self._planned = {k: r for k, r in self._planned.items() if k in current}
+        self._planned_action = {k: p for k, p in self._planned_action.items() if k in current}
+        self._ids = {k: i for k, i in self._ids.items() if k in current}
         records = []
         for p in plan:
             if _key(p) in self._handled:
@@ -393,8 +409,51 @@ class Remediator:
                 self._handled.add(_key(p))
             if rec.outcome == "dry-run":
                 self._planned[_key(p)] = rec
+                self._planned_action[_key(p)] = p
+                if _key(p) not in self._ids:
+                    self._seq += 1
+                    self._ids[_key(p)] = f"rem-{self._seq}"
             records.append(rec)
         return records
+
+    def planned_id(self, rec: AuditRecord) -> str:
+        """The id of a planned record (from :meth:`planned`): what ``approve`` and ``dismiss`` take."""
+        return next((self._ids[k] for k, r in self._planned.items() if r is rec), "")
+
+    def _take_planned(self, rid: str) -> tuple[tuple[Action, str], PlannedAction]:
+        key = next((k for k, i in self._ids.items() if i == rid and k in self._planned), None)
+        if key is None:
+            if rid in self._decided:
+                raise RemediationConflictError(f"remediation {rid} was already {self._decided[rid]}")
+            raise LookupError(f"no planned remediation {rid!r} (its alert resolved, or it never existed)")
+        p = self._planned_action[key]
+        del self._planned[key], self._planned_action[key], self._ids[key]
+        self._handled.add(key)  # not planned again while its alert keeps firing
+        self._decided[rid] = ""
+        while len(self._decided) > KEEP_DECIDED:
+            del self._decided[next(iter(self._decided))]
+        return key, p
+
+    def approve(self, rid: str, actor: str) -> AuditRecord:
+        """Carry out the planned action ``rid`` now, as if it were switched on (an operator's approval passes
+        the cooldown and the cluster-wide brake: a person decided). Raises ``LookupError`` for an id that is
+        not planned, :class:`RemediationConflictError` for one already approved or dismissed. A failing backend call
+        is recorded (outcome ``failed``) and returned, not raised."""
+        key, p = self._take_planned(rid)
+        self._decided[rid] = f"approved by {actor}"
+        try:
+            detail = self._run(p)
+        except Exception as exc:  # a failing backend call is recorded, not swallowed
+            return self._record(p, "failed", error=f"{type(exc).__name__}: {exc}", approved_by=actor, id=rid)
+        self._last[key] = self.clock()
+        return self._record(p, "done", **detail, approved_by=actor, id=rid)
+
+    def dismiss(self, rid: str, actor: str) -> AuditRecord:
+        """Drop the planned action ``rid``: it is not carried out and not planned again while its alert keeps
+        firing (it is once the alert resolves and fires again). Errors as :meth:`approve`."""
+        _, p = self._take_planned(rid)
+        self._decided[rid] = f"dismissed by {actor}"
+        return self._record(p, "dismissed", dismissed_by=actor, id=rid)
 
     def planned(self) -> list[AuditRecord]:
         """Actions planned but not carried out (dry-run) whose alert still fires, newest first: what would
@@ -527,6 +586,8 @@ def describe_record(rec: AuditRecord) -> str:
     d = rec.detail
     if "note" in d:
         text = str(d["note"])
+    elif rec.outcome == "dismissed":
+        text = f"planned action dismissed by {d.get('dismissed_by', 'an operator')}: not carried out"
     elif rec.outcome == "skipped":
         text = f"skipped: {d.get('why', '')}"
     elif rec.outcome == "failed":
@@ -545,6 +606,8 @@ def describe_record(rec: AuditRecord) -> str:
                 f"{_num(d.get('fragmentation_before')):.2f} -> {_num(d.get('fragmentation_after')):.2f}")
     else:
         text = rec.outcome
+    if "approved_by" in d:
+        text = f"approved by {d['approved_by']}: {text}"
     return f"{text} ({rec.alert}: {rec.reason})" if rec.alert else text
 
 

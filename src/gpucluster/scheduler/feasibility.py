@@ -6,6 +6,8 @@ finds those up front, with the reason, so the API can refuse them (422). It is o
 considers every present node as if empty (cordoned and unhealthy ones too, as they come back) and counts
 capacity generously, so a job it lets through may still have to wait, but a job it refuses can never run:
 
+* an extended resource no node offers (a typo such as ``nvidia.com/gpumemory`` beside ``nvidia.com/gpu``: the
+  answer suggests the closest name a node or a device vendor knows);
 * a device vendor the cluster has none of;
 * a node selector no node matches, GPU models (``nvidia.com/use-gputype``) or UUIDs no device of the vendor has;
 * more device memory or compute per device than the largest device of that vendor;
@@ -20,7 +22,9 @@ Vectorised over nodes (numpy); one call per distinct pod shape of the job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+import functools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,10 +150,38 @@ def _one_shape(pod: Pod, replicas: int, state: ClusterState, within: np.ndarray 
     return None
 
 
+@functools.cache
+def _device_resource_names() -> frozenset[str]:
+    """The resource names HAMi's default device settings read (the suggestions for a misspelt one)."""
+    from gpucluster.devices import VendorRegistry
+
+    return VendorRegistry.from_settings().device_resources
+
+
+def unknown_resource(pods: Sequence[Pod], state: ClusterState, known: Iterable[str]) -> Infeasible | None:
+    """An extended resource the pods ask for that no present node offers (not even a cordoned one)."""
+    wanted = sorted({r for p in pods for r, n in p.extended.items() if n > 0})
+    if not wanted:
+        return None
+    offered = {r for i, node in enumerate(state.nodes) if state.present[i] for r, n in node.extended.items() if n > 0}
+    for res in wanted:
+        if res in offered:
+            continue
+        names = sorted(offered | set(known) | _device_resource_names())
+        close = difflib.get_close_matches(res, names, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return Infeasible(f"resources.{res}", f"no node has the resource {res}{hint}")
+    return None
+
+
 def never_fits(pods: Sequence[Pod], state: ClusterState, quota_gpus: float | None = None,
-               tenant: str = "") -> Infeasible | None:
+               tenant: str = "", known_resources: Iterable[str] = ()) -> Infeasible | None:
     """Why ``pods`` (one job, placed all at once) can never run on ``state``'s cluster, or None when they
-    might. ``quota_gpus`` is the tenant's GPU-equivalent limit (None = no limit)."""
+    might. ``quota_gpus`` is the tenant's GPU-equivalent limit (None = no limit); ``known_resources``: more
+    resource names to suggest for a misspelt one (the configured vendors')."""
+    found = unknown_resource(pods, state, known_resources)
+    if found is not None:
+        return found
     groups: dict[tuple[object, ...], list[Pod]] = {}
     for pod in pods:
         groups.setdefault(_shape(pod), []).append(pod)

@@ -19,8 +19,8 @@ from gpucluster.devices import VendorRegistry
 from gpucluster.jobs import Job, JobEvent, JobState, JobStatus
 from gpucluster.monitoring import AuditRecord
 
-__all__ = ["DiscoveredJobs", "FaultDrill", "Job", "JobEvent", "JobState", "JobStatus", "PodLogs", "RemediationAudit",
-           "Runtime"]
+__all__ = ["DiscoveredJobs", "FaultDrill", "Job", "JobEvent", "JobState", "JobStatus", "NodeActions", "PodLogs",
+           "RemediationAudit", "Runtime"]
 
 
 @runtime_checkable
@@ -51,13 +51,15 @@ class Runtime(Protocol):
         """Accept a job (already validated by :meth:`validate`) into the queue."""
         ...
 
-    def validate(self, job: Job) -> None:
+    def validate(self, job: Job, quota: bool = True) -> None:
         """Raise ``ValueError("where: why")`` if the job can never be turned into pods, or could never run here
-        (even on the empty cluster, or beyond its tenant's quota: :func:`gpucluster.jobs.never_fits`)."""
+        (even on the empty cluster, or, with ``quota``, beyond its tenant's quota:
+        :func:`gpucluster.jobs.never_fits`)."""
         ...
 
-    def restore(self, job: Job) -> None:
-        """Re-queue a job recovered from the store after a restart (status becomes pending)."""
+    def restore(self, job: Job, admitted: bool = False) -> None:
+        """Re-queue a job recovered from the store after a restart (status becomes pending). ``admitted``: it ran
+        before the restart, so a quota lowered since does not hold it back (quotas apply to admission)."""
         ...
 
     def cancel(self, job_id: str) -> Job | None:
@@ -131,4 +133,23 @@ class RemediationAudit(Protocol):
 
     def take_audit_records(self) -> list[AuditRecord]:
         """Records written since the last call (each handed out once)."""
+        ...
+
+
+@runtime_checkable
+class NodeActions(Protocol):
+    """A runtime whose nodes an operator can take out of service and put back (``POST /nodes/{name}/cordon``,
+    ``uncordon``, ``drain``). Each raises ``LookupError`` for an unknown node."""
+
+    def cordon(self, node: str) -> bool:
+        """No new pods on ``node``; False when it was already cordoned (nothing changed)."""
+        ...
+
+    def uncordon(self, node: str) -> bool:
+        """New pods may land on ``node`` again; False when it was not cordoned."""
+        ...
+
+    def drain(self, node: str, why: str, events: list[JobEvent]) -> list[str]:
+        """Cordon ``node`` and evict every job with a pod on it back to the queue (the way remediation drains);
+        the evicted job ids. Job events go to ``events``."""
         ...

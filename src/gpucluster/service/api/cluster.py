@@ -7,10 +7,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from gpucluster.service.api.deps import Auth, Svc, admin_only, cached_json
-from gpucluster.service.api.models import ERRORS, Alerts, FaultOut, NodeDetail, NodeList, Overview, Topology
+from gpucluster.service.api.models import (
+    ERRORS,
+    Alerts,
+    FaultOut,
+    NodeActionOut,
+    NodeDetail,
+    NodeList,
+    Overview,
+    Topology,
+)
 from gpucluster.service.api.ops import get_ops
+from gpucluster.service.core import Service
 from gpucluster.service.errors import ApiError
-from gpucluster.service.runtime import FaultDrill, JobEvent, JobStatus
+from gpucluster.service.runtime import FaultDrill, JobEvent, JobStatus, NodeActions
 
 router = APIRouter(tags=["cluster"])
 
@@ -86,6 +96,72 @@ async def inject_fault(
     service.record(events)
     service.persist_remediation()
     return {"ok": True, "evicted_user_jobs": sum(1 for e in events if e.kind == "evicted")}
+
+
+def _node_actions(service: Service, name: str) -> tuple[NodeActions, dict[str, Any]]:
+    found = service.runtime.node(name)
+    if found is None:
+        raise ApiError(404, "path.name", f"no node {name[:64]!r}")
+    runtime = service.runtime
+    if not isinstance(runtime, NodeActions):
+        raise ApiError(409, "backend", f"the {runtime.backend} backend takes nodes out of service with kubectl "
+                                       f"(kubectl cordon|uncordon|drain {name[:64]})")
+    return runtime, found
+
+
+def _node_answer(service: Service, name: str, action: str, jobs: list[str], message: str) -> dict[str, Any]:
+    found = service.runtime.node(name) or {}
+    rows = []
+    for jid in jobs:
+        job = service.find_job(jid)
+        if job is not None:
+            rows.append({"id": job.id, "name": job.name, "tenant": job.tenant, "synthetic": job.synthetic,
+                         "status": job.status.value})
+    return {"node": name, "action": action, "schedulable": bool(found.get("schedulable", False)), "jobs": rows,
+            "message": message}
+
+
+@router.post("/api/v1/nodes/{name}/cordon", response_model=NodeActionOut, responses=ERRORS)
+async def cordon(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
+    """Admin: no new pods on the node (its running jobs stay); 409 when it is already cordoned. Audited."""
+    admin_only(who)
+    runtime, _ = _node_actions(service, name)
+    if not runtime.cordon(name):
+        raise ApiError(409, "path.name", f"node {name} is already cordoned (uncordon puts it back in service)")
+    service.store.audit(who.actor, "node.cordon", name, "cordoned: no new pods")
+    service.changed()
+    return _node_answer(service, name, "cordon", [], f"node {name} cordoned: no new pods; its jobs keep running")
+
+
+@router.post("/api/v1/nodes/{name}/uncordon", response_model=NodeActionOut, responses=ERRORS)
+async def uncordon(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
+    """Admin: put a cordoned (or drained) node back in service; 409 when it is not cordoned. Audited."""
+    admin_only(who)
+    runtime, _ = _node_actions(service, name)
+    if not runtime.uncordon(name):
+        raise ApiError(409, "path.name", f"node {name} is not cordoned")
+    service.store.audit(who.actor, "node.uncordon", name, "back in service")
+    service.changed()
+    return _node_answer(service, name, "uncordon", [], f"node {name} back in service")
+
+
+@router.post("/api/v1/nodes/{name}/drain", response_model=NodeActionOut, responses=ERRORS)
+async def drain(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
+    """Admin: cordon the node and evict every job with a pod on it back to the queue (from its last checkpoint;
+    a gang restarts whole, elsewhere), as remediation's drain does; the answer lists the jobs moved. 409 when
+    the node is already cordoned and empty. Audited."""
+    admin_only(who)
+    runtime, found = _node_actions(service, name)
+    if not found.get("schedulable", True) and not int(found.get("pods", 0)):
+        raise ApiError(409, "path.name", f"node {name} is already drained (cordoned, no pods)")
+    events: list[JobEvent] = []
+    jobs = runtime.drain(name, f"{name} drained by {who.actor}", events)
+    service.store.audit(who.actor, "node.drain", name, f"cordoned and {len(jobs)} job(s) evicted: "
+                                                       f"{', '.join(jobs)[:400]}")
+    service.changed()
+    service.record(events)
+    return _node_answer(service, name, "drain", jobs,
+                        f"node {name} cordoned and {len(jobs)} job(s) sent back to the queue")
 
 
 @router.get("/api/v1/topology", response_model=Topology, responses=ERRORS)

@@ -25,6 +25,7 @@ from gpucluster.model.limits import (
     MAX_PATH_CHARS,
     MAX_PRIORITY,
     MAX_REPLICAS,
+    MAX_TENANT_QUEUED,
     MAX_TOLERATIONS,
     MAX_VOLUMES,
 )
@@ -210,6 +211,9 @@ class TenantIn(_In):
     max_priority: int | None = Field(None, ge=0, le=MAX_PRIORITY,
                                      description="Highest job priority the tenant may ask for; omit = the "
                                                  "default (100).")
+    max_queued_jobs: int | None = Field(None, ge=0, le=MAX_TENANT_QUEUED,
+                                        description="Jobs the tenant may have pending at once (429 beyond); omit = "
+                                                    "the default (gpucluster up --max-queued-jobs, 1000).")
 
 
 class ExperimentIn(_In):
@@ -358,6 +362,34 @@ class FaultOut(_Out):
     evicted_user_jobs: int
 
 
+class AffectedJob(_Out):
+    id: str
+    name: str
+    tenant: str
+    synthetic: bool = Field(description="True for the background workload's jobs (embedded backend).")
+    status: str = Field(description="The job's status after the action (a drained job is pending again).")
+
+
+class NodeActionOut(_Out):
+    node: str
+    action: str = Field(description="``cordon``, ``uncordon`` or ``drain``.")
+    schedulable: bool = Field(description="Whether new pods may land on the node after the action.")
+    jobs: list[AffectedJob] = Field(description="Jobs the action moved (a drain evicts them back to the queue "
+                                                "from their last checkpoint; they start elsewhere when room "
+                                                "frees); empty for cordon and uncordon.")
+    message: str
+
+
+class RemediationDecision(_Out):
+    id: str = Field(description="The planned action's id (``GET /api/v1/remediations``, ``planned[].id``).")
+    decision: str = Field(description="``approved`` or ``dismissed``.")
+    action: str
+    target: str
+    outcome: str = Field(description="``done`` or ``failed`` for an approval; ``dismissed``.")
+    detail: str
+    alert: str
+
+
 class Topology(_Out):
     fabric: dict[str, Any]
     spines: list[dict[str, Any]]
@@ -374,6 +406,7 @@ class TenantRow(_Out):
     quota_gpus: float | None
     weight: float
     max_priority: int = Field(description="Highest job priority the tenant may ask for.")
+    max_queued_jobs: int = Field(description="Jobs the tenant may have pending at once (429 beyond).")
     created: float | None
     fair_share_gpus: float
     gpus: float = Field(description="GPU-equivalents its running jobs hold (model.share).")
@@ -393,6 +426,7 @@ class TenantCreated(_Out):
     quota_gpus: float | None
     weight: float
     max_priority: int
+    max_queued_jobs: int
     token: str = Field(description="The tenant's new token, shown once; its previous tokens are revoked.")
 
 
@@ -483,7 +517,9 @@ class QueueView(_Out):
 class RemediationPlan(_Out):
     available: bool = Field(description="False where the backend does not remediate on its own.")
     modes: dict[str, str] = Field(description="Per action: on, dry-run (planned only) or off.")
-    planned: list[dict[str, Any]] = Field(description="Planned (dry-run) actions whose alert still fires.")
+    planned: list[dict[str, Any]] = Field(description="Planned (dry-run) actions whose alert still fires, each with "
+                                                      "an ``id`` to approve (``POST /api/v1/remediations/{id}/"
+                                                      "approve``) or dismiss.")
     log: list[dict[str, Any]] = Field(description="Every decision, newest first.")
 
 
@@ -553,6 +589,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 __all__ = [
     "ERRORS",
     "NAME_RE",
+    "AffectedJob",
     "Alerts",
     "AuditLog",
     "DeviceUsage",
@@ -567,12 +604,14 @@ __all__ = [
     "JobIn",
     "JobList",
     "JobOut",
+    "NodeActionOut",
     "NodeDetail",
     "NodeList",
     "NodeUsage",
     "Overview",
     "QueueRow",
     "QueueView",
+    "RemediationDecision",
     "RemediationPlan",
     "SilenceIn",
     "SilenceList",

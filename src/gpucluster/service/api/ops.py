@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
+from gpucluster.monitoring import RemediationConflictError
 from gpucluster.service.api.deps import Auth, Svc, admin_only
 from gpucluster.service.api.models import (
     ERRORS,
@@ -15,6 +16,7 @@ from gpucluster.service.api.models import (
     HistoryOut,
     NodeUsage,
     QueueView,
+    RemediationDecision,
     RemediationPlan,
     SilenceIn,
     SilenceList,
@@ -67,6 +69,42 @@ async def remediations(request: Request, who: Auth, service: Svc) -> dict[str, A
     return get_ops(request).remediation()
 
 
+RemediationId = Annotated[str, Path(max_length=64)]
+
+
+def _decide(request: Request, service: Svc, who: Auth, rid: str, decision: str) -> dict[str, Any]:
+    admin_only(who)
+    mon = get_ops(request).monitor
+    if mon is None:
+        raise ApiError(409, "backend", f"the {service.runtime.backend} backend plans no remediation here")
+    try:
+        row = mon.approve(rid, who.actor) if decision == "approved" else mon.dismiss(rid, who.actor)
+    except LookupError as exc:
+        raise ApiError(404, "path.id", str(exc)) from None
+    except RemediationConflictError as exc:
+        raise ApiError(409, "path.id", str(exc)) from None
+    service.persist_remediation()  # the record goes to the audit log (actor remediation) with the others
+    service.store.audit(who.actor, f"remediation.{'approve' if decision == 'approved' else 'dismiss'}",
+                        row["target"], f"{rid} ({row['action']}): {row['detail']}"[:500])
+    service.changed()
+    return {"id": rid, "decision": decision, **row}
+
+
+@router.post("/api/v1/remediations/{rid}/approve", response_model=RemediationDecision, responses=ERRORS)
+async def approve_remediation(request: Request, rid: RemediationId, who: Auth, service: Svc) -> dict[str, Any]:
+    """Admin: carry out a planned (dry-run) remediation now, as ``up --remediate`` would have, without
+    restarting ``up``; 404 for an id that is not planned (its alert resolved), 409 when it was already
+    approved or dismissed. Audited."""
+    return _decide(request, service, who, rid, "approved")
+
+
+@router.post("/api/v1/remediations/{rid}/dismiss", response_model=RemediationDecision, responses=ERRORS)
+async def dismiss_remediation(request: Request, rid: RemediationId, who: Auth, service: Svc) -> dict[str, Any]:
+    """Admin: drop a planned remediation (not carried out, not planned again while its alert keeps firing);
+    404 / 409 as for approve. Audited."""
+    return _decide(request, service, who, rid, "dismissed")
+
+
 @router.get("/api/v1/history", response_model=HistoryOut, responses=ERRORS)
 async def history(request: Request, who: Auth, service: Svc,
                   range_s: Annotated[float, Query(gt=0, le=MAX_HISTORY_S, description="How far back, in runtime "
@@ -108,8 +146,6 @@ async def add_silence(request: Request, body: SilenceIn, who: Auth, service: Svc
     stop counting as firing). Remediation does not change."""
     admin_only(who)
     s = get_ops(request).silences.add(body.alert, body.target, body.duration_s, body.comment, who.actor)
-    service.store.audit(who.actor, "alert.silence", s.id, f"{s.alert or '*'} on {s.target or '*'} until "
-                                                           f"t={s.ends_t:.0f}: {s.comment}"[:500])
     service.changed()
     return _silence(s)
 
@@ -119,10 +155,9 @@ async def remove_silence(request: Request, silence_id: Annotated[str, Path(max_l
                          service: Svc) -> dict[str, Any]:
     """Admin: end a silence now."""
     admin_only(who)
-    s = get_ops(request).silences.remove(silence_id)
+    s = get_ops(request).silences.remove(silence_id, who.actor)
     if s is None:
         raise ApiError(404, "path.silence_id", f"no silence {silence_id[:64]!r}")
-    service.store.audit(who.actor, "alert.unsilence", s.id, "")
     service.changed()
     return _silence(s)
 
