@@ -293,7 +293,7 @@ class EmbeddedRuntime(EngineFront):
             "queue_policy": self.queue_policy,
             "t": self.now,
             **views.figures(self.state),
-            "queue": len(self.engine.views.queued()),
+            "queue": self.engine.views.queue_length(),
             "jobs": counts,
             "user_jobs": user_counts,
             "alerts_firing": self.monitor.firing,

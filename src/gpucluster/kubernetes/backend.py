@@ -1019,7 +1019,7 @@ class KubeRuntime(EngineFront):
             "queue_policy": self.queue_policy,
             "t": self.now,
             **figures,
-            "queue": len(self.engine.views.queued()),
+            "queue": self.engine.views.queue_length(),
             "jobs": counts,
             "user_jobs": user,
             "alerts_firing": 0,
