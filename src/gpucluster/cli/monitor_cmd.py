@@ -132,7 +132,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         pods: Annotated[Path | None, typer.Option("--pods", help="sim: Pod manifests placed on the cluster.")] = None,
         policy: Annotated[str, typer.Option("--policy", help="sim: placement policy for --pods (default = "
-                                                              "stranding-fgd; binpack, spread, ...).")] = "default",
+                                                              "speed-fgd; binpack, spread, ...).")] = "default",
         control_plane: Annotated[
             bool, typer.Option("--control-plane", help="sim: also export queue/latency/decision metrics.")
         ] = False,
@@ -248,7 +248,7 @@ def register(app: typer.Typer) -> None:
         gpu: Annotated[int, typer.Option("--gpu", help="Device index on the node.")] = 0,
         xid: Annotated[int, typer.Option("--xid", help="XID the device reports.")] = 79,
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
-        policy: Annotated[str, typer.Option("--policy", help="Placement policy (default = stranding-fgd; "
+        policy: Annotated[str, typer.Option("--policy", help="Placement policy (default = speed-fgd; "
                                                               "binpack, spread, ...).")] = "default",
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Only log what would be done.")] = False,
         audit_log: Annotated[Path | None, typer.Option("--audit-log", help="Append JSON lines here.")] = None,

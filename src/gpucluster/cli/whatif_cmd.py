@@ -17,7 +17,14 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from gpucluster.cli.common import PLACEMENT_HELP, QUEUE_HELP, check_placement_policy, check_queue_policies, print_json
+from gpucluster.cli.common import (
+    PLACEMENT_HELP,
+    QUEUE_HELP,
+    check_placement_policy,
+    check_queue_policies,
+    print_json,
+    training_share_rows,
+)
 from gpucluster.cli.output import print_table
 from gpucluster.cli.simulate_cmd import REF_GPU_HELP
 from gpucluster.design.work_cost import SpotRisk
@@ -85,6 +92,8 @@ def _print_table(rows: list[dict[str, Any]], v: dict[str, Any], title: str, year
     console = Console()
     table = [["GPU", *(str(r["gpu"]) for r in rows)]]
     table += [[label, *(_cell(key, r[key]) for r in rows)] for key, label in _ROWS]
+    table.append(["placement in use", *(str(r.get("placement_in_use", "")) for r in rows)])
+    table += training_share_rows(rows)
     print_table(["metric", *(r["name"] + (" *" if r["name"] == v["design"] else "") for r in rows)], table,
                 title=title, right=range(1, len(rows) + 1))
     console.print(f"owned / year = capex / {years:g} years + power per year; $ / GPU-h delivered = owned / "
