@@ -9,7 +9,7 @@ the bench polls it until it runs. Prints (and with ``--json`` writes) the time f
 latency, and the machine's load average. Figures, not assertions: goals are another tenant's job running within
 0.5 s and an overview p99 under 100 ms.
 
-    .venv/bin/python bench/queue_flood.py [--jobs 10000] [--clients 8] [--json out.json]
+    .venv/bin/python bench/queue_flood.py [--jobs 10000] [--clients 8] [--json out.json] [--profile up.prof]
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(data: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(data: Path, profile: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "GPUCLUSTER_ADMIN_TOKEN": ADMIN}
     log = (data.parent / "up.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gpucluster.cli.main", "up", "--port", str(port), "--data-dir",
+    profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
+    proc = subprocess.Popen([sys.executable, *profiler, "-m", "gpucluster.cli.main", "up", "--port", str(port), "--data-dir",
                              str(data), "--background", "0", "--faults-per-hour", "0"], env=env,
                             stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
@@ -148,10 +149,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="run the server under cProfile and write its profile here (read it with pstats)")
     args = ap.parse_args()
     load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="queue-flood-") as tmp:
-        proc, url = start_server(Path(tmp) / "data")
+        proc, url = start_server(Path(tmp) / "data", args.profile)
         try:
             result = asyncio.run(run(url, args.jobs, args.clients))
         finally:
