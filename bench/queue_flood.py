@@ -45,8 +45,8 @@ def start_server(data: Path, profile: Path | None = None) -> tuple[subprocess.Po
     env = {**os.environ, "GPUCLUSTER_ADMIN_TOKEN": ADMIN}
     log = (data.parent / "up.log").open("wb")
     profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
-    proc = subprocess.Popen([sys.executable, *profiler, "-m", "gpucluster.cli.main", "up", "--port", str(port), "--data-dir",
-                             str(data), "--background", "0", "--faults-per-hour", "0"], env=env,
+    proc = subprocess.Popen([sys.executable, *profiler, "-m", "gpucluster.cli.main", "up", "--port", str(port),
+                             "--data-dir", str(data), "--background", "0", "--faults-per-hour", "0"], env=env,
                             stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
