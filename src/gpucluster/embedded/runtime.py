@@ -25,7 +25,16 @@ import numpy as np
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.embedded.monitor import ClusterMonitor
 from gpucluster.embedded.workload import Arrival, SyntheticWorkload
-from gpucluster.jobs import DEFAULT_QUEUE_POLICY, EngineFront, Job, JobEvent, JobState, job_spec, restored_submission
+from gpucluster.jobs import (
+    CONTROL_PLANE_PASS_BUDGET_S,
+    DEFAULT_QUEUE_POLICY,
+    EngineFront,
+    Job,
+    JobEvent,
+    JobState,
+    job_spec,
+    restored_submission,
+)
 from gpucluster.model import Allocation, views
 from gpucluster.model.labels import ACTIVITY_ANNOTATION, JOB_LABEL
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
@@ -50,7 +59,7 @@ def embedded_simulation(cluster: Cluster, queue_policy: str = DEFAULT_QUEUE_POLI
     network slowdown, no series. ``gpucluster simulate`` builds the same with ``describe=False``."""
     return Simulation(cluster, queue_policy, seed=seed, placement_policy=placement_policy, slowdown=False,
                       describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t,
-                      quota_waits=describe)
+                      quota_waits=describe, pass_budget_s=CONTROL_PLANE_PASS_BUDGET_S if describe else math.inf)
 
 
 class EmbeddedRuntime(EngineFront):
@@ -315,7 +324,7 @@ class EmbeddedRuntime(EngineFront):
             "t": self.now,
             **views.figures(self.state),
             **use,
-            "queue": len(self.engine.views.queued()),
+            "queue": self.engine.views.queue_length(),
             "jobs": counts,
             "user_jobs": user_counts,
             "alerts_firing": self.monitor.firing,
