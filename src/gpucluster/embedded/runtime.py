@@ -15,8 +15,10 @@ exactly as ``gpucluster simulate`` measures them, GPU speed included: a job with
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,9 +26,18 @@ import numpy as np
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.embedded.monitor import ClusterMonitor
 from gpucluster.embedded.workload import Arrival, SyntheticWorkload
-from gpucluster.jobs import DEFAULT_QUEUE_POLICY, EngineFront, Job, JobEvent, JobState, job_spec, restored_submission
-from gpucluster.model import ClusterState
-from gpucluster.model.labels import JOB_LABEL
+from gpucluster.jobs import (
+    CONTROL_PLANE_PASS_BUDGET_S,
+    DEFAULT_QUEUE_POLICY,
+    EngineFront,
+    Job,
+    JobEvent,
+    JobState,
+    job_spec,
+    restored_submission,
+)
+from gpucluster.model import ClusterState, views
+from gpucluster.model.labels import ACTIVITY_ANNOTATION, JOB_LABEL
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY
 from gpucluster.scheduler.plugins.quota import QuotaTree
@@ -47,7 +58,7 @@ def embedded_simulation(cluster: Cluster, queue_policy: str = DEFAULT_QUEUE_POLI
     network slowdown, no series. ``gpucluster simulate`` builds the same with ``describe=False``."""
     return Simulation(cluster, queue_policy, seed=seed, placement_policy=placement_policy, slowdown=False,
                       describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t,
-                      quota_waits=describe)
+                      quota_waits=describe, pass_budget_s=CONTROL_PLANE_PASS_BUDGET_S if describe else math.inf)
 
 
 class EmbeddedRuntime(EngineFront):
@@ -145,6 +156,9 @@ class EmbeddedRuntime(EngineFront):
         spec = job_spec(f"s-{self._synthetic_seq:06d}", name=shape.name, tenant=SYNTHETIC_TENANT,
                         replicas=shape.replicas, resources=shape.resources, duration_s=arrival.duration_s,
                         submit_s=max(t, self.now), synthetic=True, registry=self.registry)
+        if spec.template is not None:  # what it does with its GPUs, read by the simulated collector
+            spec = replace(spec, template=replace(spec.template, annotations={
+                **spec.template.annotations, ACTIVITY_ANNOTATION: arrival.activity}))
         self.engine.submit(spec)
 
     # ------------------------------------------------------------------ time
@@ -257,6 +271,23 @@ class EmbeddedRuntime(EngineFront):
         return self.monitor.take_unsaved()
 
     # ------------------------------------------------------------------ views (the rest: EngineFront)
+    def _sample(self) -> None:
+        self._last_sample = self.now
+        point = views.sample(self.state, self.now, len(self.engine.views.queued()))
+        use = self.monitor.utilisation()
+        for key in ("gpu_utilisation", "gpu_memory_used_fraction", "allocated_idle_gpus"):
+            if use[key] is not None:
+                point[key] = float(use[key])
+        self._history.append(point)
+
+    def utilisation(self) -> dict[str, Any]:
+        """The monitor's utilisation figures (:meth:`ClusterMonitor.utilisation`), each idle GPU with its job."""
+        def describe(pod: str) -> dict[str, Any]:
+            alloc = self.state.allocations.get(pod)
+            return self._describe(alloc) if alloc is not None else {}
+
+        return self.monitor.utilisation(describe)
+
     def alerts(self) -> list[dict[str, Any]]:
         return self.monitor.alerts()
 
@@ -268,6 +299,24 @@ class EmbeddedRuntime(EngineFront):
 
     def _placement_report(self) -> dict[str, Any]:
         return self.sim.placement_report(j for j in self.engine.jobs.values() if not j.synthetic)
+
+    def _use_figures(self) -> dict[str, Any]:
+        use = self.utilisation()
+        del use["per_node"]
+        return use
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Node rows with what each GPU does beside what it holds: ``dev_util`` (SM utilisation %),
+        ``dev_fb_pct`` (framebuffer in use, % of physical) and ``dev_temp`` (°C) as of the last scrape (None
+        where a device did not report)."""
+        rows = super().nodes()
+        per_node = self.monitor.utilisation()["per_node"]
+        for row in rows:
+            devs = per_node.get(row["name"], [])
+            row["dev_util"] = [d[0] for d in devs]
+            row["dev_fb_pct"] = [d[1] for d in devs]
+            row["dev_temp"] = [d[2] for d in devs]
+        return rows
 
 
 class EmbeddedTarget(SimTarget):

@@ -8,7 +8,7 @@ overview (figures, queue, job counts, the sampled history), the node rows and on
 its job and tenant) and the topology, all read from the cluster state under :meth:`EngineFront.reading`. The
 embedded and the Kubernetes runtimes inherit it and add what only they do (a simulated cluster on the wall
 clock; real pods) through a few hooks (:meth:`reading`, :meth:`_job_of`, :meth:`_overview_extra`,
-:meth:`_alerts_firing`, :meth:`_placement_report`)."""
+:meth:`_alerts_firing`, :meth:`_placement_report`, :meth:`_use_figures`)."""
 
 from __future__ import annotations
 
@@ -161,6 +161,13 @@ class EngineFront:
         backend measures it, ``training_share_by_model``."""
         raise NotImplementedError
 
+    def _use_figures(self) -> dict[str, Any]:
+        """What the GPUs do beside what they hold (the overview's ``gpu_utilisation``, ``gpu_memory_used_fraction``,
+        ``allocated_idle_gpus``, ``allocated_idle``); None where the runtime reads no device metrics (unknown, not
+        zero: on Kubernetes they are Prometheus')."""
+        return {"gpu_utilisation": None, "gpu_memory_used_fraction": None, "allocated_idle_gpus": None,
+                "allocated_idle": []}
+
     def _overview_extra(self) -> dict[str, Any]:
         """What only this backend adds to the overview (called while :meth:`reading` holds the state)."""
         return {}
@@ -190,7 +197,8 @@ class EngineFront:
             **self._placement_report(),
             "t": self.now,
             **figures,
-            "queue": len(self.engine.views.queued()),
+            **self._use_figures(),
+            "queue": self.engine.views.queue_length(),
             "jobs": counts,
             "user_jobs": user,
             "alerts_firing": self._alerts_firing(),

@@ -51,6 +51,7 @@ from kubernetes import client, config
 
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.jobs import (
+    CONTROL_PLANE_PASS_BUDGET_S,
     DEFAULT_QUEUE_POLICY,
     Cancel,
     EngineFront,
@@ -267,7 +268,7 @@ class KubeRuntime(EngineFront):
         self.quota = QuotaTree([])
         self.recipe = engine_recipe(queue_policy, placement_policy, quota=self.quota, options=EngineOptions(
             describe=True, namespace=namespace, record_series=False, timed_finish=False, quota_waits=True,
-            device_check=admission == "devices"))
+            pass_budget_s=CONTROL_PLANE_PASS_BUDGET_S, device_check=admission == "devices"))
         """How the engine is made (:func:`gpucluster.jobs.engine_recipe`, as the simulator makes its own); a
         replica that becomes the leader builds a fresh one from it."""
         opts = RunOptions(placement_policy=placement_policy, scheduler_name=scheduler_name,

@@ -16,6 +16,7 @@ same class on the wall clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -79,6 +80,7 @@ job without one runs the same on every GPU model.
         describe: bool = False,
         start_t: float = 0.0,
         quota_waits: bool = False,
+        pass_budget_s: float = math.inf,
     ) -> None:
         self.state = cluster.state() if isinstance(cluster, Cluster) else cluster
         self.network = network or NetworkModel(self.state.fabric)
@@ -92,7 +94,8 @@ job without one runs the same on every GPU model.
             queue_policy, placement_policy, seed=seed, quota=quota, profile=profile,
             options=EngineOptions(restart_overhead_s=restart_overhead_s, tenant_weights=dict(tenant_weights or {}),
                                   locality_delay_s=locality_delay_s, record_series=record_series,
-                                  describe=describe, quota_waits=quota_waits))
+                                  describe=describe, quota_waits=quota_waits,
+                                  pass_budget_s=pass_budget_s))
         """How the engine is made (:func:`gpucluster.jobs.engine_recipe`: the same for every backend)."""
         self.queue_policy = self.recipe.queue_policy
         self.placement_in_use = self.recipe.placement_in_use
