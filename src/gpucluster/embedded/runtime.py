@@ -24,7 +24,16 @@ import numpy as np
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.embedded.monitor import ClusterMonitor
 from gpucluster.embedded.workload import Arrival, SyntheticWorkload
-from gpucluster.jobs import DEFAULT_QUEUE_POLICY, EngineFront, Job, JobEvent, JobState, job_spec, restored_submission
+from gpucluster.jobs import (
+    CONTROL_PLANE_PASS_BUDGET_S,
+    DEFAULT_QUEUE_POLICY,
+    EngineFront,
+    Job,
+    JobEvent,
+    JobState,
+    job_spec,
+    restored_submission,
+)
 from gpucluster.model import Allocation, views
 from gpucluster.model.labels import JOB_LABEL
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
@@ -49,7 +58,7 @@ def embedded_simulation(cluster: Cluster, queue_policy: str = DEFAULT_QUEUE_POLI
     network slowdown, no series. ``gpucluster simulate`` builds the same with ``describe=False``."""
     return Simulation(cluster, queue_policy, seed=seed, placement_policy=placement_policy, slowdown=False,
                       describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t,
-                      quota_waits=describe)
+                      quota_waits=describe, pass_budget_s=CONTROL_PLANE_PASS_BUDGET_S if describe else math.inf)
 
 
 class EmbeddedRuntime(EngineFront):
@@ -285,7 +294,7 @@ class EmbeddedRuntime(EngineFront):
             **self.sim.placement_report(j for j in self.engine.jobs.values() if not j.synthetic),
             "t": self.now,
             **views.figures(self.state),
-            "queue": len(self.engine.views.queued()),
+            "queue": self.engine.views.queue_length(),
             "jobs": counts,
             "user_jobs": user_counts,
             "alerts_firing": self.monitor.firing,
