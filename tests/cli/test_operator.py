@@ -120,3 +120,46 @@ def test_a_resource_no_node_has_is_refused_at_submission(server: Server, tmp_pat
     job.write_text("name: op-typo\nresources: {nvidia.com/gpu: 1, nvidia.com/gpumemory: 8000}\n")
     code, _, err = cli(server, "submit", str(job))
     assert code == 2 and "did you mean nvidia.com/gpumem" in err and "resources.nvidia.com/gpumemory" in err
+
+
+def _tenant(server: Server, name: str, quota: float) -> str:
+    with server.client() as c:
+        r = c.post("/api/v1/tenants", json={"name": name, "quota_gpus": quota})
+    assert r.status_code == 201, r.text
+    token: str = r.json()["token"]
+    return token
+
+
+def _row(out: str, job_id: str) -> str:
+    return next(line for line in out.splitlines() if job_id in line)
+
+
+def test_queue_eta_never_says_now_for_a_blocked_job(server: Server) -> None:
+    """Item 4: a quota-blocked job and one that can never start used to show EST-START "now"."""
+    tok = _tenant(server, "op-quota", 8)
+    first = wait_running(server, submit_job(server, {"name": "op-q-run", "resources": {"nvidia.com/gpu": 8}},
+                                            tok)["id"])
+    held = submit_job(server, {"name": "op-q-held", "resources": {"nvidia.com/gpu": 4}}, tok)
+    never = submit_job(server, {"name": "op-q-never", "resources": {"nvidia.com/gpu": 8}}, tok)
+
+    def queued() -> dict[str, Any] | None:
+        with server.client() as c:
+            q = c.get("/api/v1/queue").json()
+        rows = {r["id"]: r for r in q["jobs"]}
+        return rows if held["id"] in rows and never["id"] in rows else None
+
+    rows = wait_for(queued, "both jobs queued")
+    assert rows[held["id"]]["blocked"] == "quota" and rows[held["id"]]["est_start_t"] is None
+    assert rows[held["id"]]["why"].startswith("blocked by quota")
+    _tenant(server, "op-quota", 4)  # lowered below what op-q-never needs: it can never start now
+    with server.client() as c:
+        rows = {r["id"]: r for r in c.get("/api/v1/queue").json()["jobs"]}
+    assert rows[never["id"]]["blocked"] == "never" and rows[never["id"]]["est_start_t"] is None
+    assert rows[never["id"]]["why"].startswith("never: quota")
+    code, out, err = cli(server, "get", "queue")
+    assert code == 0, err
+    assert "blocked by quota" in _row(out, held["id"]) and " now " not in _row(out, held["id"]) + " "
+    assert "never" in _row(out, never["id"]) and " now " not in _row(out, never["id"]) + " "
+    with server.client() as c:
+        for job in (first, held, never):
+            c.delete(f"/api/v1/jobs/{job['id']}")

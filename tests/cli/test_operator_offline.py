@@ -6,9 +6,12 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from gpucluster.cli.get_cmd import SINFO_HEADERS, VIEWS, Resource, sinfo_cells, sinfo_rows
 from gpucluster.cli.main import app
+from gpucluster.cli.output import render_table
 from gpucluster.model import ContainerRequest, DeviceRequest, NodeSpec, Pod
 from gpucluster.scheduler.feasibility import never_fits
+from tests.cli.tty import run_tty
 from tests.helpers import gpu_node, state_of
 
 runner = CliRunner()
@@ -49,3 +52,52 @@ def test_an_extended_resource_a_node_offers_is_not_refused() -> None:
     found = never_fits([_pod({"example.com/fpgaa": 1})], state)
     assert found is not None and found.where == "resources.example.com/fpgaa"
     assert "did you mean example.com/fpga?" in found.why
+
+
+def test_sinfo_folds_a_long_node_list_at_80_columns() -> None:
+    """Item 7: the node list used to be cut ("train-[0000,0002,…"); now it is folded at its commas."""
+    nodes = [{"name": f"train-{k:04d}", "pool": "train", "model": "H100-SXM5-80GB", "schedulable": k % 2 == 0,
+              "gpus": 8, "pods": 0, "dev_core_used": [0] * 8, "dev_mem_pct": [0] * 8, "dev_healthy": [True] * 8}
+             for k in range(60)]
+    rows = sinfo_rows(nodes)
+    text = render_table(SINFO_HEADERS, sinfo_cells(rows), width=80, right=(2, 5), wrap_last=True)
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), text
+    start = lines[0].index("NODELIST")
+    folded = "".join(line[start:] for line in lines[1:])
+    assert all(r["nodelist"] in folded for r in rows)  # whole, only split where a comma was
+
+
+def test_schedule_never_wraps_why_not_mid_word_at_80_columns(tmp_path: Path) -> None:
+    """Item 7: WHY NOT used to keep 20 columns whatever the others took, so the line passed 80 and the
+    terminal broke it inside a word; now the other columns give way and the reason folds at spaces."""
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("".join(f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: a-rather-long-pod-name-as-generated-by-a-job-controller-{k}}}
+spec:
+  containers:
+  - name: c
+    resources:
+      limits: {{nvidia.com/gpu: 9}}
+""" for k in range(2)))
+    r = run_tty("schedule", "--pods", str(pods), columns=80)
+    assert r.code == 3, r.stderr
+    lines = r.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), r.stdout
+    why = " ".join(line.split("   ")[-1].strip() for line in lines[2:-1])
+    for word in ("nodes", "are", "available:"):
+        assert word in why.split(), why
+
+
+def test_get_queue_never_cuts_the_job_id_at_80_columns() -> None:
+    """Item 7: ``get queue`` narrowed the ID column like any other ("j-5ca08…"); ids are kept whole."""
+    view = VIEWS[Resource.QUEUE]
+    body = {"jobs": [{"position": 1, "id": "j-5ca0850d78cf", "name": "a-long-job-name-" * 3, "tenant": "t" * 30,
+                      "gpus": 4, "waiting_s": 36, "why": "waiting for GPUs " * 5, "blocked": "quota",
+                      "est_wait_s": None, "priority": 0, "replicas": 1}]}
+    rows = [view.row(x, body)[:len(view.headers)] for x in body["jobs"]]
+    text = render_table(view.headers, rows, width=80, right=view.right, keep=view.keep)
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "j-5ca0850d78cf" in text and "blocked by quota" in text

@@ -142,6 +142,8 @@ class View:
     row: Callable[[dict[str, Any], dict[str, Any]], list[Any]]
     """(item, the whole answer) -> the table's cells, then the wide ones."""
     right: Sequence[int] = ()
+    keep: Sequence[int] = ()
+    """Columns never cut at any width (the id ``describe`` and ``cancel`` take)."""
 
 
 def _job_row(j: dict[str, Any], body: dict[str, Any]) -> list[Any]:
@@ -188,8 +190,11 @@ def _rem_row(r: dict[str, Any], body: dict[str, Any]) -> list[Any]:
 
 def _queue_row(q: dict[str, Any], body: dict[str, Any]) -> list[Any]:
     est = q.get("est_wait_s")
-    return [q["position"], q["id"], q["name"], q["tenant"], _num(q["gpus"]), age(q["waiting_s"]),
-            "unknown" if est is None else ("now" if est < 1 else f"~{age(est)}"), q.get("why", ""),
+    blocked = q.get("blocked")
+    when = ("blocked by quota" if blocked == "quota" else "never" if blocked == "never" else "unknown"
+            if est is None else "now" if est < 1 else f"~{age(est)}")
+    return [q["position"], q["id"], q["name"], q["tenant"], _num(q["gpus"]), age(q["waiting_s"]), when,
+            q.get("why", ""),
             q["priority"], q["replicas"]]
 
 
@@ -205,10 +210,11 @@ def _alerts_with_t(body: dict[str, Any]) -> list[dict[str, Any]]:
 VIEWS: dict[Resource, View] = {
     Resource.JOBS: View("/api/v1/jobs", lambda b: b["jobs"], lambda j: j["id"],
                         ["ID", "NAME", "TENANT", "STATUS", "GPUS", "AGE", "MESSAGE"],
-                        ["REPLICAS", "PRIORITY", "GPU-TYPE", "RAN", "NODES"], _job_row, right=(4,)),
+                        ["REPLICAS", "PRIORITY", "GPU-TYPE", "RAN", "NODES"], _job_row, right=(4,), keep=(0,)),
     Resource.NODES: View("/api/v1/nodes", lambda b: b["nodes"], lambda n: n["name"],
                          ["NAME", "STATUS", "MODEL", "GPUS", "ALLOC", "MEM", "PODS"],
-                         ["POOL", "RACK", "LEAF", "CPU", "MEMORY"], _node_row, right=(3, 4, 5, 6)),
+                         ["POOL", "RACK", "LEAF", "CPU", "MEMORY"], _node_row, right=(3, 4, 5, 6),
+                         keep=(0,)),
     Resource.TENANTS: View("/api/v1/tenants", lambda b: b["tenants"], lambda t: t["name"],
                            ["NAME", "QUOTA", "WEIGHT", "FAIR", "GPUS", "RUNNING", "PENDING"],
                            ["PENDING-GPUS", "MAX-PRIORITY", "SHARE-USED"], _tenant_row, right=(1, 2, 3, 4, 5, 6)),
@@ -218,10 +224,10 @@ VIEWS: dict[Resource, View] = {
     Resource.REMEDIATIONS: View("/api/v1/remediations", lambda b: b["log"],
                                 lambda r: f"{r['t']}|{r['action']}|{r['target']}",
                                 ["ID", "TIME", "ACTION", "TARGET", "OUTCOME", "DETAIL"], ["MODE", "ALERT"],
-                                _rem_row),
+                                _rem_row, keep=(0,)),
     Resource.QUEUE: View("/api/v1/queue", lambda b: b["jobs"], lambda q: q["id"],
                          ["POS", "ID", "NAME", "TENANT", "GPUS", "WAITING", "EST-START", "WHY"],
-                         ["PRIORITY", "REPLICAS"], _queue_row, right=(0, 4)),
+                         ["PRIORITY", "REPLICAS"], _queue_row, right=(0, 4), keep=(1, 6)),
     Resource.SILENCES: View("/api/v1/silences", lambda b: b["silences"], lambda s: s["id"],
                             ["ID", "ALERT", "TARGET", "ENDS-IN", "COMMENT"], ["BY", "STARTS", "ENDS"], _silence_row),
 }
@@ -249,7 +255,7 @@ def _table(res: Resource, items: list[dict[str, Any]], body: dict[str, Any], fmt
     wide = fmt == OutputFormat.WIDE
     headers = [*view.headers, *(view.wide if wide else ())]
     rows = [view.row(x, body)[:len(headers)] for x in items]
-    print_table(headers, rows, no_headers=no_headers, wide=wide, right=view.right)
+    print_table(headers, rows, no_headers=no_headers, wide=wide, right=view.right, keep=view.keep)
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -674,6 +680,16 @@ def sinfo_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+SINFO_HEADERS = ["POOL", "MODEL", "NODES", "STATE", "GPUS(A/I/O/T)", "ALLOC", "NODELIST"]
+
+
+def sinfo_cells(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The table's cells; the node list is last, folded at its commas when the terminal is narrow."""
+    return [(r["pool"], r["model"], r["nodes"], r["state"],
+             "/".join(str(r["gpus"][k]) for k in ("allocated", "idle", "other", "total")), _pct(r["gpu_alloc"]),
+             r["nodelist"]) for r in rows]
+
+
 def sinfo(
     output: OutputOpt = OutputFormat.TABLE,
     no_headers: NoHeadersOpt = False,
@@ -691,11 +707,8 @@ def sinfo(
     if output.machine:
         write_machine({"t": body.get("t"), "partitions": rows}, output)
         return
-    headers = ["POOL", "MODEL", "NODES", "STATE", "GPUS(A/I/O/T)", "ALLOC", "NODELIST"]
-    print_table(headers, [(r["pool"], r["model"], r["nodes"], r["state"],
-                           "/".join(str(r["gpus"][k]) for k in ("allocated", "idle", "other", "total")),
-                           _pct(r["gpu_alloc"]), r["nodelist"]) for r in rows],
-                no_headers=no_headers, wide=output == OutputFormat.WIDE, right=(2, 5))
+    print_table(SINFO_HEADERS, sinfo_cells(rows), no_headers=no_headers, wide=output == OutputFormat.WIDE,
+                right=(2, 5), wrap_last=True)
 
 
 def register(app: typer.Typer) -> None:

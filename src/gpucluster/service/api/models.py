@@ -488,7 +488,11 @@ class QueueRow(_Out):
     gpus: float
     waiting_s: float
     why: str = Field(description="Why it waits (the scheduler's counted reasons, quota ...).")
-    est_start_t: float | None = Field(description="Rough start estimate (runtime clock); null = unknown.")
+    blocked: str | None = Field(None, description="``quota``: its tenant's quota holds it back (freed GPUs would "
+                                                  "not start it); ``never``: it can no longer start here (the "
+                                                  "cluster or the quota changed since it was accepted); null.")
+    est_start_t: float | None = Field(description="Rough start estimate (runtime clock); null = unknown or "
+                                                  "blocked.")
     est_wait_s: float | None
 
 
