@@ -22,7 +22,7 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data = tmp_path_factory.mktemp("operator") / "data"
-    srv = start_server(data, "--speed", "20", "--background", "0", "--faults-per-hour", "0")
+    srv = start_server(data, "--speed", "20", "--background", "0", "--faults-per-hour", "0", tenants=None)
     yield srv
     srv.stop()
 
@@ -163,3 +163,31 @@ def test_queue_eta_never_says_now_for_a_blocked_job(server: Server) -> None:
     with server.client() as c:
         for job in (first, held, never):
             c.delete(f"/api/v1/jobs/{job['id']}")
+
+
+def test_tenants_are_explicit_and_over_quota_is_flagged(server: Server, tmp_path: Path) -> None:
+    """Item 10: an unknown tenant used to be created, unlimited, by its first job; a tenant holding 8 GPUs
+    under a quota of 4 showed as "2 % of share" with no warning; there was no tenants verb."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: op-nobody\ntenant: op-nobody\nresources: {nvidia.com/gpu: 1}\n")
+    code, _, err = cli(server, "submit", str(job))
+    assert code == 2 and "no tenant 'op-nobody'" in err and "gpucluster tenants create op-nobody" in err
+    code, out, err = cli(server, "tenants", "create", "op-team", "--quota-gpus", "8")
+    assert code == 0, err
+    assert "tenant op-team (quota 8 GPUs" in out
+    tok = out.strip().splitlines()[-1]
+    running = wait_running(server, submit_job(server, {"name": "op-team-8", "resources": {"nvidia.com/gpu": 8}},
+                                              tok)["id"])
+    code, out, err = cli(server, "tenants", "set-quota", "op-team", "4")
+    assert code == 0, err
+    assert "op-team: 8/4 GPUs, over quota" in out
+    code, out, _ = cli(server, "get", "tenants")
+    row = _row(out, "op-team")
+    assert "8/4 GPUs, over quota" in row and all(len(line) <= 80 for line in out.splitlines())
+    code, out, _ = cli(server, "tenants", "list", "--json")
+    mine = next(t for t in json.loads(out)["tenants"] if t["name"] == "op-team")
+    assert mine["over_quota"] is True and mine["quota_gpus"] == 4
+    code, _, err = cli(server, "tenants", "set-quota", "op-missing", "4")
+    assert code == 2 and "no tenant 'op-missing'" in err
+    with server.client() as c:
+        c.delete(f"/api/v1/jobs/{running['id']}")

@@ -165,9 +165,17 @@ def _node_row(n: dict[str, Any], body: dict[str, Any]) -> list[Any]:
             f"{n.get('memory_used_mib', 0) / 1024:.0f}/{n.get('memory_mib', 0) / 1024:.0f}Gi"]
 
 
+def quota_use(t: dict[str, Any]) -> str:
+    """``8/4 GPUs, over quota``, ``2/4 GPUs`` or ``2 GPUs, no quota``."""
+    if t.get("quota_gpus") is None:
+        return f"{_num(t['gpus'])} GPUs, no quota"
+    text = f"{_num(t['gpus'])}/{_num(t['quota_gpus'])} GPUs"
+    return text + ", over quota" if t.get("over_quota") else text
+
+
 def _tenant_row(t: dict[str, Any], body: dict[str, Any]) -> list[Any]:
     return [t["name"], "-" if t.get("quota_gpus") is None else _num(t["quota_gpus"]), _num(t["weight"]),
-            _num(t["fair_share_gpus"], 1), _num(t["gpus"]), t["running"], t["pending"],
+            _num(t["fair_share_gpus"], 1), _num(t["gpus"]), t["running"], t["pending"], quota_use(t),
             _num(t["pending_gpus"]), t.get("max_priority", "-"), _pct(t.get("share_used"))]
 
 
@@ -216,8 +224,9 @@ VIEWS: dict[Resource, View] = {
                          ["POOL", "RACK", "LEAF", "CPU", "MEMORY"], _node_row, right=(3, 4, 5, 6),
                          keep=(0,)),
     Resource.TENANTS: View("/api/v1/tenants", lambda b: b["tenants"], lambda t: t["name"],
-                           ["NAME", "QUOTA", "WEIGHT", "FAIR", "GPUS", "RUNNING", "PENDING"],
-                           ["PENDING-GPUS", "MAX-PRIORITY", "SHARE-USED"], _tenant_row, right=(1, 2, 3, 4, 5, 6)),
+                           ["NAME", "QUOTA", "WEIGHT", "FAIR", "GPUS", "RUNNING", "PENDING", "QUOTA-USE"],
+                           ["PENDING-GPUS", "MAX-PRIORITY", "SHARE-USED"], _tenant_row, right=(1, 2, 3, 4, 5, 6),
+                           keep=(0, 7)),
     Resource.ALERTS: View("/api/v1/alerts", _alerts_with_t, lambda a: f"{a['name']}|{a['target']}|{a['since']}",
                           ["STATE", "SEVERITY", "ALERT", "TARGET", "AGE", "SUMMARY"],
                           ["SINCE", "RESOLVED", "SILENCE"], _alert_row),

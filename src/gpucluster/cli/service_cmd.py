@@ -38,6 +38,13 @@ REMEDIATE_NAMES = {"drain": Action.DRAIN, "defragment": Action.DEFRAGMENT, "migr
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
+class TenantMode(enum.StrEnum):
+    """``up --tenants``: whether a job may create its tenant (``ServiceConfig.tenants_on_first_use``)."""
+
+    EXPLICIT = "explicit"
+    ON_FIRST_USE = "on-first-use"
+
+
 class LogFormat(enum.StrEnum):
     """``up --log-format`` (``service.logs``)."""
 
@@ -116,6 +123,11 @@ def up(
     policy: Annotated[str, typer.Option("--placement-policy", "--policy",
                                         help=PLACEMENT_HELP + " (--policy: the same)")] = "default",
     queue_policy: Annotated[str, typer.Option("--queue-policy", help=QUEUE_HELP)] = "default",
+    tenants: Annotated[TenantMode | None, typer.Option(
+        "--tenants", help="explicit: a job naming a tenant that does not exist is refused (422, saying how to "
+                          "create it: `gpucluster tenants create NAME`), as Kueue and Slurm do; on-first-use: it "
+                          "creates the tenant, unlimited. Default: explicit (on-first-use with --kubeconfig, where "
+                          "Jobs found in the cluster bring their tenant).", case_sensitive=False)] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
     device_config: DeviceConfigOpt = None,
     submit_rate: Annotated[float, typer.Option(
@@ -209,7 +221,10 @@ def up(
                                                identity=identity))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
+    first_use = (tenants or (TenantMode.ON_FIRST_USE if kubeconfig is not None else TenantMode.EXPLICIT)) \
+        == TenantMode.ON_FIRST_USE
     config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst),
+                           tenants_on_first_use=first_use,
                            legacy_metrics=legacy_metrics)
     try:
         service, generated = open_service(runtime, config, lock)

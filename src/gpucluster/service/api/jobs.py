@@ -30,9 +30,13 @@ IdempotencyKey = Annotated[str | None, Header(
                 "request created instead of creating another (the same key with another body is 409).")]
 
 
+DEFAULT_TENANT = "default"
+"""The tenant of the admin's jobs that name none (always allowed, created on first use)."""
+
+
 def _tenant_of(body: JobIn, who: Principal) -> str:
     if who.is_admin:
-        tenant = body.tenant or "default"
+        tenant = body.tenant or DEFAULT_TENANT
         if tenant == SYNTHETIC_TENANT:
             raise ApiError(422, "tenant", f"{SYNTHETIC_TENANT!r} is reserved for the background workload")
         return tenant
@@ -84,6 +88,10 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
                 response.headers["Idempotent-Replayed"] = "true"
                 return earlier.to_dict()
     check_rate(service, who, "submissions")
+    if tenant != DEFAULT_TENANT and not service.config.tenants_on_first_use and service.store.tenant(tenant) is None:
+        raise ApiError(422, "tenant", f"no tenant {tenant!r}: create it first (gpucluster tenants create {tenant} "
+                                      "[--quota-gpus N], or POST /api/v1/tenants), or start up with --tenants "
+                                      "on-first-use")
     _admit_priority(service, who, tenant, body.priority)
     try:
         job = Job(job_spec(f"j-{uuid.uuid4().hex[:12]}", name=body.name, tenant=tenant, replicas=body.replicas,

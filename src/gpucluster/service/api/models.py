@@ -212,6 +212,14 @@ class TenantIn(_In):
                                                  "default (100).")
 
 
+class TenantPatch(_In):
+    quota_gpus: float | None = Field(None, ge=0, le=MAX_QUOTA_GPUS,
+                                     description="GPU-equivalents the tenant may hold; null = no quota.")
+    weight: float | None = Field(None, gt=0, le=1000, description="Fair-share weight; omit = unchanged.")
+    max_priority: int | None = Field(None, ge=0, le=MAX_PRIORITY,
+                                     description="Highest job priority the tenant may ask for; omit = unchanged.")
+
+
 class ExperimentIn(_In):
     policies: list[Annotated[str, StringConstraints(max_length=64)]] = Field(
         default_factory=lambda: ["stranding-fgd", "binpack", "spread"], min_length=1, max_length=4)
@@ -400,6 +408,9 @@ class TenantRow(_Out):
     running: int
     pending: int
     share_used: float
+    over_quota: bool = Field(False, description="Its running jobs hold more GPUs than its quota (the quota was "
+                                                "lowered, or jobs were admitted before it was set): no new job of "
+                                                "it starts until it is back under.")
 
 
 class TenantList(_Out):
@@ -610,6 +621,7 @@ __all__ = [
     "TenantCreated",
     "TenantIn",
     "TenantList",
+    "TenantPatch",
     "TokenIssued",
     "TokensRevoked",
     "Topology",
