@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -101,3 +102,46 @@ def test_get_queue_never_cuts_the_job_id_at_80_columns() -> None:
     text = render_table(view.headers, rows, width=80, right=view.right, keep=view.keep)
     assert all(len(line) <= 80 for line in text.splitlines()), text
     assert "j-5ca0850d78cf" in text and "blocked by quota" in text
+
+
+def test_policy_flags_have_one_name_each_and_the_old_ones_warn(tmp_path: Path) -> None:
+    """Item 6: ``--policy`` meant the placement policy in schedule/demo/up and the queue policy in
+    simulate/whatif; ``--pods`` a file in schedule and a count in demo. Now --placement-policy / --queue-policy
+    / --pod-count everywhere; the old names still work with their old meaning and warn on stderr."""
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(TYPO_POD.replace("nvidia.com/gpumemory: 8000", "nvidia.com/gpumem: 8000"))
+    new = runner.invoke(app, ["schedule", "--pods", str(pods), "--placement-policy", "binpack", "--json"])
+    old = runner.invoke(app, ["schedule", "--pods", str(pods), "--policy", "binpack", "--json"])
+    assert new.exit_code == old.exit_code == 0 and new.stdout == old.stdout and new.stderr == ""
+    assert "--policy is deprecated here: use --placement-policy" in old.stderr
+    both = runner.invoke(app, ["schedule", "--pods", str(pods), "--policy", "binpack", "--placement-policy", "spread"])
+    assert both.exit_code == 2 and "give --placement-policy only" in both.stderr
+    new = runner.invoke(app, ["simulate", "--trace", "synthetic:40:philly:0.01", "--queue-policy", "fifo", "--json"])
+    old = runner.invoke(app, ["simulate", "--trace", "synthetic:40:philly:0.01", "--policy", "fifo", "--json"])
+    assert new.exit_code == old.exit_code == 0 and "--policy is deprecated here: use --queue-policy" in old.stderr
+    new = runner.invoke(app, ["demo", "--pod-count", "50", "--placement-policy", "binpack", "--json"])
+    old = runner.invoke(app, ["demo", "--pods", "50", "--policy", "binpack", "--json"])
+    assert new.exit_code == old.exit_code == 0
+    assert [r["pods"] for r in json.loads(new.stdout)["results"]] == [50]
+    assert "--pods is deprecated here: use --pod-count" in old.stderr
+    for command in (["up"], ["simulate"], ["whatif"], ["schedule"], ["demo"], ["k8s", "scheduler"]):
+        r = run_tty(*command, "--help", columns=80)
+        assert r.code == 0 and "--policy " not in r.stdout  # the alias is hidden
+        assert "--placement-policy" in r.stdout or "--queue-policy" in r.stdout, command
+
+
+def test_help_at_80_columns_never_cuts_a_flag_name_and_shows_no_bool_placeholder() -> None:
+    """Item 7 and the minor one: typer's rich help cut "--placement-poli…" and gave every flag "<bool>"."""
+    for command in (["up"], ["get"], ["schedule"], ["simulate"], ["whatif"], ["submit"], ["tenants", "create"]):
+        r = run_tty(*command, "--help", columns=80)
+        assert r.code == 0, r.stderr
+        assert all(len(line) <= 80 for line in r.stdout.splitlines()), r.stdout
+        assert "…" not in r.stdout and "<bool>" not in r.stdout, r.stdout
+    assert "--placement-policy <str>" in run_tty("up", "--help", columns=80).stdout
+
+
+def test_version_as_a_flag_and_as_a_verb() -> None:
+    from gpucluster import __version__
+
+    flag, verb = runner.invoke(app, ["--version"]), runner.invoke(app, ["version"])
+    assert flag.exit_code == verb.exit_code == 0 and flag.stdout == verb.stdout == f"{__version__}\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Annotated
 
 import typer
 
@@ -39,6 +40,18 @@ for module in (
     monitor_cmd, service_cmd, get_cmd, node_cmd, tenants_cmd, config_cmd,
 ):
     module.register(app)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False) -> None:
+    """GPU-cluster control plane: plan, schedule, watch and replay GPU clusters."""
 
 
 @app.command("version")

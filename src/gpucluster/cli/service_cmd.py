@@ -22,10 +22,12 @@ from gpucluster.cli.common import (
     check_placement_policy,
     check_queue_policies,
     console,
+    deprecated_option,
     device_settings_or_fail,
     fail,
     load_cluster_or_fail,
     print_json,
+    renamed,
 )
 from gpucluster.cli.get_cmd import VIEWS, Resource
 from gpucluster.cli.output import print_table
@@ -120,8 +122,9 @@ def up(
                                               help="Target load of the synthetic background workload.")] = 0.6,
     faults_per_hour: Annotated[float, typer.Option("--faults-per-hour", min=0.0,
                                                    help="Injected GPU faults per clock hour.")] = 1.0,
-    policy: Annotated[str, typer.Option("--placement-policy", "--policy",
-                                        help=PLACEMENT_HELP + " (--policy: the same)")] = "default",
+    old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
+    policy: Annotated[str | None, typer.Option("--placement-policy", help=PLACEMENT_HELP + "; default: default")]
+    = None,
     queue_policy: Annotated[str, typer.Option("--queue-policy", help=QUEUE_HELP)] = "default",
     tenants: Annotated[TenantMode | None, typer.Option(
         "--tenants", help="explicit: a job naming a tenant that does not exist is refused (422, saying how to "
@@ -182,6 +185,7 @@ def up(
     )
     from gpucluster.service.limits import RateLimits
 
+    policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
     check_placement_policy(policy)
     [queue_policy] = check_queue_policies(queue_policy)
     try:

@@ -17,7 +17,15 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from gpucluster.cli.common import PLACEMENT_HELP, QUEUE_HELP, check_placement_policy, check_queue_policies, print_json
+from gpucluster.cli.common import (
+    PLACEMENT_HELP,
+    QUEUE_HELP,
+    check_placement_policy,
+    check_queue_policies,
+    deprecated_option,
+    print_json,
+    renamed,
+)
 from gpucluster.cli.output import print_table
 from gpucluster.cli.simulate_cmd import REF_GPU_HELP
 from gpucluster.design.work_cost import SpotRisk
@@ -170,8 +178,9 @@ def whatif(
     trace: Annotated[str, typer.Option("--trace", help="FORMAT:PATH; formats philly-gavel, alibaba-openb, tiresias, "
                                                        "jobs, or synthetic:N[:PROFILE[:LOAD]] (load sized on the "
                                                        "first --design)")],
-    policy: Annotated[str, typer.Option("--queue-policy", "--policy", help=QUEUE_HELP + " (--policy: the same)")]
-    = DEFAULT_QUEUE_POLICY,
+    policy: Annotated[str | None, typer.Option(
+        "--queue-policy", help=QUEUE_HELP + f" (default: {DEFAULT_QUEUE_POLICY})")] = None,
+    old_policy: Annotated[str | None, deprecated_option("--policy", "--queue-policy")] = None,
     placement: Annotated[str | None, typer.Option(
         "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
     years: Annotated[float, typer.Option("--years", help="Years to amortise capex over")] = DEFAULT_YEARS,
@@ -205,6 +214,7 @@ def whatif(
              "without it.")] = None,
 ) -> None:
     """Simulate each design on the same workload; print cost against utilisation and JCT, and which to buy."""
+    policy = renamed(policy, old_policy, "--queue-policy", "--policy") or DEFAULT_QUEUE_POLICY
     [policy] = check_queue_policies(policy)
     check_placement_policy(placement)
     if years <= 0:
