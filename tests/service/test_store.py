@@ -227,7 +227,7 @@ def test_files_are_private_and_an_older_database_is_migrated(path: Path) -> None
     store = Store(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert store.tenant("old") == {"name": "old", "quota_gpus": 2.0, "weight": 1.0, "max_priority": None,
-                                   "created": 5.0}
+                                   "max_queued_jobs": None, "created": 5.0}
     store.upsert_tenant("old", 2.0, 1.0, max_priority=7)
     assert store.tenant("old")["max_priority"] == 7  # type: ignore[index]
     with sqlite3.connect(path) as db:  # and a job row written before the run fields were stored

@@ -138,6 +138,10 @@ def up(
         help="Job submissions (and task starts) per second each tenant may make; 0 = unlimited.")] = 20.0,
     submit_burst: Annotated[int, typer.Option(
         "--submit-burst", min=1, max=100000, help="Submissions a tenant may make at once.")] = 100,
+    max_queued_jobs: Annotated[int, typer.Option(
+        "--max-queued-jobs", min=0, max=1_000_000,
+        help="Jobs each tenant may have pending at once (429 beyond), unless the tenant's own max_queued_jobs "
+             "(POST /api/v1/tenants) says otherwise.")] = 1000,
     legacy_metrics: Annotated[bool, typer.Option(
         "--legacy-metrics", help="/metrics also carries HAMi's legacy names (GPUDeviceMemoryAllocated, ...).")]
     = False,
@@ -184,6 +188,7 @@ def up(
         open_service,
     )
     from gpucluster.service.limits import RateLimits
+    from gpucluster.service.store import StoreWriteError, disk_full
 
     policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
     check_placement_policy(policy)
@@ -229,11 +234,18 @@ def up(
         == TenantMode.ON_FIRST_USE
     config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst),
                            tenants_on_first_use=first_use,
+                           max_queued_jobs=max_queued_jobs,
                            legacy_metrics=legacy_metrics)
     try:
         service, generated = open_service(runtime, config, lock)
     except TokenError as exc:
         fail(str(exc))
+    except (StoreWriteError, OSError) as exc:  # a full disk, a read-only one: one line, not a traceback
+        stop = getattr(runtime, "close", None)
+        if callable(stop):
+            stop()
+        why = ("the disk is full" if disk_full(exc) else "it cannot be written") + f" ({_cause(exc)})"
+        fail(f"--data-dir: {data}: cannot open the store: {why}")
     app = create_app(service, web.mount)
     shown_host, exposed = _shown_host(host)
     url = f"http://{shown_host}:{port}/"
@@ -428,3 +440,10 @@ def register(app: typer.Typer) -> None:
     app.command("logs")(logs)
     app.command("jobs")(jobs)
     app.command("nodes")(nodes)
+
+
+def _cause(exc: BaseException) -> str:
+    """The first error under a store failure, in one line."""
+    cause = getattr(exc, "cause", None) or exc
+    text = getattr(cause, "strerror", None) or str(cause)
+    return f"{type(cause).__name__}: {text}".splitlines()[0][:300]

@@ -48,7 +48,8 @@ def embedded_simulation(cluster: Cluster, queue_policy: str = DEFAULT_QUEUE_POLI
     """The simulation an :class:`EmbeddedRuntime` drives: a quota tree (empty until tenants get quotas), no
     network slowdown, no series. ``gpucluster simulate`` builds the same with ``describe=False``."""
     return Simulation(cluster, queue_policy, seed=seed, placement_policy=placement_policy, slowdown=False,
-                      describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t)
+                      describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t,
+                      quota_waits=describe)
 
 
 class EmbeddedRuntime(EngineFront):
@@ -123,12 +124,13 @@ class EmbeddedRuntime(EngineFront):
         self.sim.speeds.note(job.spec)
         return out
 
-    def restore(self, job: Job) -> None:
+    def restore(self, job: Job, admitted: bool = False) -> None:
         """Queue a live job recovered from the store (a new record, as :func:`gpucluster.service.store` builds)
         and try it at once: jobs are placed in the order the service restores them (those that ran before the
-        restart first, so they get their room back whatever the queue policy would prefer among them)."""
+        restart first, so they get their room back whatever the queue policy would prefer among them).
+        ``admitted`` (it ran before the restart): its tenant's quota, lowered since, does not hold it back."""
         job.spec = restored_submission(job.spec, self.now)
-        self.engine.submit(job)
+        self.engine.submit(job, admitted=admitted)
         self.sim.speeds.note(job.spec)
         job.message = "re-queued after a control-plane restart"
         self.sim.run_until(self.now)

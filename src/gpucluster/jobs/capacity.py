@@ -76,15 +76,17 @@ class CapacityView:
             n = self._slots[task_gpus] = int((s.node_idle // max(task_gpus, 1)).sum())
         return n
 
-    def never_fits(self, spec: JobSpec) -> Infeasible | None:
-        """Why ``spec`` could never run here, even on the empty cluster (None when it could). Cached per shape
-        and tenant under the state's layout (which nodes exist) and the quota tree's revision."""
+    def never_fits(self, spec: JobSpec, quota: bool = True) -> Infeasible | None:
+        """Why ``spec`` could never run here, even on the empty cluster, or (with ``quota``) beyond its tenant's
+        quota (None when it could). Cached per shape and tenant under the state's layout (which nodes exist) and
+        the quota tree's revision."""
         state = self._state()
+        tree = self.quota if quota else None
         key = (spec.shape, spec.task_gpus, spec.cpu_milli, spec.memory_mib, spec.num_tasks, spec.tenant,
-               state.layout, self.quota.revision if self.quota is not None else 0)
+               state.layout, tree.revision if tree is not None else -1)
         if key in self._never:
             return self._never[key]
-        found = self._never[key] = never_fits(spec, state, self.quota)
+        found = self._never[key] = never_fits(spec, state, tree)
         return found
 
     def free(self, gpus: float) -> Free:

@@ -62,7 +62,12 @@ from gpucluster.jobs.transitions import (
 )
 from gpucluster.jobs.views import JobViews, count_message, failure_message
 from gpucluster.model import ClusterState, Pod, views
-from gpucluster.model.labels import DATA_LOCALITY_ANNOTATION, JOB_LABEL, NODE_NAME_ANNOTATION
+from gpucluster.model.labels import (
+    DATA_LOCALITY_ANNOTATION,
+    JOB_LABEL,
+    NODE_NAME_ANNOTATION,
+    QUOTA_ADMITTED_ANNOTATION,
+)
 from gpucluster.model.share import allocation_gpus
 from gpucluster.scheduler import GroupDecision
 from gpucluster.scheduler.feasibility import Infeasible
@@ -181,6 +186,10 @@ class EngineOptions:
     """Admit a job only when whole tasks of its size fit the free devices of single nodes (and the placer places
     every pod); False: count-only admission, as a quota system that counts GPUs admits (Kueue), for comparison
     (the placer then decides what it can and the rest waits after admission)."""
+    quota_waits: bool = False
+    """A job beyond its tenant's quota waits in the queue, saying so, until the quota rises (a control plane,
+    whose quotas change while jobs wait: quotas apply to admission, never retroactively); False: it is rejected
+    when it arrives (a simulated run, whose quotas are fixed)."""
 
 
 class JobEngine:
@@ -224,6 +233,9 @@ class JobEngine:
         self._shapes: dict[str, tuple[float, int, tuple[Any, ...], bool, int]] = {}
         """Job id -> (GPU share, task GPUs, shape, whole, tasks): the pass reads these for every queued job."""
         self._failure: GroupDecision | None = None
+        self._admitted: set[str] = set()
+        """Jobs admitted under an earlier quota (they ran before a control-plane restart): their next placement
+        is charged to the quota but not held to a limit lowered since."""
         self.paused = False
         """True: no scheduling pass runs (a control-plane replica that is not the leader only mirrors what the
         leader decides: :meth:`adopt`, :meth:`withdraw`, :meth:`finish`, :meth:`fail`)."""
@@ -241,9 +253,10 @@ class JobEngine:
     def job(self, job_id: str) -> Job:
         return self.jobs[job_id]
 
-    def submit(self, job: JobSpec | Job) -> Job:
+    def submit(self, job: JobSpec | Job, *, admitted: bool = False) -> Job:
         """Add a job (a spec, or a record built by the caller); it arrives at ``max(submit_s, now)``. Raises
-        ``ValueError`` on a duplicate id."""
+        ``ValueError`` on a duplicate id. ``admitted``: the job was admitted before (it ran before a control-plane
+        restart): its next start is not held to its tenant's quota, which may have been lowered since."""
         spec = job if isinstance(job, JobSpec) else job.spec
         if spec.job_id in self.jobs:
             raise ValueError(f"job {spec.job_id!r} submitted twice")
@@ -257,13 +270,15 @@ class JobEngine:
         if self.options.describe:
             record.least_gpus = least_gpus(fitted, self.state)
         self.jobs[spec.job_id] = record
+        if admitted:
+            self._admitted.add(spec.job_id)
         self.kernel.schedule(max(spec.submit_s, self.now), _Arrive(spec.job_id), PRIO_ARRIVE)
         return record
 
-    def never_fits(self, spec: JobSpec) -> Infeasible | None:
-        """Why ``spec`` could never run here, even on the empty cluster (None when it could):
-        :meth:`CapacityView.never_fits`."""
-        return self.capacity.never_fits(spec)
+    def never_fits(self, spec: JobSpec, quota: bool = True) -> Infeasible | None:
+        """Why ``spec`` could never run here, even on the empty cluster, or (with ``quota``) beyond its tenant's
+        quota (None when it could): :meth:`CapacityView.never_fits`."""
+        return self.capacity.never_fits(spec, quota)
 
     def cancel(self, job_id: str, why: str = "cancelled by request") -> bool:
         """Cancel a job wherever it is; False if it had already ended."""
@@ -299,6 +314,7 @@ class JobEngine:
         if job is not None and job.done:
             del self.jobs[job_id]
             self._shapes.pop(job_id, None)
+            self._admitted.discard(job_id)
 
     def run_until(self, t: float) -> None:
         """Run every event up to time ``t`` and leave the clock at ``t`` (or at the last event for inf).
@@ -448,7 +464,10 @@ class JobEngine:
         elif isinstance(event, _Arrive):
             job = self.jobs.get(event.job_id)
             if job is not None and job.state == JobState.NEW:
-                why = self.never_fits(job.spec)
+                # a control plane's job beyond its quota waits for it (the quota may rise); an admitted one
+                # is not held to it at all
+                why = self.never_fits(job.spec, quota=not self.options.quota_waits
+                                      and event.job_id not in self._admitted)
                 if why is not None:
                     self._apply(job, Reject(f"rejected: {why.why}"))
                 else:
@@ -533,7 +552,8 @@ class JobEngine:
                 spec = job.spec
                 info = shapes.get(jid)
                 if info is None:
-                    info = shapes[jid] = (spec.gpu_share, spec.task_gpus, (spec.shape, spec.tenant), spec.whole,
+                    info = shapes[jid] = (spec.gpu_share, spec.task_gpus,
+                                          (spec.shape, spec.tenant, jid in self._admitted), spec.whole,
                                           spec.num_tasks)
                 need, task_gpus, shape, whole, tasks = info
                 if need <= free and need < failed.get(shape, math.inf) and (
@@ -665,6 +685,8 @@ class JobEngine:
         spec = job.spec
         attempt = job.attempt + 1
         pods = task_pods(spec, attempt, self.options.namespace)
+        if job.job_id in self._admitted:
+            pods = [replace(p, annotations={**p.annotations, QUOTA_ADMITTED_ANNOTATION: "true"}) for p in pods]
         if pinned:
             assert len(pinned) == len(pods)
             pods = [replace(p, annotations={**p.annotations, NODE_NAME_ANNOTATION: n})
@@ -690,6 +712,7 @@ class JobEngine:
             self._failure = group
             return False
         self._dequeue(job)
+        self._admitted.discard(job.job_id)
         names: list[str] = []
         devices: list[tuple[int, int]] = []
         nodes = self.state.nodes

@@ -50,11 +50,11 @@ class EngineFront:
                 into.extend(self._events[mark:])
             del self._events[mark:]
 
-    def validate(self, job: Job) -> None:
+    def validate(self, job: Job, quota: bool = True) -> None:
         """``ValueError("where: why")`` when the job could never run here (``where``: the request field at fault,
-        e.g. ``resources``, ``replicas``, ``gpu_type``, ``node_selector`` or ``quota``)."""
+        e.g. ``resources``, ``replicas``, ``gpu_type``, ``node_selector`` or, with ``quota``, ``quota``)."""
         with self.engine_lock():
-            found = self.engine.capacity.never_fits(job.spec)
+            found = self.engine.capacity.never_fits(job.spec, quota)
         if found is not None:
             raise ValueError(f"{found.where}: {found.why}")
 

@@ -321,6 +321,7 @@ class KubeRuntime(EngineFront):
             self.engine = JobEngine(KubePlacer(self), self._queue, quota=self.quota, kernel=Kernel(),
                                     options=EngineOptions(describe=True, namespace=self.namespace,
                                                           record_series=False, timed_finish=False,
+                                                          quota_waits=True,
                                                           device_check=self.admission == "devices"))
             self.engine.paused = not self._leading
         self.engine.listeners.append(self._report)
@@ -537,9 +538,10 @@ class KubeRuntime(EngineFront):
         self.submit_write("create", job.id, self.write_create, body)
         return job
 
-    def restore(self, job: Job) -> None:
-        """A job the store knows after a restart: the cluster's record wins; a job whose Job object is missing
-        is created again (nothing accepted is lost)."""
+    def restore(self, job: Job, admitted: bool = False) -> None:
+        """A job the store knows after a restart: the cluster's record wins (a running Job object is adopted as
+        it runs, whatever the quota is now); a job whose Job object is missing is created again (nothing
+        accepted is lost) and admitted again."""
         if job.id in self.engine.jobs or job.id in self._creating:
             return
         job.spec = restored_submission(job.spec, self.now)

@@ -33,6 +33,11 @@ MAX_PRIORITY: Final = 1000
 """Highest job priority; a tenant's own maximum (``max_priority``) is at most this."""
 DEFAULT_TENANT_MAX_PRIORITY: Final = 100
 """A tenant's maximum job priority unless the admin sets another."""
+DEFAULT_TENANT_MAX_QUEUED: Final = 1000
+"""Jobs one tenant may have waiting (pending) at once unless the admin sets another limit for it
+(``max_queued_jobs``) or for all (``gpucluster up --max-queued-jobs``): 429 beyond it."""
+MAX_TENANT_QUEUED: Final = 1_000_000
+"""Highest ``max_queued_jobs`` the admin may give a tenant."""
 MAX_JOB_DURATION_S: Final = 30 * 86400.0
 """Longest ``duration_s`` of a job submitted to the control plane (30 days)."""
 MAX_JOB_TOKENS: Final = 1e16

@@ -28,8 +28,12 @@ from gpucluster.service.core import REMEDIATION_ACTOR, SYNTHETIC_TENANT, Service
 from gpucluster.service.errors import ApiError, error_body
 from gpucluster.service.logs import AccessLog
 from gpucluster.service.ops import Operations
+from gpucluster.service.store import StoreWriteError
 
 log = logging.getLogger(__name__)
+
+STORE_RETRY_AFTER_S = 5
+"""``Retry-After`` of a 503 answered because the store could not be written (not for a full disk: 507)."""
 
 
 def _error(status: int, where: str, why: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -61,6 +65,18 @@ def _install_error_handlers(app: FastAPI) -> None:
             why = f"no such endpoint: {request.method} {request.url.path[:200]}"
         return _error(exc.status_code, request.url.path[:200], why, getattr(exc, "headers", None))
 
+    @app.exception_handler(StoreWriteError)
+    async def _store_error(request: Request, exc: StoreWriteError) -> JSONResponse:
+        # handled here (not by the catch-all below, which Starlette re-raises after answering and which then
+        # resets keep-alive connections); the request changed nothing, so the client may retry
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        if exc.full:
+            return _error(507, "store", f"nothing was changed: the disk under the data directory is full "
+                                        f"({type(exc.cause).__name__}: {exc.cause}); free space and retry")
+        return _error(503, "store", f"nothing was changed: the store cannot be written now "
+                                    f"({type(exc.cause).__name__}: {exc.cause}); retry",
+                      {"Retry-After": str(STORE_RETRY_AFTER_S)})
+
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:  # a bug: log it, say little
         log.exception("internal error on %s %s", request.method, request.url.path)
@@ -77,6 +93,10 @@ def create_app(service: Service, mount_web: Callable[[FastAPI], None] | None = N
                 try:
                     service.tick()
                     service.loop_error = None
+                except StoreWriteError as exc:  # the tick keeps its events and stores them when it can
+                    if service.loop_error is None:  # log the first, not one line per tick
+                        log.error("scheduling loop: %s", exc)
+                    service.loop_error = str(exc)
                 except Exception as exc:  # keep serving; report it on /healthz and in the log
                     service.loop_error = f"{type(exc).__name__}: {exc}"
                     log.exception("scheduling loop tick failed")

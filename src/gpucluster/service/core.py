@@ -7,6 +7,7 @@ experiment work runs on worker threads and never touches either.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -16,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.jobs import Fail, JobStatus, transition
+from gpucluster.model.limits import DEFAULT_TENANT_MAX_QUEUED
 from gpucluster.monitoring import describe_record
 from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.limits import RateLimits, TokenBucket
 from gpucluster.service.lock import DataDirLock
 from gpucluster.service.logs import EVENTS_LOGGER, log_event
 from gpucluster.service.runtime import DiscoveredJobs, Job, JobEvent, JobState, RemediationAudit, Runtime
-from gpucluster.service.store import BadRow, Store
+from gpucluster.service.store import BadRow, Store, StoreWriteError
 from gpucluster.service.tasks import TaskManager
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,10 @@ SYNTHETIC_TENANT = "synthetic"
 REMEDIATION_ACTOR = "remediation"
 DISCOVERED_ACTOR = "cluster"
 """Audit actor of jobs found in the cluster rather than submitted here (a Job created with kubectl)."""
+CLOCK_LEASE_S = 5.0
+"""Wall-clock seconds of runtime clock stored ahead of the clock: the clock is written once per lease, not once
+per tick (every write is a WAL frame), and a restart resumes at the stored value, at or after any time a client
+has seen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +54,8 @@ class ServiceConfig:
     """Admin bearer token; None = ``$GPUCLUSTER_ADMIN_TOKEN``, else the one saved under data_dir, else new."""
     rates: RateLimits = field(default_factory=RateLimits)
     """Per-tenant submission rate limit."""
+    max_queued_jobs: int = DEFAULT_TENANT_MAX_QUEUED
+    """Jobs a tenant may have pending at once unless its own ``max_queued_jobs`` says otherwise (429 beyond)."""
     legacy_metrics: bool = False
     """``/metrics`` also carries HAMi's legacy metric names (``GPUDeviceMemoryAllocated`` ...)."""
     tenants_on_first_use: bool = False
@@ -82,6 +90,12 @@ class Service:
     limiter: TokenBucket = field(default_factory=lambda: TokenBucket(0.0, 0))
     persisted_clock: float = -1.0
     """The clock value last written to the store; the runtime never runs ahead of it."""
+    unrecorded: list[JobEvent] = field(default_factory=list)
+    discovered: list[Job] = field(default_factory=list)
+    remediation_pending: list[Any] = field(default_factory=list)
+    """Remediation audit records not stored yet."""
+    """Jobs found in the cluster and not stored yet."""
+    """Events of earlier ticks the store could not take (a full disk): stored, in order, before the next ones."""
     tick_hooks: list[Callable[[list[JobEvent]], None]] = field(default_factory=list)
     """Called after every tick with its events (``service.ops``: logs, alert transitions, history)."""
     _cache: dict[str, Any] = field(default_factory=dict)
@@ -103,34 +117,53 @@ class Service:
         return self.clock_origin + (time.monotonic() - self.started_wall) * self.config.speed
 
     def tick(self) -> list[JobEvent]:
-        """Advance the runtime to the clock. The clock is committed to the store *before* the runtime moves,
-        so whatever time a client has seen, a restart (even after ``kill -9``) resumes at or after it."""
+        """Advance the runtime to the clock. The clock is committed to the store *before* the runtime moves
+        (a lease of :data:`CLOCK_LEASE_S` ahead, so not on every tick), so whatever time a client has seen, a
+        restart (even after ``kill -9``) resumes at or after it. When the store cannot be written (a full disk)
+        the runtime still moves, and the tick's events are kept (:attr:`unrecorded`) and stored first by the
+        next tick that can: none is lost (while nothing can be stored, a ``kill -9`` loses what the disk could
+        not take, as it would any time). Raises
+        :class:`~gpucluster.service.store.StoreWriteError` after the tick when something could not be stored."""
         t = self.clock()
+        failed: StoreWriteError | None = None
         if t > self.persisted_clock:
-            self.store.set_meta("clock", repr(t))
-            self.persisted_clock = t
+            ahead = t + CLOCK_LEASE_S * self.config.speed
+            try:
+                self.store.set_meta("clock", repr(ahead))
+                self.persisted_clock = ahead
+            except StoreWriteError as exc:  # the runtime goes on; the next tick stores the clock again
+                failed = exc
         events = self.runtime.advance(t)
         self.ticks += 1
         self.version += 1
-        self.adopt_discovered()
-        self.record(events)
-        self.persist_remediation()
+        self.unrecorded.extend(events)
+        try:
+            self.adopt_discovered()
+            self.record(self.unrecorded)
+            self.unrecorded = []
+            self.persist_remediation()
+        except StoreWriteError as exc:
+            failed = failed or exc
         for hook in self.tick_hooks:
             hook(events)
+        if failed is not None:
+            raise failed
         return events
 
     def adopt_discovered(self) -> None:
         """Jobs the runtime found in the cluster (kubectl, another replica) join the store and the job list."""
         if not isinstance(self.runtime, DiscoveredJobs):
             return
-        for job in self.runtime.take_discovered():
-            if self.store.has_job(job.id):
-                continue
-            self.store.ensure_tenant(job.tenant)
-            self.store.insert_job(job, DISCOVERED_ACTOR, message=f"found in the cluster: {job.message}")
-            self.order.append(job.id)
-            self.store.record_events([], {job.id: job})
-            self.changed()
+        self.discovered.extend(self.runtime.take_discovered())
+        while self.discovered:  # one at a time: a full disk keeps the rest for the next tick
+            job = self.discovered[0]
+            if not self.store.has_job(job.id):
+                self.store.insert_job(job, DISCOVERED_ACTOR, message=f"found in the cluster: {job.message}")
+                self.order.append(job.id)
+                self.changed()
+            self.discovered.pop(0)
+            with contextlib.suppress(StoreWriteError):  # its run fields follow with its next event
+                self.store.record_events([], {job.id: job})
 
     def record(self, events: list[JobEvent]) -> None:
         """Persist events and, whole, the persisted jobs they are about (status, message, run fields)."""
@@ -143,13 +176,15 @@ class Service:
         if not isinstance(self.runtime, RemediationAudit):
             return
         records = self.runtime.take_audit_records()
+        self.remediation_pending.extend(records)
         for r in records:
             log_event(events_log, f"remediation {r.action} {r.target}: {r.outcome}", event="remediation",
                       action=r.action, target=r.target, outcome=r.outcome, alert=r.alert,
                       detail=describe_record(r))
-        if records:
+        if self.remediation_pending:  # kept until stored (a full disk)
             self.store.audit_many((REMEDIATION_ACTOR, f"remediation.{r.action}", r.target, describe_record(r))
-                                  for r in records)
+                                  for r in self.remediation_pending)
+            self.remediation_pending = []
 
     def find_job(self, job_id: str) -> Job | None:
         return self.runtime.job(job_id) or self.archive.get(job_id)
@@ -165,6 +200,11 @@ class Service:
             if job is not None:
                 yield job
 
+    def max_queued(self, row: dict[str, Any] | None) -> int:
+        """A tenant's limit on pending jobs (its own, else the service's default)."""
+        value = None if row is None else row.get("max_queued_jobs")
+        return self.config.max_queued_jobs if value is None else int(value)
+
     def sync_quotas(self) -> None:
         self.runtime.set_quotas({t["name"]: float(t["quota_gpus"]) for t in self.store.tenants()
                                  if t["quota_gpus"] is not None})
@@ -172,7 +212,10 @@ class Service:
     def close(self) -> None:
         """Save the clock, close the store, stop the runtime's threads (a leader gives its lease back) and give
         the data directory back."""
-        self.store.set_meta("clock", repr(max(self.runtime.now, self.persisted_clock)))
+        try:
+            self.store.set_meta("clock", repr(max(self.runtime.now, self.persisted_clock)))
+        except StoreWriteError as exc:  # the stored lease is at or after the runtime's clock anyway
+            log.warning("clock not saved on close: %s", exc)
         self.store.close()
         stop = getattr(self.runtime, "close", None)
         if callable(stop):
@@ -193,7 +236,8 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
     whether the admin token was generated now. A stored job that cannot be restored is marked failed with the
     reason (and audited); it never stops the start.
 
-    Raises ``lock.DataDirLockedError`` and ``auth.TokenError``."""
+    Raises ``lock.DataDirLockedError``, ``auth.TokenError``, ``store.StoreWriteError`` (a full disk: nothing is
+    restored, the data directory is given back) and ``OSError``."""
     lock = (lock or DataDirLock(config.data_dir)).acquire()
     try:
         admin: AdminToken = resolve_admin_token(config.data_dir, config.admin_token)
@@ -201,7 +245,17 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
     except BaseException:
         lock.release()
         raise
-    store.replace_tokens(admin.token, "admin", None, "admin")
+    try:
+        store.replace_tokens(admin.token, "admin", None, "admin")
+        return _restore(runtime, config, lock, admin, store)
+    except BaseException:
+        store.close()
+        lock.release()
+        raise
+
+
+def _restore(runtime: Runtime, config: ServiceConfig, lock: DataDirLock, admin: AdminToken,
+             store: Store) -> tuple[Service, bool]:
     svc = Service(runtime=runtime, store=store, config=config, admin_token=admin.token, admin_source=admin.source,
                   lock=lock, limiter=TokenBucket(config.rates.submit_per_s, config.rates.submit_burst))
     saved = store.get_meta("clock")
@@ -227,8 +281,10 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
             svc.archive[job.id] = job
             continue
         try:
-            runtime.validate(job)
-            runtime.restore(job)
+            # quotas apply to admission, never retroactively: a job accepted before is not re-admitted against
+            # today's quota (a running one is put back as it ran, a queued one waits for the quota)
+            runtime.validate(job, quota=False)
+            runtime.restore(job, admitted=job.id in ran)
         except Exception as exc:  # a row this version cannot run: fail it, say why, go on
             recovered.append(_fail_unrestorable(store, job.id, runtime.now, str(exc)[:300]))
             if not job.done:

@@ -92,25 +92,27 @@ class Silences:
         except (ValueError, TypeError):
             logging.getLogger(__name__).warning("stored silences are unreadable; starting without them")
 
-    def _save(self) -> None:
-        self.service.store.set_meta(SILENCES_META, json.dumps([asdict(s) for s in self.items]))
+    def _save(self, items: list[Silence], audit: tuple[str, str, str, str]) -> None:
+        """Store ``items`` (with the audit line, one transaction), then make them the silences: a write that
+        fails (``StoreWriteError``) changes nothing."""
+        self.service.store.set_meta_audited(SILENCES_META, json.dumps([asdict(s) for s in items]), audit)
+        self.items = items
 
     def active(self, t: float) -> list[Silence]:
         return [s for s in self.items if s.starts_t <= t < s.ends_t]
 
     def add(self, alert: str, target: str, duration_s: float, comment: str, created_by: str) -> Silence:
         t = self.service.runtime.now
-        self.items = [s for s in self.items if s.ends_t > t][-(MAX_SILENCES - 1):]
         s = Silence(f"sil-{uuid.uuid4().hex[:10]}", alert, target, t, t + duration_s, comment, created_by)
-        self.items.append(s)
-        self._save()
+        kept = [x for x in self.items if x.ends_t > t][-(MAX_SILENCES - 1):]
+        self._save([*kept, s], (created_by, "alert.silence", s.id, f"{s.alert or '*'} on {s.target or '*'} until "
+                                                                   f"t={s.ends_t:.0f}: {s.comment}"[:500]))
         return s
 
-    def remove(self, silence_id: str) -> Silence | None:
+    def remove(self, silence_id: str, actor: str) -> Silence | None:
         found = next((s for s in self.items if s.id == silence_id), None)
         if found is not None:
-            self.items = [s for s in self.items if s.id != silence_id]
-            self._save()
+            self._save([s for s in self.items if s.id != silence_id], (actor, "alert.unsilence", found.id, ""))
         return found
 
     def mark(self, rows: Iterable[dict[str, Any]], t: float) -> list[dict[str, Any]]:

@@ -51,13 +51,15 @@ class Runtime(Protocol):
         """Accept a job (already validated by :meth:`validate`) into the queue."""
         ...
 
-    def validate(self, job: Job) -> None:
+    def validate(self, job: Job, quota: bool = True) -> None:
         """Raise ``ValueError("where: why")`` if the job can never be turned into pods, or could never run here
-        (even on the empty cluster, or beyond its tenant's quota: :func:`gpucluster.jobs.never_fits`)."""
+        (even on the empty cluster, or, with ``quota``, beyond its tenant's quota:
+        :func:`gpucluster.jobs.never_fits`)."""
         ...
 
-    def restore(self, job: Job) -> None:
-        """Re-queue a job recovered from the store after a restart (status becomes pending)."""
+    def restore(self, job: Job, admitted: bool = False) -> None:
+        """Re-queue a job recovered from the store after a restart (status becomes pending). ``admitted``: it ran
+        before the restart, so a quota lowered since does not hold it back (quotas apply to admission)."""
         ...
 
     def cancel(self, job_id: str) -> Job | None:

@@ -13,21 +13,31 @@ and what its last run looked like (runtime clock times of submission, start and 
 placements, attempts, preemptions, GPU speed): a job that ended before a restart reads back exactly as it was; a
 live one is queued again and its run fields are re-created when it is placed.
 
+Writes are all or nothing: each is one transaction (or one statement) under the lock; any failure rolls it back
+(only while SQLite still holds the transaction: it ends one itself on a full disk) and raises
+:class:`StoreWriteError`, which says whether the disk is full and carries the first error, never a ROLLBACK's.
+Callers store a change before they apply it in memory, so a write that fails changes nothing. The WAL is
+checkpointed every :data:`WAL_AUTOCHECKPOINT_PAGES` pages and truncated back to :data:`WAL_SIZE_LIMIT` bytes,
+so a small disk holds thousands of jobs.
+
 Rows are read defensively: a job row that cannot be turned back into a job (hand-edited, written by a buggy
 version) is reported by :meth:`Store.load_jobs` and skipped, never a reason not to start.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
+import logging
 import math
 import os
 import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +46,38 @@ from gpucluster.devices import VendorRegistry
 from gpucluster.jobs import FOLDED_EVENT_KINDS, SPEED_KEY, JobSpec, JobState, JobStatus, folds, job_spec
 from gpucluster.model import Pod
 from gpucluster.service.runtime import Job, JobEvent
+
+log = logging.getLogger(__name__)
+
+WAL_AUTOCHECKPOINT_PAGES = 64
+"""Pages the WAL may hold before a commit checkpoints it into the database (SQLite's default is 1000: 4 MB)."""
+WAL_SIZE_LIMIT = 256 * 1024
+"""Bytes the WAL file is truncated back to after a checkpoint (SQLite keeps its largest size otherwise)."""
+_SQLITE_FULL = int(getattr(sqlite3, "SQLITE_FULL", 13))
+
+
+class StoreWriteError(Exception):
+    """A write the store could not make; nothing of it was stored. ``full``: the disk (or the file system under
+    the data directory) is full; otherwise the store cannot be written for another reason (locked, read-only,
+    an I/O error). ``cause`` is the first error."""
+
+    def __init__(self, path: Path, cause: BaseException) -> None:
+        self.path = path
+        self.cause = cause
+        self.full = disk_full(cause)
+        what = "the disk is full" if self.full else "it cannot be written"
+        super().__init__(f"the store {path} was not changed: {what} ({type(cause).__name__}: {cause})")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """True for SQLite's "database or disk is full" (SQLITE_FULL) and for ENOSPC/EDQUOT."""
+    if isinstance(exc, StoreWriteError):
+        return exc.full
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return (code is not None and code & 0xFF == _SQLITE_FULL) or "disk is full" in str(exc)
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -63,6 +105,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
 """
 MIGRATIONS = (
     ("tenants", "max_priority", "ALTER TABLE tenants ADD COLUMN max_priority INTEGER"),
+    ("tenants", "max_queued_jobs", "ALTER TABLE tenants ADD COLUMN max_queued_jobs INTEGER"),
     ("jobs", "options", "ALTER TABLE jobs ADD COLUMN options TEXT NOT NULL DEFAULT '{}'"),
     ("jobs", "submitted_t", "ALTER TABLE jobs ADD COLUMN submitted_t REAL"),
     ("jobs", "started_t", "ALTER TABLE jobs ADD COLUMN started_t REAL"),
@@ -112,17 +155,62 @@ class Store:
                 os.chmod(side, 0o600)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-        self._db.executescript(SCHEMA)
-        for table, column, statement in MIGRATIONS:
-            have = {str(r["name"]) for r in self._db.execute(f"PRAGMA table_info({table})")}
-            if column not in have:
-                self._db.execute(statement)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+            self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            self._db.executescript(SCHEMA)
+            for table, column, statement in MIGRATIONS:
+                have = {str(r["name"]) for r in self._db.execute(f"PRAGMA table_info({table})")}
+                if column not in have:
+                    self._db.execute(statement)
+        except (sqlite3.Error, OSError) as exc:
+            self._rollback()
+            self._db.close()
+            raise StoreWriteError(path, exc) from exc
 
     def close(self) -> None:
         with self._lock:
+            with contextlib.suppress(sqlite3.Error):  # a last checkpoint; a full disk keeps the WAL as it is
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
+
+    def _writable(self) -> None:
+        """Called before every write (a seam for tests that fake a failing disk: raise as SQLite would)."""
+
+    def _rollback(self) -> None:
+        """Roll back the open transaction, if SQLite still holds one (after SQLITE_FULL it may have rolled it
+        back itself; a ROLLBACK then fails with "no transaction is active" and would hide the first error)."""
+        if self._db.in_transaction:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                log.debug("rollback after a failed write: %s", exc)
+
+    @contextlib.contextmanager
+    def _write(self, transaction: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write under the lock: a transaction (``BEGIN IMMEDIATE`` .. ``COMMIT``) or, with
+        ``transaction=False``, one autocommitted statement. Any failure rolls it back and a SQLite or OS error
+        becomes :class:`StoreWriteError` (the first error, with whether the disk is full); a broken constraint
+        (``sqlite3.IntegrityError``) stays what it is."""
+        with self._lock:
+            try:
+                self._writable()
+                if transaction:
+                    self._db.execute("BEGIN IMMEDIATE")
+                yield self._db
+                if transaction:
+                    self._db.execute("COMMIT")
+            except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+                self._rollback()  # what was asked is wrong (a constraint), not the store: the caller's error
+                raise
+            except (sqlite3.Error, OSError) as exc:
+                self._rollback()
+                raise StoreWriteError(self.path, exc) from exc
+            except BaseException:
+                self._rollback()
+                raise
 
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str) -> str | None:
@@ -131,39 +219,47 @@ class Store:
         return None if row is None else str(row["value"])
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._lock:
+        with self._write(transaction=False):
             self._db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET "
                              "value=excluded.value", (key, value))
 
     # ------------------------------------------------------------------ tokens and tenants
     def add_token(self, token: str, role: str, tenant: str | None, label: str = "") -> None:
-        with self._lock:
+        with self._write(transaction=False):
             self._db.execute("INSERT OR REPLACE INTO tokens(hash, tenant, role, label, created) VALUES(?,?,?,?,?)",
                              (token_hash(token), tenant, role, label, time.time()))
 
-    def replace_tokens(self, token: str, role: str, tenant: str | None, label: str = "") -> int:
+    def replace_tokens(self, token: str, role: str, tenant: str | None, label: str = "",
+                       audit: tuple[str, str, str, str] | None = None) -> int:
         """Make ``token`` the only token of ``role`` (and ``tenant``): every other one is revoked at once, in
-        the same transaction. Returns how many were revoked."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                cur = self._db.execute("DELETE FROM tokens WHERE role=? AND tenant IS ? AND hash<>?",
-                                       (role, tenant, token_hash(token)))
-                self._db.execute("INSERT OR REPLACE INTO tokens(hash, tenant, role, label, created) "
-                                 "VALUES(?,?,?,?,?)", (token_hash(token), tenant, role, label, time.time()))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._token_cache.clear()
+        the same transaction (with ``audit = (actor, action, target, detail)`` its audit line, whose detail may
+        name ``{revoked}``). Returns how many were revoked."""
+        with self._write():
+            revoked = self._replace_tokens(token, role, tenant, label)
+            if audit is not None:
+                actor, action, target, detail = audit
+                self._audit(actor, action, target, detail.replace("{revoked}", str(revoked)))
+        self._token_cache.clear()
+        return revoked
+
+    def _replace_tokens(self, token: str, role: str, tenant: str | None, label: str) -> int:
+        cur = self._db.execute("DELETE FROM tokens WHERE role=? AND tenant IS ? AND hash<>?",
+                               (role, tenant, token_hash(token)))
+        self._db.execute("INSERT OR REPLACE INTO tokens(hash, tenant, role, label, created) "
+                         "VALUES(?,?,?,?,?)", (token_hash(token), tenant, role, label, time.time()))
         return int(cur.rowcount)
 
-    def revoke_tokens(self, role: str, tenant: str | None) -> int:
-        """Revoke every token of ``role`` for ``tenant``; returns how many."""
-        with self._lock:
+    def revoke_tokens(self, role: str, tenant: str | None, audit: tuple[str, str, str, str] | None = None) -> int:
+        """Revoke every token of ``role`` for ``tenant`` (with ``audit``, its audit line in the same transaction,
+        as for :meth:`replace_tokens`); returns how many."""
+        with self._write():
             cur = self._db.execute("DELETE FROM tokens WHERE role=? AND tenant IS ?", (role, tenant))
-            self._token_cache.clear()
-        return int(cur.rowcount)
+            revoked = int(cur.rowcount)
+            if audit is not None:
+                actor, action, target, detail = audit
+                self._audit(actor, action, target, detail.replace("{revoked}", str(revoked)))
+        self._token_cache.clear()
+        return revoked
 
     def lookup_token(self, token: str) -> tuple[str, str | None] | None:
         """``(role, tenant)`` for a token, or None. Revoked tokens are gone from the cache as from the table."""
@@ -180,89 +276,96 @@ class Store:
         return found
 
     def upsert_tenant(self, name: str, quota_gpus: float | None, weight: float,
-                      max_priority: int | None = None) -> None:
-        with self._lock:
+                      max_priority: int | None = None, token: str | None = None, actor: str = "",
+                      max_queued_jobs: int | None = None) -> int:
+        """Create or update a tenant; with ``token`` it becomes the tenant's only token and the change is audited
+        (``actor``), all in one transaction. Returns how many tokens were revoked."""
+        revoked = 0
+        with self._write():
             self._db.execute(
-                "INSERT INTO tenants(name, quota_gpus, weight, max_priority, created) VALUES(?,?,?,?,?) ON "
-                "CONFLICT(name) DO UPDATE SET quota_gpus=excluded.quota_gpus, weight=excluded.weight, "
-                "max_priority=excluded.max_priority",
-                (name, quota_gpus, weight, max_priority, time.time()))
+                "INSERT INTO tenants(name, quota_gpus, weight, max_priority, max_queued_jobs, created) "
+                "VALUES(?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET quota_gpus=excluded.quota_gpus, "
+                "weight=excluded.weight, max_priority=excluded.max_priority, "
+                "max_queued_jobs=excluded.max_queued_jobs",
+                (name, quota_gpus, weight, max_priority, max_queued_jobs, time.time()))
+            if token is not None:
+                revoked = self._replace_tokens(token, "tenant", name, name)
+                self._audit(actor, "tenant.upsert", name, f"quota={quota_gpus} weight={weight} "
+                                                          f"max_priority={max_priority} "
+                                                          f"max_queued_jobs={max_queued_jobs}; token issued, "
+                                                          f"{revoked} revoked")
+        if token is not None:
+            self._token_cache.clear()
+        return revoked
 
     def ensure_tenant(self, name: str) -> None:
         """Create ``name`` with the defaults unless it exists."""
-        with self._lock:
+        with self._write(transaction=False):
             self._db.execute("INSERT OR IGNORE INTO tenants(name, quota_gpus, weight, created) VALUES(?,?,?,?)",
                              (name, None, 1.0, time.time()))
 
     def tenants(self) -> list[dict[str, Any]]:
         with self._lock:
-            rows = self._db.execute("SELECT name, quota_gpus, weight, max_priority, created FROM tenants "
-                                    "ORDER BY name").fetchall()
+            rows = self._db.execute("SELECT name, quota_gpus, weight, max_priority, max_queued_jobs, created "
+                                    "FROM tenants ORDER BY name").fetchall()
         return [dict(r) for r in rows]
 
     def tenant(self, name: str) -> dict[str, Any] | None:
         with self._lock:
-            row = self._db.execute("SELECT name, quota_gpus, weight, max_priority, created FROM tenants WHERE name=?",
-                                   (name,)).fetchone()
+            row = self._db.execute("SELECT name, quota_gpus, weight, max_priority, max_queued_jobs, created "
+                                   "FROM tenants WHERE name=?", (name,)).fetchone()
         return None if row is None else dict(row)
 
     # ------------------------------------------------------------------ jobs
     def insert_job(self, job: Job, actor: str, idempotency: tuple[str, str, str] | None = None,
                    message: str = "accepted") -> None:
-        """Persist a newly accepted job with its first event (``submitted``, ``message``) and an audit line, in one
-        transaction; with ``idempotency = (owner, key, request hash)`` the key is recorded in the same
-        transaction."""
+        """Persist a newly accepted job (its tenant too, with the defaults, unless it exists) with its first event
+        (``submitted``, ``message``) and an audit line, in one transaction; with ``idempotency = (owner, key,
+        request hash)`` the key is recorded in the same transaction."""
         now = time.time()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                if idempotency is not None:
-                    owner, key, digest = idempotency
-                    self._db.execute("INSERT INTO idempotency(owner, key, job_id, request_hash, created) "
-                                     "VALUES(?,?,?,?,?)", (owner, key, job.id, digest, now))
-                self._db.execute(
-                    "INSERT INTO jobs(id, name, tenant, replicas, resources, duration_s, priority, status, "
-                    "message, submitted_at, updated_at, options, submitted_t, gpus) "
-                    "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.spec.resources)),
-                     _duration(job.spec), job.priority, job.status.value, job.message, job.spec.submitted_at, now,
-                     json.dumps(_options(job.spec)), job.submitted_t, job.gpus))
-                self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
-                                 (job.id, now, job.submitted_t, "submitted", job.status.value, message))
-                self._db.execute("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
-                                 (now, actor, "job.submit", job.id, job.name))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._write():
+            self._db.execute("INSERT OR IGNORE INTO tenants(name, quota_gpus, weight, created) VALUES(?,?,?,?)",
+                             (job.tenant, None, 1.0, now))
+            if idempotency is not None:
+                owner, key, digest = idempotency
+                self._db.execute("INSERT INTO idempotency(owner, key, job_id, request_hash, created) "
+                                 "VALUES(?,?,?,?,?)", (owner, key, job.id, digest, now))
+            self._db.execute(
+                "INSERT INTO jobs(id, name, tenant, replicas, resources, duration_s, priority, status, "
+                "message, submitted_at, updated_at, options, submitted_t, gpus) "
+                "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.spec.resources)),
+                 _duration(job.spec), job.priority, job.status.value, job.message, job.spec.submitted_at, now,
+                 json.dumps(_options(job.spec)), job.submitted_t, job.gpus))
+            self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
+                             (job.id, now, job.submitted_t, "submitted", job.status.value, message))
+            self._audit(actor, "job.submit", job.id, job.name, now)
 
-    def record_events(self, events: Iterable[JobEvent], jobs: Mapping[str, Job] | None = None) -> int:
+    def record_events(self, events: Iterable[JobEvent], jobs: Mapping[str, Job] | None = None,
+                      audit: tuple[str, str, str, str] | None = None) -> int:
         """Apply runtime events to persisted jobs (unknown ids, e.g. synthetic jobs, are skipped). A job found in
         ``jobs`` (id -> the job as the runtime holds it after these events) is saved whole: its status, message,
-        priority and run fields; otherwise the event's status and message are."""
+        priority and run fields; otherwise the event's status and message are. ``audit``: an audit line
+        ``(actor, action, target, detail)`` written in the same transaction."""
         now = time.time()
         n = 0
         jobs = jobs or {}
         events = list(events)
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for ev in events:
-                    cur = self._db.execute("UPDATE jobs SET status=?, message=?, updated_at=? WHERE id=?",
-                                           (ev.status, ev.message, now, ev.job_id))
-                    if cur.rowcount:
-                        self._insert_event(ev, now)
-                        n += 1
-                self._db.executemany(
-                    "UPDATE jobs SET status=?, message=?, priority=?, submitted_t=?, started_t=?, finished_t=?, "
-                    "gpus=?, placements=?, attempts=?, preemptions=?, gpu_speed=? WHERE id=?",
-                    [(j.status.value, j.message, j.priority, j.submitted_t, j.started_t, j.finished_t, j.gpus,
-                      json.dumps(j.placements), j.attempts, j.preemptions, j.extra.get(SPEED_KEY), j.id)
-                     for j in jobs.values()])
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._write():
+            for ev in events:
+                cur = self._db.execute("UPDATE jobs SET status=?, message=?, updated_at=? WHERE id=?",
+                                       (ev.status, ev.message, now, ev.job_id))
+                if cur.rowcount:
+                    self._insert_event(ev, now)
+                    n += 1
+            self._db.executemany(
+                "UPDATE jobs SET status=?, message=?, priority=?, submitted_t=?, started_t=?, finished_t=?, "
+                "gpus=?, placements=?, attempts=?, preemptions=?, gpu_speed=? WHERE id=?",
+                [(j.status.value, j.message, j.priority, j.submitted_t, j.started_t, j.finished_t, j.gpus,
+                  json.dumps(j.placements), j.attempts, j.preemptions, j.extra.get(SPEED_KEY), j.id)
+                 for j in jobs.values()])
+            if audit is not None:
+                self._audit(*audit, now)
         return n
 
     def _insert_event(self, ev: JobEvent, now: float) -> None:
@@ -370,22 +473,27 @@ class Store:
 
     # ------------------------------------------------------------------ audit
     def audit(self, actor: str, action: str, target: str = "", detail: str = "") -> None:
-        with self._lock:
-            self._db.execute("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
-                             (time.time(), actor, action, target, detail))
+        with self._write(transaction=False):
+            self._audit(actor, action, target, detail)
+
+    def _audit(self, actor: str, action: str, target: str, detail: str, at: float | None = None) -> None:
+        """An audit line; the caller holds the lock (and the transaction it belongs to)."""
+        self._db.execute("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
+                         (time.time() if at is None else at, actor, action, target, detail))
 
     def audit_many(self, rows: Iterable[tuple[str, str, str, str]]) -> None:
         """``(actor, action, target, detail)`` rows in one transaction."""
         now = time.time()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
-                                     [(now, *row) for row in rows])
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._write():
+            self._db.executemany("INSERT INTO audit(at, actor, action, target, detail) VALUES(?,?,?,?,?)",
+                                 [(now, *row) for row in rows])
+
+    def set_meta_audited(self, key: str, value: str, audit: tuple[str, str, str, str]) -> None:
+        """A meta value and its audit line ``(actor, action, target, detail)`` in one transaction."""
+        with self._write():
+            self._db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET "
+                             "value=excluded.value", (key, value))
+            self._audit(*audit)
 
     def audit_log(self, limit: int = 200) -> list[dict[str, Any]]:
         with self._lock:

@@ -80,6 +80,7 @@ job without one runs the same on every GPU model.
         slowdown: bool = True,
         describe: bool = False,
         start_t: float = 0.0,
+        quota_waits: bool = False,
     ) -> None:
         self.state = cluster.state() if isinstance(cluster, Cluster) else cluster
         self.queue_policy = make_policy(queue_policy) if isinstance(queue_policy, str) else queue_policy
@@ -101,7 +102,7 @@ job without one runs the same on every GPU model.
             slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown),
             options=EngineOptions(restart_overhead_s=restart_overhead_s, tenant_weights=dict(tenant_weights or {}),
                                   locality_delay_s=locality_delay_s, record_series=record_series,
-                                  describe=describe),
+                                  describe=describe, quota_waits=quota_waits),
             kernel=kernel)
         self.speeds.jobs = self.engine.jobs
 

@@ -20,6 +20,7 @@ from gpucluster.service.core import SYNTHETIC_TENANT, Service
 from gpucluster.service.errors import ApiError
 from gpucluster.service.limits import MAX_IDEMPOTENCY_KEY_CHARS, TokenBucket
 from gpucluster.service.runtime import Job, JobEvent, JobState, JobStatus, PodLogs
+from gpucluster.service.store import StoreWriteError
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
@@ -57,10 +58,21 @@ def check_rate(service: Service, who: Principal, what: str) -> None:
                        {"Retry-After": TokenBucket.retry_after(wait)})
 
 
-def _admit_priority(service: Service, who: Principal, tenant: str, priority: int) -> None:
+def _admit_queued(service: Service, tenant: str, row: dict[str, Any] | None) -> None:
+    """429 when the tenant already has its limit of pending jobs (whoever submits: the limit keeps the
+    scheduling pass and the store in bounds)."""
+    most = service.max_queued(row)
+    pending = int(service.cached("usage", service.runtime.usage_by_tenant).get(tenant, {}).get("pending", 0))
+    if pending >= most:
+        raise ApiError(429, "tenant", f"tenant {tenant} has {pending} job(s) pending, its limit of queued jobs is "
+                                      f"{most} (max_queued_jobs); wait for some to start or end, or ask the admin "
+                                      "to raise it")
+
+
+def _admit_priority(service: Service, who: Principal, tenant: str, priority: int,
+                    row: dict[str, Any] | None) -> None:
     if who.is_admin:
         return
-    row = service.store.tenant(tenant)
     most = row["max_priority"] if row is not None and row["max_priority"] is not None else DEFAULT_TENANT_MAX_PRIORITY
     if priority > most:
         raise ApiError(422, "priority", f"tenant {tenant} may use priorities up to {most}, got {priority}")
@@ -88,11 +100,13 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
                 response.headers["Idempotent-Replayed"] = "true"
                 return earlier.to_dict()
     check_rate(service, who, "submissions")
-    if tenant != DEFAULT_TENANT and not service.config.tenants_on_first_use and service.store.tenant(tenant) is None:
+    row = service.store.tenant(tenant)
+    if tenant != DEFAULT_TENANT and not service.config.tenants_on_first_use and row is None:
         raise ApiError(422, "tenant", f"no tenant {tenant!r}: create it first (gpucluster tenants create {tenant} "
                                       "[--quota-gpus N], or POST /api/v1/tenants), or start up with --tenants "
                                       "on-first-use")
-    _admit_priority(service, who, tenant, body.priority)
+    _admit_priority(service, who, tenant, body.priority, row)
+    _admit_queued(service, tenant, row)
     try:
         job = Job(job_spec(f"j-{uuid.uuid4().hex[:12]}", name=body.name, tenant=tenant, replicas=body.replicas,
                            resources=dict(body.resources), duration_s=body.duration_s,
@@ -105,8 +119,7 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
     except ValueError as exc:
         where, _, why = str(exc).partition(": ")
         raise ApiError(422, where if why else "resources", why or str(exc)) from None
-    service.store.ensure_tenant(tenant)
-    service.store.insert_job(job, who.actor, idem)
+    service.store.insert_job(job, who.actor, idem)  # its tenant too: one transaction
     service.order.append(job.id)
     service.changed()
     try:
@@ -193,14 +206,23 @@ async def cancel_job(job_id: str, who: Auth, service: Svc) -> dict[str, Any]:
     job = job_or_404(service, who, job_id)
     if job.status.terminal:
         raise ApiError(409, "path.id", f"job {job_id} already {job.status.value}")
+    live = service.runtime.job(job_id)
+    if live is None:  # a terminal job from the archive is caught above; a live one is in the runtime
+        raise ApiError(409, "path.id", f"job {job_id} is not running here")
+    message = f"cancelled by {who.actor}"
+    if not live.synthetic:  # stored first: a cancel the store did not take changes nothing (507/503)
+        service.store.record_events([JobEvent(job_id, service.runtime.now, "cancelled", JobState.CANCELLED, message)],
+                                    audit=(who.actor, "job.cancel", job_id, live.name))
     cancelled = service.runtime.cancel(job_id)
-    if cancelled is None:  # a terminal job from the archive is caught above; a live one is in the runtime
+    if cancelled is None:
         raise ApiError(409, "path.id", f"job {job_id} is not running here")
     service.changed()
     if not cancelled.synthetic:
-        cancelled.message = f"cancelled by {who.actor}"
-        service.record([JobEvent(job_id, service.runtime.now, "cancelled", JobState.CANCELLED, cancelled.message)])
-        service.store.audit(who.actor, "job.cancel", job_id, cancelled.name)
+        cancelled.message = message
+        try:  # its run fields (when it ended); the cancellation itself is stored above
+            service.store.record_events([], {job_id: cancelled})
+        except StoreWriteError as exc:
+            log.warning("job %s cancelled; its end time was not stored: %s", job_id, exc)
     return cancelled.to_dict()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from gpucluster.service.auth import authenticate, new_admin_token, save_admin_to
 from gpucluster.service.core import Service
 from gpucluster.service.errors import ApiError
 from gpucluster.service.runtime import JobStatus
+from gpucluster.service.store import StoreWriteError
 
 router = APIRouter(tags=["meta"])
 
@@ -127,9 +129,15 @@ async def rotate_admin_token(who: Auth, service: Svc) -> dict[str, object]:
                                      "restart (that revokes the old one)")
     token = new_admin_token()
     save_admin_token(service.config.data_dir, token)
-    revoked = service.store.replace_tokens(token, "admin", None, "admin")
+    try:
+        revoked = service.store.replace_tokens(token, "admin", None, "admin",
+                                               audit=(who.actor, "admin.token-rotate", "admin",
+                                                      "{revoked} token(s) revoked"))
+    except StoreWriteError:  # nothing changed: the saved token goes back to the one that still works
+        with contextlib.suppress(OSError):
+            save_admin_token(service.config.data_dir, service.admin_token)
+        raise
     service.admin_token = token
-    service.store.audit(who.actor, "admin.token-rotate", "admin", f"{revoked} token(s) revoked")
     return {"name": "admin", "token": token, "revoked": revoked}
 
 

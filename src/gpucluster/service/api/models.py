@@ -25,6 +25,7 @@ from gpucluster.model.limits import (
     MAX_PATH_CHARS,
     MAX_PRIORITY,
     MAX_REPLICAS,
+    MAX_TENANT_QUEUED,
     MAX_TOLERATIONS,
     MAX_VOLUMES,
 )
@@ -210,6 +211,9 @@ class TenantIn(_In):
     max_priority: int | None = Field(None, ge=0, le=MAX_PRIORITY,
                                      description="Highest job priority the tenant may ask for; omit = the "
                                                  "default (100).")
+    max_queued_jobs: int | None = Field(None, ge=0, le=MAX_TENANT_QUEUED,
+                                        description="Jobs the tenant may have pending at once (429 beyond); omit = "
+                                                    "the default (gpucluster up --max-queued-jobs, 1000).")
 
 
 class TenantPatch(_In):
@@ -401,6 +405,7 @@ class TenantRow(_Out):
     quota_gpus: float | None
     weight: float
     max_priority: int = Field(description="Highest job priority the tenant may ask for.")
+    max_queued_jobs: int = Field(description="Jobs the tenant may have pending at once (429 beyond).")
     created: float | None
     fair_share_gpus: float
     gpus: float = Field(description="GPU-equivalents its running jobs hold (model.share).")
@@ -423,6 +428,7 @@ class TenantCreated(_Out):
     quota_gpus: float | None
     weight: float
     max_priority: int
+    max_queued_jobs: int
     token: str = Field(description="The tenant's new token, shown once; its previous tokens are revoked.")
 
 

@@ -43,7 +43,7 @@ async def tenants(who: Auth, service: Svc) -> dict[str, Any]:
     usage = service.cached("usage", service.runtime.usage_by_tenant)
     for name in usage:
         rows.setdefault(name, {"name": name, "quota_gpus": None, "weight": 1.0, "max_priority": None,
-                               "created": None})
+                               "max_queued_jobs": None, "created": None})
     total_gpus = float(service.cached("overview", service.runtime.overview)["devices"])
     total_weight = sum(float(r["weight"]) for r in rows.values()) or 1.0
     out = []
@@ -52,7 +52,8 @@ async def tenants(who: Auth, service: Svc) -> dict[str, Any]:
             continue
         u = usage.get(name, {})
         share = float(r["weight"]) / total_weight * total_gpus
-        out.append({**r, "max_priority": _max_priority(r), "fair_share_gpus": round(share, 2),
+        out.append({**r, "max_priority": _max_priority(r), "max_queued_jobs": service.max_queued(r),
+                    "fair_share_gpus": round(share, 2),
                     "gpus": round(u.get("gpus", 0.0), 2), "pending_gpus": round(u.get("pending_gpus", 0.0), 2),
                     "running": int(u.get("running", 0)), "pending": int(u.get("pending", 0)),
                     "share_used": round(u.get("gpus", 0.0) / share, 3) if share else 0.0,
@@ -67,17 +68,15 @@ async def create_tenant(body: TenantIn, who: Auth, service: Svc) -> dict[str, An
     admin_only(who)
     if body.name == SYNTHETIC_TENANT:
         raise ApiError(422, "name", f"{SYNTHETIC_TENANT!r} is reserved for the background workload")
-    service.store.upsert_tenant(body.name, body.quota_gpus, body.weight, body.max_priority)
     token = new_tenant_token(body.name)
-    revoked = service.store.replace_tokens(token, "tenant", body.name, body.name)
-    service.store.audit(who.actor, "tenant.upsert", body.name,
-                        f"quota={body.quota_gpus} weight={body.weight} max_priority={body.max_priority}; token "
-                        f"issued, {revoked} revoked")
+    # tenant, token and audit line in one transaction, stored before the quota applies
+    service.store.upsert_tenant(body.name, body.quota_gpus, body.weight, body.max_priority, token=token,
+                                actor=who.actor, max_queued_jobs=body.max_queued_jobs)
     service.sync_quotas()
     service.changed()
     max_priority = DEFAULT_TENANT_MAX_PRIORITY if body.max_priority is None else body.max_priority
     return {"name": body.name, "quota_gpus": body.quota_gpus, "weight": body.weight, "max_priority": max_priority,
-            "token": token}
+            "max_queued_jobs": service.max_queued({"max_queued_jobs": body.max_queued_jobs}), "token": token}
 
 
 @router.patch("/api/v1/tenants/{name}", response_model=TenantRow, responses=ERRORS)
@@ -114,8 +113,8 @@ async def issue_token(name: TenantName, who: Auth, service: Svc) -> dict[str, An
     tenant, a tenant for itself (its current token stops working with this answer)."""
     _own_tenant(service, who, name)
     token = new_tenant_token(name)
-    revoked = service.store.replace_tokens(token, "tenant", name, name)
-    service.store.audit(who.actor, "tenant.token-issue", name, f"{revoked} token(s) revoked")
+    revoked = service.store.replace_tokens(token, "tenant", name, name,
+                                           audit=(who.actor, "tenant.token-issue", name, "{revoked} token(s) revoked"))
     return {"name": name, "token": token, "revoked": revoked}
 
 
@@ -124,8 +123,8 @@ async def revoke_tokens(name: TenantName, who: Auth, service: Svc) -> dict[str, 
     """Revoke every token of the tenant at once (its jobs keep running): the admin for any tenant, a tenant
     for itself."""
     _own_tenant(service, who, name)
-    revoked = service.store.revoke_tokens("tenant", name)
-    service.store.audit(who.actor, "tenant.token-revoke", name, f"{revoked} token(s) revoked")
+    revoked = service.store.revoke_tokens("tenant", name,
+                                          audit=(who.actor, "tenant.token-revoke", name, "{revoked} token(s) revoked"))
     return {"name": name, "revoked": revoked}
 
 

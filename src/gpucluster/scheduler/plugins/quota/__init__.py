@@ -11,6 +11,10 @@ the pod holds, so a 50 % vGPU counts 0.5 and a pod holding a whole device's memo
 ``limits.nvidia.com/gpucores``). PreFilter checks an estimate from the request (the memory share against the
 largest device); Reserve charges what the chosen devices make of it, and refuses when that breaks a limit.
 Guarantees and weights do not limit anything here: queue policies use them (:meth:`QuotaTree.fair_key`).
+
+Limits apply to admission, never retroactively: a pod annotated ``gpucluster.io/quota-admitted: "true"`` (its
+job was admitted under an earlier quota and is being put back, e.g. after a control-plane restart) is charged
+but not held to the limits.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucluster.model import DeviceGrant, Pod, Snapshot
+from gpucluster.model.labels import QUOTA_ADMITTED_ANNOTATION
 from gpucluster.scheduler.framework import CycleState, Handle, PluginRegistry, Reason, Status
 from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
 
@@ -170,7 +175,7 @@ class Quota:
 
     def pre_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> Status:
         charge = pod_charge(pod, snap)
-        blocked = self.tree.blocked_by(pod.charged_tenant, charge)
+        blocked = None if _admitted(pod) else self.tree.blocked_by(pod.charged_tenant, charge)
         if blocked is not None:
             return Status.unschedulable(NAME, Reason.QuotaExceeded.name, f"queue limit {blocked}")
         state.write(NAME, charge)
@@ -181,13 +186,17 @@ class Quota:
         if charge is not None:
             if state.grants:
                 charge = grant_charge(state.grants, snap, node, charge)
-            if self.tree.blocked_by(pod.charged_tenant, charge) is not None:
+            if not _admitted(pod) and self.tree.blocked_by(pod.charged_tenant, charge) is not None:
                 return Status.unschedulable(NAME, Reason.QuotaExceeded.name)
             self.tree.charge(pod.key, pod.charged_tenant, charge)
         return Status.success()
 
     def unreserve(self, state: CycleState, pod: Pod, snap: Snapshot, node: int) -> None:
         self.tree.refund(pod.key)
+
+
+def _admitted(pod: Pod) -> bool:
+    return pod.annotations.get(QUOTA_ADMITTED_ANNOTATION) == "true"
 
 
 class _Args(PluginArgs):
