@@ -7,9 +7,12 @@ Three families, each printed as ``name  sha256``:
 * ``scale/<policy>``: ``bench/scale.py``'s run (the openb GPU nodes, ``--pods`` pods sampled with seed 42,
   one framework cycle each through ``Scheduler.schedule_and_bind``) for binpack, spread, fgd and default; the
   hash covers every pod's node and per-container device grants (index, memory, cores), or its failure reasons.
+  ``scale/default+speeds`` runs the default with the job engine's speed service (``GpuSpeeds``) attached: the
+  trace's pods carry no work to speed up, so it must equal ``scale/stranding-fgd``.
 * ``fgd-fast/<policy>`` and ``fgd-plugins/<policy>``: the FGD sweep's seed 42 on the ``default`` workload (1.3x
   inflation): the fast path's chosen node and GPUs for every pod (the sweep's whole run), and the first
-  ``--fgd-pods`` pods of the same arrival order through the policy's plugins in the framework.
+  ``--fgd-pods`` pods of the same arrival order through the policy's plugins in the framework;
+  ``fgd-plugins/speed-fgd`` (the default, with the speed service) must equal ``fgd-plugins/stranding-fgd``.
 * ``simulate/<queue policy>``: a 2,000-job synthetic Philly trace on the built-in cluster through
   ``Simulation`` (the job engine), with node failures, a device failure and repairs on the clock; the hash
   covers every job event (time, job, state, nodes) and the summary.
@@ -30,11 +33,17 @@ from typing import Any
 
 import numpy as np
 
+from gpucluster.jobs import GpuSpeeds
 from gpucluster.model import ClusterState
 from gpucluster.scheduler import Scheduler, profile_for
 from gpucluster.scheduler.framework import Handle
 from gpucluster.scheduler.plugins.baselines import node_rank
-from gpucluster.scheduler.profiles import FGD_PAPER_POLICIES, fgd_paper_profile, stranding_fgd_profile
+from gpucluster.scheduler.profiles import (
+    FGD_PAPER_POLICIES,
+    fgd_paper_profile,
+    speed_fgd_profile,
+    stranding_fgd_profile,
+)
 from gpucluster.simulator import JobEvent, Simulation, generate
 from gpucluster.simulator.experiments.fgd import arrival_order, target_workload
 from gpucluster.simulator.experiments.fgd_engine import PolicyName, run
@@ -63,6 +72,15 @@ def scale_hashes(n_pods: int, traces: Path) -> dict[str, str]:
         for pod in scale.workload(n_pods, 42, traces):
             h.update(_decision_line(sched.schedule_and_bind(pod)).encode())
         out[f"scale/{policy}"] = h.hexdigest()
+    for policy, speeds in (("stranding-fgd", False), ("default", True)):
+        state = ClusterState(scale.cluster(scale.BASE_NODES, traces))
+        services: dict[str, Any] = {"gpu_speeds": GpuSpeeds(state)} if speeds else {}
+        sched = Scheduler(state, profile_for(policy, 42), handle=Handle(rng=np.random.default_rng(42),
+                                                                        services=services))
+        h = hashlib.sha256()
+        for pod in scale.workload(n_pods, 42, traces):
+            h.update(_decision_line(sched.schedule_and_bind(pod)).encode())
+        out[f"scale/{policy}{'+speeds' if speeds else ''}"] = h.hexdigest()
     return out
 
 
@@ -90,6 +108,13 @@ def fgd_hashes(n_pods: int, traces: Path, seed: int = 42) -> dict[str, str]:
         for mp in model_pods:
             h.update(_decision_line(sched.schedule_and_bind(mp)).encode())
         out[f"fgd-plugins/{name}"] = h.hexdigest()
+    state = ClusterState(to_node_specs(nodes))
+    sched = Scheduler(state, speed_fgd_profile(seed, {"target": tgt.to_json()}),
+                      handle=Handle(rng=np.random.default_rng([seed, 1]), services={"gpu_speeds": GpuSpeeds(state)}))
+    h = hashlib.sha256()
+    for mp in model_pods:
+        h.update(_decision_line(sched.schedule_and_bind(mp)).encode())
+    out["fgd-plugins/speed-fgd"] = h.hexdigest()
     return out
 
 

@@ -194,7 +194,7 @@ def throughput(nodes: int, pods: int) -> None:
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

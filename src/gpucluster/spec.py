@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpucluster import inputfile
 from gpucluster.devices import DeviceInputError, DeviceSettings, VendorRegistry, VendorSettings, device_type_string
 from gpucluster.devices.quantity import cpu_milli, memory_mib
 from gpucluster.model import ClusterState, DeviceSpec, Fabric, FabricType, NodeSpec, Pod
@@ -294,17 +295,12 @@ def _node_from_manifest(
 
 def _documents(path: Path) -> Iterator[tuple[int, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: byte {exc.start}: not UTF-8 text (a YAML file is UTF-8)") from None
-    try:
-        for i, doc in enumerate(yaml.safe_load_all(text)):
-            if doc is not None:
-                yield i, doc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"line {mark.line + 1}" if mark is not None else "?"
-        raise SpecError(f"{path}: {at}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        docs = inputfile.load_yaml_all(path)
+    except inputfile.InputFileError as exc:
+        raise SpecError(str(exc)) from None
+    for i, doc in enumerate(docs):
+        if doc is not None:
+            yield i, doc
 
 
 def _flatten_lists(docs: Iterator[tuple[int, Any]], source: str) -> Iterator[tuple[str, Any]]:
@@ -326,8 +322,6 @@ def load_cluster(path: str | Path | None = None, registry: VendorRegistry | None
         text = resources.files("gpucluster.data").joinpath(DEFAULT_SPEC_NAME).read_text(encoding="utf-8")
         return _cluster_from_text(text, f"<builtin>/{DEFAULT_SPEC_NAME}", registry)
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"{p}: no such file")
     docs = list(_documents(p))
     if not docs:
         raise SpecError(f"{p}: empty file")
@@ -389,12 +383,13 @@ def load_pods(path: str | Path, registry: VendorRegistry | None = None) -> list[
     """A YAML stream of Pod manifests (or a ``kind: List``), in file order."""
     registry = registry or VendorRegistry.from_settings(DeviceSettings())
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"{p}: no such file")
     pods: list[Pod] = []
     seen: set[str] = set()
     problems: list[str] = []
-    for where, doc in _flatten_lists(_documents(p), str(p)):
+    docs = list(_documents(p))
+    if not docs:
+        raise SpecError(f"{p}: empty file (expected Pod manifests)")
+    for where, doc in _flatten_lists(iter(docs), str(p)):
         try:
             pod = registry.parse_pod(doc, where)
         except DeviceInputError as exc:

@@ -58,6 +58,8 @@ def test_json_larger_design_is_faster_and_dearer(app: typer.Typer, designs: tupl
                     "gpu_utilization", "makespan_s"):
             assert key in row, key
         assert row["jobs"] == 120  # the same workload on both
+        assert row["placement_in_use"] == "jobs"  # no --placement-policy: the queue policy's own
+        assert "training_share_by_model" not in row  # one GPU model: no share to show
     assert (s["name"], s["servers"], s["gpus"]) == ("small", 4, 32)
     assert (lg["name"], lg["servers"], lg["gpus"]) == ("large", 8, 64)
     assert lg["avg_jct_s"] <= s["avg_jct_s"]
@@ -127,7 +129,7 @@ def test_duplicate_names_are_told_apart(app: typer.Typer, designs: tuple[Path, P
 @pytest.mark.parametrize(
     ("which", "trace", "message"),
     [
-        ("missing", "synthetic:20", "missing.yaml: cannot read"),
+        ("missing", "synthetic:20", "missing.yaml: no such file"),
         ("bad", "synthetic:20", "bad.yaml: servers: must be > 0"),
         ("notmap", "synthetic:20", "notmap.yaml: requirements: must be a mapping"),
         ("small", "bogus:x", "--trace 'bogus:x': unknown format 'bogus'"),

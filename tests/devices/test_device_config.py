@@ -106,5 +106,5 @@ def test_bad_files(tmp_path: Path, text: str, message: str) -> None:
 
 
 def test_missing_file() -> None:
-    with pytest.raises(DeviceConfigError, match="No such file"):
+    with pytest.raises(DeviceConfigError, match=r"device-config\.yaml: no such file"):
         load_device_config("/nonexistent/device-config.yaml")

@@ -195,9 +195,10 @@ def start_extender(kubeconfig: Path, port: int, log_path: Path, *extra: str) -> 
     def healthy() -> bool:
         if not proc.alive():
             raise AssertionError(f"extender exited:\n{proc.log()[-3000:]}")
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+        # /healthz answers at once (liveness); /readyz once the informer has synced
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
 
-    wait_until(healthy, 60, "the extender to answer /healthz")
+    wait_until(healthy, 60, "the extender to answer /readyz")
     return proc
 
 

@@ -72,7 +72,7 @@ def job_yaml(name: str, tenant: str, run: str, *, pods: int, gpus: int, suspend:
     }
     # JSON, which kubectl reads as YAML: a YAML dump would leave a run id like '5e1234' unquoted and the API
     # server's YAML reader would take it for a number
-    return json.dumps(doc, indent=2)
+    return json.dumps(doc, indent=2) + "\n"  # ends its line: documents are joined with '---' lines
 
 
 def _job(core_batch: Any, name: str) -> dict[str, Any]:

@@ -117,7 +117,7 @@ def test_analyze_job_from_file_and_sim(files: tuple[Path, Path], tmp_path: Path)
     (["analyze", "job", "nope", "--metrics", "{m}"], "job 'nope': not in"),
     (["analyze", "job", "j1"], "give --metrics"),
     (["analyze", "job", "j1", "--source", "carrier-pigeon", "--metrics", "{m}"], "--source 'carrier-pigeon'"),
-    (["analyze", "job", "j1", "--metrics", "{missing}"], "No such file"),
+    (["analyze", "job", "j1", "--metrics", "{missing}"], "no such file"),
     (["analyze", "job", "ghost", "--source", "sim", "--pods", "{p}", "--cluster", "{c}"], "job 'ghost'"),
     (["agent", "--listen", "localhost"], "expected HOST:PORT"),
     (["agent", "--listen", "127.0.0.1:99999"], "expected HOST:PORT"),

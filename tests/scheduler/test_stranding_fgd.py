@@ -114,10 +114,11 @@ def test_pod_annotations_still_select_binpack_or_spread(seed: int) -> None:
         assert (got == first) == (policy is Policy.BINPACK), (policy, first, got)
 
 
-def test_default_policy_is_stranding_fgd() -> None:
-    assert DEFAULT_PLACEMENT_POLICY == "stranding-fgd"
+def test_default_policy_is_stranding_fgd_with_gpu_speed_first() -> None:
+    assert DEFAULT_PLACEMENT_POLICY == "speed-fgd"
     names = [p.name for p in profile_for("default").plugins]
-    assert "StrandingFGDScore" in names and "NodeRankTieBreak" in names
+    assert "StrandingFGDScore" in names and "NodeRankTieBreak" in names and "GpuSpeedTier" in names
+    assert [n for n in names if n != "GpuSpeedTier"] == [p.name for p in profile_for("stranding-fgd").plugins]
 
 
 pod_st = st.builds(

@@ -154,3 +154,27 @@ def test_up_runs_the_gavel_policies_and_gpu_speed(tmp_path: Path) -> None:
             assert jobs[-1]["finished_t"] - jobs[-1]["started_t"] == pytest.approx(100 / jobs[-1]["gpu_speed"])
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("ref_gpu", ["H100", "L40S"])
+def test_a_training_gang_runs_on_h100_under_the_default_placement(tmp_path: Path, ref_gpu: str) -> None:
+    """With default settings (no placement or queue policy named), a 2 x 8-GPU training gang whose work the speed
+    model knows goes to the two H100 nodes, where it runs ~3x faster than on the L40S ones, whichever GPU its
+    work is measured on. Speed-blind ``stranding-fgd`` (the default before) put it on the L40S nodes."""
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SPEC)
+    srv = start_server(tmp_path / "data", "--cluster", str(spec), "--speed", "50", "--background", "0",
+                       "--faults-per-hour", "0")
+    try:
+        with srv.client() as api:
+            assert api.get("/api/v1/overview").json()["placement_in_use"] == "speed-fgd"
+            gang = _running(api, _submit(api, name="train", tenant="ml", replicas=2, duration_s=3600, kind="train",
+                                         ref_gpu=ref_gpu, resources={"nvidia.com/gpu": 8}))
+            nodes = sorted(p["node"] for p in gang["placements"])
+            assert len(set(nodes)) == 2
+            assert {_model(api, n) for n in nodes} == {"H100-SXM5-80GB"}
+            assert gang["gpu_speed"] > 2.0 or ref_gpu == "H100"
+            overview = api.get("/api/v1/overview").json()
+            assert overview["training_share_by_model"] == {"H100-SXM5-80GB": 1.0, "L40S-48GB": 0.0}
+    finally:
+        srv.stop()

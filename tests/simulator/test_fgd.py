@@ -150,8 +150,9 @@ def test_resolve_policy() -> None:
     assert fgd.resolve_policy("fgd") is PolicyName.FGD
     with pytest.raises(ValueError, match="unknown policy 'new'"):
         fgd.resolve_policy("new")  # research variants are not user-facing
-    assert DEFAULT_PLACEMENT_POLICY == "stranding-fgd"
+    assert DEFAULT_PLACEMENT_POLICY == "speed-fgd"  # the trace's pods carry no speed: stranding-fgd's fast path
     assert fgd.resolve_policy("default") is PolicyName.STRANDING_FGD
+    assert fgd.resolve_policy("speed-fgd") is PolicyName.STRANDING_FGD
     assert fgd.resolve_policy("stranding-fgd") is PolicyName.STRANDING_FGD
 
 

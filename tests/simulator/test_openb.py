@@ -84,7 +84,7 @@ def test_header_and_empty_errors(tmp_path: Path) -> None:
         load_pods(_write(tmp_path, "e.csv", ""))
     with pytest.raises(TraceError, match=r"h.csv:1: no pods"):
         load_pods(_write(tmp_path, "h.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"))
-    with pytest.raises(TraceError, match=r"cannot open"):
+    with pytest.raises(TraceError, match=r"missing.csv: no such file"):
         load_pods(tmp_path / "missing.csv")
 
 

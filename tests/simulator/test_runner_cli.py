@@ -101,7 +101,7 @@ def test_bad_quota_file_exits_2_saying_where(tmp_path: Path) -> None:
     for text, why in (("queues:\n  - {name: a, guarantee: -1}\n", "queues.0.guarantee"),
                       ("queues:\n  - {name: a, limit: {gpus: 1}}\n", "queues.0.limit.gpus"),
                       ("queues:\n  - {name: a, parent: nope}\n", "unknown parent 'nope'"),
-                      ("[1, 2", "not YAML")):
+                      ("[1, 2", "not valid YAML")):
         quota.write_text(text)
         res = runner.invoke(app, ["simulate", "--trace", "synthetic:5:philly:0.001", "--quota", str(quota)])
         assert res.exit_code == 2, res.output
@@ -123,3 +123,31 @@ def test_online_placement_replay_of_openb_lists(tmp_path: Path, placement: str) 
     assert out["placement_policy"] == placement and out["jobs_lost"] == 0
     assert out["jobs_completed"] + out["jobs_rejected"] == out["jobs"] > 200  # CPU-only pods are not jobs
     assert 0 < out["gpu_utilization"] <= 1
+
+
+MIXED = """apiVersion: gpucluster.io/v1alpha1
+kind: ClusterSpec
+name: h100-l40s
+nodePools:
+  - {name: h100, count: 2, cpuMilli: 128000, memoryMiB: 1048576, gpu: {model: H100-SXM5-80GB, count: 8, memoryMiB: 81920}}
+  - {name: l40s, count: 2, cpuMilli: 64000, memoryMiB: 524288, gpu: {model: L40S-48GB, count: 8, memoryMiB: 49152}}
+"""
+
+
+def test_simulate_shows_the_placement_in_use_and_the_training_share_per_model(tmp_path: Path) -> None:
+    spec = tmp_path / "mixed.yaml"
+    spec.write_text(MIXED)
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("id,submit_s,gpus,duration_s,tenant,ref_gpu\na,0,8,3600,t1,H100\nb,5,8,60,t2,H100\n")
+    args = ["simulate", "--cluster", str(spec), "--trace", f"jobs:{jobs}", "--policy", "fifo",
+            "--placement-policy", "default"]
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["placement_policy"] == "default" and data["placement_in_use"] == "speed-fgd"
+    assert data["training_share_by_model"] == {"H100-SXM5-80GB": 1.0, "L40S-48GB": 0.0}
+    text = runner.invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "speed-fgd" in text.stdout and "training on H100-SXM5-80GB" in text.stdout
+    blind = json.loads(runner.invoke(app, [*args[:-1], "stranding-fgd", "--json"]).stdout)
+    assert blind["placement_in_use"] == "stranding-fgd" and blind["training_share_by_model"]["L40S-48GB"] > 0

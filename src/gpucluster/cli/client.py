@@ -20,6 +20,7 @@ import httpx
 import typer
 import yaml
 
+from gpucluster import inputfile
 from gpucluster.cli.common import fail
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
@@ -51,14 +52,12 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
     """The config file (``{"current-context": name, "contexts": {name: {"server", "token"}}}``); empty if absent.
     A file that is not such a mapping exits 2 naming it."""
     path = path or config_path()
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return {"contexts": {}}
-    except OSError as exc:
-        fail(f"{path}: {exc.strerror}")
-    except yaml.YAMLError as exc:
-        fail(f"{path}: not valid YAML: {exc}")
+    try:
+        doc = inputfile.load_yaml(path)
+    except inputfile.InputFileError as exc:
+        fail(str(exc))
     if doc is None:
         return {"contexts": {}}
     if not isinstance(doc, dict) or not isinstance(doc.get("contexts", {}), dict):
@@ -97,8 +96,8 @@ def _is_local(url: str) -> bool:
 def _saved_admin_token() -> str | None:
     data = Path(os.environ.get(DATA_DIR_ENV) or Path.home() / ".gpucluster")
     try:
-        text = (data / "admin-token").read_text(encoding="utf-8").strip()
-    except OSError:
+        text = inputfile.read_text(data / "admin-token", max_bytes=4096).strip()
+    except inputfile.InputFileError:
         return None
     return text or None
 

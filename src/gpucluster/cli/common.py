@@ -111,8 +111,19 @@ def deprecated_option(old: str, new: str) -> Any:
 # ``simulate`` and ``whatif``, the placement policy for ``up``, ``k8s``, ``schedule``, ``demo``, ``monitor`` and
 # ``experiment fgd``.
 QUEUE_HELP = "Queue policy: fifo, sjf, tiresias, drf, offers or default (3-queue 2D-LAS, preemptive)"
-PLACEMENT_HELP = ("Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ... "
-                  "(jobs: the queue policy's own binpack with gang + topology)")
+PLACEMENT_HELP = ("Placement policy: default (speed-fgd: stranding-fgd, on mixed clusters restricted to the GPU "
+                  "models within 10% of the job's best speed), stranding-fgd, gavel, binpack, spread, fgd, "
+                  "bestfit, ... (jobs: the queue policy's own binpack with gang + topology)")
+
+
+def training_share_rows(results: list[dict[str, Any]]) -> list[list[str]]:
+    """Table rows ``training on MODEL`` (percent per result column) from ``training_share_by_model``; none on a
+    cluster of one GPU model."""
+    models: list[str] = []
+    for r in results:
+        models += [m for m in r.get("training_share_by_model", {}) if m not in models]
+    return [[f"training on {m}", *(f"{100 * r.get('training_share_by_model', {}).get(m, 0.0):.1f}%"
+                                   for r in results)] for m in models]
 
 
 def check_queue_policies(value: str, flag: str = "--queue-policy", allow_all: bool = False) -> list[str]:

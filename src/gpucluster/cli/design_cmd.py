@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
 from rich.console import Console
 
+from gpucluster import inputfile
 from gpucluster.cli.output import print_table
 from gpucluster.design import (
     PRESETS,
@@ -113,11 +113,9 @@ def _design_command(
     if requirements is not None:
         source = str(requirements)
         try:
-            loaded = yaml.safe_load(requirements.read_text(encoding="utf-8"))
-        except OSError as exc:
-            _fail([f"{source}: cannot read: {exc.strerror}"])
-        except yaml.YAMLError as exc:
-            _fail([f"{source}: not valid YAML: {exc}"])
+            loaded = inputfile.load_yaml(requirements)
+        except inputfile.InputFileError as exc:
+            _fail([str(exc)])
         if not isinstance(loaded, dict):
             _fail([f"{source}: requirements: must be a mapping"])
         data = loaded

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpucluster import inputfile
 from gpucluster.cli.common import (
     DeviceConfigOpt,
     cluster_option_help,
@@ -35,8 +36,8 @@ KubeconfigOpt = Annotated[
     typer.Option("--kubeconfig", help="kubeconfig file (default: the pod's service account, in-cluster)."),
 ]
 PolicyOpt = Annotated[str | None, typer.Option(
-    "--placement-policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, ... "
-                               "(default: default)")]
+    "--placement-policy", help="Placement policy: default (speed-fgd), stranding-fgd, binpack, spread, fgd, "
+                               "bestfit, ... (default: default)")]
 OldPolicyOpt = Annotated[str | None, deprecated_option("--policy", "--placement-policy")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
 LegacyOpt = Annotated[bool, typer.Option(
@@ -247,7 +248,10 @@ def register(app: typer.Typer) -> None:
         twin_text = ""
         if twins is not None:
             load_cluster_or_fail(twins)  # a clear error now, not a crash-looping pod later
-            twin_text = twins.read_text(encoding="utf-8")
+            try:
+                twin_text = inputfile.read_text(twins)
+            except inputfile.InputFileError as exc:
+                fail(f"--twins: {exc}")
         rules = dashboard = ""
         if monitoring:
             from gpucluster.monitoring import rule_file

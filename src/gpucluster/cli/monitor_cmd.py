@@ -140,7 +140,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         pods: Annotated[Path | None, typer.Option("--pods", help="sim: Pod manifests placed on the cluster.")] = None,
         policy: Annotated[str | None, typer.Option(
-            "--placement-policy", help="sim: placement policy for --pods (default = stranding-fgd; binpack, "
+            "--placement-policy", help="sim: placement policy for --pods (default = speed-fgd; binpack, "
                                        "spread, ...).")] = None,
         old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
         control_plane: Annotated[
@@ -260,7 +260,7 @@ def register(app: typer.Typer) -> None:
         xid: Annotated[int, typer.Option("--xid", help="XID the device reports.")] = 79,
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
         policy: Annotated[str | None, typer.Option(
-            "--placement-policy", help="Placement policy (default = stranding-fgd; binpack, spread, ...).")]
+            "--placement-policy", help="Placement policy (default = speed-fgd; binpack, spread, ...).")]
         = None,
         old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Only log what would be done.")] = False,

@@ -77,8 +77,9 @@ def register(app: typer.Typer) -> None:
         pods: Annotated[Path, typer.Option("--pods", help="YAML stream of Pod manifests (HAMi resources).")],
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
         policy: Annotated[str | None, typer.Option(
-            "--placement-policy", help="Placement policy: default (stranding-fgd), binpack, spread, fgd, bestfit, "
-                                       "... Used when neither --node-policy nor --gpu-policy is given.")] = None,
+            "--placement-policy", help="Placement policy: default (speed-fgd), stranding-fgd, binpack, spread, fgd, "
+                                       "bestfit, ... Used when neither --node-policy nor --gpu-policy is given.")]
+        = None,
         old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
         node_policy: Annotated[
             Policy | None, typer.Option("--node-policy", help="HAMi style: prefer fuller nodes (binpack) or emptier "

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
+from gpucluster import inputfile
 from gpucluster.cli.client import ContextOpt, ServerOpt, TokenOpt, call, client, resolve
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
@@ -201,8 +201,13 @@ def up(
         fail(f"--log-level {log_level!r}: expected debug, info, warning or error")
     if kubeconfig is not None and cluster is not None:
         fail("--cluster and --kubeconfig: give one of them")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        fail(f"--kubeconfig: {kubeconfig}: no such file")
+    if kubeconfig is not None:
+        try:
+            kube_doc = inputfile.load_yaml(kubeconfig)
+        except inputfile.InputFileError as exc:
+            fail(f"--kubeconfig: {exc}")
+        if not isinstance(kube_doc, dict):
+            fail(f"--kubeconfig: {kubeconfig}: not a kubeconfig: expected a mapping with clusters, users, contexts")
     if admission not in ("devices", "count"):
         fail(f"--admission {admission!r}: expected devices or count")
     from gpucluster.devices import VendorRegistry
@@ -258,7 +263,8 @@ def up(
     summary = runtime.overview()
     lines = [
         f"gpucluster control plane ({runtime.backend}: {summary['cluster']}, {summary['nodes']} nodes, "
-        f"{summary['devices']} GPUs, speed x{speed:g}; placement {policy}, queue policy {queue_policy})",
+        f"{summary['devices']} GPUs, speed x{speed:g}; placement {summary.get('placement_in_use', policy)}, "
+        f"queue policy {queue_policy})",
         f"  dashboard: {url}",
         f"  log in:    {how}",
         f"  API docs:  {url}docs",
@@ -319,11 +325,9 @@ def submit(
 ) -> None:
     """Submit a job to a running control plane."""
     try:
-        doc = yaml.safe_load(job_file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        fail(f"{job_file}: {exc.strerror}")
-    except yaml.YAMLError as exc:
-        fail(f"{job_file}: not valid YAML: {exc}")
+        doc = inputfile.load_yaml(job_file)
+    except inputfile.InputFileError as exc:
+        fail(str(exc))
     if not isinstance(doc, dict):
         fail(f"{job_file}: must be a mapping with name, resources, ...")
     doc = with_speed_flags(doc, ref_gpu, work_class, tokens, speedup or [])

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gpucluster import inputfile
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
     QUEUE_HELP,
@@ -26,6 +26,7 @@ from gpucluster.cli.common import (
     print_json,
     registry_or_fail,
     renamed,
+    training_share_rows,
 )
 from gpucluster.cli.output import print_table
 from gpucluster.jobs import DEFAULT_QUEUE_POLICY, JOB_PLACEMENT, JobSpec
@@ -63,11 +64,9 @@ def load_quota(path: Path) -> list[QueueSpec]:
     """A queue tree file (YAML: ``queues: [{name, parent, guarantee, limit: {gpu, gpumem, gpucores}, weight}]``;
     a job's tenant names its queue) -> queue specs; raises TraceError saying where and why."""
     try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise TraceError(f"--quota {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TraceError(f"--quota {path}: not YAML: {exc}") from None
+        raw = inputfile.load_yaml(path)
+    except inputfile.InputFileError as exc:
+        raise TraceError(f"--quota {exc}") from None
     try:
         spec = _QuotaFile.model_validate(raw)
     except ValidationError as exc:
@@ -101,6 +100,7 @@ def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, prog
             progress.update(task, completed=sum(1 for j in sim.jobs.values() if j.done))
     summary = sim.summary()
     summary["placement_policy"] = placement or JOB_PLACEMENT
+    summary.update(sim.placement_report())
     summary["wall_s"] = round(time.perf_counter() - started, 3)
     return sim, summary
 
@@ -170,6 +170,8 @@ def simulate(
             row.append(f"{v:.3f}" if isinstance(v, float) and v < 10 else
                        f"{v:,.0f}" if isinstance(v, float) else str(v))
         rows.append(row)
+    rows.append(["placement in use", *(str(results[n]["placement_in_use"]) for n in names)])
+    rows.extend(training_share_rows([results[n] for n in names]))
     print_table(["metric", *names], rows,
                 title=f"{len(jobs)} jobs on {cluster.name}, placement {placement or JOB_PLACEMENT}",
                 right=range(1, len(names) + 1))

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from gpucluster import inputfile
 from gpucluster.cli.common import console, fail, load_cluster_or_fail, print_json
 from gpucluster.cli.output import print_table, write
 from gpucluster.spec import default_spec_text
@@ -47,9 +48,9 @@ def register(app: typer.Typer) -> None:
                 return
             load_cluster_or_fail(file)
             try:
-                write(file.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError) as exc:
-                fail(f"{file}: {exc}")
+                write(inputfile.read_text(file))
+            except inputfile.InputFileError as exc:
+                fail(str(exc))
             return
         cluster = load_cluster_or_fail(file)
         summary = cluster.summary()

@@ -25,6 +25,7 @@ from gpucluster.cli.common import (
     deprecated_option,
     print_json,
     renamed,
+    training_share_rows,
 )
 from gpucluster.cli.output import print_table
 from gpucluster.cli.simulate_cmd import REF_GPU_HELP
@@ -93,6 +94,8 @@ def _print_table(rows: list[dict[str, Any]], v: dict[str, Any], title: str, year
     console = Console()
     table = [["GPU", *(str(r["gpu"]) for r in rows)]]
     table += [[label, *(_cell(key, r[key]) for r in rows)] for key, label in _ROWS]
+    table.append(["placement in use", *(str(r.get("placement_in_use", "")) for r in rows)])
+    table += training_share_rows(rows)
     print_table(["metric", *(r["name"] + (" *" if r["name"] == v["design"] else "") for r in rows)], table,
                 title=title, right=range(1, len(rows) + 1))
     console.print(f"owned / year = capex / {years:g} years + power per year; $ / GPU-h delivered = owned / "

@@ -5,9 +5,9 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpucluster import inputfile
 from gpucluster.design.requirements import RequirementsError, format_validation_error
 
 
@@ -96,14 +96,14 @@ def load_price_catalog(path: str | Path | None = None) -> PriceCatalog:
         where = "prices.yaml"
     else:
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise RequirementsError([("cost.price_catalog", f"cannot read {path}: {exc.strerror}")]) from None
+            text = inputfile.read_text(Path(path))
+        except inputfile.InputFileError as exc:
+            raise RequirementsError([("cost.price_catalog", f"cannot read {exc}")]) from None
         where = str(path)
     try:
-        data = yaml.safe_load(text)
+        data = inputfile.parse_yaml(text, where)
         return PriceCatalog.model_validate(data)
-    except yaml.YAMLError as exc:
-        raise RequirementsError([(where, f"not valid YAML: {exc}")]) from None
+    except inputfile.InputFileError as exc:
+        raise RequirementsError([("cost.price_catalog", str(exc))]) from None
     except ValidationError as exc:
         raise RequirementsError([(f"{where}: {f}", w) for f, w in format_validation_error(exc)]) from None

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpucluster import inputfile
 from gpucluster.design import catalog
 from gpucluster.model.limits import MAX_DEVICES_PER_NODE, MAX_LINK_GBPS, MAX_NODES
 
@@ -232,9 +232,8 @@ def parse_requirements(data: Any) -> Requirements:
 
 def load_requirements(path: str | Path) -> Requirements:
     """Read a requirements YAML file; RequirementsError on bad content, OSError if unreadable."""
-    text = Path(path).read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RequirementsError([("requirements", f"not valid YAML: {exc}")]) from None
+        data = inputfile.load_yaml(path)
+    except inputfile.InputFileError as exc:
+        raise RequirementsError([("requirements", str(exc))]) from None
     return parse_requirements(data)

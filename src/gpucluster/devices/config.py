@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpucluster import inputfile
 from gpucluster.devices.base import VendorSettings
 from gpucluster.devices.registry import FACTORIES, DeviceSettings
 
@@ -157,15 +156,11 @@ def load_device_config(path: str | Path) -> DeviceConfig:
     """Read a HAMi ``device-config.yaml`` (or a ConfigMap holding one under ``data.device-config.yaml``)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DeviceConfigError(f"{p}: {exc.strerror or exc}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"line {mark.line + 1}" if mark is not None else "?"
-        raise DeviceConfigError(f"{p}: {at}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        doc = inputfile.load_yaml(p)
+    except inputfile.InputFileError as exc:
+        raise DeviceConfigError(str(exc)) from None
+    if doc is None:
+        raise DeviceConfigError(f"{p}: empty file (expected vendor sections: nvidia, cambricon, hygon ...)")
     source = str(p)
     if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap":
         data = doc.get("data") or {}
@@ -174,8 +169,8 @@ def load_device_config(path: str | Path) -> DeviceConfig:
             raise DeviceConfigError(f"{p}: data.device-config.yaml: missing (a ConfigMap must hold the file there)")
         source = f"{p}: data.device-config.yaml"
         try:
-            doc = yaml.safe_load(inner)
-        except yaml.YAMLError as exc:
-            raise DeviceConfigError(f"{source}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+            doc = inputfile.parse_yaml(inner, source)
+        except inputfile.InputFileError as exc:
+            raise DeviceConfigError(str(exc)) from None
     config = parse_device_config(doc, source)
     return dataclasses.replace(config, document=dict(doc) if isinstance(doc, Mapping) else {})

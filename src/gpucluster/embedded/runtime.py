@@ -282,6 +282,7 @@ class EmbeddedRuntime(EngineFront):
             "cluster": self.cluster.name,
             "policy": self.placement_policy,
             "queue_policy": self.queue_policy,
+            **self.sim.placement_report(j for j in self.engine.jobs.values() if not j.synthetic),
             "t": self.now,
             **views.figures(self.state),
             "queue": len(self.engine.views.queued()),

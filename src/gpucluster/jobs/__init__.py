@@ -54,7 +54,15 @@ from gpucluster.jobs.model import (
     folds,
     task_pods,
 )
-from gpucluster.jobs.placement import JOB_PLACEMENT, Placer, SchedulerPlacer, job_profile, jobs_profile, placement_names
+from gpucluster.jobs.placement import (
+    JOB_PLACEMENT,
+    Placer,
+    SchedulerPlacer,
+    job_profile,
+    jobs_profile,
+    placement_in_use,
+    placement_names,
+)
 from gpucluster.jobs.policies import DEFAULT_QUEUE_POLICY, POLICIES, QueuePolicy, make_policy
 from gpucluster.jobs.speed import SPEED_KEY, GpuSpeeds, default_speed_model
 from gpucluster.jobs.speed import describe as describe_speed
@@ -132,6 +140,7 @@ __all__ = [
     "make_policy",
     "never_fits",
     "no_slowdown",
+    "placement_in_use",
     "placement_names",
     "restored_submission",
     "task_pods",

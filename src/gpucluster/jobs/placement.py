@@ -1,6 +1,6 @@
 """Placing a job's pods as one group: the profile a job engine schedules with, and the :class:`Placer` port.
 
-Profile: a placement policy (``gpucluster.scheduler.PROFILES``: ``default`` = stranding-fgd, ``binpack``,
+Profile: a placement policy (``gpucluster.scheduler.PROFILES``: ``default`` = speed-fgd, ``binpack``,
 ``spread``, ``fgd`` ...) or, when none is named, the queue policy's own (:func:`jobs_profile`: fit, gang and
 binpack for nodes and devices, as the simulator has always measured), plus the job plugins every engine
 needs: ``Gang`` (all or nothing, one GPU model), ``NodeSelector``, ``Topology`` for topology-aware queue
@@ -19,7 +19,7 @@ from typing import Protocol
 from gpucluster.jobs.model import Job
 from gpucluster.jobs.policies import QueuePolicy
 from gpucluster.model import ClusterState, Pod
-from gpucluster.scheduler import PROFILES, GroupDecision, Scheduler, profile_for
+from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, PROFILES, GroupDecision, Scheduler, profile_for
 from gpucluster.scheduler.framework import PluginConfig, Profile
 
 JOB_PLACEMENT = "jobs"
@@ -50,6 +50,15 @@ def jobs_profile(topology: bool, seed: int = 0, extra: Iterable[PluginConfig] = 
         plugins.append(PluginConfig(name="Topology", weight=TOPOLOGY_WEIGHT))
     plugins.extend(extra)
     return Profile(plugins=plugins, seed=seed, tie_break="first")
+
+
+def placement_in_use(placement: str | None, policy: QueuePolicy) -> str:
+    """The name of the placement a job engine with ``placement`` and ``policy`` really uses: ``default``
+    resolved to :data:`~gpucluster.scheduler.DEFAULT_PLACEMENT_POLICY`, none to the queue policy's own
+    (``jobs``, or ``gavel`` for speed-aware queue policies)."""
+    if placement is None or placement == JOB_PLACEMENT:
+        return SPEED_PLACEMENT if getattr(policy, "speed_aware", False) else JOB_PLACEMENT
+    return DEFAULT_PLACEMENT_POLICY if placement == "default" else placement
 
 
 def job_profile(placement: str | None, policy: QueuePolicy, seed: int = 0, *, quota: bool = False) -> Profile:

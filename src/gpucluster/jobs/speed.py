@@ -12,14 +12,18 @@ and records the speed in ``job.extra["speed"]``.
 Speeds are cached per (job speed description, GPU model), so starting a job costs a few dictionary look-ups.
 
 It is also the ``gpu_speeds`` service of the ``GpuSpeed`` placement plugin (:meth:`GpuSpeeds.model_scores`:
-Gavel's effective throughput, the ``gavel`` queue and placement policies).
+Gavel's effective throughput, the ``gavel`` queue and placement policies) and of the ``GpuSpeedTier`` plugin
+(:meth:`GpuSpeeds.model_speeds`: the default placement keeps a job on the models nearly as fast as its best).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from gpucluster.jobs.model import Job, JobKind, JobSpec
 from gpucluster.model import ClusterState, Pod
@@ -176,6 +180,15 @@ class GpuSpeeds:
             found = self._scores[(key, names)] = [a / top for a in adv]
         return found
 
+    def model_speeds(self, pod: Pod, models: Sequence[str]) -> list[float] | None:
+        """The pod's job's speed on each model (relative to its reference GPU): the ``GpuSpeedTier`` plugin's
+        table (the default placement's first stage). None for a pod of no known job or a job that runs the same
+        everywhere."""
+        job = self.jobs.get(pod.labels.get(JOB_LABEL, "")) if self.jobs is not None else None
+        if job is None or speed_key(job.spec) is None:
+            return None
+        return [self.factor(job.spec, m) for m in models]
+
     def _mix_mean(self, models: tuple[str, ...]) -> list[float]:
         total = sum(self._mix.values())
         if not total:
@@ -185,6 +198,34 @@ class GpuSpeeds:
             for i, n in enumerate(self.normalized(self._mix_specs[key], models)):
                 acc[i] += count * n
         return [a / total for a in acc]
+
+    def gpu_models(self) -> list[str]:
+        """The GPU models the cluster has (on nodes with devices), in the state's order."""
+        ids = np.unique(self.state.dev_model[self.state.dev_valid]) if self.state.dev_model.size else ()
+        return [self.state.models.names[int(i)] for i in ids if int(i) >= 0]
+
+    def training_share(self, jobs: Iterable[Job]) -> dict[str, float]:
+        """Share of the training work (reference GPU-seconds: GPUs x ``duration_s``) of the jobs that ran or run
+        on each GPU model, by the model of their (last) placement's first node; {} on a cluster of one model.
+        Jobs that never started are left out; one with no duration counts the GPU-seconds it has run so far; a
+        share is rounded to 4 digits."""
+        models = self.gpu_models()
+        if len(models) <= 1:
+            return {}
+        work = dict.fromkeys(models, 0.0)
+        names = self.state.models.names
+        for job in jobs:
+            if job.spec.kind != JobKind.TRAIN or not job.nodes:
+                continue
+            n = self.state.node_index.get(job.nodes[0])
+            if n is None or not self.state.dev_model.shape[1]:
+                continue
+            m = int(self.state.dev_model[n, 0])
+            if m >= 0:  # an open-ended job (no duration) counts the GPU-seconds it has run so far
+                w = job.spec.gpu_share * job.spec.duration_s
+                work[names[m]] = work.get(names[m], 0.0) + (w if math.isfinite(w) else job.attained_gpu_s)
+        total = sum(work.values())
+        return {m: round(w / total, 4) if total > 0 else 0.0 for m, w in work.items()}
 
     def wrap(self, slowdown: Slowdown) -> Slowdown:
         """``slowdown`` (the network model's) with the job's speed applied: ``(network / speed, level)``."""

@@ -1014,6 +1014,8 @@ class KubeRuntime(EngineFront):
             "backend": self.backend,
             "cluster": self.cluster_name,
             "policy": self.placement_policy,
+            "placement_in_use": (DEFAULT_PLACEMENT_POLICY if self.placement_policy == "default"
+                                 else self.placement_policy),
             "queue_policy": self.queue_policy,
             "t": self.now,
             **figures,

@@ -10,6 +10,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client import ApiClient, ApiException
 
+from gpucluster import inputfile
+
 
 class KubeConfigError(ValueError):
     """The kubeconfig cannot be loaded; the message says which file and why."""
@@ -23,13 +25,19 @@ def api_client(kubeconfig: str | Path | None = None, pool_size: int = 32) -> Api
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         else:
             path = Path(kubeconfig)
-            if not path.is_file():
-                raise KubeConfigError(f"{path}: no such kubeconfig file")
+            try:  # size, encoding and nesting checked before the client's own loader reads it
+                doc = inputfile.load_yaml(path)
+            except inputfile.InputFileError as exc:
+                raise KubeConfigError(f"kubeconfig {exc}") from None
+            if not isinstance(doc, dict):
+                raise KubeConfigError(f"{path}: not a kubeconfig: expected a mapping with clusters, users, contexts")
             config.load_kube_config(config_file=str(path), client_configuration=cfg)  # type: ignore[no-untyped-call]
     except config.ConfigException as exc:
         raise KubeConfigError(f"{kubeconfig or 'in-cluster config'}: {exc}") from None
     except yaml.YAMLError as exc:
         raise KubeConfigError(f"{kubeconfig}: not a kubeconfig (YAML): {exc}".replace("\n", " ")) from None
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:  # a field of the wrong type
+        raise KubeConfigError(f"{kubeconfig}: not a valid kubeconfig: {type(exc).__name__}: {exc}") from None
     cfg.connection_pool_maxsize = pool_size
     return ApiClient(cfg)
 

@@ -314,6 +314,39 @@ class ExtenderMetrics:
 
 
 # ---------------------------------------------------------------------------------------------- http
+class Readiness:
+    """What the process says on ``/healthz`` (liveness) and ``/readyz`` (readiness): ready, or waiting with the
+    reason (e.g. the API server unreachable). Written by the thread that waits, read by the HTTP threads."""
+
+    def __init__(self, reason: str = "starting", ready: Callable[[], bool] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._reason = reason
+        self._ready = False
+        self._also = ready
+
+    def waiting(self, reason: str) -> None:
+        with self._lock:
+            self._ready, self._reason = False, reason
+
+    def set_ready(self) -> None:
+        with self._lock:
+            self._ready, self._reason = True, ""
+
+    def check(self) -> tuple[bool, str]:
+        """``(ready, reason)``; the reason is empty when ready."""
+        with self._lock:
+            ready, reason = self._ready, self._reason
+        if ready and self._also is not None and not self._also():
+            return False, "the informer is not in sync with the API server (relisting)"
+        return ready, reason
+
+
+def _always_ready() -> Readiness:
+    r = Readiness()
+    r.set_ready()
+    return r
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
@@ -329,13 +362,22 @@ class _Server(ThreadingHTTPServer):
 
 
 class ExtenderServer:
-    """Serves :class:`ExtenderLogic` on ``host:port`` (threads; one per connection)."""
+    """Serves :class:`ExtenderLogic` on ``host:port`` (threads; one per connection).
+
+    ``/healthz`` is liveness: 200 while the process serves, its body ``ok`` or ``waiting: REASON``. ``/readyz`` is
+    readiness: 200 ``ok``, or 503 ``not ready: REASON`` while :attr:`readiness` waits (for the API server, for the
+    informer's first list); the extender verbs answer 503 with the same reason then, so kube-scheduler retries."""
 
     def __init__(self, logic: ExtenderLogic, host: str = "127.0.0.1", port: int = 0,
-                 ready: Callable[[], bool] | None = None, collectors: Sequence[Collector] = ()) -> None:
+                 ready: Callable[[], bool] | None = None, collectors: Sequence[Collector] = (),
+                 readiness: Readiness | None = None) -> None:
         self.logic = logic
         self.metrics = ExtenderMetrics(logic.cluster, collectors)
-        self.ready = ready or (lambda: True)
+        if readiness is None:
+            readiness = _always_ready() if ready is None else Readiness("the informer has not synced", ready)
+            if ready is not None:
+                readiness.set_ready()
+        self.readiness = readiness
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -355,8 +397,12 @@ class ExtenderServer:
             def do_GET(self) -> None:
                 path = self.path.split("?")[0]
                 if path == "/healthz":
-                    ok = server.ready()
-                    self._send(200 if ok else 503, b"ok" if ok else b"not synced", "text/plain")
+                    ok, why = server.readiness.check()
+                    self._send(200, b"ok" if ok else f"waiting: {why}".encode(), "text/plain; charset=utf-8")
+                elif path == "/readyz":
+                    ok, why = server.readiness.check()
+                    self._send(200 if ok else 503, b"ok" if ok else f"not ready: {why}".encode(),
+                               "text/plain; charset=utf-8")
                 elif path == "/metrics":
                     self._send(200, generate_latest(server.metrics.registry), "text/plain; version=0.0.4")
                 else:
@@ -382,11 +428,15 @@ class ExtenderServer:
         code, result = 200, "ok"
         length = int(h.headers.get("Content-Length") or 0)
         raw = h.rfile.read(length) if length > 0 else b""
+        ready, why = self.readiness.check()
+        body: Any
         try:
             fn = handlers.get(verb)
-            if fn is None:
+            if fn is not None and not ready:
+                code, result, body = 503, "not_ready", {"error": f"not ready: {why}"}
+            elif fn is None:
                 code, result = 404, "not_found"
-                body: Any = {"error": f"no such verb {verb!r}; use filter, prioritize, preempt or bind"}
+                body = {"error": f"no such verb {verb!r}; use filter, prioritize, preempt or bind"}
             else:
                 try:
                     args = json.loads(raw or b"null")

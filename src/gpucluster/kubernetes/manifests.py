@@ -237,17 +237,34 @@ SCHEDULER_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses", "resourceslices"],
+     "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"],
+     "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update", "patch"]},
+    {"apiGroups": ["scheduling.x-k8s.io", "scheduling.k8s.io"], "resources": ["podgroups"],
+     "verbs": ["get", "list", "watch"]},
 )
 """What the extender and the secondary scheduler do: watch nodes and pods, write decisions (pod
-annotations, Binding, PodScheduled condition) and events."""
+annotations, Binding, PodScheduled condition) and events; read DRA devices and claims, allocate claims (status)
+and create, update and delete the claims of DRA-backed extended resources they make (``delete`` only undoes one of
+those when its pod's binding is rolled back); read the PodGroups of gangs."""
 UP_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/binding", "pods/eviction"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"],
+     "verbs": ["get", "list", "watch", "create", "delete", "patch", "update"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses", "resourceslices", "resourceclaims"],
+     "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["scheduling.x-k8s.io", "scheduling.k8s.io"], "resources": ["podgroups"],
+     "verbs": ["get", "list", "watch"]},
 )
-"""``gpucluster up``: submits and cancels jobs as pods, schedules them, cordons and drains nodes (remediation)."""
+"""``gpucluster up``: runs jobs as batch/v1 Jobs (and admits users' Jobs labelled with a queue), binds their pods,
+reads their logs, cordons and drains nodes (remediation); reads DRA devices and claims and PodGroups."""
 TWIN_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
@@ -311,7 +328,8 @@ def _scheduler(o: DeployOptions, registry: VendorRegistry) -> list[dict[str, Any
             _container("extender", o.image,
                        ["gpucluster", "k8s", "extender", "--listen", f"0.0.0.0:{SCHEDULER_PORT}", *ours],
                        ports=[{"name": "http", "containerPort": SCHEDULER_PORT}],
-                       readinessProbe=_http_probe("http"), livenessProbe=_http_probe("http", initial=30),
+                       readinessProbe=_http_probe("http", path="/readyz"),
+                       livenessProbe=_http_probe("http", initial=30),
                        resources=_resources("100m", "256Mi", "1Gi"), volumeMounts=our_mounts),
         ]
     else:
@@ -321,7 +339,8 @@ def _scheduler(o: DeployOptions, registry: VendorRegistry) -> list[dict[str, Any
                         "--listen", f"0.0.0.0:{SCHEDULER_PORT}", *ours],
                        env=[{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                        ports=[{"name": "http", "containerPort": SCHEDULER_PORT}],
-                       readinessProbe=_http_probe("http"), livenessProbe=_http_probe("http", initial=30),
+                       readinessProbe=_http_probe("http", path="/readyz"),
+                       livenessProbe=_http_probe("http", initial=30),
                        resources=_resources("100m", "256Mi", "1Gi"), volumeMounts=our_mounts),
         ]
     if device_cm is not None:
@@ -408,7 +427,7 @@ def _up(o: DeployOptions) -> list[dict[str, Any]]:
     labels = _labels(o, comp)
     tmp_vol, tmp_mount = _tmp_volume()
     args = ["gpucluster", "up", "--kubeconfig", "/etc/gpucluster/kubeconfig", "--host", "0.0.0.0", "--port",
-            str(UP_PORT), "--data-dir", "/data", "--policy", o.policy]
+            str(UP_PORT), "--data-dir", "/data", "--policy", o.policy, "--lease-namespace", o.namespace]
     if o.legacy_metrics:
         args.append("--legacy-metrics")
     token = {"name": "GPUCLUSTER_ADMIN_TOKEN",
@@ -437,6 +456,9 @@ def _up(o: DeployOptions) -> list[dict[str, Any]]:
     }
     return [_service_account(o, name, comp), _cluster_role(o, name, comp, UP_RULES),
             _binding("ClusterRoleBinding", name, "ClusterRole", name, name, o, comp),
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": _meta(o, f"{name}-leases", comp), "rules": [dict(r) for r in LEASE_RULES]},
+            _binding("RoleBinding", f"{name}-leases", "Role", f"{name}-leases", name, o, comp),
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(o, name, comp),
              "data": {"kubeconfig": IN_CLUSTER_KUBECONFIG}},
             deploy, _service(o, name, comp, UP_PORT)]

@@ -19,12 +19,13 @@ relative to the job's compute share of a shared device; thresholds are the field
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from gpucluster import inputfile
 
 
 class MetricsInputError(ValueError):
@@ -94,13 +95,16 @@ def _coerce(raw: Mapping[str, Any], where: str) -> JobSample:
 def load_metrics(path: Path) -> dict[str, list[JobSample]]:
     """Samples by job from a CSV (header = field names) or JSON (a list of records, or ``{"samples": [...]}``)
     file."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = inputfile.read_text(path)
+    except inputfile.InputFileError as exc:
+        raise MetricsInputError(str(exc)) from None
     samples: list[JobSample] = []
     if path.suffix.lower() == ".json":
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise MetricsInputError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+            doc = inputfile.parse_json(text, path)
+        except inputfile.InputFileError as exc:
+            raise MetricsInputError(str(exc)) from None
         records = doc.get("samples") if isinstance(doc, dict) else doc
         if not isinstance(records, list):
             raise MetricsInputError(f"{path}: expected a list of samples or {{\"samples\": [...]}}")
@@ -110,12 +114,15 @@ def load_metrics(path: Path) -> dict[str, list[JobSample]]:
             samples.append(_coerce(rec, f"{path}: samples[{k}]"))
     else:
         reader = csv.DictReader(text.splitlines())
-        if reader.fieldnames is None:
-            raise MetricsInputError(f"{path}: empty file")
-        for row in reader:
-            if None in row:
-                raise MetricsInputError(f"{path}:{reader.line_num}: more values than header columns")
-            samples.append(_coerce(row, f"{path}:{reader.line_num}"))
+        try:
+            if reader.fieldnames is None:
+                raise MetricsInputError(f"{path}: empty file")
+            for row in reader:
+                if None in row:
+                    raise MetricsInputError(f"{path}:{reader.line_num}: more values than header columns")
+                samples.append(_coerce(row, f"{path}:{reader.line_num}"))
+        except csv.Error as exc:
+            raise MetricsInputError(f"{path}:{reader.line_num}: not a readable CSV file: {exc}") from None
     by_job: dict[str, list[JobSample]] = {}
     for s in samples:
         by_job.setdefault(s.job, []).append(s)

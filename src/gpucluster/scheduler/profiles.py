@@ -84,6 +84,23 @@ def stranding_fgd_profile(seed: int = 0, fgd_args: Mapping[str, Any] | None = No
     )
 
 
+SPEED_TIER_WEIGHT = 10.0
+"""Weight of ``GpuSpeedTier`` in ``speed-fgd``: its 0/100 outweighs every other score but the annotations
+(StrandingFGD 0..100, Topology 0..200 at its weight, the tie-break), so it restricts the choice to the fast
+models and fragmentation decides inside them; an explicit per-pod binpack/spread annotation still wins."""
+
+
+def speed_fgd_profile(seed: int = 0, fgd_args: Mapping[str, Any] | None = None) -> Profile:
+    """``speed-fgd``, the default: ``stranding-fgd`` with GPU speed first (``GpuSpeedTier``). On a cluster of
+    several GPU models a job goes to the models where it runs within 10 % of its best speed among those that can
+    hold it now; stranding-FGD chooses the node and GPUs among them. Exactly ``stranding-fgd`` on a cluster of
+    one model, for pods whose job runs the same everywhere (the Alibaba trace's), and without a speed service."""
+    base = stranding_fgd_profile(seed, fgd_args)
+    plugins = list(base.plugins)
+    plugins.insert(4, PluginConfig(name="GpuSpeedTier", weight=SPEED_TIER_WEIGHT))
+    return base.model_copy(update={"plugins": plugins})
+
+
 SPEED_WEIGHT = 10.0
 """Weight of ``GpuSpeed`` in the ``gavel`` profile: the GPU model decides, binpack only breaks ties within it."""
 
@@ -103,12 +120,14 @@ PROFILES: Mapping[str, ProfileBuilder] = {
     "spread": lambda seed: binpack_spread_profile(Policy.SPREAD, Policy.SPREAD, seed),
     **{p: (lambda seed, p=p: fgd_paper_profile(p, seed)) for p in FGD_PAPER_POLICIES},  # type: ignore[misc]
     "stranding-fgd": stranding_fgd_profile,
+    "speed-fgd": speed_fgd_profile,
     "gavel": gavel_profile,
     "default": lambda seed: profile_for(DEFAULT_PLACEMENT_POLICY, seed),
 }
 """Policy name -> profile builder (taking a seed)."""
 
-DEFAULT_PLACEMENT_POLICY = "stranding-fgd"
+DEFAULT_PLACEMENT_POLICY = "speed-fgd"
+"""The default placement: ``speed-fgd`` (``stranding-fgd`` plus GPU speed where models differ)."""
 
 
 def profile_for(policy: str, seed: int = 0) -> Profile:

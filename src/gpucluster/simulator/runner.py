@@ -38,6 +38,7 @@ from gpucluster.jobs import (
     jobs_profile,
     make_policy,
     no_slowdown,
+    placement_in_use,
 )
 from gpucluster.model import ClusterState, NodeSpec, TopologyLevel
 from gpucluster.scheduler import Scheduler
@@ -92,6 +93,9 @@ job without one runs the same on every GPU model.
         if quota is not None and not isinstance(quota, QuotaTree):
             raise TypeError("services['quota'] must be a QuotaTree")
         prof = profile or job_profile(placement_policy, self.queue_policy, seed, quota=quota is not None)
+        self.placement_in_use = "custom" if profile is not None else placement_in_use(placement_policy,
+                                                                                       self.queue_policy)
+        """The placement policy's name (``default`` resolved; ``custom`` for a given profile)."""
         kernel: Kernel[Timer] = Kernel(start_t)
         self.scheduler = Scheduler(self.state, prof, clock=lambda: kernel.now, handle=handle,
                                    assume_ttl=float("inf"))
@@ -196,6 +200,15 @@ job without one runs the same on every GPU model.
 
     def summary(self) -> dict[str, Any]:
         return summarize(self)
+
+    def placement_report(self, jobs: Iterable[Job] | None = None) -> dict[str, Any]:
+        """``placement_in_use`` (the placement policy's name) and, on a cluster of several GPU models,
+        ``training_share_by_model``: the share of the training work (``jobs``; default all) that ran on each."""
+        out: dict[str, Any] = {"placement_in_use": self.placement_in_use}
+        share = self.speeds.training_share(self.engine.jobs.values() if jobs is None else jobs)
+        if share:
+            out["training_share_by_model"] = share
+        return out
 
     # ================================================================================ faults
     def _node_event(self, kind: str, node: str, detail: str = "") -> None:

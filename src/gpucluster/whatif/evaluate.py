@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-
+from gpucluster import inputfile
 from gpucluster.design import (
     Design,
     DesignError,
@@ -96,11 +95,9 @@ def load_candidate(path: Path) -> Candidate:
     """Requirements YAML -> design -> simulated cluster; raises :class:`DesignInputError` on bad input."""
     source = str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        _fail([f"{source}: cannot read: {exc.strerror}"])
-    except yaml.YAMLError as exc:
-        _fail([f"{source}: not valid YAML: {exc}"])
+        data = inputfile.load_yaml(path)
+    except inputfile.InputFileError as exc:
+        _fail([str(exc)])
     if not isinstance(data, dict):
         _fail([f"{source}: requirements: must be a mapping"])
     try:
@@ -185,6 +182,7 @@ def evaluate(cand: Candidate, jobs: list[JobSpec], queue_policy: str, seed: int,
         "spot_avg_jct_s": sp.get("avg_jct_s"),
         "costs": costs,
         "warnings": list(d.warnings),
+        **sim.placement_report(),
     }
 
 

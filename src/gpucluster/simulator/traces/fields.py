@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import math
 from collections.abc import Iterator
 from pathlib import Path
 
 from gpucluster.devices.quantity import finite_number, whole_number
+from gpucluster.inputfile import InputFileError
 from gpucluster.model.limits import MAX_TRACE_SECONDS, MAX_WHOLE_NUMBER
 from gpucluster.simulator.traces import TraceError
 
@@ -42,11 +44,16 @@ def amount(raw: object, where: str, column: str, upper: float) -> float:
 
 @contextlib.contextmanager
 def decoded(path: Path, error: type[ValueError] = TraceError) -> Iterator[None]:
-    """Turn a file that is not UTF-8 text into a TraceError naming the file and the byte."""
+    """Turn a file that is not UTF-8 text (or not a readable regular file, :mod:`gpucluster.inputfile`) into a
+    TraceError naming the file and why."""
     try:
         yield
     except UnicodeDecodeError as exc:
         raise error(f"{path}: byte {exc.start}: not UTF-8 text") from None
+    except InputFileError as exc:
+        raise error(str(exc)) from None
+    except csv.Error as exc:  # a field longer than the csv module reads, a NUL ...
+        raise error(f"{path}: not a readable CSV file: {exc}") from None
 
 
 __all__ = ["amount", "decoded", "seconds", "whole"]

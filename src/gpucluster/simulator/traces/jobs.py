@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpucluster import inputfile
 from gpucluster.jobs import JobKind, JobSpec, describe_speed
 from gpucluster.model.limits import MAX_JOB_SPEEDUP, MAX_JOB_TOKENS, MAX_TRACE_GPUS, MAX_WHOLE_NUMBER
 from gpucluster.simulator.traces import TraceError
@@ -36,8 +35,6 @@ _KNOWN = set(_FLOATS) | set(_INTS) | set(_STRS) | {"speedup"}
 
 
 def load_jobs(path: Path) -> list[JobSpec]:
-    if not path.is_file():
-        raise TraceError(f"{path}: no such file")
     with decoded(path):
         if path.suffix.lower() in (".yaml", ".yml"):
             return _from_yaml(path)
@@ -45,7 +42,7 @@ def load_jobs(path: Path) -> list[JobSpec]:
 
 
 def _from_csv(path: Path) -> list[JobSpec]:
-    with path.open(newline="", encoding="utf-8") as fh:
+    with inputfile.open_text(path, newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None:
             raise TraceError(f"{path}:1: empty file (expected a header line)")
@@ -56,13 +53,8 @@ def _from_csv(path: Path) -> list[JobSpec]:
 
 
 def _from_yaml(path: Path) -> list[JobSpec]:
-    text = path.read_text(encoding="utf-8")
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        raise TraceError(f"{path}:{line}: invalid YAML") from None
+    text = inputfile.read_text(path)
+    doc = inputfile.parse_yaml(text, path)
     if isinstance(doc, Mapping):
         doc = doc.get("jobs")
     if not isinstance(doc, list):

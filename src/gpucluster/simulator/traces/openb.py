@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from gpucluster import inputfile
 from gpucluster.model import ContainerRequest, DeviceConstraints, DeviceRequest, DeviceSpec, Fabric, NodeSpec, Pod
 from gpucluster.model.labels import MODEL_LABEL
 from gpucluster.simulator.traces import TraceError
@@ -87,11 +88,7 @@ def _int(path: Path, line: int, column: str, raw: str | None, minimum: int = 0) 
 
 
 def _rows(path: Path, required: Sequence[str]) -> Iterable[tuple[int, dict[str, str | None]]]:
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(f"{path}:0: cannot open: {exc.strerror}") from None
-    with handle, decoded(path, TraceError):
+    with decoded(path, TraceError), inputfile.open_text(path, newline="") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames
         if not header:

@@ -12,10 +12,10 @@ V100 for its job type (the per-job override of the speed model; other models fol
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from gpucluster import inputfile
 from gpucluster.jobs import JobSpec
 from gpucluster.model.limits import MAX_TRACE_GPUS
 from gpucluster.simulator.traces import TraceError
@@ -38,10 +38,12 @@ def find_throughputs(path: Path) -> Path:
 
 def _read_table(path: Path) -> dict[str, Any]:
     try:
-        table: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read the throughput table: {exc}") from None
-    return table
+        table = inputfile.load_json(path)
+    except inputfile.InputFileError as exc:
+        raise TraceError(f"cannot read the throughput table: {exc}") from None
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise TraceError(f"{path}: the throughput table must map worker types to job types")
+    return dict(table)
 
 
 def load_throughputs(path: Path, worker: str = "v100", table: dict[str, Any] | None = None) -> dict[str, float]:
@@ -77,7 +79,7 @@ def load_philly(path: Path, throughputs: Path | None = None, worker: str = "v100
     jobs: list[JobSpec] = []
     for f in trace_files(path):
         vc = f.stem
-        with f.open(encoding="utf-8") as fh, decoded(f):
+        with decoded(f), inputfile.open_text(f) as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from gpucluster import inputfile
 from gpucluster.jobs import JobSpec
 from gpucluster.model.limits import MAX_TRACE_GPUS
 from gpucluster.simulator.traces import TraceError
@@ -22,11 +23,9 @@ REF_GPU = "V100"
 
 
 def load_tiresias(path: Path) -> list[JobSpec]:
-    if not path.is_file():
-        raise TraceError(f"{path}: no such file")
     jobs: list[JobSpec] = []
     seen: set[str] = set()
-    with path.open(newline="", encoding="utf-8") as fh, decoded(path):
+    with decoded(path), inputfile.open_text(path, newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in _NEED if c not in (reader.fieldnames or [])]
         if missing:
@@ -53,7 +52,7 @@ def load_tiresias(path: Path) -> list[JobSpec]:
 
 def load_shape(path: Path) -> dict[str, int]:
     """A Tiresias cluster shape: ``{switches, nodes_per_switch, gpus_per_node, cpus_per_node, mem_gb}``."""
-    with path.open(newline="") as fh:
+    with decoded(path), inputfile.open_text(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
     if len(rows) != 1:
         raise TraceError(f"{path}:2: expected exactly one shape row")

@@ -6,6 +6,14 @@ This plugin scores nodes by their GPU model with a score that a :class:`SpeedOra
 (``Handle.services["gpu_speeds"]``; the job engine's :class:`gpucluster.jobs.GpuSpeeds`) gives per model for the
 pod's job, 0..1 (1 = the model where the job should run). Without the service, or for a pod whose job runs the
 same everywhere, it skips. Score = 100 x the model's score for the node's GPU model (its first device's).
+
+``GpuSpeedTier`` is the first stage of the default placement (``speed-fgd``): among the GPU models of the nodes a
+pod can go to now (the candidates that passed Filter; for a gang's first member, the models that can hold the
+whole gang), it keeps those where the pod's job runs within ``tolerance`` of its speed on the fastest of them
+(score 100) and scores the others 0; with a weight above every other score's range the fragmentation score then
+chooses only among the kept models. It skips -- and the profile is exactly the speed-blind one -- on a cluster of
+one GPU model, for a pod whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba
+trace's pods), without a speed service, and when every candidate's model is within the tolerance anyway.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+from pydantic import Field
 
 from gpucluster.model import Pod, Snapshot
 from gpucluster.scheduler.framework import CycleState, FloatArray, Handle, IntArray, PluginRegistry, Status
@@ -30,6 +39,15 @@ class SpeedOracle(Protocol):
     def model_scores(self, pod: Pod, models: Sequence[str]) -> Sequence[float] | None:
         """A score in 0..1 per model name of ``models`` (1 = where the job should run), or None when the job
         runs the same on every model."""
+        ...
+
+
+class SpeedTable(Protocol):
+    """Per GPU model, how fast a pod's job runs there."""
+
+    def model_speeds(self, pod: Pod, models: Sequence[str]) -> Sequence[float] | None:
+        """The job's speed on each model of ``models`` (any common unit, > 0), or None when the job runs the
+        same on every model."""
         ...
 
 
@@ -66,5 +84,54 @@ def new_gpu_speed(args: Mapping[str, Any], handle: Handle) -> GpuSpeed:
     return GpuSpeed(oracle)
 
 
+TIER_NAME = "GpuSpeedTier"
+DEFAULT_TOLERANCE = 0.1
+"""``GpuSpeedTier``'s default: a model at least 90 % as fast as the best available one is as good as it."""
+
+
+class GpuSpeedTier:
+    """Two-stage speed-aware placement, stage one (see the module docstring)."""
+
+    name = TIER_NAME
+
+    def __init__(self, table: SpeedTable | None, tolerance: float) -> None:
+        self.table = table
+        self.tolerance = tolerance
+
+    def pre_score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> Status:
+        if self.table is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
+            return SKIP
+        speeds = self.table.model_speeds(pod, snap.models)
+        if speeds is None:
+            return SKIP
+        per_model = np.append(np.asarray(speeds, np.float64), 0.0)  # index -1 (no device) -> 0
+        present = np.unique(snap.dev_model[candidates, 0])
+        got = per_model[present]
+        best = float(got.max()) if got.size else 0.0
+        keep = per_model >= (1.0 - self.tolerance) * best
+        if best <= 0.0 or bool(keep[present].all()):
+            return SKIP  # every model the pod can go to is as good: speed cannot choose
+        state.write(TIER_NAME, np.where(keep, 100.0, 0.0))
+        return Status.success()
+
+    def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
+        per_model: np.ndarray[Any, np.dtype[np.float64]] = state.read(TIER_NAME)
+        return np.asarray(per_model[snap.dev_model[candidates, 0]], np.float64)
+
+
+class _TierArgs(PluginArgs):
+    tolerance: float = Field(DEFAULT_TOLERANCE, ge=0.0, lt=1.0)
+    """A model counts as fast enough when the job's speed there is at least (1 - tolerance) x its best."""
+
+
+def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
+    parsed = parse_args(_TierArgs, TIER_NAME, args)
+    table = handle.services.get(SERVICE)
+    if table is not None and not hasattr(table, "model_speeds"):
+        table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
+    return GpuSpeedTier(table, parsed.tolerance)
+
+
 def register(reg: PluginRegistry) -> None:
     reg.register(NAME, new_gpu_speed)
+    reg.register(TIER_NAME, new_gpu_speed_tier)

@@ -1,0 +1,164 @@
+"""Placements on mixed H100 + L40S clusters: stranding-fgd, gavel and the default (speed-fgd), per trace and queue
+policy. Prints one markdown table (and ``--json`` rows).
+
+    .venv/bin/python bench/mixed_placement.py [--jobs 800] [--clusters reference,half] \
+        [--traces philly,synthetic,inference] [--queues fifo,default] [--json]
+
+Clusters: ``reference`` = the built-in reference cluster (208 x 8 H100 + 32 x 8 L40S, 1,920 GPUs); ``half`` = the
+same servers, 120 x 8 H100 + 120 x 8 L40S (1,920 GPUs).
+
+Traces (``--jobs`` jobs each, seed 0):
+
+* ``philly``: the first jobs by arrival of the Philly-derived trace (``../shared/traces/gavel-philly-derived/
+  seed=0``; training, work in V100 seconds, Gavel's job types); arrivals compressed so that the GPUs the jobs
+  would keep busy over the arrival window (run times at their H100 speed, cut at the window's end) are 1.1 x
+  the cluster's GPUs.
+* ``synthetic``: ``synthetic:N:philly:1.1`` (training, work in H100 seconds).
+* ``inference``: the same generator, every job of at most 2 GPUs turned into an inference job (work classes
+  ``inference/llm-decode``, ``inference/mixed``, ``inference/llm-prefill`` in turn; about 3 in 4 jobs), the
+  rest training; load 1.1.
+
+Columns: average and p99 JCT of the completed jobs, GPU-hours of reference work done per hour (``work_ref_gpu_h``
+over the makespan), idle GPUs (GPUs x (1 - utilisation over the arrival window)), and the share of training work
+run on H100. Every run is one :class:`gpucluster.simulator.Simulation` with the network model, to the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gpucluster.jobs import JobKind, JobSpec, default_speed_model
+from gpucluster.jobs.speed import describe
+from gpucluster.simulator import Simulation
+from gpucluster.simulator.traces.formats import main_gpu_model
+from gpucluster.simulator.traces.philly import load_philly
+from gpucluster.simulator.traces.synthetic import generate
+from gpucluster.spec import Cluster, default_spec_text, load_cluster
+
+PHILLY = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "gavel-philly-derived" / "seed=0"
+PLACEMENTS = ("stranding-fgd", "gavel", "default")
+LOAD = 1.1
+INFER_CLASSES = ("inference/llm-decode", "inference/mixed", "inference/llm-prefill")
+
+
+def cluster(name: str) -> Cluster:
+    if name == "reference":
+        return load_cluster(None)
+    if name == "half":
+        text = default_spec_text().replace("count: 208", "count: 120").replace("count: 32", "count: 120")
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+            fh.write(text.replace("name: seed-reference", "name: half-h100-half-l40s"))
+        return load_cluster(fh.name)
+    raise SystemExit(f"--clusters: unknown cluster {name!r} (reference, half)")
+
+
+def _fast_work(job: JobSpec, model: str) -> float:
+    """Reference GPU-seconds of ``job`` converted to seconds on ``model``."""
+    d = describe(job)
+    speed = default_speed_model().factor(d, model) if d is not None else 1.0
+    return job.gpu_share * job.duration_s / speed
+
+
+def _compress(jobs: list[JobSpec], gpus: int, model: str, load: float) -> list[JobSpec]:
+    """Scale arrival times so that the GPUs the jobs would keep busy over the arrival window (each job's GPUs x its
+    run time on ``model``, cut at the window) are ``load`` x the cluster's GPUs (bisection on the window)."""
+    jobs = sorted(jobs, key=lambda j: j.submit_s)
+    t0 = jobs[0].submit_s
+    span = jobs[-1].submit_s - t0
+    runs = [(j.gpu_share, _fast_work(j, model) / max(j.gpu_share, 1e-9)) for j in jobs]
+
+    def busy(window: float) -> float:
+        return sum(g * min(d, window) for g, d in runs) / window
+
+    lo, hi = 1.0, max(span, 1.0) * 10.0
+    for _ in range(60):  # busy() falls as the window grows
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if busy(mid) > load * gpus else (lo, mid)
+    k = hi / span if span > 0 else 1.0
+    return [replace(j, submit_s=(j.submit_s - t0) * k) for j in jobs]
+
+
+def trace(name: str, c: Cluster, n: int, philly: Path = PHILLY) -> list[JobSpec]:
+    gpus = sum(len(x.devices) for x in c.nodes)
+    model = main_gpu_model(c)
+    if name == "philly":
+        jobs = sorted(load_philly(philly), key=lambda j: j.submit_s)
+        jobs = [j for j in jobs if j.num_gpus * max(j.replicas, 1) <= gpus][:n]
+        return _compress(jobs, gpus, model, LOAD)
+    base = generate(n, gpus, profile="philly", load=LOAD, seed=0, ref_gpu=model)
+    if name == "synthetic":
+        return base
+    if name == "inference":
+        out, k = [], 0
+        for j in base:
+            if j.gpu_share <= 2:
+                j = replace(j, kind=JobKind.INFER, work_class=INFER_CLASSES[k % len(INFER_CLASSES)])
+                k += 1
+            out.append(j)
+        return out
+    raise SystemExit(f"--traces: unknown trace {name!r} (philly, synthetic, inference)")
+
+
+def measure(c: Cluster, jobs: list[JobSpec], queue: str, placement: str) -> dict[str, Any]:
+    start = time.perf_counter()
+    sim = Simulation(c, queue, placement_policy=placement)
+    sim.submit_many(jobs)
+    sim.run()
+    s = sim.summary()
+    gpus = sim.totals.gpus
+    rep = sim.placement_report()
+    share = rep.get("training_share_by_model", {})
+    h100 = sum(v for m, v in share.items() if m.startswith("H100"))
+    return {
+        "placement": rep["placement_in_use"], "avg_jct_s": s["avg_jct_s"], "p99_jct_s": s["p99_jct_s"],
+        "ref_work_per_h": s["work_ref_gpu_h"] / (s["makespan_s"] / 3600.0) if s["makespan_s"] > 0 else 0.0,
+        "idle_gpus": gpus * (1.0 - float(s.get("gpu_utilization_window", s["gpu_utilization"]))),
+        "training_on_h100": h100, "completed": s["jobs_completed"], "jobs": s["jobs"],
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--jobs", type=int, default=800)
+    ap.add_argument("--clusters", default="reference,half")
+    ap.add_argument("--traces", default="philly,synthetic,inference")
+    ap.add_argument("--queues", default="fifo,default")
+    ap.add_argument("--placements", default=",".join(PLACEMENTS))
+    ap.add_argument("--philly", type=Path, default=PHILLY, help="the Philly-derived trace folder (seed=0)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if "philly" in a.traces and not a.philly.is_dir():
+        raise SystemExit(f"Philly-derived trace not found at {a.philly}")
+    rows: list[dict[str, Any]] = []
+    for cname in a.clusters.split(","):
+        c = cluster(cname)
+        for tname in a.traces.split(","):
+            jobs = trace(tname, c, a.jobs, a.philly)
+            for queue in a.queues.split(","):
+                for placement in a.placements.split(","):
+                    r = {"cluster": cname, "trace": tname, "queue": queue, **measure(c, jobs, queue, placement)}
+                    rows.append(r)
+                    print(json.dumps(r), file=sys.stderr, flush=True)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print("| cluster | trace | queue | placement | avg JCT s | p99 JCT s | ref GPU-h / h | idle GPUs | "
+          "training on H100 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['cluster']} | {r['trace']} | {r['queue']} | {r['placement']} | {r['avg_jct_s']:,.0f} | "
+              f"{r['p99_jct_s']:,.0f} | {r['ref_work_per_h']:,.1f} | {r['idle_gpus']:,.1f} | "
+              f"{100 * r['training_on_h100']:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,421 @@
+"""An upper bound on the GPU allocation *any* placement can reach for a set of arrived pods on a set of nodes.
+
+The FGD experiment's metric is the GPU milli allocated once every arrived pod was tried. Whatever the policy and
+the order, what it allocates is the GPU milli of some subset of the pods that it packed onto the nodes with
+every node's CPU, memory and GPU count respected and every GPU holding at most 1000 milli. The largest such
+allocation is a multi-dimensional bin-packing optimum (hard); this module bounds it from above with a linear
+program, aggregated so that it stays small whatever the number of pods:
+
+* nodes are grouped by *type* ``t`` = (CPU, memory, GPU count, GPU model), ``n_t`` nodes each;
+* pods by *shape* ``p`` = (CPU, memory, GPU count, GPU milli, allowed models), ``c_p`` pods each;
+* ``x[p, t] >= 0`` = how many pods of shape ``p`` run on nodes of type ``t`` (only where one such node could hold
+  one such pod: CPU, memory, GPU count and model);
+* maximise ``sum g_p x[p, t]`` (``g_p`` = the shape's GPU milli) subject to
+  (1) ``sum_t x[p, t] <= c_p`` (a pod runs at most once);
+  (2) per type, CPU and memory: ``sum_p cpu_p x[p, t] <= n_t CPU_t`` and the same for memory;
+  (3) per type and per *dual-feasible function* ``f`` in a family ``F``:
+  ``sum_p k_p f(m_p) x[p, t] <= 1000 n_t G_t`` (``k_p`` GPUs of ``m_p`` milli each).
+
+Why it is a bound: take any feasible placement and let ``x[p, t]`` count its pods. (1) and (2) hold because they
+are sums of per-pod and per-node limits. For (3): a function ``f`` on [0, 1000] is dual-feasible (Fekete and
+Schepers, 2001) when ``sum m_i <= 1000`` implies ``sum f(m_i) <= 1000``; every GPU holds items (a pod's share of
+that GPU) with milli summing to at most 1000, so the ``f``-values on it sum to at most 1000, and over the ``n_t
+G_t`` GPUs of the type to at most ``1000 n_t G_t``. So every placement is a feasible point of the LP and its
+allocation is at most the LP optimum. The LP is solved by HiGHS (``scipy.optimize.linprog``); with
+``integral=True`` ``x`` is integer (``scipy.optimize.milp``), which is still a relaxation of every placement
+(each of its ``x`` is integer) and tighter; HiGHS's dual bound is reported when the time limit stops it first.
+
+``F`` (all with integer milli): the identity (GPU milli capacity); Fekete-Schepers' threshold family
+``u_e(m) = 1000 if m > 1000 - e, m if e <= m <= 1000 - e, 0 if m < e`` for ``e`` in 1..500 (an item that takes
+more than ``1000 - e`` leaves room only for items under ``e``: the 810-milli pods' 190-milli remainders); and
+``v_k(m) = m if (k + 1) m is a multiple of 1000, else 1000 floor((k + 1) m / 1000) / k`` for k = 1..10 (items of
+a size that only k fit per GPU: 470 + 470 leave 60).
+
+What it does not see (why the bound is not the optimum): CPU and memory are pooled over the nodes of a type
+(a CPU-stranded node's idle GPUs are counted as usable by CPU from another node), ``x`` may be fractional, a
+multi-GPU pod's GPUs are not forced onto one node, and the DFF family is finite.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpucluster.simulator.traces.openb import OpenbNode, OpenbPod
+
+MILLI = 1000
+
+NodeType = tuple[int, int, int, str]
+PodShape = tuple[int, int, int, int, tuple[str, ...]]
+
+
+class _BoundFigures:
+    """What a bound says in the units of the FGD table (both bounds' results carry ``bound_milli`` and
+    ``capacity_milli``)."""
+
+    __slots__ = ()
+    bound_milli: float
+    capacity_milli: int
+
+    @property
+    def allocation_pct(self) -> float:
+        return 100.0 * self.bound_milli / self.capacity_milli if self.capacity_milli else 0.0
+
+    @property
+    def idle_gpus(self) -> float:
+        return (self.capacity_milli - self.bound_milli) / MILLI
+
+
+class _SparseRows:
+    """The ``A_ub x <= b_ub`` rows of an LP, built row by row in coordinate form (zeros left out)."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.rhs: list[float] = []
+
+    def add(self, entries: list[tuple[int, float]], limit: float) -> None:
+        r = len(self.rhs)
+        for c, v in entries:
+            if v:
+                self.rows.append(r)
+                self.cols.append(c)
+                self.vals.append(v)
+        self.rhs.append(limit)
+
+def threshold_dff(e: int) -> Callable[[int], float]:
+    """Fekete-Schepers' ``u_e`` on integer milli (``1 <= e <= 500``)."""
+
+    def f(m: int) -> float:
+        return float(MILLI if m > MILLI - e else (m if m >= e else 0))
+
+    return f
+
+
+def floor_dff(k: int) -> Callable[[int], float]:
+    """``v_k``: ``m`` when ``(k + 1) m`` is a multiple of 1000, else ``1000 floor((k + 1) m / 1000) / k``."""
+
+    def f(m: int) -> float:
+        if ((k + 1) * m) % MILLI == 0:
+            return float(m)
+        return MILLI * (((k + 1) * m) // MILLI) / k
+
+    return f
+
+
+def dff_family(sizes: Sequence[int]) -> list[Callable[[int], float]]:
+    """Identity, ``u_e`` for every threshold that separates two item sizes (``e`` = a size <= 500, or 1001 - a
+    size for sizes >= 500), and ``v_1..v_10``."""
+    fam: list[Callable[[int], float]] = [float]
+    es = sorted({s for s in sizes if 1 <= s <= MILLI // 2} | {MILLI + 1 - s for s in sizes if s >= MILLI // 2})
+    fam += [threshold_dff(e) for e in es if 1 <= e <= MILLI // 2]
+    fam += [floor_dff(k) for k in range(1, 11)]
+    return fam
+
+
+@dataclass(frozen=True, slots=True)
+class Bound(_BoundFigures):
+    bound_milli: float
+    """Upper bound on the allocated GPU milli."""
+    capacity_milli: int
+    arrived_milli: int
+    node_types: int
+    pod_shapes: int
+    variables: int
+    constraints: int
+    exact: bool
+    """True when the solver proved its value optimal for the (relaxed) program; False: its dual bound."""
+
+
+def _fits(p: PodShape, t: NodeType) -> bool:
+    cpu, mem, k, _m, spec = p
+    tc, tm, g, model = t
+    if cpu > tc or mem > tm:
+        return False
+    if k == 0:
+        return True
+    return g >= k and (not spec or model in spec)
+
+
+def allocation_bound(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], *, integral: bool = False,
+                     time_limit: float = 60.0) -> Bound:
+    """The LP (or integer) bound of the module docstring for ``pods`` on ``nodes``."""
+    from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+    from scipy.sparse import coo_array
+
+    types = Counter((n.cpu_milli, n.memory_mib, n.gpus, n.model) for n in nodes)
+    shapes = Counter((p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli if p.num_gpu else 0, tuple(p.gpu_spec))
+                     for p in pods)
+    tlist, plist = list(types), list(shapes)
+    pairs = [(i, j) for i, p in enumerate(plist) for j, t in enumerate(tlist) if _fits(p, t)]
+    nv = len(pairs)
+    sizes = sorted({p[3] for p in plist if p[2] > 0})
+    family = dff_family(sizes)
+    lp = _SparseRows()
+    rows, cols, vals, rhs, add_row = lp.rows, lp.cols, lp.vals, lp.rhs, lp.add
+
+    by_shape: dict[int, list[int]] = {}
+    by_type: dict[int, list[int]] = {}
+    for v, (i, j) in enumerate(pairs):
+        by_shape.setdefault(i, []).append(v)
+        by_type.setdefault(j, []).append(v)
+    for i, vs in by_shape.items():
+        add_row([(v, 1.0) for v in vs], float(shapes[plist[i]]))
+    for j, vs in by_type.items():
+        t, n = tlist[j], types[tlist[j]]
+        add_row([(v, float(plist[pairs[v][0]][0])) for v in vs], float(n * t[0]))
+        add_row([(v, float(plist[pairs[v][0]][1])) for v in vs], float(n * t[1]))
+        gpu_vs = [v for v in vs if plist[pairs[v][0]][2] > 0]
+        if not gpu_vs:
+            continue
+        for f in family:
+            add_row([(v, plist[pairs[v][0]][2] * f(plist[pairs[v][0]][3])) for v in gpu_vs],
+                    float(MILLI * n * t[2]))
+    a = coo_array((vals, (rows, cols)), shape=(len(rhs), nv)).tocsr()
+    gain = np.array([plist[i][2] * plist[i][3] for i, _ in pairs], np.float64)
+    b = np.asarray(rhs, np.float64)
+    capacity = sum(n.gpus for n in nodes) * MILLI
+    arrived = sum(p.total_gpu_milli for p in pods)
+    if nv == 0:
+        return Bound(0.0, capacity, arrived, len(tlist), len(plist), 0, len(rhs), True)
+    if integral:
+        res = milp(-gain, constraints=LinearConstraint(a, -np.inf, b), integrality=np.ones(nv),
+                   bounds=Bounds(0, np.inf), options={"time_limit": time_limit, "disp": False})
+        # the dual bound, not the incumbent: HiGHS stops at a relative gap (1e-4) or the time limit
+        exact = bool(res.status == 0)
+        dual = getattr(res, "mip_dual_bound", None)
+        if dual is None or not np.isfinite(dual):  # no dual bound from the MIP: the LP's
+            return allocation_bound(nodes, pods, integral=False)
+        value = -float(dual)
+    else:
+        res = linprog(-gain, A_ub=a, b_ub=b, bounds=(0, None), method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"HiGHS did not solve the bound LP: {res.message}")
+        value, exact = -float(res.fun), True
+    return Bound(min(value, float(capacity), float(arrived)), capacity, arrived, len(tlist), len(plist), nv,
+                 len(rhs), exact)
+
+
+# ---------------------------------------------------------------------------------------------- must-place bound
+MUST_PLACE_DOC = """The bound for policies that place every pod that fits (the FGD experiment's rule: a pod fails only
+when no node can hold it when it arrives; every policy of the FGD paper and ours obey it).
+
+Any such run either places every pod, or has a *first failed pod* at some index T. Before T every pod was
+placed; at T the pod did not fit anywhere. Split the arrival order into segments; for the segment j that holds T:
+
+* pods before the segment are all placed (``xa``, equality per shape);
+* the segment's pods (``xb``) and the later pods (``xc``) are optional;
+* the final packing (``X = xa + xb + xc``) obeys the per-type CPU, memory, GPU-count and DFF limits, where GPUs
+  holding a sharing item at the end (``S_t``) take no whole-GPU item: ``sum_sharing k f(m) X <= 1000 S_t`` for
+  every f, ``sum_whole k X + S_t <= n_t G_t``;
+* *blocking*: at T the failed pod fitted on no node. The segment's *pseudo-pod* q has the largest CPU, memory,
+  GPU count and GPU milli of the segment's key pods and the models all of them allow; a node that cannot hold
+  the failed pod cannot hold q. Put each node of a type where q could fit into the first group that applies:
+  CPU-blocked (used CPU > C_t - c_q), memory-blocked, or GPU-blocked (at least G_t - k_q + 1 of its GPUs have
+  more than 1000 - m_q milli used, so are touched by an item). With ``bc, bm, bg`` the groups' node counts
+  (``bc + bm + bg >= n_t``) and ``yc, ym, yg`` the pods of ``xa + xb`` on them (``yc + ym + yg <= xa + xb``:
+  pods only arrive, so the pods placed by T are among those placed by the end): each group's pods fit its
+  nodes' CPU, memory and GPU milli; ``cpu(yc) >= (C_t - c_q + 1) bc``; ``mem(ym) >= (M_t - mem_q + 1) bm``;
+  ``milli(yg) >= (G_t - k_q + 1)(1001 - m_q) bg``; and the touched GPUs ``(G_t - k_q + 1) bg`` are at most the
+  GPU items of ``yg``, those touched by sharing items at most ``S_t`` (a GPU that held a sharing item stays a
+  sharing GPU: pods only arrive).
+
+Every must-place run is a feasible point of the LP of the segment holding its first key failure (or, when no key
+pod fails, of the LP where every key pod is placed and no blocking row applies), so its allocation is at most
+the largest of those LPs' optima. Dropping the
+blocking rows gives an LP whose optimum can only fall as j grows (more pods forced), so the scan over segments
+stops once that relaxed optimum is below the best found."""
+
+
+@dataclass(frozen=True, slots=True)
+class MustPlaceBound(_BoundFigures):
+    bound_milli: float
+    capacity_milli: int
+    arrived_milli: int
+    segment: int
+    """Segment (of ``segments``) whose LP gave the bound; -1: no pod need fail."""
+    segments: int
+    lps_solved: int
+
+
+def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segments: int = 40,
+                     key: Callable[[PodShape], bool] | None = None) -> MustPlaceBound:
+    """The must-place bound (``MUST_PLACE_DOC``) for ``order`` (the arrival order) on ``nodes``, over the first
+    failure among the pods whose shape ``key`` selects (default: all). Only those pods are forced before the
+    segment and make the pseudo-pod; the others are optional everywhere. Valid for every ``key``."""
+    key = key or (lambda _p: True)
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_array
+
+    types = Counter((n.cpu_milli, n.memory_mib, n.gpus, n.model) for n in nodes)
+    tlist = list(types)
+    keys = [(p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli if p.num_gpu else 0, tuple(p.gpu_spec))
+            for p in order]
+    plist = list(dict.fromkeys(keys))
+    pid = {p: i for i, p in enumerate(plist)}
+    seq = np.array([pid[k] for k in keys], np.int64)
+    pairs = [(i, j) for i, p in enumerate(plist) for j, t in enumerate(tlist) if _fits(p, t)]
+    npair, nt = len(pairs), len(tlist)
+    family = dff_family(sorted({p[3] for p in plist if p[2] > 0}))
+    capacity = sum(n.gpus for n in nodes) * MILLI
+    arrived = sum(p.total_gpu_milli for p in order)
+    # variables: xa, xb, xc (npair each), S_t, St_t, W_t (nt each)
+    xa, xb, xc, s_off, st_off, w_off = 0, npair, 2 * npair, 3 * npair, 3 * npair + nt, 3 * npair + 2 * nt
+    bc_off, bm_off, bg_off = 3 * npair + 3 * nt, 3 * npair + 4 * nt, 3 * npair + 5 * nt  # blocked-node counts
+    # the pods (of xa + xb) on the nodes blocked by CPU, by memory, by GPUs
+    yc_off, ym_off, yg_off = 3 * npair + 6 * nt, 4 * npair + 6 * nt, 5 * npair + 6 * nt
+    nv = 6 * npair + 6 * nt
+    gain = np.zeros(nv)
+    for v, (i, _j) in enumerate(pairs):
+        g = plist[i][2] * plist[i][3]
+        gain[xa + v] = gain[xb + v] = gain[xc + v] = g
+
+    by_type: dict[int, list[int]] = {}
+    by_shape: dict[int, list[int]] = {}
+    for v, (i, j) in enumerate(pairs):
+        by_type.setdefault(j, []).append(v)
+        by_shape.setdefault(i, []).append(v)
+
+    # the rows shared by every segment's LP: final packing (ub)
+    lp = _SparseRows()
+    rows, cols, vals, rhs, row = lp.rows, lp.cols, lp.vals, lp.rhs, lp.add
+
+    def all3(v: int, val: float) -> list[tuple[int, float]]:
+        return [(xa + v, val), (xb + v, val), (xc + v, val)]
+
+    for j, vs in by_type.items():
+        (c_t, m_t, g_t, _model), n = tlist[j], types[tlist[j]]
+        row([e for v in vs for e in all3(v, float(plist[pairs[v][0]][0]))], float(n * c_t))
+        row([e for v in vs for e in all3(v, float(plist[pairs[v][0]][1]))], float(n * m_t))
+        sh = [v for v in vs if plist[pairs[v][0]][2] > 0 and plist[pairs[v][0]][3] < MILLI]
+        wh = [v for v in vs if plist[pairs[v][0]][2] > 0 and plist[pairs[v][0]][3] >= MILLI]
+        if g_t:
+            for f in family:
+                row([e for v in sh for e in all3(v, plist[pairs[v][0]][2] * f(plist[pairs[v][0]][3]))]
+                    + [(s_off + j, -float(MILLI))], 0.0)
+            row([e for v in wh for e in all3(v, float(plist[pairs[v][0]][2]))] + [(s_off + j, 1.0)],
+                float(n * g_t))
+            # at T: sharing-touched <= sharing items of xa+xb and <= S_t; whole-touched <= whole items of xa+xb
+            row([(st_off + j, 1.0)] + [(c, -float(plist[pairs[v][0]][2])) for v in sh for c in (xa + v, xb + v)],
+                0.0)
+            row([(st_off + j, 1.0), (s_off + j, -1.0)], 0.0)
+            row([(w_off + j, 1.0)] + [(c, -float(plist[pairs[v][0]][2])) for v in wh for c in (xa + v, xb + v)],
+                0.0)
+    base_rows, base_cols, base_vals, base_rhs = list(rows), list(cols), list(vals), list(rhs)
+    bounds: list[tuple[float, float | None]] = [(0.0, None)] * nv
+    for j, t in enumerate(tlist):
+        bounds[s_off + j] = bounds[st_off + j] = bounds[w_off + j] = (0.0, float(types[t] * t[2]))
+        bounds[bc_off + j] = bounds[bm_off + j] = bounds[bg_off + j] = (0.0, float(types[t]))
+
+    cuts = np.linspace(0, len(order), segments + 1).round().astype(np.int64)
+    counts = np.zeros((segments + 2, len(plist)), np.int64)  # counts[k] = pods of each shape before cut k
+    for k, cut in enumerate(cuts):
+        counts[k] = np.bincount(seq[:cut], minlength=len(plist))
+    total = np.bincount(seq, minlength=len(plist))
+    in_class = np.array([bool(key(p)) for p in plist], np.int64)
+
+    def solve(j: int, blocking: bool) -> float | None:
+        rows[:], cols[:], vals[:], rhs[:] = list(base_rows), list(base_cols), list(base_vals), list(base_rhs)
+        if j >= segments:  # no key pod fails: every key pod is placed, the others are optional
+            pre, upto = total * in_class, total
+        else:
+            pre, upto = counts[j] * in_class, counts[j + 1]
+        seg, post = upto - pre, total - upto  # out-of-class pods before the cut are optional, with the segment's
+        eq_rows: list[int] = []
+        eq_cols: list[int] = []
+        eq_vals: list[float] = []
+        eq_rhs: list[float] = []
+        for i, vs in by_shape.items():
+            if pre[i]:
+                r = len(eq_rhs)
+                eq_rows += [r] * len(vs)
+                eq_cols += [xa + v for v in vs]
+                eq_vals += [1.0] * len(vs)
+                eq_rhs.append(float(pre[i]))
+            row([(xb + v, 1.0) for v in vs], float(seg[i]))
+            row([(xc + v, 1.0) for v in vs], float(post[i]))
+        ub = [(xa + v, 0.0) for i, vs in by_shape.items() if not pre[i] for v in vs]
+        fixed_zero = {c for c, _ in ub}
+        open_vars: set[int] = set()
+        # shapes with no pod before the cut cannot be in xa: fix those xa to 0 via bounds
+        if blocking:
+            members = [plist[i] for i in np.flatnonzero((upto - counts[j]) * in_class)]
+            if not members:
+                return None  # no pod of the class in the segment: its first failure is elsewhere
+            gpu_members = [p for p in members if p[2] > 0]
+            c_q = max(p[0] for p in members)
+            mem_q = max(p[1] for p in members)
+            k_q = max((p[2] for p in gpu_members), default=0)
+            m_q = max((p[3] for p in gpu_members), default=0)
+            allowed: set[str] | None = None
+            for p in gpu_members:
+                if p[4]:
+                    allowed = set(p[4]) if allowed is None else allowed & set(p[4])
+            for j2, vs in by_type.items():
+                (c_t, m_t, g_t, model), n = tlist[j2], types[tlist[j2]]
+                if c_q > c_t or mem_q > m_t or (k_q and (g_t < k_q or (allowed is not None and model not in allowed))):
+                    continue  # q never fits there: no row
+                # each node is blocked by CPU, memory or GPUs (at least one; put it in the first group that
+                # applies): bc, bm, bg nodes; y* = the pods on them, which fit those nodes and block them
+                row([(bc_off + j2, -1.0), (bm_off + j2, -1.0), (bg_off + j2, -1.0)], -float(n))
+                for v in vs:
+                    row([(yc_off + v, 1.0), (ym_off + v, 1.0), (yg_off + v, 1.0), (xa + v, -1.0), (xb + v, -1.0)],
+                        0.0)
+                    open_vars.update((yc_off + v, ym_off + v, yg_off + v))
+                for off, boff in ((yc_off, bc_off), (ym_off, bm_off), (yg_off, bg_off)):
+                    row([(boff + j2, -float(c_t))] + [(off + v, float(plist[pairs[v][0]][0])) for v in vs], 0.0)
+                    row([(boff + j2, -float(m_t))] + [(off + v, float(plist[pairs[v][0]][1])) for v in vs], 0.0)
+                    row([(boff + j2, -float(MILLI * g_t))]
+                        + [(off + v, float(plist[pairs[v][0]][2] * plist[pairs[v][0]][3])) for v in vs], 0.0)
+                row([(bc_off + j2, float(c_t - c_q + 1))] + [(yc_off + v, -float(plist[pairs[v][0]][0])) for v in vs],
+                    0.0)
+                row([(bm_off + j2, float(m_t - mem_q + 1))]
+                    + [(ym_off + v, -float(plist[pairs[v][0]][1])) for v in vs], 0.0)
+                if not k_q:
+                    row([(bg_off + j2, 1.0)], 0.0)
+                    continue
+                span = g_t - k_q + 1
+                row([(bg_off + j2, float(span * (MILLI + 1 - m_q)))]
+                    + [(yg_off + v, -float(plist[pairs[v][0]][2] * plist[pairs[v][0]][3])) for v in vs], 0.0)
+                # touched GPUs of the GPU-blocked nodes: sharing ones (<= S_t, they stay sharing) + whole ones
+                row([(bg_off + j2, float(span)), (st_off + j2, -1.0), (w_off + j2, -1.0)], 0.0)
+                sh = [v for v in vs if 0 < plist[pairs[v][0]][3] < MILLI]
+                wh = [v for v in vs if plist[pairs[v][0]][3] >= MILLI]
+                row([(st_off + j2, 1.0)] + [(yg_off + v, -float(plist[pairs[v][0]][2])) for v in sh], 0.0)
+                row([(w_off + j2, 1.0)] + [(yg_off + v, -float(plist[pairs[v][0]][2])) for v in wh], 0.0)
+        a = coo_array((vals, (rows, cols)), shape=(len(rhs), nv)).tocsr()
+        a_eq = coo_array((eq_vals, (eq_rows, eq_cols)), shape=(len(eq_rhs), nv)).tocsr() if eq_rhs else None
+        bnd = [(0.0, 0.0) if c in fixed_zero or (c >= yc_off and c not in open_vars) else bounds[c]
+               for c in range(nv)]
+        res = linprog(-gain, A_ub=a, b_ub=np.asarray(rhs), A_eq=a_eq,
+                      b_eq=np.asarray(eq_rhs) if eq_rhs else None, bounds=bnd, method="highs")
+        if res.status == 2:  # infeasible: the first failure cannot be in this segment
+            return None
+        if res.status != 0:
+            if blocking:  # HiGHS gave up on the blocking rows: the relaxed optimum still bounds this segment
+                return solve(j, blocking=False)
+            raise RuntimeError(f"HiGHS: segment {j}: {res.message}")
+        return -float(res.fun)
+
+    best, where, solved = -1.0, -2, 0
+    for j in range(segments):
+        relaxed = solve(j, blocking=False)
+        solved += 1
+        if relaxed is None:
+            continue
+        if relaxed <= best:
+            break  # every later segment's LP, and the no-failure one, is at most this relaxed optimum
+        got = solve(j, blocking=True)
+        solved += 1
+        if got is not None and got > best:
+            best, where = got, j
+    else:  # no break: the runs where no key pod fails (all placed, the rest optional)
+        none = solve(segments, blocking=False)
+        solved += 1
+        if none is not None and none > best:
+            best, where = none, -1
+    return MustPlaceBound(min(best, float(capacity)), capacity, arrived, where, segments, solved)
