@@ -372,8 +372,10 @@ def get(
 
 
 # ---------------------------------------------------------------------------------------------- describe
-def find_job(http: httpx.Client, ref: str) -> dict[str, Any]:
-    """A job by id, else the newest job with that name (exit 1 when none)."""
+def find_job(http: httpx.Client, ref: str, prefer_active: bool = False) -> dict[str, Any]:
+    """A job by id, else the one job with that name: exit 1 when none (kubectl's NotFound), exit 2 naming the ids
+    when several jobs have that name (job names need not be unique, as in Slurm; an id always is).
+    ``prefer_active`` (cancel): of several, the one still pending or running, if only one is."""
     resp = http.get(f"/api/v1/jobs/{ref}")
     if resp.status_code == 200:
         found: dict[str, Any] = resp.json()
@@ -383,7 +385,13 @@ def find_job(http: httpx.Client, ref: str) -> dict[str, Any]:
     listed = call(http, "GET", "/api/v1/jobs", params={"q": ref[:100], "limit": 5000})
     same = [j for j in listed["jobs"] if j["name"] == ref]
     if not same:
-        fail(f"job {ref!r}: no job with that id or name", 1)
+        fail(f"job {ref!r}: not found (no job with that id or name)", 1)
+    active = [j for j in same if j["status"] in ("pending", "running")]
+    if prefer_active and len(same) > 1 and len(active) == 1:
+        same = active
+    if len(same) > 1:
+        ids = ", ".join(f"{j['id']} ({j['status']})" for j in same[:10]) + (", ..." if len(same) > 10 else "")
+        fail(f"job {ref!r}: {len(same)} jobs have that name: {ids}; give the id")
     job: dict[str, Any] = call(http, "GET", f"/api/v1/jobs/{same[0]['id']}")
     return job
 
@@ -513,7 +521,8 @@ def describe(
     """Everything about one job or node (kubectl describe).
 
     A job: resources, placements with the device shares, events and the scheduler's reasons. A node: each GPU's
-    allocation beside its utilisation, memory, temperature, power and XID, the pods, the alerts."""
+    allocation beside its utilisation, memory, temperature, power and XID, the pods, the alerts. Exit 1 for a job
+    or node that does not exist (kubectl's NotFound), 2 for a name several jobs share (give the id)."""
     what = kind.lower().rstrip("s")
     if what not in (Describable.JOB, Describable.NODE):
         fail(f"{kind!r}: describe job NAME or describe node NAME")
@@ -525,6 +534,8 @@ def describe(
             else:
                 describe_job(job)
             return
+        if http.get(f"/api/v1/nodes/{name}").status_code == 404:
+            fail(f"node {name!r}: not found", 1)
         node = call(http, "GET", f"/api/v1/nodes/{name}")
         usage = call(http, "GET", f"/api/v1/nodes/{name}/usage")
         alerts = call(http, "GET", "/api/v1/alerts")["alerts"]
@@ -542,11 +553,14 @@ def cancel(
     token: TokenOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Cancel pending or running jobs (exit 2 for one that already finished)."""
+    """Cancel pending or running jobs (exit 2 for one that already finished).
+
+    A name several jobs share cancels the one of them still pending or running; with several such, exit 2 naming
+    their ids."""
     done = []
     with client(resolve(server, token, context)) as http:
         for ref in jobs:
-            job = find_job(http, ref)
+            job = find_job(http, ref, prefer_active=True)
             out = call(http, "DELETE", f"/api/v1/jobs/{job['id']}")
             done.append(out)
             if not output.machine:
