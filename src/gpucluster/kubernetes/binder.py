@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,6 +20,7 @@ from kubernetes.client import ApiClient, ApiException
 
 from gpucluster.devices import VendorRegistry
 from gpucluster.kubernetes.claims import ClaimWriter
+from gpucluster.kubernetes.client import discard
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import decision_annotations
 from gpucluster.model import Allocation, Pod
@@ -65,6 +68,12 @@ class KubeBinder:
         self.cluster: KubeCluster | None = None
         """Set by whoever builds the cluster: its :attr:`KubeCluster.claim_plans` say which ResourceClaims a
         bind writes first."""
+        self._events: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._event_writer: threading.Thread | None = None
+        self._event_lock = threading.Lock()
+        self.events_pending = 0
+        """``Scheduled`` Events queued and not written yet (:meth:`report_scheduled` writes them in the
+        background)."""
 
     def write_claims(self, pod: Pod) -> Status:
         """Write the pod's ResourceClaims (its :class:`ClaimPlan`) now, before the Binding (idempotent: a plan
@@ -115,10 +124,11 @@ class KubeBinder:
             annotations[SCHEDULED_BY_ANNOTATION] = self.identity
         annotations.update(extra or {})
         try:
-            self.core.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": {"annotations": annotations}})
-            resp = self.core.create_namespaced_binding(pod.namespace, self._binding(pod, allocation.node),
-                                                       _preload_content=False)
-            resp.release_conn()
+            # the API server copies a Binding's annotations onto the pod in the same write that sets its node:
+            # one round trip instead of a patch and a Binding, and no moment where the pod is on a node without
+            # its device decision (or carries a decision for a node it never reached)
+            discard(self.core.create_namespaced_binding(
+                pod.namespace, self._binding(pod, allocation.node, annotations), _preload_content=False))
         except ApiException as exc:
             if exc.status == 409 and self._bound_to(pod, allocation.node):
                 self.binds += 1
@@ -131,16 +141,21 @@ class KubeBinder:
         self.binds += 1
         return Status.success()
 
-    def _binding(self, pod: Pod, node: str) -> Any:
-        return client.V1Binding(metadata=client.V1ObjectMeta(name=pod.name, uid=pod.uid or None),
-                                target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
+    def _binding(self, pod: Pod, node: str, annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The Binding as JSON (a plain dict: the client sends it as it is, no model to validate and convert)."""
+        meta: dict[str, Any] = {"name": pod.name}
+        if pod.uid:
+            meta["uid"] = pod.uid
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
 
     def check_bind(self, pod: Pod, allocation: Allocation) -> Status:
         """A dry-run Binding: the pod (this incarnation) exists and is unbound, and admission allows the bind."""
         try:
-            resp = self.core.create_namespaced_binding(pod.namespace, self._binding(pod, allocation.node),
-                                                       dry_run="All", _preload_content=False)
-            resp.release_conn()
+            discard(self.core.create_namespaced_binding(pod.namespace, self._binding(pod, allocation.node),
+                                                        dry_run="All", _preload_content=False))
         except ApiException as exc:
             if exc.status == 409 and self._bound_to(pod, allocation.node):
                 return Status.success()  # bound there already (a retried bind)
@@ -260,6 +275,8 @@ class KubeBinder:
             log.warning("event for %s not written: %s %s", pod.key, exc.status, exc.reason)
 
     def report_scheduled(self, pod: Pod, node: str, component: str) -> None:
+        """A ``Scheduled`` Event, written by a background thread (as kube-scheduler's event broadcaster does):
+        an Event is a note for people, so the next pod's decision and bind do not wait for its round trip."""
         stamp = _rfc3339(self.clock())
         event = {
             "apiVersion": "v1", "kind": "Event",
@@ -269,7 +286,24 @@ class KubeBinder:
             "reason": "Scheduled", "message": f"Successfully assigned {pod.key} to {node}", "type": "Normal",
             "source": {"component": component}, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
-        try:
-            self.core.create_namespaced_event(pod.namespace, event)
-        except ApiException as exc:
-            log.debug("event for %s not written: %s", pod.key, exc.status)
+        with self._event_lock:
+            self.events_pending += 1
+            if self._event_writer is None or not self._event_writer.is_alive():
+                self._event_writer = threading.Thread(target=self._write_events, name="scheduled-events",
+                                                      daemon=True)
+                self._event_writer.start()
+        self._events.put(event)
+
+    def _write_events(self) -> None:
+        while True:
+            event = self._events.get()
+            meta = event["involvedObject"]
+            try:
+                discard(self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False))
+            except ApiException as exc:
+                log.debug("event for %s/%s not written: %s", meta["namespace"], meta["name"], exc.status)
+            except Exception as exc:  # network errors: an Event is best effort
+                log.debug("event for %s/%s not written: %s", meta["namespace"], meta["name"], exc)
+            finally:
+                with self._event_lock:
+                    self.events_pending -= 1

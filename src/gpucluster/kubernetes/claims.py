@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
+from gpucluster.kubernetes.client import discard
 from gpucluster.kubernetes.cluster import ClaimPlan, ClaimResult
 from gpucluster.kubernetes.dra import EXTENDED_CLAIM_ANNOTATION, FINALIZER, GROUP, VERSION, consumed_capacity
 from gpucluster.model import Pod
@@ -154,8 +155,8 @@ class ClaimWriter:
                     meta = claim["metadata"]
                     if FINALIZER in (meta.get("finalizers") or []):
                         meta["finalizers"] = [f for f in meta["finalizers"] if f != FINALIZER]
-                        self.resource.replace_namespaced_resource_claim(name, namespace, claim,
-                                                                        _preload_content=False).release_conn()
+                        discard(self.resource.replace_namespaced_resource_claim(name, namespace, claim,
+                                                                                _preload_content=False))
                 return
             except ApiException as exc:
                 if exc.status == 404:

@@ -61,8 +61,20 @@ def raw_get(call: Any, *args: Any) -> dict[str, Any]:
     return body
 
 
+def discard(resp: Any) -> None:
+    """Read what is left of a ``_preload_content=False`` response, then give its connection back to the pool.
+    Released unread, the connection looks dropped to urllib3 (its socket is readable) and is closed when next
+    taken from the pool: every call would then pay a new TCP connection and TLS handshake, here and in the
+    API server."""
+    try:
+        resp.drain_conn()
+    finally:
+        resp.release_conn()
+
+
 def is_status(exc: ApiException, code: int) -> bool:
     return getattr(exc, "status", None) == code
 
 
-__all__ = ["ApiClient", "ApiException", "KubeConfigError", "api_client", "is_status", "raw_get", "raw_list"]
+__all__ = ["ApiClient", "ApiException", "KubeConfigError", "api_client", "discard", "is_status", "raw_get",
+           "raw_list"]

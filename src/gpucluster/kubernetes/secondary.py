@@ -2,7 +2,8 @@
 election.
 
 Pending pods come from the informer. Each pass (on a change, or every ``retry_interval`` seconds) takes
-them by priority, then age: a single pod is decided and bound; the pods of a gang (``gpucluster.io/gang``,
+them by priority, then age: a single pod is decided and bound (its Binding on a small pool of threads while the
+next pod is decided, every bind of a pass finished before the pass ends); the pods of a gang (``gpucluster.io/gang``,
 ``gpucluster.io/gang-min-member``; or the label ``scheduling.x-k8s.io/pod-group`` with its PodGroup's
 ``minMember``; or ``spec.schedulingGroup`` with Kubernetes' PodGroup ``minCount``: :mod:`.gangs`) are decided
 together under the cluster lock and bound only when every
@@ -29,7 +30,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,9 +60,10 @@ class _Pending:
 class SecondaryScheduler:
     def __init__(self, cluster: KubeCluster, binder: KubeBinder, scheduler_name: str = "gpucluster",
                  elector: LeaderElector | None = None, retry_interval: float = 2.0,
-                 group_sizes: GroupSizes | None = None, claim_settle: float = 1.0) -> None:
+                 group_sizes: GroupSizes | None = None, claim_settle: float = 1.0, bind_workers: int = 4) -> None:
         """``claim_settle``: seconds between writing a pass's claim allocations and checking them against every
-        claim on the server before binding (0: no check; see :meth:`_check_claims`)."""
+        claim on the server before binding (0: no check; see :meth:`_check_claims`). ``bind_workers``: single
+        pods bound at once while the next are decided (1: each binds before the next is decided)."""
         self.claim_settle = claim_settle
         self.cluster = cluster
         self.group_sizes = group_sizes
@@ -79,6 +83,8 @@ class SecondaryScheduler:
         """Claims to release: (namespace, claim name, pod uid) of our pods that are gone."""
         self.rollbacks = 0
         """Groups whose bind failed part way and were rolled back."""
+        self.bind_workers = bind_workers
+        self._pool: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------------------------------ events
     def on_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -175,15 +181,7 @@ class SecondaryScheduler:
                 gangs.setdefault((pod.namespace, pod.gang), []).append(pod)
                 if group is not None:
                     groups[(pod.namespace, pod.gang)] = group
-        bound = 0
-        for pod, cand in singles:
-            if not self.leading():
-                break
-            decision = self.cluster.decide(pod, cand)
-            if decision.ok:
-                bound += self._bind([decision])
-            else:
-                self._report(pod, decision.message())
+        bound = self._place_singles(singles)
         for (namespace, gang), members in gangs.items():
             if not self.leading():
                 break
@@ -194,6 +192,48 @@ class SecondaryScheduler:
                     continue
             bound += self._schedule_gang(namespace, gang, members)
         return bound
+
+    def _place_singles(self, singles: list[tuple[Pod, list[str] | None]]) -> int:
+        """Decide each single pod in turn; a decided pod binds on one of ``bind_workers`` threads while the next
+        is decided (as kube-scheduler's binding cycle runs beside its scheduling cycle), so the scheduling loop
+        does not wait for each Binding's round trip. At most ``bind_workers`` binds are in flight (an
+        assumption is held for seconds, not for a backlog); a pod whose claims must be written first binds in
+        line. Every bind of the pass is finished when this returns; returns how many bound."""
+        bound = 0
+        inflight: deque[Future[int]] = deque()
+        errors: list[BaseException] = []
+
+        def settle(f: Future[int]) -> None:
+            nonlocal bound
+            try:
+                bound += f.result()
+            except Exception as exc:  # the pass fails after every bind settled
+                errors.append(exc)
+
+        try:
+            for pod, cand in singles:
+                if not self.leading():
+                    break
+                decision = self.cluster.decide(pod, cand)
+                if not decision.ok:
+                    self._report(pod, decision.message())
+                elif self.bind_workers <= 1 or pod.key in self.cluster.claim_plans:
+                    bound += self._bind([decision])
+                else:
+                    if len(inflight) >= self.bind_workers:
+                        settle(inflight.popleft())
+                    inflight.append(self._bind_pool().submit(self._bind, [decision]))
+        finally:
+            while inflight:
+                settle(inflight.popleft())
+        if errors:
+            raise errors[0]
+        return bound
+
+    def _bind_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.bind_workers, thread_name_prefix="secondary-bind")
+        return self._pool
 
     def _with_group_size(self, namespace: str, ref: GangRef, members: list[Pod]) -> list[Pod]:
         """Members carrying their PodGroup's size; none (each told why) while the PodGroup is missing. A size
@@ -287,7 +327,8 @@ class SecondaryScheduler:
             for d in decisions:
                 self.binder.undo_claims(d.pod.key)
                 self.cluster.forget_plan(d.pod.key)
-            self.rollbacks += 1
+            with self._lock:
+                self.rollbacks += 1
             msg = f"{what or 'pod'}: {result.message()}"
             log.warning("%s", msg)
             if self.leading():
@@ -296,8 +337,8 @@ class SecondaryScheduler:
             return 0
         for d in result.bound:
             self.cluster.claim_plans.pop(d.pod.key, None)
-            self.bound_count += 1
             with self._lock:
+                self.bound_count += 1
                 self.pending.pop(d.pod.key, None)
                 self._reported.pop(d.pod.key, None)
             assert d.node is not None
@@ -332,3 +373,5 @@ class SecondaryScheduler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)

@@ -10,10 +10,11 @@ Group binding (:meth:`Scheduler.bind_group`) is the one way a placed group is bo
 framework's own ``schedule_group(bind=True)``, the control plane on Kubernetes, the secondary scheduler), with
 one failure rule: **a group binds whole or is rolled back**. First every member's bind is checked without
 effect (BindCheck plugins: on Kubernetes a dry-run Binding, so a deleted pod or an admission webhook that says
-no is found before anything binds); then each member binds in turn (PreBind, Bind, PostBind), asking
-``may_bind`` (leadership) before each. A failed check or bind, an exception or a lost leadership rolls the
-group back: the members bound so far are unbound (Unbind plugins, in reverse order; on Kubernetes the bound pod
-is deleted and, unless a controller owns it, created again unbound), every member is unreserved and its
+no is found before anything binds; a group of one skips the check, its own bind failing is the same answer);
+then each member binds in turn (PreBind, Bind, PostBind), asking ``may_bind`` (leadership) before each. A
+failed check or bind, an exception or a lost leadership rolls the group back: the members bound so far are
+unbound (Unbind plugins, in reverse order; on Kubernetes the bound pod is deleted and, unless a controller owns
+it, created again unbound), every member is unreserved and its
 allocation given back. The group is then pending again and the caller retries it in a later pass.
 """
 from __future__ import annotations
@@ -192,8 +193,11 @@ class Scheduler:
         False rolls the group back. An exception of a plugin rolls it back too, then propagates."""
         fw = self.framework
         bound: list[Decision] = []
+        # a group of one is not checked first: its bind failing leaves nothing bound to roll back, so the dry run
+        # would only double its calls to the API server
+        checked = decisions if len(decisions) > 1 else ()
         try:
-            for d in decisions:
+            for d in checked:
                 assert d.allocation is not None
                 st = fw.run_bind_check(d.pod, d.allocation) if may_bind() else _LOST
                 if not st.ok:
