@@ -96,8 +96,9 @@ def test_the_command_table_is_the_apps() -> None:
         seen[name] = (module, (cmd.help or "").split("\n\n")[0])
     table = {name: (None if isinstance(group.get_command(None, name), typer.core.TyperGroup)  # type: ignore[arg-type]
                     else module, text) for name, (module, text) in cli_main.COMMANDS.items()}
-    assert list(table) == list(seen)
-    assert table == seen
+    hint = "a command was added, renamed or moved: update gpucluster.cli.main.COMMANDS to match"
+    assert list(table) == list(seen), hint
+    assert table == seen, hint
 
 
 @pytest.mark.parametrize("columns", ["80", "200"])
