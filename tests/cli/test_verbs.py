@@ -156,8 +156,10 @@ def test_events_and_follow(server: Server) -> None:
 
 
 def test_watch_prints_what_changes(server: Server) -> None:
-    job = submit(server, "verbs-watch", duration=40.0)
-    code, out, _ = cli(server, "get", "jobs", job["id"], "-w", "--timeout", "6", "--interval", "0.3", "-o", "json")
+    # 160 s at --speed 20: about 8 s of wall clock, so the first read sees it before it ends even on a loaded
+    # machine (at 40 s, 2 s of wall clock, it had sometimes ended before the watch began: one line, no change)
+    job = submit(server, "verbs-watch", duration=160.0)
+    code, out, _ = cli(server, "get", "jobs", job["id"], "-w", "--timeout", "30", "--interval", "0.3", "-o", "json")
     seen = [json.loads(line)["status"] for line in out.splitlines()]
     assert code == 0 and seen[-1] == "succeeded" and len(seen) >= 2  # the first state, then the changes
 
