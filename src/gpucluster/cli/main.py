@@ -25,7 +25,7 @@ ROOT_HELP = "GPU-cluster control plane: plan, schedule, watch and replay GPU clu
 #: Modules that register commands, in registration order (the order ``--help`` lists their commands).
 MODULES = (
     "spec_cmd", "schedule_cmd", "demo_cmd", "design_cmd", "whatif_cmd", "experiment_cmd", "simulate_cmd", "k8s_cmd",
-    "deploy_cmd", "monitor_cmd", "service_cmd", "get_cmd", "node_cmd", "tenants_cmd", "config_cmd",
+    "deploy_cmd", "monitor_cmd", "service_cmd", "get_cmd", "node_cmd", "top_cmd", "tenants_cmd", "config_cmd",
 )
 
 #: Every top-level command in ``--help`` order: name -> (module that registers it, first paragraph of its help).
@@ -61,6 +61,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "uncordon": ("node_cmd", "Put a cordoned or drained node back in service (admin). Exit 2 if it is not "
                              "cordoned."),
     "drain": ("node_cmd", "Cordon a node and send every job on it back to the queue (admin)."),
+    "top": ("top_cmd", "Utilisation beside allocation per node or per running job, allocated-but-idle first "
+                       "(kubectl top)."),
     "version": ("main", "Print the version."),
     "spec": ("spec_cmd", "Cluster specs: validate a file, or show what it describes."),
     "experiment": ("experiment_cmd", "Placement experiments (FGD reproduction and policy comparisons)."),
