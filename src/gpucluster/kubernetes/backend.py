@@ -1123,6 +1123,9 @@ class KubeRuntime(EngineFront):
             "queue_policy": self.queue_policy,
             "t": self.now,
             **figures,
+            # no device metrics in this runtime (they are Prometheus'): unknown, not zero
+            "gpu_utilisation": None, "gpu_memory_used_fraction": None, "allocated_idle_gpus": None,
+            "allocated_idle": [],
             "queue": self.engine.views.queue_length(),
             "jobs": counts,
             "user_jobs": user,
