@@ -94,7 +94,7 @@ async def update_tenant(name: TenantName, body: TenantPatch, who: Auth, service:
     service.store.upsert_tenant(name, quota, weight, most)
     service.store.audit(who.actor, "tenant.update", name, f"quota={quota} weight={weight} max_priority={most}")
     service.sync_quotas()
-    service.changed()
+    service.invalidate_views()
     rows: list[dict[str, Any]] = (await tenants(who, service))["tenants"]
     return next(t for t in rows if t["name"] == name)
 
