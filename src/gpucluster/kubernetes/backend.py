@@ -73,7 +73,9 @@ from gpucluster.jobs import (
     user_submission,
 )
 from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client, raw_get
+from gpucluster.kubernetes.cluster import ClaimNotReadyError, ClaimPlan
 from gpucluster.kubernetes.convert import KubeInputError, parse_pod, pod_key
+from gpucluster.kubernetes.dra import ClaimRequest, DraInputError, parse_claim_template
 from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.kubernetes.runtime import RunOptions, build
 from gpucluster.kubernetes.workloads import (
@@ -259,6 +261,12 @@ class KubeRuntime(EngineFront):
         self.api = api_client(self.kubeconfig)
         self.core: Any = client.CoreV1Api(self.api)
         self.batch: Any = client.BatchV1Api(self.api)
+        self.resource: Any = client.ResourceV1Api(self.api)
+        self._claim_templates: dict[str, tuple[ClaimRequest, ...]] = {}
+        """ResourceClaimTemplates read so far (``namespace/name`` -> its requests; a template's spec is
+        immutable)."""
+        self._claim_waits: dict[str, tuple[str, float]] = {}
+        """Job uid -> (why its claims cannot be asked for yet, when to look again)."""
         self.cluster_name = _cluster_name(self.kubeconfig)
         self.server_version = self._probe()
         queue = make_policy(queue_policy)
@@ -484,11 +492,22 @@ class KubeRuntime(EngineFront):
                 raise
         return "ok"
 
-    def write_bind(self, obj: Mapping[str, Any], alloc: Allocation, reservation: str) -> str:
+    def write_bind(self, obj: Mapping[str, Any], alloc: Allocation, reservation: str,
+                   plan: ClaimPlan | None = None) -> str:
+        """Bind the pod into its reservation (``plan``: its ResourceClaims' allocations, written first)."""
         if not self.leading:
             return "lost"
         pod = parse_pod(obj, self.registry)
-        st = self.binder.bind(pod, replace(alloc, pod_key=pod.key, pod=pod), {RESERVATION_ANNOTATION: reservation})
+        if plan is not None:
+            with self.cluster.lock:
+                self.cluster.claim_plans[pod.key] = plan
+        try:
+            st = self.binder.bind(pod, replace(alloc, pod_key=pod.key, pod=pod),
+                                  {RESERVATION_ANNOTATION: reservation})
+        finally:
+            if plan is not None:
+                with self.cluster.lock:
+                    self.cluster.claim_plans.pop(pod.key, None)
         if not st.ok:
             raise RuntimeError("; ".join(st.reasons))
         self.bound_count += 1
@@ -687,13 +706,18 @@ class KubeRuntime(EngineFront):
 
     # ------------------------------------------------------------------ Jobs -> records
     def _sync_jobs(self) -> None:
+        now = time.monotonic()
         with self._lock:
+            for uid, (_why, at) in self._claim_waits.items():
+                if at <= now:
+                    self._dirty.add(uid)
             dirty, self._dirty = self._dirty, set()
             gone = self._gone & dirty
             self._gone -= gone
             objs = [self._job_objs[u] for u in dirty if u in self._job_objs]
         with self.cluster.lock:
             for uid in gone:
+                self._claim_waits.pop(uid, None)
                 job_id = self.by_uid.pop(uid, None)
                 if job_id is not None:
                     self._observed_end(job_id, Cancel("its Job was deleted"))
@@ -726,6 +750,15 @@ class KubeRuntime(EngineFront):
         rec = self.recs.get(q.job_id)
         job = self.engine.jobs.get(q.job_id)
         if rec is None or (job is None and q.job_id not in self._creating):
+            if q.spec is not None and not q.finished:
+                try:
+                    q.spec = self._with_claims(q, obj)
+                except ClaimNotReadyError as exc:
+                    self._claims_wait(q, str(exc))
+                    return
+                except (KubeInputError, DraInputError) as exc:
+                    q.spec, q.error = None, str(exc)
+            self._claim_waits.pop(q.uid, None)
             rec = self.recs.setdefault(q.job_id, _Rec(q.job_id, q.ours))
             rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
             self.by_uid[q.uid] = q.job_id
@@ -768,6 +801,68 @@ class KubeRuntime(EngineFront):
                 self.quiet.discard(q.job_id)
         elif job.state == JobState.QUEUED and not self._leading and q.message and q.message != job.message:
             self._events.extend(transition(job, Note(q.message), self.now))
+
+    # ------------------------------------------------------------------ DRA: Jobs whose pods use ResourceClaims
+    def _claim_template(self, namespace: str, name: str, where: str) -> tuple[ClaimRequest, ...]:
+        key = f"{namespace}/{name}"
+        got = self._claim_templates.get(key)
+        if got is None:
+            try:
+                obj = raw_get(self.resource.read_namespaced_resource_claim_template, name, namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    raise ClaimNotReadyError(f"{where}: ResourceClaimTemplate {key} does not exist (yet)") from None
+                raise ClaimNotReadyError(f"{where}: ResourceClaimTemplate {key}: {_api_error(exc)}") from None
+            got = parse_claim_template(obj)
+            self._claim_templates[key] = got
+        return got
+
+    def _with_claims(self, q: QueueJob, obj: Mapping[str, Any]) -> JobSpec | None:
+        """The Job's spec with one ``dra-entry:`` pseudo container per ``spec.resourceClaims`` entry of its pod
+        template (the devices each pod's claim asks for: a ResourceClaimTemplate's requests, or the named
+        claim's), so admission places them, quota and fair share count them, and each pod's claim is allocated
+        with the reserved devices when the pod binds. Raises :class:`ClaimNotReadyError` while a template, claim
+        or DeviceClass is missing, ``KubeInputError`` / ``DraInputError`` for what can never be run here."""
+        spec = q.spec
+        tspec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        entries = tspec.get("resourceClaims") or []
+        if spec is None or spec.template is None or not entries:
+            return spec
+        extra = []
+        for i, entry in enumerate(entries):
+            where = f"Job {q.key}: spec.template.spec.resourceClaims[{i}]"
+            entry = entry if isinstance(entry, Mapping) else {}
+            name = str(entry.get("name") or "")
+            if entry.get("resourceClaimTemplateName"):
+                reqs = self._claim_template(q.namespace, str(entry["resourceClaimTemplateName"]), where)
+            elif entry.get("resourceClaimName"):
+                key = f"{q.namespace}/{entry['resourceClaimName']}"
+                if spec.num_tasks > 1:
+                    raise KubeInputError(f"{where}: resourceClaimName {entry['resourceClaimName']}: one claim shared "
+                                         f"by the Job's {spec.num_tasks} pods is not allocated by the queue (use "
+                                         "resourceClaimTemplateName: a claim per pod)")
+                with self.cluster.lock:
+                    info = self.cluster.claims.get(key)
+                if info is None:
+                    raise ClaimNotReadyError(f"{where}: ResourceClaim {key} does not exist (yet)")
+                reqs = info.requests
+            else:
+                raise KubeInputError(f"{where}: resourceClaimName or resourceClaimTemplateName: required")
+            extra.append(self.cluster.entry_container(name, reqs, where))
+        pod = replace(spec.template, containers=(*spec.template.containers, *extra))
+        return replace(spec, template=pod, num_gpus=pod.device_count * spec.num_tasks)
+
+    def _claims_wait(self, q: QueueJob, why: str) -> None:
+        """A new Job whose claims cannot be asked for yet: looked at again in a second; said once per reason (a
+        log line, and on the Job an Event and ``gpucluster.io/message``)."""
+        said = self._claim_waits.get(q.uid, ("", 0.0))[0]
+        self._claim_waits[q.uid] = (why, time.monotonic() + 1.0)
+        if why == said:
+            return
+        log.info("Job %s waits for its claims: %s", q.key, why)
+        if self._leading:
+            self.submit_write("note", q.job_id, self.write_note, q.namespace, q.name, "Normal", "Waiting",
+                              f"waiting for its ResourceClaims: {why}", MESSAGE_ANNOTATION)
 
     def _failure(self, q: QueueJob) -> str:
         """Why the Job failed: its condition, and what its failed pods said."""
@@ -873,10 +968,17 @@ class KubeRuntime(EngineFront):
                     break
                 want = rec.slots[p.index] if p.index is not None and p.index < len(rec.slots) else ""
                 slot = want if want in free else free[0]
+                try:  # a pod with ResourceClaims binds once its claims exist: they get the slot's devices
+                    alloc, plan = self.cluster.slot_claim_plan(p.obj, self.cluster.reserved[slot], slot)
+                except KubeInputError as exc:
+                    if rec.unplaced_why != str(exc):
+                        rec.unplaced_why = str(exc)
+                        log.info("pod %s waits: %s", p.key, exc)
+                    continue
                 free.remove(slot)
                 self.cluster.alias(p.key, slot)
                 self._binding.add(p.key)
-                self.submit_write("bind", p.key, self.write_bind, p.obj, self.cluster.reserved[slot], slot)
+                self.submit_write("bind", p.key, self.write_bind, p.obj, alloc, slot, plan)
 
     def _observe(self, job: Job, rec: _Rec, pods: list[PodView]) -> None:
         """A running job's message and placements from its pods: phases, restarts, the last exit code."""

@@ -87,6 +87,11 @@ BINDER_PLUGIN = "KubeBinder"
 DRA_CONTAINER_PREFIX = "dra:"
 """Name prefix of the pseudo container that carries one ResourceClaim's device requests through the scheduler
 (``dra:<namespace>/<claim>``; ``dra:`` alone for the claim of the pod's DRA-backed extended resources)."""
+DRA_ENTRY_PREFIX = "dra-entry:"
+"""Name prefix of the pseudo container that carries one ``spec.resourceClaims`` entry of a queued Job's pod
+template through the control plane's admission (``dra-entry:<entry name>``): the claim may not exist yet (one is
+made per pod from a ResourceClaimTemplate), so the devices are chosen for the task, held in its reservation and
+written to the pod's claim when the pod binds (:meth:`KubeCluster.slot_claim_plan`)."""
 
 
 class ClaimNotReadyError(KubeInputError):
@@ -243,6 +248,9 @@ class KubeCluster:
         """DRA objects that could not be understood (``kind name`` -> why)."""
         self.claim_plans: dict[str, ClaimPlan] = {}
         """Pod key -> the claim writes its bind must do first (secondary scheduler, control plane)."""
+        self.claim_slots: dict[str, str] = {}
+        """Claim key -> the reservation whose devices it holds (control plane: a claim of a pod bound into a
+        reservation is not accounted again; after ``unreserve`` it is ignored until it is deallocated)."""
         self._slice_devices: dict[str, list[SliceDevice]] = {}
         self._dra_index: dict[str, tuple[str, int]] = {}
         """DRA device key (``driver/pool/device``) -> (node, device index)."""
@@ -477,12 +485,23 @@ class KubeCluster:
                                 self.unaccounted.pop(pod_k, None)
                                 cache.remove(pod_k)
                                 self.aliases[pod_k] = key
+                                self._claims_to_slot(pod.uid, key)
                         self.state.assign(alloc)
                     self.reserved[key] = alloc
                     done.append(key)
             except AllocationError:
                 self.unreserve(done)
                 raise
+
+    def _claims_to_slot(self, pod_uid: str, reservation: str) -> None:
+        """The claims reserved for the pod ``pod_uid`` hold the devices of ``reservation`` (not accounted again)."""
+        if not pod_uid:
+            return
+        for info in self.claims.values():
+            if any(ref[2] == pod_uid for ref in info.reserved_for):
+                self.claim_slots[info.key] = reservation
+                self.scheduler.cache.remove(info.state_key)
+                self.unaccounted.pop(info.state_key, None)
 
     def unreserve(self, keys: Iterable[str]) -> None:
         """Free reservations at once; the pods bound into them are ignored until they are gone."""
@@ -631,6 +650,7 @@ class KubeCluster:
     def delete_claim(self, key: str) -> None:
         with self.lock:
             self.claims.pop(key, None)
+            self.claim_slots.pop(key, None)
             self.unaccounted.pop(CLAIM_KEY_PREFIX + key, None)
             self.scheduler.cache.remove(CLAIM_KEY_PREFIX + key)
 
@@ -682,6 +702,15 @@ class KubeCluster:
         nothing unless we are writing its allocation (then it stays assumed)."""
         key = info.state_key
         cache = self.scheduler.cache
+        slot = self.claim_slots.get(info.key)
+        if slot is not None:
+            if slot in self.reserved or info.allocated is not None:
+                # its devices are the reservation's (or were, until it was released: ignored until deallocated)
+                if key in self.state.allocations:
+                    cache.remove(key)
+                self.unaccounted.pop(key, None)
+                return
+            del self.claim_slots[info.key]
         alloc = self.claim_allocation(info)
         if info.extended and alloc is not None:  # we created it: it was held under a name of our own till now
             for _res, pod_name, _uid in info.reserved_for:
@@ -989,14 +1018,7 @@ class KubeCluster:
                                           for m in meta]
                 plan.extended_mappings = [{"containerName": m[3], "resourceName": m[4], "requestName": m[0]}
                                           for m in meta]
-            results: list[ClaimResult] = []
-            it = iter(grants)
-            for name, req in zip(names, c.devices, strict=True):
-                for _ in range(req.count):
-                    g = next(it)
-                    dev = self._dra_by_key[node_devs[g.device_index].dra]
-                    results.append(ClaimResult(name, dev, g.memory_mib, g.core_milli))
-            plan.claims[claim_key] = results
+            plan.claims[claim_key] = self._claim_results(names, c.devices, grants, node_devs)
             state_key = CLAIM_KEY_PREFIX + (claim_key or f"{pod.key}-extended-resources")
             claim_allocs.append(Allocation(pod_key=state_key, node=alloc.node, cpu_milli=0, memory_mib=0,
                                            devices=(tuple(grants),), tenant=namespace))
@@ -1011,6 +1033,70 @@ class KubeCluster:
         self.claim_plans[pod.key] = plan
         d.pod, d.allocation = real, own
         return d
+
+    def _claim_results(self, names: Sequence[str], reqs: Sequence[DeviceRequest], grants: Sequence[DeviceGrant],
+                       node_devs: Sequence[Any]) -> list[ClaimResult]:
+        """The devices ``grants`` gave one claim's requests (``names``, in the order of ``reqs``)."""
+        results: list[ClaimResult] = []
+        it = iter(grants)
+        for name, req in zip(names, reqs, strict=True):
+            for _ in range(req.count):
+                g = next(it)
+                dev = self._dra_by_key[node_devs[g.device_index].dra]
+                results.append(ClaimResult(name, dev, g.memory_mib, g.core_milli))
+        return results
+
+    # ------------------------------------------------------------------------------------------ queued Jobs' claims
+    def entry_container(self, entry: str, requests: Sequence[ClaimRequest], where: str) -> ContainerRequest:
+        """The pseudo container (``dra-entry:<entry>``) that asks, in a queued Job's task pod, for the devices of
+        one ``spec.resourceClaims`` entry of its pod template (``requests``: the claim's or its template's).
+        Raises :class:`ClaimNotReadyError` while no device matches (a DeviceClass missing, ...)."""
+        with self.lock:
+            reqs = tuple(self._device_request(r, f"{where}: request {r.name}") for r in requests)
+        return ContainerRequest(name=DRA_ENTRY_PREFIX + entry, devices=reqs)
+
+    def slot_claim_plan(self, obj: Mapping[str, Any], alloc: Allocation, reservation: str
+                        ) -> tuple[Allocation, ClaimPlan | None]:
+        """A pod (``obj``) is bound into ``reservation`` (``alloc``, decided for a task with ``dra-entry:``
+        containers): the pod's own allocation (what HAMi's annotations say) and the :class:`ClaimPlan` that writes
+        the reserved devices of each entry to the pod's claim (made from the template, or named). The claims
+        then hold the reservation's devices (:attr:`claim_slots`), never counted twice. ``(alloc, None)`` for a
+        task without claims. Raises :class:`ClaimNotReadyError` while a claim is not made (or not seen) yet."""
+        task = alloc.pod
+        if task is None or not any(c.name.startswith(DRA_ENTRY_PREFIX) for c in task.containers):
+            return alloc, None
+        pod = parse_pod(obj, self.registry)
+        with self.lock:
+            entries = dict(self._pod_claim_keys(obj))
+            n_real = next(i for i, c in enumerate(task.containers) if c.name.startswith(DRA_ENTRY_PREFIX))
+            own = Allocation(pod_key=pod.key, node=alloc.node, cpu_milli=alloc.cpu_milli,
+                             memory_mib=alloc.memory_mib, devices=alloc.devices[:n_real], tenant=alloc.tenant,
+                             pod=pod, init_devices=alloc.init_devices)
+            plan = ClaimPlan(pod.key, alloc.node, {})
+            node_devs = self.state.node_spec(alloc.node).devices
+            for c, grants in zip(task.containers[n_real:], alloc.devices[n_real:], strict=True):
+                entry = c.name[len(DRA_ENTRY_PREFIX):]
+                where = f"pod {pod.key}: claim {entry}"
+                key = entries.get(entry)
+                if key is None:
+                    raise KubeInputError(f"{where}: not in the pod's spec.resourceClaims")
+                info = self.claims.get(key)
+                if info is None:
+                    raise ClaimNotReadyError(f"{where}: ResourceClaim {key} not seen yet")
+                if info.allocated is not None:
+                    if pod.uid and any(ref[2] == pod.uid for ref in info.reserved_for):
+                        plan.claims[key] = []  # written already (a retried bind): nothing to allocate
+                        continue
+                    raise ClaimNotReadyError(f"{where}: ResourceClaim {key} is allocated already (by someone "
+                                             "else)")
+                names = [r.name for r in info.requests]
+                if [r.count for r in info.requests] != [r.count for r in c.devices]:
+                    raise KubeInputError(f"{where}: ResourceClaim {key} asks for other devices than its job was "
+                                         "admitted with")
+                plan.claims[key] = self._claim_results(names, c.devices, grants, node_devs)
+            for key in plan.claims:
+                self.claim_slots[key] = reservation
+        return own, plan
 
     def _claims_of(self, pod: Pod) -> list[str]:
         """The claims (``namespace/name``) reserved for nobody yet that the pod's pseudo containers do not cover

@@ -355,6 +355,18 @@ def _request(raw: Mapping[str, Any], where: str) -> ClaimRequest:
                         all_devices=mode == "All", capacity=caps, admin=bool(exact.get("adminAccess")))
 
 
+def parse_claim_template(obj: Mapping[str, Any]) -> tuple[ClaimRequest, ...]:
+    """The device requests of a ResourceClaimTemplate (``spec.spec.devices.requests``): what each claim made
+    from it asks for."""
+    meta = _meta(obj)
+    where = f"resourceclaimtemplate {meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    reqs = (((obj.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or []
+    if not isinstance(reqs, list):
+        raise DraInputError(f"{where}: spec.spec.devices.requests: must be a list")
+    return tuple(_request(r, f"{where}: spec.spec.devices.requests[{i}]") for i, r in enumerate(reqs)
+                 if isinstance(r, Mapping))
+
+
 def parse_claim(obj: Mapping[str, Any]) -> ClaimInfo:
     meta = _meta(obj)
     namespace = str(meta.get("namespace") or "default")

@@ -1,0 +1,235 @@
+"""Queued Jobs whose pods use ResourceClaims, run by the control plane (``KubeRuntime``, in process) on a real
+v1.37 API server with kube-controller-manager (the Job controller makes the pods, the resourceclaim controller
+makes each pod's claim from its ResourceClaimTemplate) and a kubelet stand-in:
+
+* admission places the claims' devices (test DRA driver: NVIDIA-shaped whole GPUs on nodes that publish no HAMi
+  GPU), each pod's claim is allocated by us (allocation on the pod's node, the pod in ``reservedFor``) before
+  its Binding, no device twice, and a job that does not fit waits;
+* quota and fair share charge the claimed GPUs to the tenant;
+* a higher-priority job preempts a claim holder: the victim's pods go, its claims are released and deallocated,
+  and the preemptor's claims get the devices.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_kubelet import FakeKubelet
+from kubernetes import client
+from tests.kubernetes.dra_objects import NVIDIA_DRIVER, device_class, nvidia_device, resource_slice
+from up_process import gpu_nodes, new_run, registered, wait_until
+
+from gpucluster.kubernetes.workloads import QUEUE_LABEL
+
+pytestmark = pytest.mark.integration
+
+NS = "default"
+GPUS_PER_NODE = 2
+
+
+def _version(api: Any) -> tuple[int, int]:
+    info = client.VersionApi(api).get_code()
+    return int(info.major), int("".join(ch for ch in info.minor if ch.isdigit()))
+
+
+def _raw(resp: Any) -> dict[str, Any]:
+    try:
+        out: dict[str, Any] = json.loads(resp.data)
+    finally:
+        resp.release_conn()
+    return out
+
+
+class Fleet:
+    """Nodes whose GPUs only a DRA driver publishes (a run-specific model, and a DeviceClass selecting it)."""
+
+    def __init__(self, api: Any, run: str, nodes: list[str]) -> None:
+        self.api, self.run, self.nodes = api, run, nodes
+        self.res = client.ResourceV1Api(api)
+        self.model = f"NVIDIA A100-SXM4-80GB {run}"
+        self.device_class = f"gpu-{run}"
+        self.template = f"one-gpu-{run}"
+
+    def claims(self) -> list[dict[str, Any]]:
+        items = _raw(self.res.list_namespaced_resource_claim(NS, _preload_content=False))["items"]
+        return [c for c in items if (c.get("status") or {}).get("allocation") and any(
+            r["device"].startswith("gpu-") and r["pool"] in self.nodes
+            for r in c["status"]["allocation"]["devices"]["results"])]
+
+    def held(self) -> Counter[str]:
+        """Device (pool/name) -> the number of claims that hold it now."""
+        return Counter(f"{r['pool']}/{r['device']}" for c in self.claims()
+                       for r in c["status"]["allocation"]["devices"]["results"])
+
+
+@pytest.fixture
+def fleet(kube_control_plane: Any, kube_controller_manager: Any, kube_client: Any,
+          tmp_path: Path) -> Iterator[Fleet]:
+    if _version(kube_client) < (1, 36):
+        pytest.skip("the test DRA driver's slices need resource.k8s.io/v1 with Kubernetes >= 1.36")
+    run = new_run()
+    specs = gpu_nodes(run, 2, 0)
+    f = Fleet(kube_client, run, [n.name for n in specs])
+    with registered(kube_client, specs), FakeKubelet(kube_client, f.nodes, tmp_path / "kubelet"):
+        made: list[tuple[Callable[..., Any], str]] = []
+        for node in f.nodes:
+            body = resource_slice(node, NVIDIA_DRIVER, [nvidia_device(node, j, model=f.model)
+                                                        for j in range(GPUS_PER_NODE)])
+            f.res.create_resource_slice(body)
+            made.append((f.res.delete_resource_slice, body["metadata"]["name"]))
+        f.res.create_device_class(device_class(
+            f.device_class, NVIDIA_DRIVER, selector=f'device.attributes["gpu.nvidia.com"].productName == "{f.model}"'))
+        made.append((f.res.delete_device_class, f.device_class))
+        f.res.create_namespaced_resource_claim_template(NS, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": f.template, "namespace": NS},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": f.device_class, "allocationMode": "ExactCount", "count": 1}}]}}}})
+        try:
+            yield f
+        finally:
+            client.BatchV1Api(kube_client).delete_collection_namespaced_job(
+                NS, label_selector=f"gpucluster.io/run={run}", propagation_policy="Background")
+            core = client.CoreV1Api(kube_client)
+            core.delete_collection_namespaced_pod(NS, label_selector=f"gpucluster.io/run={run}", grace_period_seconds=0)
+            f.res.delete_namespaced_resource_claim_template(f.template, NS)
+            for delete, name in made:
+                delete(name)
+
+
+def claim_job(fleet: Fleet, name: str, tenant: str, *, pods: int, priority: int = 0,
+              claim_name: str = "") -> dict[str, Any]:
+    """A user's batch/v1 Job for the queue whose pods each get one GPU through a ResourceClaim (made from the
+    fleet's template, or the named claim)."""
+    entry = {"name": "gpu", **({"resourceClaimName": claim_name} if claim_name
+                               else {"resourceClaimTemplateName": fleet.template})}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": NS, "labels": {QUEUE_LABEL: tenant, "gpucluster.io/run": fleet.run},
+                     "annotations": {"gpucluster.io/priority": str(priority)}},
+        "spec": {
+            "suspend": True, "parallelism": pods, "completions": pods, "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": {"gpucluster.io/run": fleet.run}}, "spec": {
+                "schedulerName": "gpucluster", "restartPolicy": "Never",
+                "nodeSelector": {"gpucluster.io/run": fleet.run},
+                "resourceClaims": [entry],
+                "containers": [{"name": "train", "image": "registry.example/ml/train:v1",
+                                "env": [{"name": "FAKE_RUN_S", "value": "inf"}],
+                                "resources": {"claims": [{"name": "gpu"}]}}]}},
+        },
+    }
+
+
+def _pods_of(api: Any, job: str) -> list[dict[str, Any]]:
+    return list(_raw(client.CoreV1Api(api).list_namespaced_pod(
+        NS, label_selector=f"batch.kubernetes.io/job-name={job}", _preload_content=False))["items"])
+
+
+def _claim_of(api: Any, pod: dict[str, Any]) -> dict[str, Any] | None:
+    names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()]
+    if not names or not names[0]:
+        return None
+    return _raw(client.ResourceV1Api(api).read_namespaced_resource_claim(names[0], NS, _preload_content=False))
+
+
+def _runtime(cp: Any, run: str, queue_policy: str = "fifo") -> Any:
+    from gpucluster.kubernetes import KubeRuntime
+
+    return KubeRuntime(cp.kubeconfig, queue_policy=queue_policy, namespace=NS, identity=f"test-{run}")
+
+
+def _ticking(rt: Any, what: Callable[[], Any]) -> Callable[[], Any]:
+    def step() -> Any:
+        rt.advance(rt.now + 0.25)
+        return what()
+    return step
+
+
+def _kubectl_claims_yaml(cp: Any) -> str:
+    out = subprocess.run([str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), "get", "resourceclaim",
+                          "-n", NS, "-o", "yaml"], capture_output=True, text=True, timeout=60, check=False)
+    return out.stdout + out.stderr
+
+
+def _bound_with_claims(api: Any, job: str, n: int) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
+    """The Job's ``n`` pods, each bound, with its claim allocated and reserved for it."""
+    out = []
+    for pod in _pods_of(api, job):
+        if not pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+            continue
+        c = _claim_of(api, pod)
+        if c is None or not (c.get("status") or {}).get("allocation"):
+            continue
+        out.append((pod, c))
+    return out if len(out) == n else None
+
+
+def test_a_job_with_resource_claim_templates_is_placed_and_its_claims_allocated_by_us(
+        kube_control_plane: Any, kube_client: Any, fleet: Fleet) -> None:
+    """A Job of 2 pods, each with a claim from a ResourceClaimTemplate (1 GPU): admitted as a gang, each pod's
+    claim allocated by the control plane on its node and reserved for it before the pod is bound; a second
+    Job needing 3 more GPUs (only 2 are left) waits."""
+    batch = client.BatchV1Api(kube_client)
+    tenant = f"dra-{fleet.run}"
+    rt = _runtime(kube_control_plane, fleet.run)
+    try:
+        batch.create_namespaced_job(NS, claim_job(fleet, f"a-{fleet.run}", tenant, pods=2))
+        bound = wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, f"a-{fleet.run}", 2)), 90,
+                           "the Job's 2 pods bound, each with its claim allocated")
+        devices = []
+        for pod, c in bound:
+            alloc = c["status"]["allocation"]
+            results = alloc["devices"]["results"]
+            assert len(results) == 1 and results[0]["driver"] == NVIDIA_DRIVER
+            assert results[0]["pool"] == pod["spec"]["nodeName"]  # a device of the node the pod is bound to
+            assert alloc["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
+                pod["spec"]["nodeName"]]
+            assert [r["uid"] for r in c["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+            assert "resource.kubernetes.io/delete-protection" in c["metadata"]["finalizers"]
+            # HAMi's annotations hold no GPU: the pod's devices are its claim's
+            assert not pod["metadata"]["annotations"].get("hami.io/vgpu-devices-allocated", "").strip(":;")
+            devices.append(f"{results[0]['pool']}/{results[0]['device']}")
+        assert len(set(devices)) == 2
+        print(_kubectl_claims_yaml(kube_control_plane))
+        job = next(j for j in rt.jobs() if j.name == f"a-{fleet.run}")
+        assert job.status == "running" and job.spec.num_gpus == 2
+
+        batch.create_namespaced_job(NS, claim_job(fleet, f"b-{fleet.run}", tenant, pods=3))
+        waiting = wait_until(_ticking(rt, lambda: next(
+            (j for j in rt.jobs() if j.name == f"b-{fleet.run}" and j.message), None)), 60, "the second job seen")
+        for _ in range(8):
+            rt.advance(rt.now + 0.25)
+        assert waiting.status == "pending" and waiting.spec.num_gpus == 3
+        assert not [p for p in _pods_of(kube_client, f"b-{fleet.run}") if p["spec"].get("nodeName")]
+        assert max(fleet.held().values()) == 1 and sum(fleet.held().values()) == 2
+    finally:
+        rt.close()
+
+
+def test_a_job_whose_claim_template_is_missing_waits_and_says_why(
+        kube_control_plane: Any, kube_client: Any, fleet: Fleet) -> None:
+    batch = client.BatchV1Api(kube_client)
+    rt = _runtime(kube_control_plane, fleet.run)
+    name = f"m-{fleet.run}"
+    try:
+        body = claim_job(fleet, name, f"dra-{fleet.run}", pods=1)
+        body["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = f"nope-{uuid.uuid4().hex[:4]}"
+        batch.create_namespaced_job(NS, body)
+
+        def said() -> str | None:
+            job = _raw(batch.read_namespaced_job(name, NS, _preload_content=False))
+            return (job["metadata"].get("annotations") or {}).get("gpucluster.io/message")
+
+        message = wait_until(_ticking(rt, said), 30, "the Job to say why it waits")
+        assert "ResourceClaimTemplate" in message and "does not exist" in message
+        assert not [p for p in _pods_of(kube_client, name) if p["spec"].get("nodeName")]
+    finally:
+        rt.close()
