@@ -157,10 +157,18 @@ def _job_row(j: dict[str, Any], body: dict[str, Any]) -> list[Any]:
 
 def _node_row(n: dict[str, Any], body: dict[str, Any]) -> list[Any]:
     core, mem = node_alloc(n)
+    util, fb = _mean_of(n.get("dev_util")), _mean_of(n.get("dev_fb_pct"))
     return [n["name"], node_status(n), n.get("model", ""), n["gpus"], _pct(core), _pct(mem), n["pods"],
+            "-" if util is None else f"{util:.0f}%", "-" if fb is None else f"{fb:.0f}%",
             n.get("pool", ""), n.get("rack", ""), n.get("leaf", ""),
             f"{n.get('cpu_used_milli', 0) / 1000:g}/{n.get('cpu_milli', 0) / 1000:g}",
             f"{n.get('memory_used_mib', 0) / 1024:.0f}/{n.get('memory_mib', 0) / 1024:.0f}Gi"]
+
+
+def _mean_of(values: list[float | None] | None) -> float | None:
+    """Mean of the known values (a node's per-GPU utilisation, in %); None when none is known."""
+    known = [float(v) for v in values or [] if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def _tenant_row(t: dict[str, Any], body: dict[str, Any]) -> list[Any]:
@@ -208,7 +216,8 @@ VIEWS: dict[Resource, View] = {
                         ["REPLICAS", "PRIORITY", "GPU-TYPE", "RAN", "NODES"], _job_row, right=(4,)),
     Resource.NODES: View("/api/v1/nodes", lambda b: b["nodes"], lambda n: n["name"],
                          ["NAME", "STATUS", "MODEL", "GPUS", "ALLOC", "MEM", "PODS"],
-                         ["POOL", "RACK", "LEAF", "CPU", "MEMORY"], _node_row, right=(3, 4, 5, 6)),
+                         ["UTIL", "FB-USED", "POOL", "RACK", "LEAF", "CPU", "MEMORY"], _node_row,
+                         right=(3, 4, 5, 6, 7, 8)),
     Resource.TENANTS: View("/api/v1/tenants", lambda b: b["tenants"], lambda t: t["name"],
                            ["NAME", "QUOTA", "WEIGHT", "FAIR", "GPUS", "RUNNING", "PENDING"],
                            ["PENDING-GPUS", "MAX-PRIORITY", "SHARE-USED"], _tenant_row, right=(1, 2, 3, 4, 5, 6)),

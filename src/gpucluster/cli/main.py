@@ -22,6 +22,7 @@ from gpucluster.cli import (
     service_cmd,
     simulate_cmd,
     spec_cmd,
+    top_cmd,
     whatif_cmd,
 )
 
@@ -35,7 +36,7 @@ app = typer.Typer(
 
 for module in (
     spec_cmd, schedule_cmd, demo_cmd, design_cmd, whatif_cmd, experiment_cmd, simulate_cmd, k8s_cmd, deploy_cmd,
-    monitor_cmd, service_cmd, get_cmd, node_cmd, config_cmd,
+    monitor_cmd, service_cmd, get_cmd, node_cmd, top_cmd, config_cmd,
 ):
     module.register(app)
 

@@ -70,6 +70,11 @@ USAGE_POINTS = 40
 USAGE_FIELDS = ("util", "mem_used_mib", "temp_c", "power_w", "xid")
 """Per device per evaluation: GPU utilisation %, framebuffer used MiB, temperature, power and the last XID."""
 KEEP_TRANSITIONS = 1000
+IDLE_UTIL_PCT = 5.0
+"""An allocated GPU below this utilisation at the last scrape is "allocated but idle" (``GpuAllocatedIdle``'s
+threshold)."""
+KEEP_IDLE_LIST = 50
+"""Most allocated-but-idle GPUs the overview lists (the count is always the full one)."""
 
 
 class RecordingSource:
@@ -82,6 +87,8 @@ class RecordingSource:
         self.name = inner.name
         self.row = {d: k for k, d in enumerate(devices)}
         self.values = np.full((len(devices), points, len(USAGE_FIELDS)), np.nan, np.float32)
+        self.owner: list[str] = [""] * len(devices)
+        """Per device, the pod the last scrape saw on it (``namespace/name``; empty when none)."""
         self.times = np.full(points, np.nan)
         self.next = 0
 
@@ -90,9 +97,11 @@ class RecordingSource:
         k = self.next % self.times.size
         self.times[k] = self.inner.clock()
         self.values[:, k, :] = np.nan  # a device that vanished (fell off the bus) has no point this time
+        self.owner = [""] * len(self.owner)
         for s in samples:
             r = self.row.get((s.hostname, s.gpu))
             if r is not None:
+                self.owner[r] = f"{s.namespace}/{s.pod}" if s.pod else ""
                 self.values[r, k] = (_or_nan(s.gpu_util_pct), _or_nan(s.fb_used_mib), _or_nan(s.gpu_temp_c),
                                      _or_nan(s.power_w), float(s.xid))
         self.next += 1
@@ -108,6 +117,13 @@ class RecordingSource:
         vals = self.values[r, order]
         pts = [[None if math.isnan(v) else round(float(v), 2) for v in row] for row in vals.tolist()]
         return [float(x) for x in self.times[order]], pts
+
+    def latest(self) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """``[device, field]``: the last scrape's values (NaN where the device did not report or before any)."""
+        if self.next == 0:
+            return np.full((len(self.row), len(USAGE_FIELDS)), np.nan, np.float32)
+        out: np.ndarray[Any, np.dtype[np.float32]] = self.values[:, (self.next - 1) % self.times.size, :]
+        return out
 
     def close(self) -> None:
         self.inner.close()
@@ -352,6 +368,53 @@ class ClusterMonitor:
                 "xid": None if s is None else s.xid, "history": {"t": times, "fields": list(USAGE_FIELDS),
                                                                   "points": points}})
         return out
+
+    def utilisation(self, describe: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """What the GPUs do, beside what they hold, as of each shard's last scrape (at most ``interval_s`` old):
+        ``gpu_utilisation`` (mean SM utilisation of the reporting GPUs, 0..1), ``gpu_memory_used_fraction``
+        (framebuffer in use / physical framebuffer), ``allocated_idle_gpus`` (GPUs with a pod on them at the
+        last scrape, still allocated now, below :data:`IDLE_UTIL_PCT`) and ``allocated_idle`` (the first
+        :data:`KEEP_IDLE_LIST` of them, emptiest first: node, gpu, util_pct, pod and what ``describe(pod)``
+        adds, e.g. job and tenant). ``per_node``: node -> per device ``[util %, memory used %, temp °C]``, util None
+        for a GPU allocated since its last scrape (what it measured was someone else's, or nobody's, work)."""
+        st = self.state
+        util_sum, reporting, mem_used, mem_total, idle = 0.0, 0, 0.0, 0.0, []
+        per_node: dict[str, list[list[float | None]]] = {}
+        util_k, mem_k, temp_k = (USAGE_FIELDS.index(f) for f in ("util", "mem_used_mib", "temp_c"))
+        for sh in self.shards:
+            rec = sh.recorder
+            last = rec.latest()
+            for (node, gpu), r in rec.row.items():
+                i = st.node_index[node]
+                if not st.present[i]:
+                    continue
+                dev = st.nodes[i].devices[gpu]
+                physical = float(dev.physical_memory_mib or dev.memory_mib)
+                util, used, temp = (float(last[r, util_k]), float(last[r, mem_k]), float(last[r, temp_k]))
+                row = per_node.setdefault(node, [])
+                if math.isnan(util):
+                    row.append([None, None, None])
+                    continue
+                reporting += 1
+                util_sum += util
+                mem_used += 0.0 if math.isnan(used) else used
+                mem_total += physical
+                pod = rec.owner[r]
+                held = int(st.dev_tasks[i, gpu]) > 0
+                seen = bool(pod) and pod in st.allocations  # the pod the scrape measured is still there
+                # a GPU allocated since its last scrape has no utilisation of its own yet (not "idle")
+                row.append([round(util, 1) if seen or not held else None,
+                            round(100.0 * used / physical, 1) if physical else None,
+                            None if math.isnan(temp) else round(temp, 1)])
+                if seen and held and util < IDLE_UTIL_PCT:
+                    idle.append({"node": node, "gpu": gpu, "util_pct": round(util, 1), "pod": pod,
+                                 **(describe(pod) if describe else {})})
+        idle.sort(key=lambda x: (x["util_pct"], x["node"], x["gpu"]))
+        return {"gpu_utilisation": util_sum / reporting / 100.0 if reporting else None,
+                "gpu_memory_used_fraction": mem_used / mem_total if mem_total else None,
+                "gpus_reporting": reporting,
+                "allocated_idle_gpus": len(idle), "allocated_idle": idle[:KEEP_IDLE_LIST],
+                "idle_util_pct": IDLE_UTIL_PCT, "per_node": per_node}
 
     def record(self, rec: AuditRecord) -> None:
         """Log something the backend did on its own (a repaired GPU back in service) with the remediation."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,9 +25,18 @@ import numpy as np
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.embedded.monitor import ClusterMonitor
 from gpucluster.embedded.workload import Arrival, SyntheticWorkload
-from gpucluster.jobs import DEFAULT_QUEUE_POLICY, EngineFront, Job, JobEvent, JobState, job_spec, restored_submission
+from gpucluster.jobs import (
+    CONTROL_PLANE_PASS_BUDGET_S,
+    DEFAULT_QUEUE_POLICY,
+    EngineFront,
+    Job,
+    JobEvent,
+    JobState,
+    job_spec,
+    restored_submission,
+)
 from gpucluster.model import Allocation, views
-from gpucluster.model.labels import JOB_LABEL
+from gpucluster.model.labels import ACTIVITY_ANNOTATION, JOB_LABEL
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY
 from gpucluster.scheduler.plugins.quota import QuotaTree
@@ -49,7 +59,7 @@ def embedded_simulation(cluster: Cluster, queue_policy: str = DEFAULT_QUEUE_POLI
     network slowdown, no series. ``gpucluster simulate`` builds the same with ``describe=False``."""
     return Simulation(cluster, queue_policy, seed=seed, placement_policy=placement_policy, slowdown=False,
                       describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t,
-                      quota_waits=describe)
+                      quota_waits=describe, pass_budget_s=CONTROL_PLANE_PASS_BUDGET_S if describe else math.inf)
 
 
 class EmbeddedRuntime(EngineFront):
@@ -141,6 +151,9 @@ class EmbeddedRuntime(EngineFront):
         spec = job_spec(f"s-{self._synthetic_seq:06d}", name=shape.name, tenant=SYNTHETIC_TENANT,
                         replicas=shape.replicas, resources=shape.resources, duration_s=arrival.duration_s,
                         submit_s=max(t, self.now), synthetic=True, registry=self.registry)
+        if spec.template is not None:  # what it does with its GPUs, read by the simulated collector
+            spec = replace(spec, template=replace(spec.template, annotations={
+                **spec.template.annotations, ACTIVITY_ANNOTATION: arrival.activity}))
         self.engine.submit(spec)
 
     # ------------------------------------------------------------------ time
@@ -256,7 +269,20 @@ class EmbeddedRuntime(EngineFront):
     # ------------------------------------------------------------------ views
     def _sample(self) -> None:
         self._last_sample = self.now
-        self._history.append(views.sample(self.state, self.now, len(self.engine.views.queued())))
+        point = views.sample(self.state, self.now, len(self.engine.views.queued()))
+        use = self.monitor.utilisation()
+        for key in ("gpu_utilisation", "gpu_memory_used_fraction", "allocated_idle_gpus"):
+            if use[key] is not None:
+                point[key] = float(use[key])
+        self._history.append(point)
+
+    def utilisation(self) -> dict[str, Any]:
+        """The monitor's utilisation figures (:meth:`ClusterMonitor.utilisation`), each idle GPU with its job."""
+        def describe(pod: str) -> dict[str, Any]:
+            alloc = self.state.allocations.get(pod)
+            return self._describe(alloc) if alloc is not None else {}
+
+        return self.monitor.utilisation(describe)
 
     def alerts(self) -> list[dict[str, Any]]:
         return self.monitor.alerts()
@@ -265,7 +291,17 @@ class EmbeddedRuntime(EngineFront):
         return self.monitor.remediations()
 
     def nodes(self) -> list[dict[str, Any]]:
-        return views.present_rows(self.state)
+        """Node rows with what each GPU does beside what it holds: ``dev_util`` (SM utilisation %),
+        ``dev_fb_pct`` (framebuffer in use, % of physical) and ``dev_temp`` (°C) as of the last scrape (None
+        where a device did not report)."""
+        rows = views.present_rows(self.state)
+        per_node = self.monitor.utilisation()["per_node"]
+        for row in rows:
+            devs = per_node.get(row["name"], [])
+            row["dev_util"] = [d[0] for d in devs]
+            row["dev_fb_pct"] = [d[1] for d in devs]
+            row["dev_temp"] = [d[2] for d in devs]
+        return rows
 
     def _describe(self, alloc: Allocation) -> dict[str, Any]:
         jid = alloc.pod.labels.get(JOB_LABEL, "") if alloc.pod is not None else ""
@@ -277,6 +313,8 @@ class EmbeddedRuntime(EngineFront):
 
     def overview(self) -> dict[str, Any]:
         counts, user_counts = self.engine.views.status_counts()
+        use = self.utilisation()
+        del use["per_node"]
         return {
             "backend": self.backend,
             "cluster": self.cluster.name,
@@ -285,7 +323,8 @@ class EmbeddedRuntime(EngineFront):
             **self.sim.placement_report(j for j in self.engine.jobs.values() if not j.synthetic),
             "t": self.now,
             **views.figures(self.state),
-            "queue": len(self.engine.views.queued()),
+            **use,
+            "queue": self.engine.views.queue_length(),
             "jobs": counts,
             "user_jobs": user_counts,
             "alerts_firing": self.monitor.firing,

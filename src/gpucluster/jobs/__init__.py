@@ -39,7 +39,16 @@ from gpucluster.jobs.admission import (
     user_submission,
 )
 from gpucluster.jobs.capacity import CapacityView
-from gpucluster.jobs.engine import EngineOptions, JobEngine, SeriesPoint, Slowdown, Timer, Totals, no_slowdown
+from gpucluster.jobs.engine import (
+    CONTROL_PLANE_PASS_BUDGET_S,
+    EngineOptions,
+    JobEngine,
+    SeriesPoint,
+    Slowdown,
+    Timer,
+    Totals,
+    no_slowdown,
+)
 from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import (
@@ -85,6 +94,7 @@ from gpucluster.jobs.workload import (
 from gpucluster.model.labels import JOB_LABEL
 
 __all__ = [
+    "CONTROL_PLANE_PASS_BUDGET_S",
     "DEFAULT_QUEUE_POLICY",
     "ENV_NAME_RE",
     "FOLDED_EVENT_KINDS",

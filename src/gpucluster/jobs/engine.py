@@ -29,8 +29,10 @@ Single-threaded by contract: one driver calls it at a time.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -80,6 +82,10 @@ NOTE_REPEAT_S = 60.0
 """A waiting job whose reason did not change is reported again (``unschedulable``, folded into the one event by
 whoever records them) after this many clock seconds, so its last-seen time stays fresh without an event per
 scheduling pass."""
+CONTROL_PLANE_PASS_BUDGET_S = 0.02
+"""A control plane's scheduling pass runs this long at most, then goes on at the next tick (``pass_budget_s``):
+the API it shares the event loop with answers in between, however many jobs are queued. Checked every 128 jobs,
+so a shorter queue always gets a whole pass."""
 PRIO_FINISH = 0
 PRIO_CALL = 1
 PRIO_ARRIVE = 2
@@ -186,6 +192,9 @@ class EngineOptions:
     """Admit a job only when whole tasks of its size fit the free devices of single nodes (and the placer places
     every pod); False: count-only admission, as a quota system that counts GPUs admits (Kueue), for comparison
     (the placer then decides what it can and the rest waits after admission)."""
+    pass_budget_s: float = math.inf
+    """Seconds one scheduling pass may run before it stops and the next run goes on from where it stopped (a
+    control plane slices its pass so the event loop it shares answers whatever is queued); inf: whole passes."""
     quota_waits: bool = False
     """A job beyond its tenant's quota waits in the queue, saying so, until the quota rises (a control plane,
     whose quotas change while jobs wait: quotas apply to admission, never retroactively); False: it is rejected
@@ -233,6 +242,8 @@ class JobEngine:
         self._shapes: dict[str, tuple[float, int, tuple[Any, ...], bool, int]] = {}
         """Job id -> (GPU share, task GPUs, shape, whole, tasks): the pass reads these for every queued job."""
         self._failure: GroupDecision | None = None
+        self._resume: tuple[Key, int, str] | None = None
+        """Where a pass cut short by ``pass_budget_s`` stopped: the next pass goes on from this queue entry."""
         self._admitted: set[str] = set()
         """Jobs admitted under an earlier quota (they ran before a control-plane restart): their next placement
         is charged to the quota but not held to a limit lowered since."""
@@ -518,6 +529,7 @@ class JobEngine:
 
     def _pass(self) -> None:
         self._dirty = False
+        resume, self._resume = self._resume, None
         tot = self.totals
         tot.passes += 1
         pol = self.policy
@@ -536,6 +548,11 @@ class JobEngine:
             free = tot.gpus - self.ledger.busy
             failed: dict[tuple[Any, ...], float] = {}
             why: dict[tuple[Any, ...], str] = {}
+            said: dict[tuple[Any, ...], str] = {}
+            """(shape, need, tasks) -> why such a job waits, while nothing started or stopped in this pass: the
+            rest of that shape share one reason instead of composing it each."""
+            budget = self.options.pass_budget_s
+            deadline = time.perf_counter() + budget if budget != math.inf else math.inf
             worst: Key | None = None
             stale_worst = True
             no_victims: dict[tuple[Key, int], float] = {}
@@ -545,10 +562,18 @@ class JobEngine:
             queued = JobState.QUEUED
             order = list(self._queue)
             stopped = len(order)
-            for pos, (key, _, jid) in enumerate(order):
+            first = 0 if resume is None else bisect.bisect_left(order, resume)  # the rest of a pass cut short
+            sliced = False
+            for pos in range(first, len(order)):
+                key, _, jid = order[pos]
                 job = jobs[jid]
                 if job.state != queued:
                     continue
+                if not pos & 127 and pos > first and time.perf_counter() > deadline:
+                    self._resume = order[pos]
+                    sliced = True
+                    stopped = pos
+                    break
                 spec = job.spec
                 info = shapes.get(jid)
                 if info is None:
@@ -561,6 +586,7 @@ class JobEngine:
                     if self._try_start(job, key):
                         free -= need
                         stale_worst = True
+                        said.clear()
                         continue
                     if job.state != queued:  # its placement failed outright
                         continue
@@ -570,6 +596,7 @@ class JobEngine:
                 if self._reclaim and self._reclaim_for(job, key, free):
                     free = tot.gpus - self.ledger.busy
                     failed.clear()
+                    said.clear()
                     continue
                 stop = False
                 if pol.preemptive and self._running:
@@ -582,17 +609,21 @@ class JobEngine:
                             free = tot.gpus - self.ledger.busy
                             stale_worst = True
                             no_victims.clear()
+                            said.clear()
                             continue
                         no_victims[(rank, task_gpus)] = need
                     elif free <= 0:
                         stop = True
                 if describe:
-                    self._note(job, why.get(shape) or self._count_message(job, free))
+                    reason = said.get((shape, need, tasks))
+                    if reason is None:
+                        reason = said[(shape, need, tasks)] = why.get(shape) or self._count_message(job, free)
+                    self._note(job, reason)
                 if stop or not pol.backfill or (free <= 0 and not pol.preemptive and not self._reclaim
                                                 and not self._queue.gpuless):
                     stopped = pos + 1
                     break
-            if describe:  # the jobs the pass did not reach wait their turn
+            if describe and not sliced:  # the jobs the pass did not reach wait their turn
                 for ahead, (_, _, jid) in enumerate(order[stopped:], start=stopped):
                     job = jobs[jid]
                     if job.state == queued:
@@ -603,8 +634,8 @@ class JobEngine:
             for job in self.views.queued():
                 self._note(job, self._count_message(job, free))
         # what the pass itself changed (victims re-queued) waits for the next event, so stepping the clock
-        # in small or large increments gives the same run
-        self._dirty = False
+        # in small or large increments gives the same run; a pass cut short goes on at the next run
+        self._dirty = self._resume is not None
         self._seen = self.capacity.stamp()
         if self.record_series:
             point = SeriesPoint(self.now, self.ledger.busy, len(self._queue), len(self._running))

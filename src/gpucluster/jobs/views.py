@@ -38,6 +38,10 @@ class JobViews:
         """Queued jobs in the policy's order."""
         return [self._jobs[jid] for _, _, jid in self._queue]
 
+    def queue_length(self) -> int:
+        """How many jobs are queued (without listing them)."""
+        return len(self._queue)
+
     def running(self) -> list[Job]:
         return [self._jobs[jid] for jid in self._running]
 
@@ -64,12 +68,17 @@ class JobViews:
     def status_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Jobs per control-plane status (``pending``, ``running`` ...): all jobs, and the user (non-synthetic)
         ones."""
+        every_state: dict[JobState, int] = dict.fromkeys(JobState, 0)
+        user_state: dict[JobState, int] = dict.fromkeys(JobState, 0)
+        for job in self._jobs.values():  # counted by state (cheap), named by status once
+            every_state[job.state] += 1
+            if not job.spec.synthetic:
+                user_state[job.state] += 1
         every = dict.fromkeys(STATUSES, 0)
         user = dict.fromkeys(STATUSES, 0)
-        for job in self._jobs.values():
-            every[job.status] += 1
-            if not job.synthetic:
-                user[job.status] += 1
+        for state in JobState:
+            every[state.status] += every_state[state]
+            user[state.status] += user_state[state]
         return every, user
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:

@@ -52,6 +52,7 @@ from kubernetes import client, config
 
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.jobs import (
+    CONTROL_PLANE_PASS_BUDGET_S,
     DEFAULT_QUEUE_POLICY,
     Cancel,
     EngineFront,
@@ -330,6 +331,7 @@ class KubeRuntime(EngineFront):
                                     options=EngineOptions(describe=True, namespace=self.namespace,
                                                           record_series=False, timed_finish=False,
                                                           quota_waits=True,
+                                                          pass_budget_s=CONTROL_PLANE_PASS_BUDGET_S,
                                                           device_check=self.admission == "devices"))
             self.engine.paused = not self._leading
         self.engine.listeners.append(self._report)
@@ -1121,7 +1123,10 @@ class KubeRuntime(EngineFront):
             "queue_policy": self.queue_policy,
             "t": self.now,
             **figures,
-            "queue": len(self.engine.views.queued()),
+            # no device metrics in this runtime (they are Prometheus'): unknown, not zero
+            "gpu_utilisation": None, "gpu_memory_used_fraction": None, "allocated_idle_gpus": None,
+            "allocated_idle": [],
+            "queue": self.engine.views.queue_length(),
             "jobs": counts,
             "user_jobs": user,
             "alerts_firing": 0,

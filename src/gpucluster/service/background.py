@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from gpucluster.devices import VendorRegistry
 from gpucluster.embedded import SHAPES
@@ -67,9 +68,18 @@ def run_design(req: Any, report: Report, task: Task) -> dict[str, Any]:
         d = design(req)
     except DesignError as exc:
         raise TaskError(f"requirements.{exc.field}", exc.why) from None
+    from markdown_it import MarkdownIt
+
+    from gpucluster.design.cabling import to_csv
+    from gpucluster.design.spec_export import cluster_spec
+
     report(0.5, "writing the report")
     result = to_dict(d)
     result["report_md"] = design_report.markdown(d)
+    # the dashboard shows it as HTML: markdown-it's "js-default" preset (tables, no raw HTML passed through)
+    result["report_html"] = MarkdownIt("js-default").render(result["report_md"])
+    task.files["cables.csv"] = to_csv(list(d.cables)).encode()
+    task.files["cluster-spec.yaml"] = yaml.safe_dump(cluster_spec(d), sort_keys=False).encode()
     report(0.7, "drawing the topology diagram")
     with tempfile.TemporaryDirectory() as tmp:
         png, svg = Path(tmp) / "topology.png", Path(tmp) / "topology.svg"

@@ -93,6 +93,8 @@ class Service:
     """Events of earlier ticks the store could not take (a full disk): stored, in order, before the next ones."""
     tick_hooks: list[Callable[[list[JobEvent]], None]] = field(default_factory=list)
     """Called after every tick with its events (``service.ops``: logs, alert transitions, history)."""
+    _pending: dict[str, int] = field(default_factory=dict)
+    _pending_tick: int = -1
     _cache: dict[str, Any] = field(default_factory=dict)
     _cache_version: int = -1
 
@@ -194,6 +196,21 @@ class Service:
             job = self.find_job(jid)
             if job is not None:
                 yield job
+
+    def pending_jobs(self, tenant: str) -> int:
+        """The tenant's pending jobs: counted over every job once per tick, plus the ones accepted since
+        (:meth:`accepted`), so a flood of submissions costs no scan each (it may count a job that started since
+        the tick as pending: the limit errs on the safe side)."""
+        if self._pending_tick != self.ticks:
+            usage = self.runtime.usage_by_tenant()
+            self._pending = {t: int(u.get("pending", 0)) for t, u in usage.items()}
+            self._pending_tick = self.ticks
+        return self._pending.get(tenant, 0)
+
+    def accepted(self, tenant: str) -> None:
+        """A job of ``tenant`` was just queued (see :meth:`pending_jobs`)."""
+        if self._pending_tick == self.ticks:
+            self._pending[tenant] = self._pending.get(tenant, 0) + 1
 
     def max_queued(self, row: dict[str, Any] | None) -> int:
         """A tenant's limit on pending jobs (its own, else the service's default)."""

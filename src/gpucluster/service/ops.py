@@ -34,6 +34,8 @@ ALERTING_ACTOR = "alerting"
 SILENCES_META = "silences"
 HISTORY_STEP_S = 30.0
 """Clock seconds between two points of the long history."""
+UTILISATION_KEYS = ("gpu_utilisation", "gpu_memory_used_fraction", "allocated_idle_gpus")
+"""The runtime's device-metric figures a history point carries beside allocation (embedded backend)."""
 HISTORY_POINTS = 2880
 """Points kept: 24 clock hours at :data:`HISTORY_STEP_S`."""
 MAX_SILENCES = 200
@@ -175,7 +177,12 @@ class Operations:
             state = getattr(svc.runtime, "state", None)
             if isinstance(state, ClusterState):
                 pending = sum(1 for j in svc.runtime.jobs() if j.status == JobStatus.PENDING)
-                self.history.append(views.sample(state, t, pending))
+                point = views.sample(state, t, pending)
+                use = getattr(svc.runtime, "utilisation", None)  # device metrics beside allocation, where known
+                if callable(use):
+                    figures = use()
+                    point.update({k: float(figures[k]) for k in UTILISATION_KEYS if figures.get(k) is not None})
+                self.history.append(point)
             self._next_sample = t + HISTORY_STEP_S
 
     # ------------------------------------------------------------------ views

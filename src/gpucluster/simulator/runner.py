@@ -16,6 +16,7 @@ same class on the wall clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -82,6 +83,7 @@ job without one runs the same on every GPU model.
         describe: bool = False,
         start_t: float = 0.0,
         quota_waits: bool = False,
+        pass_budget_s: float = math.inf,
     ) -> None:
         self.state = cluster.state() if isinstance(cluster, Cluster) else cluster
         self.queue_policy = make_policy(queue_policy) if isinstance(queue_policy, str) else queue_policy
@@ -106,7 +108,8 @@ job without one runs the same on every GPU model.
             slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown),
             options=EngineOptions(restart_overhead_s=restart_overhead_s, tenant_weights=dict(tenant_weights or {}),
                                   locality_delay_s=locality_delay_s, record_series=record_series,
-                                  describe=describe, quota_waits=quota_waits),
+                                  describe=describe, quota_waits=quota_waits,
+                                  pass_budget_s=pass_budget_s),
             kernel=kernel)
         self.speeds.jobs = self.engine.jobs
 

@@ -44,6 +44,9 @@ async def overview(request: Request, who: Auth, service: Svc) -> Any:
         if job.tenant == who.tenant:
             counts[job.status.value] += 1
     out["user_jobs"] = counts
+    out["allocated_idle"] = [x if x.get("tenant") == who.tenant else  # other tenants' GPUs, not their jobs
+                             {**x, "pod": "(other tenant)", "job": "", "job_name": "", "tenant": "other"}
+                             for x in out.get("allocated_idle", [])]
     return out
 
 

@@ -58,7 +58,7 @@ def _admit_queued(service: Service, tenant: str, row: dict[str, Any] | None) -> 
     """429 when the tenant already has its limit of pending jobs (whoever submits: the limit keeps the
     scheduling pass and the store in bounds)."""
     most = service.max_queued(row)
-    pending = int(service.cached("usage", service.runtime.usage_by_tenant).get(tenant, {}).get("pending", 0))
+    pending = service.pending_jobs(tenant)
     if pending >= most:
         raise ApiError(429, "tenant", f"tenant {tenant} has {pending} job(s) pending, its limit of queued jobs is "
                                       f"{most} (max_queued_jobs); wait for some to start or end, or ask the admin "
@@ -113,6 +113,7 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
         raise ApiError(422, where if why else "resources", why or str(exc)) from None
     service.store.insert_job(job, who.actor, idem)  # its tenant too: one transaction
     service.order.append(job.id)
+    service.accepted(tenant)
     service.changed()
     try:
         service.runtime.submit(job)

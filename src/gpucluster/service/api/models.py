@@ -324,6 +324,15 @@ class Overview(_Out):
     jobs: dict[str, int]
     user_jobs: dict[str, int]
     speed: float
+    gpu_utilisation: float | None = Field(None, description=(
+        "Mean SM utilisation of the reporting GPUs at the last scrape, 0..1 (beside gpu_alloc, what they hold); "
+        "null where the backend has no device metrics."))
+    gpu_memory_used_fraction: float | None = Field(None, description=(
+        "Framebuffer in use / physical framebuffer of the reporting GPUs, 0..1 (beside gpu_mem_alloc)."))
+    allocated_idle_gpus: int | None = Field(None, description=(
+        "GPUs with a pod on them and utilisation below idle_util_pct at the last scrape."))
+    allocated_idle: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "The allocated-but-idle GPUs, emptiest first (node, gpu, util_pct, pod, job, job_name, tenant); at most 50."))
 
 
 class NodeRow(_Out):

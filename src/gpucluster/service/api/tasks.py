@@ -74,7 +74,12 @@ async def get_design(task_id: TaskId, who: Auth, service: Svc) -> dict[str, Any]
     return task_or_404(service, who, task_id, "design").to_dict()
 
 
-IMAGES: dict[int | str, dict[str, Any]] = {200: {"content": {"image/svg+xml": {}, "image/png": {}}}}
+IMAGES: dict[int | str, dict[str, Any]] = {200: {"content": {"image/svg+xml": {}, "image/png": {}, "text/csv": {},
+                                                             "application/yaml": {}}}}
+MEDIA = {".svg": "image/svg+xml", ".png": "image/png", ".csv": "text/csv; charset=utf-8",
+         ".yaml": "application/yaml"}
+"""A design's files: the topology diagram, the cable list (``cables.csv``), the cluster spec
+(``cluster-spec.yaml``, what ``gpucluster up --spec`` and ``whatif`` read)."""
 
 
 @router.get("/api/v1/design/{task_id}/{filename}", response_class=Response, responses={**IMAGES, **ERRORS},
@@ -85,8 +90,11 @@ async def design_file(task_id: TaskId, filename: Annotated[str, Path(max_length=
     data = task.files.get(filename)
     if data is None:
         raise ApiError(404, "path.filename", f"no file {filename[:64]!r} (yet); have {sorted(task.files)}")
-    media = "image/svg+xml" if filename.endswith(".svg") else "image/png"
-    return Response(content=data, media_type=media, headers={"Content-Security-Policy": "sandbox"})
+    ext = filename[filename.rfind("."):]
+    headers = {"Content-Security-Policy": "sandbox"}
+    if ext in (".csv", ".yaml"):
+        headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return Response(content=data, media_type=MEDIA.get(ext, "application/octet-stream"), headers=headers)
 
 
 @router.post("/api/v1/experiments", status_code=202, response_model=TaskOut, responses=ERRORS,

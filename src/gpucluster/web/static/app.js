@@ -4,7 +4,7 @@
 const POLL_MS = 2000;
 const S = { token: localStorage.getItem("gpucluster.token") || "", me: null, page: "overview", inited: {},
   drawer: null, timer: null, busy: false, lastOk: 0, pendingNode: null, range: 1200, alertTab: "firing",
-  schema: null };
+  schema: null, hover: {}, heat: localStorage.getItem("gpucluster.heat") || "alloc" };
 const $ = (sel, root) => (root || document).querySelector(sel);
 const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
 
@@ -99,8 +99,12 @@ async function jobSchema() {
 }
 
 /* ------------------------------------------------------------------ charts (SVG) */
+const CHARTS = {};
+let chartSeq = 0;
 function lineChart(series, opts) {
-  const W = opts.width || 640, H = opts.height || 200, P = { l: 38, r: 10, t: 10, b: 22 };
+  // a line chart with labelled axes; hovering shows every series' value at the nearest time (wireChart)
+  const W = opts.width || 640, H = opts.height || 200;
+  const P = { l: opts.ylabel ? 52 : 38, r: 10, t: 10, b: opts.xlabel ? 36 : 22 };
   const xs = series.flatMap((s) => s.points.map((p) => p[0]));
   if (!xs.length) return `<div class="empty">No data yet</div>`;
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
@@ -113,19 +117,62 @@ function lineChart(series, opts) {
     g += `<line x1="${P.l}" x2="${W - P.r}" y1="${Y(y)}" y2="${Y(y)}" stroke="#2a3340" stroke-width="1"/>`;
     g += `<text x="${P.l - 6}" y="${Y(y) + 4}" text-anchor="end">${opts.yfmt ? opts.yfmt(y) : y.toFixed(1)}</text>`;
   }
-  g += `<text x="${P.l}" y="${H - 4}">${esc(opts.xfmt ? opts.xfmt(x0) : x0)}</text>`;
-  g += `<text x="${W - P.r}" y="${H - 4}" text-anchor="end">${esc(opts.xfmt ? opts.xfmt(x1) : x1)}</text>`;
+  const xt = opts.xlabel ? H - P.b + 14 : H - 4;
+  g += `<text x="${P.l}" y="${xt}">${esc(opts.xfmt ? opts.xfmt(x0) : x0)}</text>`;
+  g += `<text x="${W - P.r}" y="${xt}" text-anchor="end">${esc(opts.xfmt ? opts.xfmt(x1) : x1)}</text>`;
+  if (opts.xlabel) g += `<text class="axis-label" data-testid="x-axis-label" x="${(P.l + W - P.r) / 2}" y="${H - 4}" text-anchor="middle">${esc(opts.xlabel)}</text>`;
+  if (opts.ylabel) g += `<text class="axis-label" data-testid="y-axis-label" transform="translate(12,${(P.t + H - P.b) / 2}) rotate(-90)" text-anchor="middle">${esc(opts.ylabel)}</text>`;
   for (const s of series) {
     if (!s.points.length) continue;
     const d = s.points.map((p, i) => `${i ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join("");
     if (s.fill) {
       g += `<path d="${d}L${X(s.points[s.points.length - 1][0])},${Y(0)}L${X(s.points[0][0])},${Y(0)}Z" fill="${s.color}" opacity=".12"/>`;
     }
-    g += `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"/>`;
+    g += `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"${s.dash ? ` stroke-dasharray="5 3"` : ""}/>`;
   }
+  const id = `chart-${++chartSeq}`;
+  CHARTS[id] = { series, opts, W, H, P, x0, x1, X, Y };
+  g += `<line class="hover-line hidden" x1="0" x2="0" y1="${P.t}" y2="${H - P.b}" stroke="#e6edf3" stroke-opacity=".5"/>`;
+  g += `<rect class="hover-area" data-testid="chart-hover" x="${P.l}" y="${P.t}" width="${W - P.l - P.r}" height="${H - P.t - P.b}" fill="transparent"/>`;
   const legend = series.map((s) => `<span><i style="background:${s.color}"></i>${esc(s.name)}</span>`).join("");
-  return `<svg viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="none" style="height:${H}px">${g}</svg>
+  return `<div class="chart" data-chart="${id}"><svg viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="none" style="height:${H}px">${g}</svg>
+    <div class="chart-tip hidden" data-testid="chart-tip"></div></div>
     <div class="chart-legend">${legend}</div>`;
+}
+function wireChart(root) {
+  // hover values: the nearest time's value of every series, in a tooltip beside the pointer
+  for (const el of $$(".chart[data-chart]", root)) {
+    const c = CHARTS[el.dataset.chart];
+    if (!c) continue;
+    for (const k of Object.keys(CHARTS)) if (k !== el.dataset.chart && !document.querySelector(`[data-chart="${k}"]`)) delete CHARTS[k];
+    const svg = $("svg", el), tip = $(".chart-tip", el), line = $(".hover-line", el);
+    const show = (clientX) => {
+      const box = svg.getBoundingClientRect();
+      const vx = ((clientX - box.left) / box.width) * c.W;
+      const t = c.x0 + ((vx - c.P.l) / (c.W - c.P.l - c.P.r)) * (c.x1 - c.x0);
+      const rows = c.series.filter((s) => s.points.length).map((s) => {
+        let best = s.points[0];
+        for (const p of s.points) if (Math.abs(p[0] - t) < Math.abs(best[0] - t)) best = p;
+        return [s, best];
+      });
+      if (!rows.length) return;
+      const at = rows[0][1][0];
+      line.setAttribute("x1", c.X(at)); line.setAttribute("x2", c.X(at));
+      line.classList.remove("hidden");
+      tip.innerHTML = `<div class="muted">${esc(c.opts.xfmt ? c.opts.xfmt(at) : at)}</div>` + rows.map(([s, p]) =>
+        `<div><i style="background:${s.color}"></i>${esc(s.name)} <b>${esc(c.opts.yfmt ? c.opts.yfmt(p[1], true) : p[1])}</b></div>`).join("");
+      tip.classList.remove("hidden");
+      const left = clientX - box.left;
+      tip.style.left = `${Math.min(Math.max(0, left + 12), Math.max(0, box.width - tip.offsetWidth))}px`;
+      S.hover[el.parentElement.id] = clientX;
+    };
+    $(".hover-area", el).addEventListener("mousemove", (e) => show(e.clientX));
+    $(".hover-area", el).addEventListener("mouseleave", () => {
+      tip.classList.add("hidden"); line.classList.add("hidden"); delete S.hover[el.parentElement.id];
+    });
+    const last = S.hover[el.parentElement.id];
+    if (last !== undefined) show(last);  // the chart was redrawn under a resting pointer
+  }
 }
 
 /* ------------------------------------------------------------------ pages */
@@ -142,9 +189,11 @@ pages.overview = {
   init(el) {
     el.innerHTML = `<div id="ov-kpis" class="grid kpis"></div>
       <div class="grid cols2 section">
-        <div class="card"><div class="card-head"><h3>Allocation over time</h3>${rangePicker("ov-range")}</div><div id="ov-chart"></div></div>
+        <div class="card"><div class="card-head"><h3>Allocation and utilisation over time</h3>${rangePicker("ov-range")}</div><div id="ov-chart" data-testid="ov-chart"></div></div>
         <div class="card"><h3>By GPU model</h3><div id="ov-models"></div><h3 style="margin-top:16px">Jobs</h3><div id="ov-jobs"></div></div>
       </div>
+      <div class="card section" data-testid="ov-idle-card"><div class="card-head"><h3>Allocated but idle</h3>
+        <span class="muted small" id="ov-idle-sum"></span></div><div id="ov-idle"></div></div>
       <div class="grid cols2e section">
         <div class="card"><h3>Firing alerts</h3><div id="ov-alerts"></div></div>
         <div class="card"><h3>Recent remediation</h3><div id="ov-remed"></div></div>
@@ -156,20 +205,43 @@ pages.overview = {
       api("GET", `/api/v1/history?range_s=${S.range}`)]);
     const k = (label, value, sub, b, id) => `<div class="card kpi" data-testid="${id}"><h3>${label}</h3>
       <div class="value">${value}</div><div class="sub">${sub}</div>${b || ""}</div>`;
+    const known = (x) => x !== null && x !== undefined;
+    const idleN = o.allocated_idle_gpus;
     $("#ov-kpis").innerHTML = [
       k("GPU compute allocated", pct(o.gpu_alloc, 1), `${num(o.devices_in_use)} of ${num(o.devices)} GPUs in use`, bar(o.gpu_alloc), "kpi-alloc"),
-      k("GPU memory allocated", pct(o.gpu_mem_alloc, 1), "HAMi vGPU memory", bar(o.gpu_mem_alloc, "blue"), "kpi-mem"),
+      k("GPU utilisation", known(o.gpu_utilisation) ? pct(o.gpu_utilisation, 1) : "–",
+        known(o.gpu_utilisation) ? `SM busy, vs ${pct(o.gpu_alloc, 0)} allocated` : "no device metrics on this backend",
+        bar(o.gpu_utilisation || 0, "util"), "kpi-util"),
+      k("Allocated but idle", known(idleN) ? num(idleN) : "–", known(idleN) ? `GPUs with a pod, under ${num(o.idle_util_pct || 5)}% busy` : "no device metrics",
+        "", "kpi-idle"),
+      k("GPU memory allocated", pct(o.gpu_mem_alloc, 1), known(o.gpu_memory_used_fraction) ? `${pct(o.gpu_memory_used_fraction, 1)} in use (framebuffer)` : "HAMi vGPU memory", bar(o.gpu_mem_alloc, "blue"), "kpi-mem"),
       k("Fragmentation", pct(o.fragmentation, 1), "free compute on partly used GPUs", bar(o.fragmentation, o.fragmentation > 0.5 ? "warn" : "blue"), "kpi-frag"),
       k("Queue", num(o.queue), `${num(o.user_jobs.pending)} user · ${num(o.jobs.running)} jobs running`, "", "kpi-queue"),
       k("Nodes", num(o.nodes), `${o.nodes_cordoned} cordoned · ${o.devices_unhealthy} GPUs unhealthy`, "", "kpi-nodes"),
       k("Alerts", num(o.alerts_firing), o.alerts_firing ? "firing now" : "all clear", "", "kpi-alerts"),
     ].join("");
+    $("[data-testid=kpi-idle]").classList.toggle("warn-card", (idleN || 0) > 0);
     const hist = h.points || [];
-    $("#ov-chart").innerHTML = lineChart([
-      { name: "GPU compute", color: "#76b900", fill: true, points: hist.map((p) => [p.t, p.gpu_alloc]) },
-      { name: "GPU memory", color: "#3fb6ff", points: hist.map((p) => [p.t, p.mem_alloc]) },
+    const series = [
+      { name: "GPU compute allocated", color: "#76b900", fill: true, points: hist.map((p) => [p.t, p.gpu_alloc]) },
+      { name: "GPU utilisation", color: "#e8590c", points: hist.filter((p) => known(p.gpu_utilisation)).map((p) => [p.t, p.gpu_utilisation]) },
+      { name: "GPU memory allocated", color: "#3fb6ff", points: hist.map((p) => [p.t, p.mem_alloc]) },
+      { name: "GPU memory in use", color: "#a78bfa", dash: true, points: hist.filter((p) => known(p.gpu_memory_used_fraction)).map((p) => [p.t, p.gpu_memory_used_fraction]) },
       { name: "fragmentation", color: "#f0b429", points: hist.map((p) => [p.t, p.fragmentation]) },
-    ], { ymax: 1, yfmt: (y) => pct(y), xfmt: clockText, height: 220, width: 760 });
+    ].filter((x) => x.points.length);  // no utilisation lines where the backend has no device metrics
+    const chart = $("#ov-chart");
+    chart.innerHTML = lineChart(series, { ymax: 1, yfmt: (y, exact) => pct(y, exact ? 1 : 0), xfmt: clockText, height: 220,
+      width: Math.max(280, Math.round(chart.clientWidth || 760)), xlabel: "runtime clock", ylabel: "% of cluster GPUs" });
+    wireChart(chart);
+    const idle = o.allocated_idle || [];
+    $("#ov-idle-sum").textContent = known(idleN) ? `${num(idleN)} GPU(s) hold a pod but are under ${num(o.idle_util_pct || 5)}% busy${idleN > idle.length ? ` · emptiest ${idle.length} listed` : ""}` : "";
+    $("#ov-idle").innerHTML = !known(idleN) ? `<div class="empty">This backend reports no device metrics.</div>` : idle.length ? `<div class="table-scroll"><table data-testid="ov-idle-table"><thead><tr><th>GPU</th><th>Util</th><th>Job</th><th>Tenant</th></tr></thead><tbody>${idle.map((x) =>
+      `<tr class="clickable" data-node="${esc(x.node)}" data-testid="idle-row"><td class="mono">${esc(x.node)}/gpu${x.gpu}</td><td>${num(x.util_pct, 1)}%</td><td>${esc(x.job_name || x.pod)}${x.job ? ` <span class="muted mono">${esc(x.job)}</span>` : ""}</td><td>${esc(x.tenant || "")}</td></tr>`).join("")}</tbody></table></div>`
+      : `<div class="empty">Every allocated GPU is busy.</div>`;
+    $$("tr[data-node]", $("#ov-idle")).forEach((r) => r.addEventListener("click", () => {
+      S.pendingNode = r.dataset.node;
+      location.hash = "#racks";
+    }));
     $("#ov-models").innerHTML = Object.entries(o.models).map(([m, v]) => `<div style="margin:8px 0">
       <div style="display:flex;justify-content:space-between"><span>${esc(m)}</span><span class="muted">${num(v.devices)} GPUs · ${pct(v.alloc)}</span></div>
       ${bar(v.alloc)}</div>`).join("");
@@ -190,10 +262,21 @@ pages.racks = {
     el.innerHTML = `<div class="toolbar">
         <div><label for="rk-model">GPU model</label><select id="rk-model"><option value="">all</option></select></div>
         <div><label for="rk-find">Find node</label><input id="rk-find" placeholder="train-0012"></div>
-        <div class="legend"><span>idle</span><span class="ramp"></span><span>full</span>
+        <div><label>Colour by</label><div class="seg" role="radiogroup" data-testid="heat-switch">${HEAT_METRICS.map(([k, l]) =>
+          `<button type="button" role="radio" class="seg-btn${k === S.heat ? " active" : ""}" data-metric="${k}" aria-checked="${k === S.heat}">${l}</button>`).join("")}</div></div>
+        <div class="legend" data-testid="heat-legend"><span id="rk-lo"></span><span class="ramp" id="rk-ramp"></span><span id="rk-hi"></span>
           <span style="margin-left:12px;outline:2px solid var(--crit);width:12px;height:10px;display:inline-block"></span><span>unhealthy GPU</span></div>
       </div>
       <div id="rk-body"></div>`;
+    $$("[data-testid=heat-switch] .seg-btn", el).forEach((b) => b.addEventListener("click", () => {
+      S.heat = b.dataset.metric;
+      localStorage.setItem("gpucluster.heat", S.heat);
+      $$("[data-testid=heat-switch] .seg-btn", el).forEach((x) => {
+        x.classList.toggle("active", x === b);
+        x.setAttribute("aria-checked", String(x === b));
+      });
+      this.render();
+    }));
     $("#rk-model").addEventListener("change", () => this.render());
     $("#rk-find").addEventListener("input", () => this.render());
   },
@@ -209,28 +292,40 @@ pages.racks = {
   render() {
     if (!this.data) return;
     const model = $("#rk-model").value, find = $("#rk-find").value.trim();
+    const metric = HEAT_METRICS.find(([k]) => k === S.heat) || HEAT_METRICS[0];
+    $("#rk-lo").textContent = metric[2];
+    $("#rk-hi").textContent = metric[3];
+    $("#rk-ramp").className = `ramp${S.heat === "temp" ? " warm" : ""}`;
+    $("#rk-body").dataset.metric = S.heat;
     const leaves = {};
     for (const n of this.data.nodes) {
       if (model && n.model !== model) continue;
       if (find && !n.name.includes(find)) continue;
       ((leaves[n.leaf] ||= {})[n.rack] ||= []).push(n);
     }
-    let html = "";
+    const noMetrics = S.heat !== "alloc" && !this.data.nodes.some((n) => (n.dev_util || []).length);
+    let html = noMetrics ? `<div class="muted small" data-testid="heat-nodata">This backend reports no device metrics: cells show no data.</div>` : "";
     for (const leaf of Object.keys(leaves).sort()) {
       const racks = leaves[leaf];
       const all = Object.values(racks).flat();
       const used = all.reduce((s, n) => s + n.dev_core_used.reduce((a, b) => a + b, 0), 0);
       const cap = all.reduce((s, n) => s + 1000 * n.gpus, 0) || 1;
+      const utils = all.flatMap((n) => (n.dev_util || []).filter((u) => u !== null));
+      const util = utils.length ? ` · ${pct(utils.reduce((a, b) => a + b, 0) / utils.length / 100)} utilised` : "";
       // one row of racks per leaf: as many columns as the leaf has racks (never a lone rack on a second row)
-      html += `<div class="leaf-title"><b>${esc(leaf)}</b><span>${Object.keys(racks).length} racks · ${all.length} nodes · ${pct(used / cap)} allocated</span></div>
+      html += `<div class="leaf-title"><b>${esc(leaf)}</b><span>${Object.keys(racks).length} racks · ${all.length} nodes · ${pct(used / cap)} allocated${util}</span></div>
         <div class="racks" data-testid="leaf-${esc(leaf)}" style="grid-template-columns:repeat(${Object.keys(racks).length},minmax(128px,1fr))">`;
       for (const rack of Object.keys(racks).sort()) {
         const nodes = racks[rack];
         html += `<div class="rack"><div class="rack-head"><span>${esc(rack)}</span><span>${nodes.length}</span></div>`;
         for (const n of nodes) {
           const cells = n.dev_core_used.map((c, i) => {
-            const f = Math.max(c / 1000, (n.dev_mem_pct[i] || 0) / 100);
-            return `<div class="cell${n.dev_healthy[i] ? "" : " bad"}" style="background:${heat(f)}" title="GPU ${i}: ${(c / 10).toFixed(0)}% compute, ${n.dev_mem_pct[i]}% memory"></div>`;
+            const u = (n.dev_util || [])[i], fb = (n.dev_fb_pct || [])[i], tc = (n.dev_temp || [])[i];
+            const v = heatValue(S.heat, c, n.dev_mem_pct[i], u, fb, tc);
+            const tip = `GPU ${i}: ${(c / 10).toFixed(0)}% compute, ${n.dev_mem_pct[i]}% memory allocated` +
+              (u === undefined || u === null ? "" : ` · ${num(u)}% utilised, ${num(fb)}% memory in use, ${num(tc)} °C`);
+            const colour = v === null ? "" : `background:${S.heat === "temp" ? warm(v) : heat(v)}`;
+            return `<div class="cell${n.dev_healthy[i] ? "" : " bad"}${v === null ? " nodata" : ""}" style="${colour}" data-v="${v === null ? "" : v.toFixed(3)}" title="${tip}"></div>`;
           }).join("");
           const cls = (n.schedulable ? "" : " cordoned") + (S.drawer === n.name ? " selected" : "");
           html += `<div class="node-row${cls}" data-node="${esc(n.name)}" data-testid="node-${esc(n.name)}" title="${esc(n.name)} · ${esc(n.model)}"><span class="nname">${esc(n.name)}</span><div class="cells">${cells}</div></div>`;
@@ -243,6 +338,27 @@ pages.racks = {
     $$(".node-row", $("#rk-body")).forEach((r) => r.addEventListener("click", () => openNode(r.dataset.node)));
   },
 };
+const HEAT_METRICS = [["alloc", "Allocation", "idle", "full"], ["util", "Utilisation", "0%", "100% busy"],
+  ["mem", "Memory", "empty", "full (in use)"], ["temp", "Temperature", "30 °C", "90 °C"]];
+function heatValue(metric, core, memPct, util, fbPct, temp) {
+  // 0..1 for a cell's colour; null when the backend has no such figure for the device
+  const known = (x) => x !== null && x !== undefined;
+  if (metric === "util") return known(util) ? Math.min(1, util / 100) : null;
+  if (metric === "mem") return known(fbPct) ? Math.min(1, fbPct / 100) : null;
+  if (metric === "temp") return known(temp) ? Math.max(0, Math.min(1, (temp - 30) / 60)) : null;
+  return Math.max(core / 1000, (memPct || 0) / 100);
+}
+function warm(f) {
+  // temperature: cool blue -> amber -> red
+  const stops = [[0, [28, 60, 90]], [0.5, [240, 180, 41]], [1, [255, 92, 92]]];
+  for (let i = 1; i < stops.length; i++) {
+    if (f <= stops[i][0]) {
+      const [a, ca] = stops[i - 1], [b, cb] = stops[i], k = (f - a) / (b - a);
+      return `rgb(${ca.map((c, j) => Math.round(c + k * (cb[j] - c))).join(",")})`;
+    }
+  }
+  return "rgb(255,92,92)";
+}
 
 async function openNode(name) {
   S.drawer = name;
@@ -287,16 +403,47 @@ async function refreshDrawer() {
     ${d.pods.length ? `<ul>${d.pods.map((p) => `<li><span class="mono">${esc(p.job_name || p.pod)}</span> · ${esc(p.tenant)} · <span data-testid="share">${esc(shareText(p))}</span></li>`).join("")}</ul>` : `<div class="muted" style="margin-top:6px">idle</div>`}
   </div>`;
   }).join("");
-  $("#drawer-body").innerHTML = `<div class="kv">
+  const admin = S.me && S.me.role === "admin";
+  const ask = S.confirm && S.confirm.node === name ? S.confirm.action : null;
+  const what = { cordon: `No new pods land on ${name}; the ${n.pods} running stay where they are.`,
+    uncordon: `${name} takes new pods again.`,
+    drain: `Cordon ${name} and evict its ${n.pods} pod(s): their jobs go back to the queue and restart elsewhere (a gang restarts whole).` };
+  const actions = admin ? `<div class="node-actions" data-testid="node-actions">
+      ${n.schedulable ? `<button data-node-action="cordon" data-testid="node-cordon">Cordon</button>` : `<button data-node-action="uncordon" data-testid="node-uncordon">Uncordon</button>`}
+      <button class="danger" data-node-action="drain" data-testid="node-drain">Drain</button></div>
+      ${ask ? `<div class="confirm" data-testid="node-confirm"><b>${esc(ask[0].toUpperCase() + ask.slice(1))} ${esc(name)}?</b> ${esc(what[ask])}
+        <div class="buttons"><button class="${ask === "drain" ? "danger" : "primary"}" data-node-confirm="${ask}" data-testid="node-confirm-yes">${esc(ask[0].toUpperCase() + ask.slice(1))} node</button>
+        <button class="ghost" data-node-confirm="" data-testid="node-confirm-no">Keep as is</button></div></div>` : ""}` : "";
+  $("#drawer-body").innerHTML = `${actions}<div class="kv">
       <div>Model</div><div>${esc(n.model)} × ${n.gpus}</div>
       <div>Rack / leaf</div><div>${esc(n.rack)} · ${esc(n.leaf)} · ${esc(n.spine)}</div>
-      <div>State</div><div>${state}</div>
+      <div>State</div><div data-testid="node-state">${state}</div>
       <div>CPU</div><div>${num(n.cpu_used_milli / 1000)} / ${num(n.cpu_milli / 1000)} cores</div>
       <div>Memory</div><div>${num(n.memory_used_mib / 1024)} / ${num(n.memory_mib / 1024)} GiB</div>
       <div>Pods</div><div>${n.pods}</div></div>
     <div class="devices" data-testid="node-devices">${devs}</div>`;
 }
+async function nodeAction(e) {
+  // the node drawer's cordon / uncordon / drain: a first click asks, the second (confirm) acts
+  const b = e.target.closest("button");
+  if (!b || S.drawerKind !== "node" || !S.drawer) return;
+  const name = S.drawer;
+  if (b.dataset.nodeAction) { S.confirm = { node: name, action: b.dataset.nodeAction }; await refreshDrawer(); return; }
+  if (b.dataset.nodeConfirm === undefined) return;
+  const action = b.dataset.nodeConfirm;
+  S.confirm = null;
+  if (action) {
+    b.disabled = true;
+    try {
+      const r = await api("POST", `/api/v1/nodes/${encodeURIComponent(name)}/${action}`);
+      toast(r && r.message ? r.message : `${name}: ${action} done`);
+    } catch (err) { toast(err.message, true); }
+  }
+  await refreshDrawer();
+  if (S.page === "racks" && pages.racks.refresh) pages.racks.refresh().catch(() => {});
+}
 function closeDrawer() {
+  S.confirm = null;
   S.drawer = null;
   S.drawerKind = null;
   $("#drawer").classList.add("hidden");
@@ -634,12 +781,15 @@ function alertTable(items, actions = false) {
     <td class="muted">${clockText(a.since)}${a.resolved ? ` → ${clockText(a.resolved)}` : ""}</td>
     ${actions ? `<td>${a.silenced ? `<button class="ghost small-btn" data-unsilence="${esc(a.silence)}">unsilence</button>` : a.state !== "resolved" ? `<button class="small-btn" data-silence="1">silence</button>` : ""}</td>` : ""}</tr>`).join("")}</tbody></table>`;
 }
-function remedList(items, planned) {
+function remedList(items, planned, decide = false) {
+  // decide: the admin's approve / dismiss buttons on each planned action that has an id (the server's API has them)
   const keys = new Set((planned || []).map((r) => `${r.t}|${r.action}|${r.target}`));
   return `<ul class="timeline">${items.map((r) => {
     const isPlanned = r.outcome === "dry-run";
     const pending = keys.has(`${r.t}|${r.action}|${r.target}`);
-    return `<li class="${isPlanned ? "planned" : ""}"><span class="muted">${clockText(r.t)}</span><span><span class="tag">${esc(r.action)}</span> <span class="mono">${esc(r.target)}</span>${isPlanned ? ` <span class="tag plan-tag" title="not carried out: this action is not switched on">${pending ? "planned" : "dry run"}</span>` : ""}</span><span>${esc(r.detail)}</span></li>`;
+    const buttons = decide && r.id ? `<div class="decide"><button class="primary small-btn" data-approve="${esc(r.id)}" data-testid="approve-${esc(r.id)}">approve</button>
+      <button class="ghost small-btn" data-dismiss="${esc(r.id)}" data-testid="dismiss-${esc(r.id)}">dismiss</button></div>` : "";
+    return `<li class="${isPlanned ? "planned" : ""}" ${r.id ? `data-remediation="${esc(r.id)}"` : ""}><span class="muted">${clockText(r.t)}</span><span><span class="tag">${esc(r.action)}</span> <span class="mono">${esc(r.target)}</span>${isPlanned ? ` <span class="tag plan-tag" title="not carried out: this action is not switched on">${pending ? "planned" : "dry run"}</span>` : ""}</span><span>${esc(r.detail)}${buttons}</span></li>`;
   }).join("")}</ul>`;
 }
 const ALERT_TABS = [["firing", "Firing"], ["pending", "Pending"], ["resolved", "Resolved"], ["silenced", "Silenced"]];
@@ -680,6 +830,18 @@ pages.alerts = {
         await this.refresh();
       } catch (err) { toast(err.message, true); }
     });
+    $("#al-planned").addEventListener("click", async (e) => {
+      // approve: carry the planned action out now (as `up --remediate` would); dismiss: drop it
+      const b = e.target.closest("button[data-approve], button[data-dismiss]");
+      if (!b) return;
+      const id = b.dataset.approve || b.dataset.dismiss, verb = b.dataset.approve ? "approve" : "dismiss";
+      $$("button", b.parentElement).forEach((x) => { x.disabled = true; });
+      try {
+        const d = await api("POST", `/api/v1/remediations/${encodeURIComponent(id)}/${verb}`);
+        toast(`${d.action} ${d.target}: ${d.decision}${d.outcome && d.outcome !== d.decision ? ` (${d.outcome})` : ""}`, d.outcome === "failed");
+      } catch (err) { toast(err.message, true); }
+      await this.refresh();
+    });
     const f = $("#al-form");
     if (f) f.addEventListener("submit", async (e) => {
       e.preventDefault();
@@ -702,7 +864,8 @@ pages.alerts = {
       `<span class="mode mode-${esc(m)}" data-action="${esc(k)}">${esc(k)}: <b>${m === "on" ? "on" : m === "dry-run" ? "planned only" : "off"}</b></span>`).join("")}</div>
       ${modes.some(([, m]) => m === "dry-run") ? `<div class="muted small" style="margin-top:6px">Disruptive actions are opt-in: <code>gpucluster up --remediate drain,defragment</code> carries them out.</div>` : ""}`
       : `<div class="muted">This backend does not remediate on its own.</div>`;
-    $("#al-planned").innerHTML = r.planned.length ? remedList(r.planned, r.planned) : `<div class="empty">Nothing planned</div>`;
+    const admin = S.me && S.me.role === "admin";
+    $("#al-planned").innerHTML = r.planned.length ? remedList(r.planned, r.planned, admin) : `<div class="empty">Nothing planned</div>`;
     $("#al-remed").innerHTML = r.log.length ? remedList(r.log.slice(0, 60), r.planned) : `<div class="empty">No remediation actions yet</div>`;
   },
   render() {
@@ -762,7 +925,7 @@ pages.design = {
           <option>H100</option><option>H800</option><option>A100</option><option>A800</option><option>L40S</option><option>B200</option></datalist></div>
         <div class="dz-custom"><label for="dz-servers">Servers</label><input id="dz-servers" type="number" min="1" value="208"></div>
         <div class="dz-custom"><label for="dz-fabric">Fabric</label><select id="dz-fabric"><option value="infiniband">InfiniBand</option><option value="roce">RoCEv2</option></select></div>
-        <div class="dz-custom"><label for="dz-psu">PSUs</label><input id="dz-psu" value="2x2200"></div>
+        <div class="dz-custom"><label for="dz-psu">PSUs per server</label><input id="dz-psu" value="auto" title="auto: the vendor platform's PSUs (what the CLI picks); or COUNTxWATTS[:ACTIVE+REDUNDANT], e.g. 6x3300:4+2"></div>
         <div><button class="primary" type="submit" id="dz-run">Design it</button></div></form>
         <div id="dz-error" class="error-text"></div><div id="dz-progress"></div></div>
       <div id="dz-result"></div>`;
@@ -798,7 +961,23 @@ pages.design = {
       </div>
       ${warn.length ? `<div class="card section"><h3>Warnings</h3><ul>${warn.map((w) => `<li>${esc(w)}</li>`).join("")}</ul></div>` : ""}
       <div class="card section"><h3>Topology</h3><img id="dz-diagram" class="diagram" alt="topology diagram"></div>
-      <div class="card section"><h3>Report</h3><div class="report">${esc(d.report_md)}</div></div>`;
+      <div class="card section"><div class="card-head"><h3>Files</h3></div><div class="downloads">
+        <a href="#" data-file="cables.csv" data-testid="dl-cables">Cable list (CSV)</a>
+        <a href="#" data-file="cluster-spec.yaml" data-testid="dl-spec">Cluster spec (YAML)</a>
+        <a href="#" data-file="topology.svg" data-testid="dl-svg">Topology (SVG)</a></div></div>
+      <div class="card section"><h3>Report</h3>${d.report_html ? `<div class="report md" data-testid="design-report">${d.report_html}</div>` : `<div class="report">${esc(d.report_md)}</div>`}</div>`;
+    $$("[data-file]", $("#dz-result")).forEach((a) => a.addEventListener("click", async (e) => {
+      e.preventDefault();  // the files need the bearer token: fetch, then save the blob under its name
+      const name = a.dataset.file;
+      const r = await fetch(`/api/v1/design/${task.id}/${name}`, { headers: { Authorization: `Bearer ${S.token}` } });
+      if (!r.ok) { toast(`${name}: HTTP ${r.status}`, true); return; }
+      const link = document.createElement("a");
+      link.href = URL.createObjectURL(await r.blob());
+      link.download = name;
+      document.body.appendChild(link);
+      link.click();
+      link.remove();
+    }));
     const r = await fetch(`/api/v1/design/${task.id}/topology.svg`, { headers: { Authorization: `Bearer ${S.token}` } });
     if (r.ok) $("#dz-diagram").src = URL.createObjectURL(await r.blob());
   },
@@ -938,6 +1117,16 @@ document.addEventListener("DOMContentLoaded", async () => {
   });
   $("#logout").addEventListener("click", (e) => { e.preventDefault(); logout(); });
   $("#drawer-close").addEventListener("click", closeDrawer);
+  $("#drawer-body").addEventListener("click", nodeAction);
+  $("#nav-toggle").addEventListener("click", () => {  // the phone layout's folded navigation
+    const open = !$("#sidebar").classList.contains("open");
+    $("#sidebar").classList.toggle("open", open);
+    $("#nav-toggle").setAttribute("aria-expanded", String(open));
+  });
+  $$("#nav a").forEach((a) => a.addEventListener("click", () => {
+    $("#sidebar").classList.remove("open");
+    $("#nav-toggle").setAttribute("aria-expanded", "false");
+  }));
   document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeDrawer(); });
   window.addEventListener("hashchange", route);
   if (S.token && !(await login(S.token))) return;
