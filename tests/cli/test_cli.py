@@ -95,7 +95,7 @@ def test_schedule_policy_option(tmp_path: Path) -> None:
     assert [p["pod"] for p in placements(tmp_path, "--policy", "bestfit")] == [p["pod"] for p in default]
     pods, cluster = files(tmp_path)
     r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(pods), "--policy", "nope"])
-    assert r.exit_code == 2 and "--policy 'nope': unknown" in r.output
+    assert r.exit_code == 2 and "--placement-policy 'nope': unknown" in r.output
     r = runner.invoke(app, ["schedule", "--cluster", str(cluster), "--pods", str(pods), "--policy", "fgd",
                             "--node-policy", "spread"])
     assert r.exit_code == 2 and "cannot be combined" in r.output

@@ -22,7 +22,7 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data = tmp_path_factory.mktemp("operator") / "data"
-    srv = start_server(data, "--speed", "20", "--background", "0", "--faults-per-hour", "0")
+    srv = start_server(data, "--speed", "20", "--background", "0", "--faults-per-hour", "0", tenants=None)
     yield srv
     srv.stop()
 
@@ -120,3 +120,74 @@ def test_a_resource_no_node_has_is_refused_at_submission(server: Server, tmp_pat
     job.write_text("name: op-typo\nresources: {nvidia.com/gpu: 1, nvidia.com/gpumemory: 8000}\n")
     code, _, err = cli(server, "submit", str(job))
     assert code == 2 and "did you mean nvidia.com/gpumem" in err and "resources.nvidia.com/gpumemory" in err
+
+
+def _tenant(server: Server, name: str, quota: float) -> str:
+    with server.client() as c:
+        r = c.post("/api/v1/tenants", json={"name": name, "quota_gpus": quota})
+    assert r.status_code == 201, r.text
+    token: str = r.json()["token"]
+    return token
+
+
+def _row(out: str, job_id: str) -> str:
+    return next(line for line in out.splitlines() if job_id in line)
+
+
+def test_queue_eta_never_says_now_for_a_blocked_job(server: Server) -> None:
+    """Item 4: a quota-blocked job and one that can never start used to show EST-START "now"."""
+    tok = _tenant(server, "op-quota", 8)
+    first = wait_running(server, submit_job(server, {"name": "op-q-run", "resources": {"nvidia.com/gpu": 8}},
+                                            tok)["id"])
+    held = submit_job(server, {"name": "op-q-held", "resources": {"nvidia.com/gpu": 4}}, tok)
+    never = submit_job(server, {"name": "op-q-never", "resources": {"nvidia.com/gpu": 8}}, tok)
+
+    def queued() -> dict[str, Any] | None:
+        with server.client() as c:
+            q = c.get("/api/v1/queue").json()
+        rows = {r["id"]: r for r in q["jobs"]}
+        return rows if held["id"] in rows and never["id"] in rows else None
+
+    rows = wait_for(queued, "both jobs queued")
+    assert rows[held["id"]]["blocked"] == "quota" and rows[held["id"]]["est_start_t"] is None
+    assert rows[held["id"]]["why"].startswith("blocked by quota")
+    _tenant(server, "op-quota", 4)  # lowered below what op-q-never needs: it can never start now
+    with server.client() as c:
+        rows = {r["id"]: r for r in c.get("/api/v1/queue").json()["jobs"]}
+    assert rows[never["id"]]["blocked"] == "never" and rows[never["id"]]["est_start_t"] is None
+    assert rows[never["id"]]["why"].startswith("never: quota")
+    code, out, err = cli(server, "get", "queue")
+    assert code == 0, err
+    assert "blocked by quota" in _row(out, held["id"]) and " now " not in _row(out, held["id"]) + " "
+    assert "never" in _row(out, never["id"]) and " now " not in _row(out, never["id"]) + " "
+    with server.client() as c:
+        for job in (first, held, never):
+            c.delete(f"/api/v1/jobs/{job['id']}")
+
+
+def test_tenants_are_explicit_and_over_quota_is_flagged(server: Server, tmp_path: Path) -> None:
+    """Item 10: an unknown tenant used to be created, unlimited, by its first job; a tenant holding 8 GPUs
+    under a quota of 4 showed as "2 % of share" with no warning; there was no tenants verb."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: op-nobody\ntenant: op-nobody\nresources: {nvidia.com/gpu: 1}\n")
+    code, _, err = cli(server, "submit", str(job))
+    assert code == 2 and "no tenant 'op-nobody'" in err and "gpucluster tenants create op-nobody" in err
+    code, out, err = cli(server, "tenants", "create", "op-team", "--quota-gpus", "8")
+    assert code == 0, err
+    assert "tenant op-team (quota 8 GPUs" in out
+    tok = out.strip().splitlines()[-1]
+    running = wait_running(server, submit_job(server, {"name": "op-team-8", "resources": {"nvidia.com/gpu": 8}},
+                                              tok)["id"])
+    code, out, err = cli(server, "tenants", "set-quota", "op-team", "4")
+    assert code == 0, err
+    assert "op-team: 8/4 GPUs, over quota" in out
+    code, out, _ = cli(server, "get", "tenants")
+    row = _row(out, "op-team")
+    assert "8/4 GPUs, over quota" in row and all(len(line) <= 80 for line in out.splitlines())
+    code, out, _ = cli(server, "tenants", "list", "--json")
+    mine = next(t for t in json.loads(out)["tenants"] if t["name"] == "op-team")
+    assert mine["over_quota"] is True and mine["quota_gpus"] == 4
+    code, _, err = cli(server, "tenants", "set-quota", "op-missing", "4")
+    assert code == 2 and "no tenant 'op-missing'" in err
+    with server.client() as c:
+        c.delete(f"/api/v1/jobs/{running['id']}")

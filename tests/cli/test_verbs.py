@@ -104,6 +104,23 @@ def test_describe_a_job_by_name_and_its_node(server: Server) -> None:
     assert yaml.safe_load(tty(server, "describe", "job", job["id"], "-o", "yaml"))["id"] == job["id"]
     code, _, err = cli(server, "describe", "job", "no-such-job")
     assert code == 1 and "no job with that id or name" in err
+    # a missing node exits as a missing job does (kubectl's NotFound: 1); on main it exited 2 through the API's 404
+    code, _, err = cli(server, "describe", "node", "no-such-node")
+    assert code == 1 and "node 'no-such-node': not found" in err
+
+
+def test_a_name_two_jobs_share_is_never_picked_silently(server: Server) -> None:
+    """On main `cancel NAME` and `describe job NAME` took the newest of the jobs with that name."""
+    first = submit(server, "verbs-twin", duration=None)
+    second = submit(server, "verbs-twin", duration=None)
+    for verb in (("cancel",), ("describe", "job")):
+        code, out, err = cli(server, *verb, "verbs-twin", columns=200)
+        assert code == 2 and out == ""
+        assert "2 jobs have that name" in err and first["id"] in err and second["id"] in err
+    code, out, err = cli(server, "cancel", first["id"])
+    assert code == 0 and f"job {first['id']} (verbs-twin) cancelled" in out, err
+    code, out, err = cli(server, "cancel", "verbs-twin")  # the one of the two still pending or running
+    assert code == 0 and f"job {second['id']} (verbs-twin) cancelled" in out, err
 
 
 def test_cancel_by_name_and_the_queue(server: Server) -> None:
@@ -139,8 +156,10 @@ def test_events_and_follow(server: Server) -> None:
 
 
 def test_watch_prints_what_changes(server: Server) -> None:
-    job = submit(server, "verbs-watch", duration=40.0)
-    code, out, _ = cli(server, "get", "jobs", job["id"], "-w", "--timeout", "6", "--interval", "0.3", "-o", "json")
+    # 160 s at --speed 20: about 8 s of wall clock, so the first read sees it before it ends even on a loaded
+    # machine (at 40 s, 2 s of wall clock, it had sometimes ended before the watch began: one line, no change)
+    job = submit(server, "verbs-watch", duration=160.0)
+    code, out, _ = cli(server, "get", "jobs", job["id"], "-w", "--timeout", "30", "--interval", "0.3", "-o", "json")
     seen = [json.loads(line)["status"] for line in out.splitlines()]
     assert code == 0 and seen[-1] == "succeeded" and len(seen) >= 2  # the first state, then the changes
 

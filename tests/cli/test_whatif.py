@@ -256,3 +256,41 @@ def test_plot_writes_png_or_svg_and_refuses_other_suffixes(app: typer.Typer, gpu
     assert code == 2 and "--plot" in err and ".png or .svg" in err
     code, _, err = _run(app, *base, "--owned-utilization", "1.5")
     assert code == 2 and "--owned-utilization: must be within (0, 1]" in err
+
+
+# ------------------------------------------------------------------ what `design` wrote (issue 32, minor)
+def test_whatif_takes_the_spec_and_the_folder_design_wrote(app: typer.Typer, tmp_path: Path) -> None:
+    """`design --out DIR` and `--export-spec FILE` write a ClusterSpec; whatif takes either (on main it refused
+    the spec with one "unknown field" line per spec key). The spec is simulated as written and priced as the
+    design of the same servers, so it costs what the requirements it came from cost."""
+    from gpucluster.cli.main import app as root
+
+    req = _design(tmp_path, "four", "H100", 4)
+    made = CliRunner().invoke(root, ["design", str(req), "--out", str(tmp_path / "out"),
+                                     "--export-spec", str(tmp_path / "spec.yaml")])
+    assert made.exit_code == 0, made.stderr
+    code, out, err = _run(app, "--design", str(tmp_path / "out"), "--design", str(tmp_path / "spec.yaml"),
+                          "--design", str(req), "--trace", TRACE, "--json")
+    assert code == 0, err
+    folder, spec, original = json.loads(out)["designs"]
+    assert folder["source"] == str(tmp_path / "out" / "cluster-spec.yaml")
+    for row in (folder, spec):
+        assert row["gpus"] == original["gpus"] == 32
+        assert row["capex_usd"] == original["capex_usd"]
+        assert row["jobs_completed"] == original["jobs_completed"]
+        assert row["avg_jct_s"] == original["avg_jct_s"]
+
+
+def test_whatif_refuses_a_spec_of_two_server_kinds(app: typer.Typer, tmp_path: Path) -> None:
+    pool = ("- name: {n}\n  count: 2\n  cpuMilli: 128000\n  memoryMiB: 1048576\n"
+            "  gpu: {{vendor: nvidia, model: {m}, count: 8, memoryMiB: {mem}}}\n")
+    path = tmp_path / "mixed.yaml"
+    path.write_text("apiVersion: gpucluster.io/v1alpha1\nkind: ClusterSpec\nname: mixed\nnodePools:\n"
+                    + pool.format(n="a", m="H100-SXM5-80GB", mem=81559)
+                    + pool.format(n="b", m="L40S", mem=46068), encoding="utf-8")
+    code, out, err = _run(app, "--design", str(path), "--trace", TRACE)
+    assert code == 2 and out == ""
+    assert f"{path}: nodePools: GPU servers of 2 kinds" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = _run(app, "--design", str(tmp_path / "empty"), "--trace", TRACE)
+    assert code == 2 and "without cluster-spec.yaml" in err

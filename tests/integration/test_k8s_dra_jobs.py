@@ -135,7 +135,9 @@ def _pods_of(api: Any, job: str) -> list[dict[str, Any]]:
 
 def _claim_of(api: Any, pod: dict[str, Any]) -> dict[str, Any] | None:
     names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()]
-    if not names or not names[0]:
+    names += [e.get("resourceClaimName") for e in pod["spec"].get("resourceClaims") or ()]  # a named claim
+    names = [n for n in names if n]
+    if not names:
         return None
     return _raw(client.ResourceV1Api(api).read_namespaced_resource_claim(names[0], NS, _preload_content=False))
 
@@ -233,3 +235,98 @@ def test_a_job_whose_claim_template_is_missing_waits_and_says_why(
         assert not [p for p in _pods_of(kube_client, name) if p["spec"].get("nodeName")]
     finally:
         rt.close()
+
+
+def test_quota_and_fair_share_charge_claimed_gpus_to_the_tenant(
+        kube_control_plane: Any, kube_client: Any, fleet: Fleet) -> None:
+    """Tenant quota 2 GPUs: a Job of 2 pods with one claimed GPU each uses it up (the tenant holds 2 GPUs, its
+    dominant share is 2 of the fleet's 4), so its next Job waits over quota while 2 GPUs are free; it runs once
+    the quota is 3."""
+    batch = client.BatchV1Api(kube_client)
+    tenant = f"q-{fleet.run}"
+    rt = _runtime(kube_control_plane, fleet.run)
+    rt.set_quotas({tenant: 2.0})
+    try:
+        batch.create_namespaced_job(NS, claim_job(fleet, f"a-{fleet.run}", tenant, pods=2))
+        wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, f"a-{fleet.run}", 2)), 90,
+                   "the first Job's pods bound with their claims")
+        assert rt.usage_by_tenant()[tenant]["gpus"] == 2
+        assert rt.engine.tenant_share(tenant) == pytest.approx(2 / (2 * GPUS_PER_NODE))
+        batch.create_namespaced_job(NS, claim_job(fleet, f"b-{fleet.run}", tenant, pods=1))
+        waiting = wait_until(_ticking(rt, lambda: next(
+            (j for j in rt.jobs() if j.name == f"b-{fleet.run}" and "quota" in j.message), None)), 60,
+            "the tenant's second Job to wait over its quota")
+        assert waiting.status == "pending"
+        assert sum(fleet.held().values()) == 2  # 2 GPUs free: only the quota holds it back
+        rt.set_quotas({tenant: 3.0})
+        wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, f"b-{fleet.run}", 1)), 90,
+                   "the second Job admitted once the quota is 3 GPUs")
+        assert rt.usage_by_tenant()[tenant]["gpus"] == 3
+        assert max(fleet.held().values()) == 1 and sum(fleet.held().values()) == 3
+    finally:
+        rt.close()
+
+
+def test_a_higher_priority_job_preempts_a_claim_holder_whose_claim_is_released(
+        kube_control_plane: Any, kube_client: Any, fleet: Fleet) -> None:
+    """Every GPU is claimed: a one-pod Job holding a named claim of 2 GPUs (preemptible) and a Job of 2 pods
+    that may not be preempted. A higher-priority Job of 2 pods (tiresias, preemptive) evicts the claim holder:
+    its Job is suspended, its pod deleted, its claim released (nobody in ``reservedFor``, no allocation), and
+    the preemptor's claims get the freed devices. A watcher reads every claim all along: no device is ever
+    allocated to two claims at once."""
+    import threading
+
+    batch = client.BatchV1Api(kube_client)
+    res = client.ResourceV1Api(kube_client)
+    tenant = f"p-{fleet.run}"
+    named = f"low-{fleet.run}"
+    res.create_namespaced_resource_claim(NS, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": named, "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": fleet.device_class, "allocationMode": "ExactCount", "count": 2}}]}}})
+    rt = _runtime(kube_control_plane, fleet.run, queue_policy="tiresias")
+    rt.engine.policy.min_run_s = 0.0
+    twice: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            twice.extend(f"{dev} x{n}" for dev, n in fleet.held().items() if n > 1)
+            stop.wait(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        batch.create_namespaced_job(NS, claim_job(fleet, f"low-{fleet.run}", tenant, pods=1, priority=10,
+                                                  claim_name=named))
+        low_bound = wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, f"low-{fleet.run}", 1)), 90,
+                               "the claim holder bound")
+        keep = claim_job(fleet, f"keep-{fleet.run}", tenant, pods=2, priority=10)
+        keep["metadata"]["annotations"]["gpucluster.io/preemptible"] = "false"
+        batch.create_namespaced_job(NS, keep)
+        wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, f"keep-{fleet.run}", 2)), 90,
+                   "the non-preemptible Job bound")
+        low_pod, low_claim = low_bound[0]
+        assert low_claim["metadata"]["name"] == named
+        victim_node = low_pod["spec"]["nodeName"]
+
+        batch.create_namespaced_job(NS, claim_job(fleet, f"high-{fleet.run}", tenant, pods=2, priority=50))
+        high = wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, f"high-{fleet.run}", 2)), 90,
+                          "the high-priority Job's pods bound with their claims")
+        assert {p["spec"]["nodeName"] for p, _c in high} == {victim_node}  # on the devices the victim held
+        victim = next(j for j in rt.jobs() if j.name == f"low-{fleet.run}")
+        assert victim.status == "pending" and victim.preemptions == 1
+        job = _raw(batch.read_namespaced_job(f"low-{fleet.run}", NS, _preload_content=False))
+        assert job["spec"]["suspend"] is True
+        released = _raw(res.read_namespaced_resource_claim(named, NS, _preload_content=False))
+        assert not (released.get("status") or {}).get("allocation")
+        assert not (released.get("status") or {}).get("reservedFor")
+        assert "resource.kubernetes.io/delete-protection" not in (released["metadata"].get("finalizers") or [])
+        keep_job = next(j for j in rt.jobs() if j.name == f"keep-{fleet.run}")
+        assert keep_job.status == "running" and keep_job.preemptions == 0
+    finally:
+        stop.set()
+        watcher.join(5)
+        rt.close()
+        res.delete_namespaced_resource_claim(named, NS)
+    assert not twice, twice

@@ -68,3 +68,25 @@ def test_a_pass_over_its_budget_goes_on_at_the_next_run() -> None:
         if rt.engine.jobs["other-1"].state == JobState.RUNNING:
             break
     assert rt.engine.jobs["other-1"].state == JobState.RUNNING
+
+
+def test_a_job_queued_ahead_of_a_pass_cut_short_is_tried_once_that_pass_ends() -> None:
+    """A tenant's job that sorts ahead of where a sliced pass stopped (small jobs first: a 1-GPU job ahead of a
+    flood of 2-GPU jobs) is tried once that pass reaches the end of the queue, with nothing else happening. Before
+    this, the pass went on from where it stopped, ended, and no further pass ran: the job waited for an unrelated
+    event (another submission, a job ending), for ever on a quiet cluster (seen under load in
+    bench/queue_flood.py: the other tenant's job still pending after 200 ticks)."""
+    rt = _runtime(budget=0.0)  # every pass stops at its first check (after 128 jobs)
+    two = {"nvidia.com/gpu": 2, "nvidia.com/gpucores": 100}
+    rt.set_quotas({"flood": 2.0})
+    jobs = [_submit(rt, f"f{i}", "flood", two) for i in range(1000)]
+    rt.advance(rt.now + 1)
+    assert rt.engine._resume is not None  # the pass over 1000 jobs was cut short
+    other = _submit(rt, "other-1", "other", GPU)
+    for _ in range(40):  # 1000 jobs, 128 a slice: a few runs to the end, then one from the top
+        rt.advance(rt.now + 1)
+        if other.state == JobState.RUNNING:
+            break
+    assert other.state == JobState.RUNNING, other.message
+    assert sum(j.state == JobState.RUNNING for j in jobs) == 1  # the flood's quota: one 2-GPU job
+    assert all(j.state == JobState.QUEUED for j in jobs if j.state != JobState.RUNNING)  # nothing lost

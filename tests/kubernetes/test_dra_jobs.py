@@ -7,16 +7,19 @@ restart rebuilds the reservation."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import pytest
 
+from gpucluster.jobs import JobSpec
 from gpucluster.kubernetes import KubeCluster
 from gpucluster.kubernetes.cluster import DRA_ENTRY_PREFIX, ClaimNotReadyError
 from gpucluster.kubernetes.convert import KubeInputError, parse_pod
 from gpucluster.kubernetes.dra import CLAIM_KEY_PREFIX, DraInputError, parse_claim, parse_claim_template
 from gpucluster.model import Pod
 from gpucluster.model.labels import RESERVATION_ANNOTATION
+from gpucluster.scheduler.plugins.quota import pod_charge
 
 from .dra_objects import NVIDIA_DRIVER, allocated, claim, claim_pod
 from .test_dra import cluster
@@ -138,3 +141,14 @@ def test_claim_template_parse_errors_name_the_field() -> None:
         {"name": "gpu", "exactly": {"deviceClassName": "c", "count": 0}}]}}}}
     with pytest.raises(DraInputError, match=r"resourceclaimtemplate ns/t: spec.spec.devices.requests\[0\]"):
         parse_claim_template(bad)
+
+
+def test_a_job_whose_tasks_claim_gpus_is_charged_for_them() -> None:
+    """Quota (the queue's ``gpu`` charge of each task) and fair share (the job's GPU share, DRF) count the GPUs
+    the task's claims ask for, though the pod itself asks for none."""
+    c = cluster(nodes=1, gpus=4, hami_gpus=0)
+    t = task(c, "t0", count=2)
+    spec = JobSpec("j", 0.0, t.device_count * 3, math.inf, tenant="a", template=t, replicas=3)
+    assert spec.num_tasks == 3 and spec.gpu_share == 6 and spec.whole
+    assert pod_charge(t)["gpu"] == 2
+    assert pod_charge(parse_pod(claim_pod("bare", []), c.registry))["gpu"] == 0

@@ -53,8 +53,13 @@ class Server:
                 self.proc.wait(timeout=10)
 
 
-def start_server(data_dir: Path, *args: str, token: str = ADMIN, port: int | None = None) -> Server:
+def start_server(data_dir: Path, *args: str, token: str = ADMIN, port: int | None = None,
+                 tenants: str | None = "on-first-use") -> Server:
+    """``gpucluster up`` on 127.0.0.1. ``tenants``: ``--tenants`` (these tests submit jobs for tenants they
+    do not create first; None = up's own default, explicit)."""
     port = port or free_port()
+    if tenants is not None:
+        args = (*args, "--tenants", tenants)
     log = data_dir.parent / f"{data_dir.name}-server-{port}.log"
     env = {**os.environ, "GPUCLUSTER_ADMIN_TOKEN": token}
     cmd = [sys.executable, "-m", "gpucluster.cli.main", "up", "--host", "127.0.0.1", "--port", str(port),

@@ -73,3 +73,19 @@ def test_the_container_section_sends_the_pod_template(page: Any, server: Server)
     page.locator("#jf-volumes").fill("relative=pvc:x")
     page.get_by_role("button", name="Submit").click()
     expect(page.locator("#jf-error")).to_contain_text("volumes.0.mount_path")
+
+
+def test_the_job_name_pattern_is_a_valid_regex_that_checks(page: Any, server: Server) -> None:
+    """Chromium compiles `pattern` with the `v` flag, where `[-a-z0-9]` is invalid: on main it logged a console
+    error and skipped the check, so a bad name went to the API. Now the browser checks the name."""
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    login(page, server)
+    page.get_by_role("link", name="Jobs").click()
+    name = page.locator("#jf-name")
+    name.fill("good-name-1")
+    assert name.evaluate("e => e.checkValidity()") is True
+    for bad in ("Bad_Name", "-lead", "trail-"):
+        name.fill(bad)
+        assert name.evaluate("e => e.checkValidity()") is False, bad
+    assert not [e for e in errors if "pattern" in e], errors

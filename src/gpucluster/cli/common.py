@@ -85,11 +85,31 @@ def load_cluster_or_fail(path: Path | None, registry: VendorRegistry | None = No
         fail(f"{path}: {exc.strerror}")
 
 
+# ------------------------------------------------------------------------------------ renamed flags
+def renamed(new_value: Any, old_value: Any, new: str, old: str) -> Any:
+    """The value of a renamed flag: ``new``'s, or that of its deprecated alias ``old`` (kept with its old
+    meaning for this command; using it warns on stderr). Both at once exit 2."""
+    if old_value is None or old_value == []:
+        return new_value
+    if new_value is not None and new_value != []:
+        fail(f"{old} is the deprecated name of {new} here; give {new} only")
+    err_console.print(f"[yellow]warning:[/] {old} is deprecated here: use {new} (the same meaning)",
+                      highlight=False, soft_wrap=True)
+    return old_value
+
+
+def deprecated_option(old: str, new: str) -> Any:
+    """A hidden ``typer.Option`` for the deprecated alias ``old`` of ``new`` (read with :func:`renamed`)."""
+    return typer.Option(old, hidden=True, help=f"Deprecated: {new}.")
+
+
 # ------------------------------------------------------------------------------------ policy options
 # One name for each kind of policy in every command (``simulate``, ``whatif``, ``up``, ``k8s``):
 # ``--placement-policy`` chooses where pods go (``gpucluster.scheduler.PROFILES``), ``--queue-policy`` in which
-# order jobs are tried and who may be preempted (``gpucluster.jobs.POLICIES``). ``--policy`` stays the alias it
-# always was: the queue policy for ``simulate`` and ``whatif``, the placement policy for ``up`` and ``k8s``.
+# order jobs are tried and who may be preempted (``gpucluster.jobs.POLICIES``). ``--policy`` stays a deprecated,
+# hidden alias with the meaning it always had in each command (:func:`renamed` warns): the queue policy for
+# ``simulate`` and ``whatif``, the placement policy for ``up``, ``k8s``, ``schedule``, ``demo``, ``monitor`` and
+# ``experiment fgd``.
 QUEUE_HELP = "Queue policy: fifo, sjf, tiresias, drf, offers or default (3-queue 2D-LAS, preemptive)"
 PLACEMENT_HELP = ("Placement policy: default (speed-fgd: stranding-fgd, on mixed clusters restricted to the GPU "
                   "models within 10% of the job's best speed), stranding-fgd, gavel, binpack, spread, fgd, "

@@ -10,7 +10,14 @@ import numpy as np
 import typer
 from rich.progress import Progress
 
-from gpucluster.cli.common import cluster_option_help, console, load_cluster_or_fail, print_json
+from gpucluster.cli.common import (
+    cluster_option_help,
+    console,
+    deprecated_option,
+    load_cluster_or_fail,
+    print_json,
+    renamed,
+)
 from gpucluster.cli.output import print_table
 from gpucluster.model import ContainerRequest, DeviceRequest, Pod
 from gpucluster.scheduler import PROFILES, Scheduler, profile_for
@@ -48,14 +55,20 @@ def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
-        pods: Annotated[int, typer.Option("--pods", min=1, help="How many synthetic pods to place.")] = 12000,
+        pod_count: Annotated[int | None, typer.Option(
+            "--pod-count", min=1, help="How many synthetic pods to place (default 12000).")] = None,
+        old_pods: Annotated[int | None, deprecated_option("--pods", "--pod-count")] = None,
         seed: Annotated[int, typer.Option("--seed", help="Workload and tie-break seed.")] = 1,
         policies: Annotated[
-            list[str] | None, typer.Option("--policy", help="Placement policies to compare (repeatable).")
+            list[str] | None, typer.Option("--placement-policy", help="Placement policies to compare "
+                                                                     "(repeatable; default: every one).")
         ] = None,
+        old_policies: Annotated[list[str] | None, deprecated_option("--policy", "--placement-policy")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     ) -> None:
         """Place a synthetic GPU-sharing workload on the cluster with each policy; print a summary table."""
+        pods: int = renamed(pod_count, old_pods, "--pod-count", "--pods") or 12000
+        policies = renamed(policies, old_policies, "--placement-policy", "--policy")
         c = load_cluster_or_fail(cluster)
         chosen = policies or sorted(PROFILES)
         workload = synthetic_pods(pods, seed)
@@ -67,7 +80,7 @@ def register(app: typer.Typer) -> None:
                 except ValueError as exc:
                     from gpucluster.cli.common import fail
 
-                    fail(f"--policy: {exc}")
+                    fail(f"--placement-policy: {exc}")
                 state = c.state()
                 sched = Scheduler(state, profile)
                 task = progress.add_task(f"{name}", total=len(workload))

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from gpucluster.cli.common import console, err_console, fail, print_json
+from gpucluster.cli.common import console, deprecated_option, err_console, fail, print_json, renamed
 from gpucluster.cli.output import print_table
 from gpucluster.simulator.experiments import fgd
 from gpucluster.simulator.experiments.executor import ExecutorError, executor_for
@@ -37,7 +37,7 @@ def _policy(name: str) -> PolicyName:
     try:
         return fgd.resolve_policy(name)
     except ValueError as exc:
-        fail(f"--policy: {exc}")
+        fail(f"--placement-policy: {exc}")
 
 
 def _workload_name(path: Path) -> str:
@@ -48,15 +48,17 @@ def _workload_name(path: Path) -> str:
 def fgd_cmd(
     nodes: Annotated[Path, typer.Option("--nodes", help="openb node list CSV (sn,cpu_milli,memory_mib,gpu,model).")],
     pods: Annotated[Path, typer.Option("--pods", help="openb pod list CSV (any variant).")],
-    policy: Annotated[str, typer.Option("--policy", help="random, dotprod, clustering, packing, bestfit, fgd, "
-                                                         "or default (the scheduler's default policy).")] = "fgd",
+    policy: Annotated[str | None, typer.Option(
+        "--placement-policy", help="random, dotprod, clustering, packing, bestfit, fgd (default), or default (the "
+                                   "scheduler's default policy).")] = None,
+    old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 42-51 or 42,43.")] = "42-51",
     inflation: Annotated[float, typer.Option("--inflation", help="Arrived GPU request / cluster GPUs.")] = 1.3,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write peer-shaped CSVs, PNG plots, result.json.")] = None,
 ) -> None:
     """Replay a pod list on a node list with one policy over seeds (the FGD paper's method)."""
-    pol = _policy(policy)
+    pol = _policy(renamed(policy, old_policy, "--placement-policy", "--policy") or "fgd")
     seed_list = _seeds(seeds)
     if not 0 < inflation <= 10:
         fail(f"--inflation {inflation}: must be in (0, 10]")

@@ -142,6 +142,8 @@ class View:
     row: Callable[[dict[str, Any], dict[str, Any]], list[Any]]
     """(item, the whole answer) -> the table's cells, then the wide ones."""
     right: Sequence[int] = ()
+    keep: Sequence[int] = ()
+    """Columns never cut at any width (the id ``describe`` and ``cancel`` take)."""
 
 
 def _job_row(j: dict[str, Any], body: dict[str, Any]) -> list[Any]:
@@ -165,6 +167,14 @@ def _node_row(n: dict[str, Any], body: dict[str, Any]) -> list[Any]:
             f"{n.get('memory_used_mib', 0) / 1024:.0f}/{n.get('memory_mib', 0) / 1024:.0f}Gi"]
 
 
+def quota_use(t: dict[str, Any]) -> str:
+    """``8/4 GPUs, over quota``, ``2/4 GPUs`` or ``2 GPUs, no quota``."""
+    if t.get("quota_gpus") is None:
+        return f"{_num(t['gpus'])} GPUs, no quota"
+    text = f"{_num(t['gpus'])}/{_num(t['quota_gpus'])} GPUs"
+    return text + ", over quota" if t.get("over_quota") else text
+
+
 def _mean_of(values: list[float | None] | None) -> float | None:
     """Mean of the known values (a node's per-GPU utilisation, in %); None when none is known."""
     known = [float(v) for v in values or [] if v is not None]
@@ -173,7 +183,7 @@ def _mean_of(values: list[float | None] | None) -> float | None:
 
 def _tenant_row(t: dict[str, Any], body: dict[str, Any]) -> list[Any]:
     return [t["name"], "-" if t.get("quota_gpus") is None else _num(t["quota_gpus"]), _num(t["weight"]),
-            _num(t["fair_share_gpus"], 1), _num(t["gpus"]), t["running"], t["pending"],
+            _num(t["fair_share_gpus"], 1), _num(t["gpus"]), t["running"], t["pending"], quota_use(t),
             _num(t["pending_gpus"]), t.get("max_priority", "-"), _pct(t.get("share_used"))]
 
 
@@ -196,8 +206,11 @@ def _rem_row(r: dict[str, Any], body: dict[str, Any]) -> list[Any]:
 
 def _queue_row(q: dict[str, Any], body: dict[str, Any]) -> list[Any]:
     est = q.get("est_wait_s")
-    return [q["position"], q["id"], q["name"], q["tenant"], _num(q["gpus"]), age(q["waiting_s"]),
-            "unknown" if est is None else ("now" if est < 1 else f"~{age(est)}"), q.get("why", ""),
+    blocked = q.get("blocked")
+    when = ("blocked by quota" if blocked == "quota" else "never" if blocked == "never" else "unknown"
+            if est is None else "now" if est < 1 else f"~{age(est)}")
+    return [q["position"], q["id"], q["name"], q["tenant"], _num(q["gpus"]), age(q["waiting_s"]), when,
+            q.get("why", ""),
             q["priority"], q["replicas"]]
 
 
@@ -213,24 +226,25 @@ def _alerts_with_t(body: dict[str, Any]) -> list[dict[str, Any]]:
 VIEWS: dict[Resource, View] = {
     Resource.JOBS: View("/api/v1/jobs", lambda b: b["jobs"], lambda j: j["id"],
                         ["ID", "NAME", "TENANT", "STATUS", "GPUS", "AGE", "MESSAGE"],
-                        ["REPLICAS", "PRIORITY", "GPU-TYPE", "RAN", "NODES"], _job_row, right=(4,)),
+                        ["REPLICAS", "PRIORITY", "GPU-TYPE", "RAN", "NODES"], _job_row, right=(4,), keep=(0,)),
     Resource.NODES: View("/api/v1/nodes", lambda b: b["nodes"], lambda n: n["name"],
                          ["NAME", "STATUS", "MODEL", "GPUS", "ALLOC", "MEM", "PODS"],
                          ["UTIL", "FB-USED", "POOL", "RACK", "LEAF", "CPU", "MEMORY"], _node_row,
-                         right=(3, 4, 5, 6, 7, 8)),
+                         right=(3, 4, 5, 6, 7, 8), keep=(0,)),
     Resource.TENANTS: View("/api/v1/tenants", lambda b: b["tenants"], lambda t: t["name"],
-                           ["NAME", "QUOTA", "WEIGHT", "FAIR", "GPUS", "RUNNING", "PENDING"],
-                           ["PENDING-GPUS", "MAX-PRIORITY", "SHARE-USED"], _tenant_row, right=(1, 2, 3, 4, 5, 6)),
+                           ["NAME", "QUOTA", "WEIGHT", "FAIR", "GPUS", "RUNNING", "PENDING", "QUOTA-USE"],
+                           ["PENDING-GPUS", "MAX-PRIORITY", "SHARE-USED"], _tenant_row, right=(1, 2, 3, 4, 5, 6),
+                           keep=(0, 7)),
     Resource.ALERTS: View("/api/v1/alerts", _alerts_with_t, lambda a: f"{a['name']}|{a['target']}|{a['since']}",
                           ["STATE", "SEVERITY", "ALERT", "TARGET", "AGE", "SUMMARY"],
                           ["SINCE", "RESOLVED", "SILENCE"], _alert_row),
     Resource.REMEDIATIONS: View("/api/v1/remediations", lambda b: b["log"],
                                 lambda r: f"{r['t']}|{r['action']}|{r['target']}",
                                 ["ID", "TIME", "ACTION", "TARGET", "OUTCOME", "DETAIL"], ["MODE", "ALERT"],
-                                _rem_row),
+                                _rem_row, keep=(0,)),
     Resource.QUEUE: View("/api/v1/queue", lambda b: b["jobs"], lambda q: q["id"],
                          ["POS", "ID", "NAME", "TENANT", "GPUS", "WAITING", "EST-START", "WHY"],
-                         ["PRIORITY", "REPLICAS"], _queue_row, right=(0, 4)),
+                         ["PRIORITY", "REPLICAS"], _queue_row, right=(0, 4), keep=(1, 6)),
     Resource.SILENCES: View("/api/v1/silences", lambda b: b["silences"], lambda s: s["id"],
                             ["ID", "ALERT", "TARGET", "ENDS-IN", "COMMENT"], ["BY", "STARTS", "ENDS"], _silence_row),
 }
@@ -258,7 +272,7 @@ def _table(res: Resource, items: list[dict[str, Any]], body: dict[str, Any], fmt
     wide = fmt == OutputFormat.WIDE
     headers = [*view.headers, *(view.wide if wide else ())]
     rows = [view.row(x, body)[:len(headers)] for x in items]
-    print_table(headers, rows, no_headers=no_headers, wide=wide, right=view.right)
+    print_table(headers, rows, no_headers=no_headers, wide=wide, right=view.right, keep=view.keep)
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -366,8 +380,10 @@ def get(
 
 
 # ---------------------------------------------------------------------------------------------- describe
-def find_job(http: httpx.Client, ref: str) -> dict[str, Any]:
-    """A job by id, else the newest job with that name (exit 1 when none)."""
+def find_job(http: httpx.Client, ref: str, prefer_active: bool = False) -> dict[str, Any]:
+    """A job by id, else the one job with that name: exit 1 when none (kubectl's NotFound), exit 2 naming the ids
+    when several jobs have that name (job names need not be unique, as in Slurm; an id always is).
+    ``prefer_active`` (cancel): of several, the one still pending or running, if only one is."""
     resp = http.get(f"/api/v1/jobs/{ref}")
     if resp.status_code == 200:
         found: dict[str, Any] = resp.json()
@@ -377,7 +393,13 @@ def find_job(http: httpx.Client, ref: str) -> dict[str, Any]:
     listed = call(http, "GET", "/api/v1/jobs", params={"q": ref[:100], "limit": 5000})
     same = [j for j in listed["jobs"] if j["name"] == ref]
     if not same:
-        fail(f"job {ref!r}: no job with that id or name", 1)
+        fail(f"job {ref!r}: not found (no job with that id or name)", 1)
+    active = [j for j in same if j["status"] in ("pending", "running")]
+    if prefer_active and len(same) > 1 and len(active) == 1:
+        same = active
+    if len(same) > 1:
+        ids = ", ".join(f"{j['id']} ({j['status']})" for j in same[:10]) + (", ..." if len(same) > 10 else "")
+        fail(f"job {ref!r}: {len(same)} jobs have that name: {ids}; give the id")
     job: dict[str, Any] = call(http, "GET", f"/api/v1/jobs/{same[0]['id']}")
     return job
 
@@ -507,7 +529,8 @@ def describe(
     """Everything about one job or node (kubectl describe).
 
     A job: resources, placements with the device shares, events and the scheduler's reasons. A node: each GPU's
-    allocation beside its utilisation, memory, temperature, power and XID, the pods, the alerts."""
+    allocation beside its utilisation, memory, temperature, power and XID, the pods, the alerts. Exit 1 for a job
+    or node that does not exist (kubectl's NotFound), 2 for a name several jobs share (give the id)."""
     what = kind.lower().rstrip("s")
     if what not in (Describable.JOB, Describable.NODE):
         fail(f"{kind!r}: describe job NAME or describe node NAME")
@@ -519,6 +542,8 @@ def describe(
             else:
                 describe_job(job)
             return
+        if http.get(f"/api/v1/nodes/{name}").status_code == 404:
+            fail(f"node {name!r}: not found", 1)
         node = call(http, "GET", f"/api/v1/nodes/{name}")
         usage = call(http, "GET", f"/api/v1/nodes/{name}/usage")
         alerts = call(http, "GET", "/api/v1/alerts")["alerts"]
@@ -536,11 +561,14 @@ def cancel(
     token: TokenOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Cancel pending or running jobs (exit 2 for one that already finished)."""
+    """Cancel pending or running jobs (exit 2 for one that already finished).
+
+    A name several jobs share cancels the one of them still pending or running; with several such, exit 2 naming
+    their ids."""
     done = []
     with client(resolve(server, token, context)) as http:
         for ref in jobs:
-            job = find_job(http, ref)
+            job = find_job(http, ref, prefer_active=True)
             out = call(http, "DELETE", f"/api/v1/jobs/{job['id']}")
             done.append(out)
             if not output.machine:
@@ -683,6 +711,16 @@ def sinfo_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+SINFO_HEADERS = ["POOL", "MODEL", "NODES", "STATE", "GPUS(A/I/O/T)", "ALLOC", "NODELIST"]
+
+
+def sinfo_cells(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The table's cells; the node list is last, folded at its commas when the terminal is narrow."""
+    return [(r["pool"], r["model"], r["nodes"], r["state"],
+             "/".join(str(r["gpus"][k]) for k in ("allocated", "idle", "other", "total")), _pct(r["gpu_alloc"]),
+             r["nodelist"]) for r in rows]
+
+
 def sinfo(
     output: OutputOpt = OutputFormat.TABLE,
     no_headers: NoHeadersOpt = False,
@@ -700,11 +738,8 @@ def sinfo(
     if output.machine:
         write_machine({"t": body.get("t"), "partitions": rows}, output)
         return
-    headers = ["POOL", "MODEL", "NODES", "STATE", "GPUS(A/I/O/T)", "ALLOC", "NODELIST"]
-    print_table(headers, [(r["pool"], r["model"], r["nodes"], r["state"],
-                           "/".join(str(r["gpus"][k]) for k in ("allocated", "idle", "other", "total")),
-                           _pct(r["gpu_alloc"]), r["nodelist"]) for r in rows],
-                no_headers=no_headers, wide=output == OutputFormat.WIDE, right=(2, 5))
+    print_table(SINFO_HEADERS, sinfo_cells(rows), no_headers=no_headers, wide=output == OutputFormat.WIDE,
+                right=(2, 5), wrap_last=True)
 
 
 def register(app: typer.Typer) -> None:

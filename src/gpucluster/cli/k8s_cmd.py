@@ -14,10 +14,12 @@ from gpucluster import inputfile
 from gpucluster.cli.common import (
     DeviceConfigOpt,
     cluster_option_help,
+    deprecated_option,
     device_config_or_fail,
     fail,
     load_cluster_or_fail,
     registry_or_fail,
+    renamed,
 )
 from gpucluster.devices import VendorRegistry
 
@@ -33,10 +35,10 @@ KubeconfigOpt = Annotated[
     Path | None,
     typer.Option("--kubeconfig", help="kubeconfig file (default: the pod's service account, in-cluster)."),
 ]
-PolicyOpt = Annotated[str, typer.Option(
-    "--placement-policy", "--policy",
-    help="Placement policy: default (speed-fgd), stranding-fgd, binpack, spread, fgd, bestfit, ... "
-         "(--policy: the same)")]
+PolicyOpt = Annotated[str | None, typer.Option(
+    "--placement-policy", help="Placement policy: default (speed-fgd), stranding-fgd, binpack, spread, fgd, "
+                               "bestfit, ... (default: default)")]
+OldPolicyOpt = Annotated[str | None, deprecated_option("--policy", "--placement-policy")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
 LegacyOpt = Annotated[bool, typer.Option(
     "--legacy-metrics", help="Also export HAMi's legacy metric names (GPUDeviceMemoryAllocated, ...) beside "
@@ -92,7 +94,8 @@ def register(app: typer.Typer) -> None:
         kubeconfig: KubeconfigOpt = None,
         listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve the extender API on.")]
         = "127.0.0.1:8888",
-        policy: PolicyOpt = "default",
+        policy: PolicyOpt = None,
+        old_policy: OldPolicyOpt = None,
         scheduler_name: NameOpt = "gpucluster",
         handshake_timeout: Annotated[float, typer.Option(help="Seconds without a device handshake before a "
                                                            "node gets no new pods.")] = 60.0,
@@ -104,6 +107,7 @@ def register(app: typer.Typer) -> None:
         from gpucluster.kubernetes.runtime import RunOptions, run_extender
 
         host, port = _listen(listen)
+        policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
         _check_policy(policy)
         registry = registry_or_fail(device_config)
         opts = RunOptions(placement_policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
@@ -119,7 +123,8 @@ def register(app: typer.Typer) -> None:
     def scheduler(
         kubeconfig: KubeconfigOpt = None,
         scheduler_name: NameOpt = "gpucluster",
-        policy: PolicyOpt = "default",
+        policy: PolicyOpt = None,
+        old_policy: OldPolicyOpt = None,
         namespace: Annotated[str, typer.Option("--namespace", help="Namespace of the leader-election Lease.")]
         = "kube-system",
         lease_name: Annotated[str, typer.Option("--lease-name", help="Lease name (default: <scheduler-name>).")]
@@ -142,6 +147,7 @@ def register(app: typer.Typer) -> None:
         election, ResourceClaims allocated with our placement)."""
         from gpucluster.kubernetes.runtime import RunOptions, run_scheduler
 
+        policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
         _check_policy(policy)
         registry = registry_or_fail(device_config)
         if lease_duration < 1:
@@ -214,7 +220,8 @@ def register(app: typer.Typer) -> None:
             "--kube-scheduler-image", help="kube-scheduler image (default: registry.k8s.io/kube-scheduler at "
                                            "--kube-version).")] = "",
         scheduler_name: NameOpt = "gpucluster",
-        policy: PolicyOpt = "default",
+        policy: PolicyOpt = None,
+        old_policy: OldPolicyOpt = None,
         device_config: DeviceConfigOpt = None,
         replicas: Annotated[int, typer.Option("--replicas", help="Scheduler pods (leader-elected).")] = 2,
         legacy_metrics: LegacyOpt = False,
@@ -234,6 +241,7 @@ def register(app: typer.Typer) -> None:
 
         if mode not in ("extender", "scheduler"):
             fail(f"--mode {mode!r}: must be extender or scheduler")
+        policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
         _check_policy(policy)
         if replicas < 1:
             fail("--replicas: must be >= 1")

@@ -14,7 +14,15 @@ import numpy as np
 import typer
 from prometheus_client import CollectorRegistry
 
-from gpucluster.cli.common import cluster_option_help, console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli.common import (
+    cluster_option_help,
+    console,
+    deprecated_option,
+    fail,
+    load_cluster_or_fail,
+    print_json,
+    renamed,
+)
 from gpucluster.cli.output import print_table, write
 from gpucluster.model import ClusterState, Pod
 from gpucluster.model.labels import JOB_LABEL
@@ -82,7 +90,7 @@ def _load_pods_or_fail(path: Path) -> list[Pod]:
 
 def _check_policy(policy: str) -> None:
     if policy not in PROFILES:
-        fail(f"--policy {policy!r}: unknown; known: {', '.join(sorted(PROFILES))}")
+        fail(f"--placement-policy {policy!r}: unknown; known: {', '.join(sorted(PROFILES))}")
 
 
 def _place(state: ClusterState, pods: list[Pod], policy: str,
@@ -131,8 +139,10 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Option("--node", help="sim: node(s) this agent reports ('all' = every node).")
         ] = None,
         pods: Annotated[Path | None, typer.Option("--pods", help="sim: Pod manifests placed on the cluster.")] = None,
-        policy: Annotated[str, typer.Option("--policy", help="sim: placement policy for --pods (default = "
-                                                              "speed-fgd; binpack, spread, ...).")] = "default",
+        policy: Annotated[str | None, typer.Option(
+            "--placement-policy", help="sim: placement policy for --pods (default = speed-fgd; binpack, "
+                                       "spread, ...).")] = None,
+        old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
         control_plane: Annotated[
             bool, typer.Option("--control-plane", help="sim: also export queue/latency/decision metrics.")
         ] = False,
@@ -180,6 +190,7 @@ def register(app: typer.Typer) -> None:
             state = c.state()
             nodes = _sim_nodes(state, list(node or []))
             if pods is not None:
+                policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
                 _check_policy(policy)
                 _sched, waiting = _place(state, _load_pods_or_fail(pods), policy,
                                          control.observe_decision if control is not None else None)
@@ -248,8 +259,10 @@ def register(app: typer.Typer) -> None:
         gpu: Annotated[int, typer.Option("--gpu", help="Device index on the node.")] = 0,
         xid: Annotated[int, typer.Option("--xid", help="XID the device reports.")] = 79,
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
-        policy: Annotated[str, typer.Option("--policy", help="Placement policy (default = speed-fgd; "
-                                                              "binpack, spread, ...).")] = "default",
+        policy: Annotated[str | None, typer.Option(
+            "--placement-policy", help="Placement policy (default = speed-fgd; binpack, spread, ...).")]
+        = None,
+        old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Only log what would be done.")] = False,
         audit_log: Annotated[Path | None, typer.Option("--audit-log", help="Append JSON lines here.")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print the drill's result as JSON.")] = False,
@@ -259,6 +272,7 @@ def register(app: typer.Typer) -> None:
         state = c.state()
         if node is not None and node not in state.node_index:
             fail(f"--node {node!r}: no such node in the cluster")
+        policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
         _check_policy(policy)
         pod_list = _load_pods_or_fail(pods)
         sched, pending = _place(state, pod_list, policy)

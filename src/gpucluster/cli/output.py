@@ -16,9 +16,9 @@ import enum
 import json
 import math
 import os
+import re
 import shutil
 import sys
-import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,6 +30,8 @@ MIN_COLUMN = 5
 """A truncated column keeps at least this many characters (or its full width when narrower)."""
 LAST_COLUMN = 12
 """The last column (free text) is cut down to this many characters before any other column is cut."""
+WRAPPED_COLUMN = 20
+"""A folded last column (``wrap_last``) is at least this wide: the columns before it give way first."""
 
 
 class OutputFormat(enum.StrEnum):
@@ -120,22 +122,25 @@ def truncate(text: str, width: int) -> str:
 
 
 def fit_widths(natural: Sequence[int], limit: int | None, gap: int = len(SEPARATOR),
-               elastic_last: bool = True) -> list[int]:
+               elastic_last: bool = True, keep: Iterable[int] = ()) -> list[int]:
     """Column widths that fit ``limit`` characters when they can. The last column (free text: a message, a
     summary) gives way first, down to :data:`LAST_COLUMN` characters; then the widest columns are narrowed,
-    none below ``min(natural, MIN_COLUMN)``. With no limit (or room enough) the natural widths."""
+    none below ``min(natural, MIN_COLUMN)``; the ``keep`` columns (an id a user types next) never are. With no
+    limit (or room enough) the natural widths."""
     widths = list(natural)
     if limit is None or not widths:
         return widths
+    kept = set(keep)
     budget = limit - gap * (len(widths) - 1)
     if sum(widths) <= budget:
         return widths
-    if elastic_last and len(widths) > 1:
+    last = len(widths) - 1
+    if elastic_last and len(widths) > 1 and last not in kept:
         others = sum(widths[:-1])
         widths[-1] = max(min(widths[-1], LAST_COLUMN), budget - others)
         if sum(widths) <= budget:
             return widths
-    floors = [min(w, MIN_COLUMN) for w in widths]
+    floors = [w if k in kept else min(w, MIN_COLUMN) for k, w in enumerate(widths)]
     if sum(floors) >= budget:
         return floors
     lo, hi = 0, max(widths)  # the largest cap C with sum(max(floor, min(w, C))) <= budget
@@ -163,11 +168,35 @@ def _cell(value: Any) -> str:
     return " ".join(text.split()) if ("\n" in text or "\t" in text) else text
 
 
+def fold(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken after a space or a comma (a message, a
+    Slurm node list ``train-[0000-0003,0007],infer-0001``), never inside a word unless one word is longer
+    than the whole width."""
+    if len(text) <= width:
+        return [text]
+    lines: list[str] = []
+    line = ""
+    for token in re.split(r"(?<=[ ,])", text):
+        if len(line) + len(token.rstrip()) > width and line.strip():
+            lines.append(line.rstrip())
+            line = ""
+        line += token.lstrip() if not line else token
+        while len(line.rstrip()) > width:  # one word longer than the column: cut it, nothing else fits
+            lines.append(line[:width])
+            line = line[width:]
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines or [""]
+
+
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: int | None = None,
-                 no_headers: bool = False, right: Iterable[int] = (), wrap_last: bool = False) -> str:
+                 no_headers: bool = False, right: Iterable[int] = (), wrap_last: bool = False,
+                 keep: Iterable[int] = ()) -> str:
     """A kubectl-style table; ``width`` (characters) narrows the widest cells to fit, never drops a column.
-    ``right`` lists the columns aligned to the right (numbers). ``wrap_last``: the last column's text is
-    wrapped onto continuation lines under it instead of being cut (for a "why" that must be read whole)."""
+    ``right`` lists the columns aligned to the right (numbers); ``keep`` the columns never cut (ids).
+    ``wrap_last``: the last column's text is folded onto continuation lines under it (at spaces and commas,
+    :func:`fold`) instead of being cut (for a "why" that must be read whole); the other columns give way so
+    that every line fits ``width``."""
     body = [[_cell(v) for v in row] for row in rows]
     head = [str(h) for h in headers]
     for row in body:
@@ -177,17 +206,20 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: i
     if not shown:
         return ""
     natural = [max(len(r[k]) for r in shown) for k in range(len(head))]
-    widths = fit_widths(natural, width)
-    last = len(widths) - 1
+    last = len(natural) - 1
     if wrap_last and width is not None:  # the last column takes whatever the others leave, at least 20
+        least = min(natural[last], WRAPPED_COLUMN)
+        widths = fit_widths([*natural[:last], least], width, elastic_last=False, keep={*keep, last})
         others = sum(widths[:last]) + len(SEPARATOR) * last
-        widths[last] = max(min(natural[last], 20), width - others)
+        widths[last] = max(least, min(natural[last], width - others))
+    else:
+        widths = fit_widths(natural, width, keep=keep)
     align_right = set(right)
     lines = []
     for row in shown:
         tail = [row[last]]
         if wrap_last and len(row[last]) > widths[last]:
-            tail = textwrap.wrap(row[last], widths[last], break_on_hyphens=False) or [""]
+            tail = fold(row[last], widths[last])
         for n, text_last in enumerate(tail):
             cells = []
             for k, w in enumerate(widths):
@@ -203,12 +235,12 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: i
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None,
                 no_headers: bool = False, wide: bool = False, right: Iterable[int] = (),
-                wrap_last: bool = False) -> None:
+                wrap_last: bool = False, keep: Iterable[int] = ()) -> None:
     """Write a table to stdout, fitted to :func:`terminal_width` (``wide``: never truncated)."""
     width = None if wide else terminal_width()
     if title:
         write(truncate(title, width) if width else title)
-    text = render_table(headers, list(rows), width, no_headers, right, wrap_last)
+    text = render_table(headers, list(rows), width, no_headers, right, wrap_last, keep)
     if text:
         sys.stdout.write(text)
         sys.stdout.flush()

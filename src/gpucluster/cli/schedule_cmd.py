@@ -10,10 +10,12 @@ import typer
 from gpucluster.cli.common import (
     DeviceConfigOpt,
     cluster_option_help,
+    deprecated_option,
     fail,
     load_cluster_or_fail,
     print_json,
     registry_or_fail,
+    renamed,
 )
 from gpucluster.cli.output import print_table, write
 from gpucluster.model import ClusterState, Policy, views
@@ -75,8 +77,10 @@ def register(app: typer.Typer) -> None:
         pods: Annotated[Path, typer.Option("--pods", help="YAML stream of Pod manifests (HAMi resources).")],
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
         policy: Annotated[str | None, typer.Option(
-            "--policy", help="Placement policy: default (speed-fgd), stranding-fgd, binpack, spread, fgd, bestfit, ... "
-                             "Used when neither --node-policy nor --gpu-policy is given.")] = None,
+            "--placement-policy", help="Placement policy: default (speed-fgd), stranding-fgd, binpack, spread, fgd, "
+                                       "bestfit, ... Used when neither --node-policy nor --gpu-policy is given.")]
+        = None,
+        old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
         node_policy: Annotated[
             Policy | None, typer.Option("--node-policy", help="HAMi style: prefer fuller nodes (binpack) or emptier "
                                                               "(spread); selects the binpack/spread profile.")
@@ -94,6 +98,7 @@ def register(app: typer.Typer) -> None:
 
         Exit status: 0 when every pod was placed, 3 when at least one was not (the JSON says which: "node" is
         null and "why" holds the counted reasons), 2 for bad input."""
+        policy = renamed(policy, old_policy, "--placement-policy", "--policy")
         registry = registry_or_fail(device_config)
         c = load_cluster_or_fail(cluster, registry)
         try:
@@ -104,14 +109,14 @@ def register(app: typer.Typer) -> None:
             fail(f"{pods}: {exc.strerror}")
         if node_policy is not None or gpu_policy is not None:
             if policy is not None:
-                fail("--policy cannot be combined with --node-policy/--gpu-policy")
+                fail("--placement-policy cannot be combined with --node-policy/--gpu-policy")
             node_policy, gpu_policy = node_policy or Policy.BINPACK, gpu_policy or Policy.SPREAD
             profile = binpack_spread_profile(node_policy, gpu_policy, seed)
             label = f"node {node_policy}, gpu {gpu_policy}"
         else:
             name = policy or "default"
             if name not in PROFILES:
-                fail(f"--policy {name!r}: unknown; known: {', '.join(sorted(PROFILES))}")
+                fail(f"--placement-policy {name!r}: unknown; known: {', '.join(sorted(PROFILES))}")
             profile = profile_for(name, seed)
             label = f"policy {DEFAULT_PLACEMENT_POLICY if name == 'default' else name}"
         state = c.state()

@@ -22,10 +22,12 @@ from gpucluster.cli.common import (
     check_placement_policy,
     check_queue_policies,
     console,
+    deprecated_option,
     device_settings_or_fail,
     fail,
     load_cluster_or_fail,
     print_json,
+    renamed,
 )
 from gpucluster.cli.get_cmd import VIEWS, Resource
 from gpucluster.cli.output import print_table
@@ -36,6 +38,13 @@ PORT_ENV = "GPUCLUSTER_PORT"
 REMEDIATE_NAMES = {"drain": Action.DRAIN, "defragment": Action.DEFRAGMENT, "migrate": Action.DEFRAGMENT,
                    "release": Action.RELEASE}
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+class TenantMode(enum.StrEnum):
+    """``up --tenants``: whether a job may create its tenant (``ServiceConfig.tenants_on_first_use``)."""
+
+    EXPLICIT = "explicit"
+    ON_FIRST_USE = "on-first-use"
 
 
 class LogFormat(enum.StrEnum):
@@ -113,9 +122,15 @@ def up(
                                               help="Target load of the synthetic background workload.")] = 0.6,
     faults_per_hour: Annotated[float, typer.Option("--faults-per-hour", min=0.0,
                                                    help="Injected GPU faults per clock hour.")] = 1.0,
-    policy: Annotated[str, typer.Option("--placement-policy", "--policy",
-                                        help=PLACEMENT_HELP + " (--policy: the same)")] = "default",
+    old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
+    policy: Annotated[str | None, typer.Option("--placement-policy", help=PLACEMENT_HELP + "; default: default")]
+    = None,
     queue_policy: Annotated[str, typer.Option("--queue-policy", help=QUEUE_HELP)] = "default",
+    tenants: Annotated[TenantMode | None, typer.Option(
+        "--tenants", help="explicit: a job naming a tenant that does not exist is refused (422, saying how to "
+                          "create it: `gpucluster tenants create NAME`), as Kueue and Slurm do; on-first-use: it "
+                          "creates the tenant, unlimited. Default: explicit (on-first-use with --kubeconfig, where "
+                          "Jobs found in the cluster bring their tenant).", case_sensitive=False)] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
     device_config: DeviceConfigOpt = None,
     submit_rate: Annotated[float, typer.Option(
@@ -175,6 +190,7 @@ def up(
     from gpucluster.service.limits import RateLimits
     from gpucluster.service.store import StoreWriteError, disk_full
 
+    policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
     check_placement_policy(policy)
     [queue_policy] = check_queue_policies(queue_policy)
     try:
@@ -219,7 +235,10 @@ def up(
                                                identity=identity))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
+    first_use = (tenants or (TenantMode.ON_FIRST_USE if kubeconfig is not None else TenantMode.EXPLICIT)) \
+        == TenantMode.ON_FIRST_USE
     config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst),
+                           tenants_on_first_use=first_use,
                            max_queued_jobs=max_queued_jobs,
                            legacy_metrics=legacy_metrics)
     try:

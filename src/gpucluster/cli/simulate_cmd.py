@@ -20,10 +20,12 @@ from gpucluster.cli.common import (
     check_queue_policies,
     cluster_option_help,
     console,
+    deprecated_option,
     fail,
     load_cluster_or_fail,
     print_json,
     registry_or_fail,
+    renamed,
     training_share_rows,
 )
 from gpucluster.cli.output import print_table
@@ -107,9 +109,9 @@ def simulate(
     trace: Annotated[str, typer.Option("--trace", help="FORMAT:PATH; formats philly-gavel, alibaba-openb, "
                                                         "tiresias, jobs, or synthetic:N[:PROFILE[:LOAD]]")],
     cluster_path: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
-    policy: Annotated[str, typer.Option("--queue-policy", "--policy",
-                                        help=QUEUE_HELP + "; a comma list, or 'all' (--policy: the same)")]
-    = DEFAULT_QUEUE_POLICY,
+    policy: Annotated[str | None, typer.Option(
+        "--queue-policy", help=QUEUE_HELP + f"; a comma list, or 'all' (default: {DEFAULT_QUEUE_POLICY})")] = None,
+    old_policy: Annotated[str | None, deprecated_option("--policy", "--queue-policy")] = None,
     placement: Annotated[str | None, typer.Option(
         "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for per-job CSV and PNG plots")] = None,
@@ -126,6 +128,7 @@ def simulate(
     device_config: DeviceConfigOpt = None,
 ) -> None:
     """Replay a job trace: queueing, gang + topology placement, preemption; print JCT, utilisation, fairness."""
+    policy = renamed(policy, old_policy, "--queue-policy", "--policy") or DEFAULT_QUEUE_POLICY
     names = check_queue_policies(policy, allow_all=True)
     check_placement_policy(placement)
     if limit is not None and limit <= 0:

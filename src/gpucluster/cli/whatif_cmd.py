@@ -22,7 +22,9 @@ from gpucluster.cli.common import (
     QUEUE_HELP,
     check_placement_policy,
     check_queue_policies,
+    deprecated_option,
     print_json,
+    renamed,
     training_share_rows,
 )
 from gpucluster.cli.output import print_table
@@ -179,8 +181,9 @@ def whatif(
     trace: Annotated[str, typer.Option("--trace", help="FORMAT:PATH; formats philly-gavel, alibaba-openb, tiresias, "
                                                        "jobs, or synthetic:N[:PROFILE[:LOAD]] (load sized on the "
                                                        "first --design)")],
-    policy: Annotated[str, typer.Option("--queue-policy", "--policy", help=QUEUE_HELP + " (--policy: the same)")]
-    = DEFAULT_QUEUE_POLICY,
+    policy: Annotated[str | None, typer.Option(
+        "--queue-policy", help=QUEUE_HELP + f" (default: {DEFAULT_QUEUE_POLICY})")] = None,
+    old_policy: Annotated[str | None, deprecated_option("--policy", "--queue-policy")] = None,
     placement: Annotated[str | None, typer.Option(
         "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
     years: Annotated[float, typer.Option("--years", help="Years to amortise capex over")] = DEFAULT_YEARS,
@@ -214,6 +217,7 @@ def whatif(
              "without it.")] = None,
 ) -> None:
     """Simulate each design on the same workload; print cost against utilisation and JCT, and which to buy."""
+    policy = renamed(policy, old_policy, "--queue-policy", "--policy") or DEFAULT_QUEUE_POLICY
     [policy] = check_queue_policies(policy)
     check_placement_policy(placement)
     if years <= 0:

@@ -244,6 +244,9 @@ class JobEngine:
         self._failure: GroupDecision | None = None
         self._resume: tuple[Key, int, str] | None = None
         """Where a pass cut short by ``pass_budget_s`` stopped: the next pass goes on from this queue entry."""
+        self._revisit = False
+        """Something changed while a pass was cut short (a job queued ahead of where it stopped, a job ended):
+        once that pass reaches the end of the queue, another starts from the top."""
         self._admitted: set[str] = set()
         """Jobs admitted under an earlier quota (they ran before a control-plane restart): their next placement
         is charged to the quota but not held to a limit lowered since."""
@@ -332,7 +335,7 @@ class JobEngine:
 
         Changes made since the last call (submit, cancel, and any change of the cluster or the quota tree) are
         scheduled first, at the current time."""
-        if self._dirty or self._moved():
+        if self._dirty or self._resume is not None or self._moved():
             self._pass()
         while True:
             nxt = self.kernel.peek()
@@ -343,7 +346,7 @@ class JobEngine:
                 event = self.kernel.step()
                 assert event is not None
                 self._handle(event)
-            if self._dirty or self._moved():
+            if self._dirty or self._resume is not None or self._moved():
                 self._pass()
         if t != math.inf and t > self.now:
             self._advance(t)
@@ -528,8 +531,10 @@ class JobEngine:
             self._apply(job, Note(message, repeat=True))
 
     def _pass(self) -> None:
-        self._dirty = False
         resume, self._resume = self._resume, None
+        if resume is not None and (self._dirty or self._moved()):
+            self._revisit = True  # the part of the queue this pass already went through is out of date
+        self._dirty = False
         tot = self.totals
         tot.passes += 1
         pol = self.policy
@@ -634,8 +639,12 @@ class JobEngine:
             for job in self.views.queued():
                 self._note(job, self._count_message(job, free))
         # what the pass itself changed (victims re-queued) waits for the next event, so stepping the clock
-        # in small or large increments gives the same run; a pass cut short goes on at the next run
-        self._dirty = self._resume is not None
+        # in small or large increments gives the same run; a pass cut short goes on at the next run, and one
+        # that reached the end after something changed during it starts again from the top
+        self._dirty = False
+        if self._resume is None and self._revisit:
+            self._revisit = False
+            self._dirty = True
         self._seen = self.capacity.stamp()
         if self.record_series:
             point = SeriesPoint(self.now, self.ledger.busy, len(self._queue), len(self._running))

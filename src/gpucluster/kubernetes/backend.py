@@ -452,7 +452,8 @@ class KubeRuntime(EngineFront):
         raise RuntimeError(f"Job {namespace}/{name}: the admission kept conflicting with other writes")
 
     def write_suspend(self, namespace: str, name: str, uid: str) -> str:
-        """Suspend the Job again (preempted), drop its admission, delete its pods at once."""
+        """Suspend the Job again (preempted), drop its admission, delete its pods at once and release their
+        ResourceClaims."""
         if not self.leading:
             return "lost"
         body = {"metadata": {"annotations": {ADMISSION_ANNOTATION: None}}, "spec": {"suspend": True}}
@@ -465,12 +466,30 @@ class KubeRuntime(EngineFront):
         self._job_event(namespace, name, "Normal", "Preempted", "suspended to make room for another job; "
                                                                "re-queued")
         with self._lock:
-            keys = [k for k, p in self._pods.items() if p.job_uid == uid]
-        for key in keys:
+            pods = [(k, str((p.obj.get("metadata") or {}).get("uid") or "")) for k, p in self._pods.items()
+                    if p.job_uid == uid]
+        for key, _uid in pods:
             ns, _, pod = key.partition("/")
             with contextlib.suppress(ApiException):
                 self.core.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
+        self._release_claims({u for _k, u in pods if u})
         return "ok"
+
+    def _release_claims(self, pod_uids: set[str]) -> None:
+        """The pods are gone (deleted with no grace): take them out of their claims' ``reservedFor`` and deallocate
+        the claims nobody holds any more, now, before any later write of this thread (the bind of the pods that
+        preempted them) gives their devices to another claim."""
+        if not pod_uids:
+            return
+        with self.cluster.lock:
+            held = [(c.namespace, c.name, ref[2]) for c in self.cluster.claims.values() for ref in c.reserved_for
+                    if ref[2] in pod_uids]
+        for namespace, name, pod_uid in held:
+            try:
+                self.binder.claims.release(namespace, name, pod_uid)
+                log.info("claim %s/%s released (its pod was preempted)", namespace, name)
+            except Exception as exc:  # kube-controller-manager's resourceclaim controller releases it later
+                log.warning("claim %s/%s not released: %s", namespace, name, _api_error(exc))
 
     def write_create(self, body: dict[str, Any]) -> tuple[str, str]:
         """Create the Job (an existing one of the same name is ours already); returns (uid, resourceVersion)."""

@@ -58,6 +58,11 @@ class ServiceConfig:
     """Jobs a tenant may have pending at once unless its own ``max_queued_jobs`` says otherwise (429 beyond)."""
     legacy_metrics: bool = False
     """``/metrics`` also carries HAMi's legacy metric names (``GPUDeviceMemoryAllocated`` ...)."""
+    tenants_on_first_use: bool = False
+    """A job naming a tenant that does not exist creates it (unlimited, weight 1) instead of being refused with
+    422 saying how to create it (``up --tenants on-first-use``; ``explicit``, the default, is what Kueue and
+    Slurm users expect: a LocalQueue or an account exists before work is submitted to it). The ``default``
+    tenant of the admin's jobs always exists."""
 
 
 @dataclass

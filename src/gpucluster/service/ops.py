@@ -210,7 +210,9 @@ class Operations:
 
         The estimate assumes GPU-equivalents free up as running jobs with a ``duration_s`` end and go to the
         queue in order (shapes and fragmentation ignored); it is None when that never frees enough (running jobs
-        without a duration hold the rest). ``tenant``: only that tenant's rows (positions stay global)."""
+        without a duration hold the rest), and for a ``blocked`` job: ``quota`` (its tenant's quota holds it
+        back: freed GPUs would not start it) or ``never`` (it can no longer start here at all). ``tenant``: only
+        that tenant's rows (positions stay global)."""
         rt = self.service.runtime
         jobs = {j.id: j for j in rt.jobs() if j.status == JobStatus.PENDING}
         if isinstance(rt, QueueOrder):
@@ -227,23 +229,47 @@ class Operations:
         ends = sorted((j.started_t + j.duration_s, j.gpus) for j in running
                       if j.started_t is not None and j.duration_s is not None)
         now = rt.now
+        quotas = {t["name"]: float(t["quota_gpus"]) for t in self.service.store.tenants()
+                  if t["quota_gpus"] is not None}
+        usage = rt.usage_by_tenant()
         demand, released, k = 0.0, 0.0, 0
         ready_at = now  # when the GPUs every job so far needs are free (never earlier than the job before)
         rows = []
         for pos, job in enumerate(order, start=1):
-            demand += job.gpus
-            while free + released < demand - 1e-9 and k < len(ends):
-                released += ends[k][1]
-                ready_at = max(ready_at, ends[k][0])
-                k += 1
-            est = ready_at if free + released >= demand - 1e-9 else None
+            blocked, why = self._blocked(job, quotas, usage)
+            est: float | None = None
+            if blocked is None:  # a blocked job takes no GPUs that free up: the jobs behind it may
+                demand += job.gpus
+                while free + released < demand - 1e-9 and k < len(ends):
+                    released += ends[k][1]
+                    ready_at = max(ready_at, ends[k][0])
+                    k += 1
+                est = ready_at if free + released >= demand - 1e-9 else None
             if tenant is not None and job.tenant != tenant:
                 continue
             rows.append({"position": pos, "id": job.id, "name": job.name, "tenant": job.tenant,
                          "synthetic": job.synthetic, "priority": job.priority, "replicas": job.replicas,
-                         "gpus": job.gpus, "waiting_s": max(0.0, now - job.submitted_t), "why": job.message,
-                         "est_start_t": est, "est_wait_s": None if est is None else max(0.0, est - now)})
+                         "gpus": job.gpus, "waiting_s": max(0.0, now - job.submitted_t), "why": why,
+                         "blocked": blocked, "est_start_t": est,
+                         "est_wait_s": None if est is None else max(0.0, est - now)})
         return {"t": now, "total": len(order), "free_gpus": free, "jobs": rows}
+
+    def _blocked(self, job: Job, quotas: Mapping[str, float],
+                 usage: Mapping[str, Mapping[str, float]]) -> tuple[str | None, str]:
+        """(``never``, ``quota`` or None, the words for WHY): a job that can never start here (the cluster or
+        its tenant's quota changed since it was accepted), or one its tenant's quota holds back now."""
+        try:
+            self.service.runtime.validate(job)
+        except ValueError as exc:
+            return "never", f"never: {exc}"
+        if job.message.startswith("waiting for quota"):
+            return "quota", f"blocked by quota: {job.message.removeprefix('waiting for quota: ')}"
+        limit = quotas.get(job.tenant)
+        held = float(usage.get(job.tenant, {}).get("gpus", 0.0))
+        if limit is not None and held + job.gpus > limit + 1e-9:
+            return "quota", (f"blocked by quota: tenant {job.tenant} holds {held:g} of {limit:g} GPUs, the job "
+                             f"needs {job.gpus:g}")
+        return None, job.message
 
     def events(self, cursor: str | None, limit: int, tenant: str | None, job_id: str | None) -> dict[str, Any]:
         """Job events (the caller's own jobs for a tenant) and cluster events (remediation, alerts), oldest first,

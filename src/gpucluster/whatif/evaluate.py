@@ -49,7 +49,7 @@ from gpucluster.jobs import JobSpec
 from gpucluster.simulator import Simulation
 from gpucluster.simulator.experiments.executor import executor_for
 from gpucluster.simulator.load import offered_load
-from gpucluster.spec import Cluster, ClusterSpecFile, SpecError, cluster_from_spec
+from gpucluster.spec import Cluster, ClusterSpecFile, SpecError, cluster_from_spec, load_cluster
 from gpucluster.whatif.cost import WorkDone, design_costs
 
 HOURS_PER_YEAR = 8760.0
@@ -91,13 +91,65 @@ def _fail(lines: list[str]) -> NoReturn:
     raise DesignInputError(lines)
 
 
+#: What ``gpucluster design --out DIR`` names the cluster spec it writes there.
+DESIGN_OUT_SPEC = "cluster-spec.yaml"
+
+
+def _spec_requirements(spec: ClusterSpecFile, source: str) -> dict[str, Any]:
+    """The requirements ``design`` would turn into this spec's GPU servers: its one GPU model and per-server
+    count, its server count and its fabric; the rest (PSU, storage, management, prices) are ``design``'s
+    defaults. A spec of several GPU models or counts is refused: one design prices one server type."""
+    pools = [p for p in spec.node_pools if p.gpu is not None]
+    if not pools:
+        _fail([f"{source}: nodePools: no pool has GPUs; whatif prices GPU servers"])
+    shapes = sorted({(p.gpu.model, p.gpu.count) for p in pools if p.gpu is not None})
+    if len(shapes) > 1:
+        kinds = ", ".join(f"{m} x {c}" for m, c in shapes)
+        _fail([f"{source}: nodePools: GPU servers of {len(shapes)} kinds ({kinds}); a design prices one kind: "
+               "give a requirements file (see docs/design.md) per design"])
+    [(model, count)] = shapes
+    return {"name": spec.name, "gpu": model, "gpus_per_server": count, "servers": sum(p.count for p in pools),
+            "fabric": {"type": str(spec.fabric.type), "link_gbps": int(spec.fabric.link_gbps),
+                       "oversubscription": spec.fabric.oversubscription}}
+
+
+def _candidate_from_spec(path: Path, data: dict[str, Any]) -> Candidate:
+    """A cluster spec (what ``design --export-spec`` / ``design --out`` wrote, or any ClusterSpec): the cluster
+    simulated is the spec as written, priced as the design of the same GPU servers and fabric."""
+    source = str(path)
+    try:
+        cluster = load_cluster(path)
+        spec = ClusterSpecFile.model_validate(data)
+    except (SpecError, ValueError) as exc:
+        _fail([str(exc) if str(exc).startswith(source) else f"{source}: {exc}"])
+    try:
+        req = parse_requirements(_spec_requirements(spec, source))
+        prices = load_price_catalog(req.cost.price_catalog)
+        d = design(req, prices)
+    except RequirementsError as exc:
+        _fail([f"{source}: cannot price it as a design: {f}: {w}" for f, w in exc.problems])
+    except DesignError as exc:
+        _fail([f"{source}: cannot price it as a design: {exc.field}: {exc.why}"])
+    return Candidate(req.name, source, d, cluster, prices)
+
+
 def load_candidate(path: Path) -> Candidate:
-    """Requirements YAML -> design -> simulated cluster; raises :class:`DesignInputError` on bad input."""
+    """Requirements YAML -> design -> simulated cluster; raises :class:`DesignInputError` on bad input.
+
+    Also takes a cluster spec (``kind: ClusterSpec``, as ``design --export-spec`` writes it) or the folder
+    ``design --out`` wrote (its ``cluster-spec.yaml``): see :func:`_candidate_from_spec`."""
+    if path.is_dir():
+        if not (path / DESIGN_OUT_SPEC).is_file():
+            _fail([f"{path}: a folder without {DESIGN_OUT_SPEC} (give a requirements file, a cluster spec or "
+                   "the folder `gpucluster design --out` wrote)"])
+        path = path / DESIGN_OUT_SPEC
     source = str(path)
     try:
         data = inputfile.load_yaml(path)
     except inputfile.InputFileError as exc:
         _fail([str(exc)])
+    if isinstance(data, dict) and data.get("kind") == "ClusterSpec":
+        return _candidate_from_spec(path, data)
     if not isinstance(data, dict):
         _fail([f"{source}: requirements: must be a mapping"])
     try:

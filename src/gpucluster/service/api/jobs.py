@@ -31,9 +31,13 @@ IdempotencyKey = Annotated[str | None, Header(
                 "request created instead of creating another (the same key with another body is 409).")]
 
 
+DEFAULT_TENANT = "default"
+"""The tenant of the admin's jobs that name none (always allowed, created on first use)."""
+
+
 def _tenant_of(body: JobIn, who: Principal) -> str:
     if who.is_admin:
-        tenant = body.tenant or "default"
+        tenant = body.tenant or DEFAULT_TENANT
         if tenant == SYNTHETIC_TENANT:
             raise ApiError(422, "tenant", f"{SYNTHETIC_TENANT!r} is reserved for the background workload")
         return tenant
@@ -97,6 +101,10 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
                 return earlier.to_dict()
     check_rate(service, who, "submissions")
     row = service.store.tenant(tenant)
+    if tenant != DEFAULT_TENANT and not service.config.tenants_on_first_use and row is None:
+        raise ApiError(422, "tenant", f"no tenant {tenant!r}: create it first (gpucluster tenants create {tenant} "
+                                      "[--quota-gpus N], or POST /api/v1/tenants), or start up with --tenants "
+                                      "on-first-use")
     _admit_priority(service, who, tenant, body.priority, row)
     _admit_queued(service, tenant, row)
     try:

@@ -216,6 +216,14 @@ class TenantIn(_In):
                                                     "the default (gpucluster up --max-queued-jobs, 1000).")
 
 
+class TenantPatch(_In):
+    quota_gpus: float | None = Field(None, ge=0, le=MAX_QUOTA_GPUS,
+                                     description="GPU-equivalents the tenant may hold; null = no quota.")
+    weight: float | None = Field(None, gt=0, le=1000, description="Fair-share weight; omit = unchanged.")
+    max_priority: int | None = Field(None, ge=0, le=MAX_PRIORITY,
+                                     description="Highest job priority the tenant may ask for; omit = unchanged.")
+
+
 class ExperimentIn(_In):
     policies: list[Annotated[str, StringConstraints(max_length=64)]] = Field(
         default_factory=lambda: ["stranding-fgd", "binpack", "spread"], min_length=1, max_length=4)
@@ -414,6 +422,9 @@ class TenantRow(_Out):
     running: int
     pending: int
     share_used: float
+    over_quota: bool = Field(False, description="Its running jobs hold more GPUs than its quota (the quota was "
+                                                "lowered, or jobs were admitted before it was set): no new job of "
+                                                "it starts until it is back under.")
 
 
 class TenantList(_Out):
@@ -503,7 +514,11 @@ class QueueRow(_Out):
     gpus: float
     waiting_s: float
     why: str = Field(description="Why it waits (the scheduler's counted reasons, quota ...).")
-    est_start_t: float | None = Field(description="Rough start estimate (runtime clock); null = unknown.")
+    blocked: str | None = Field(None, description="``quota``: its tenant's quota holds it back (freed GPUs would "
+                                                  "not start it); ``never``: it can no longer start here (the "
+                                                  "cluster or the quota changed since it was accepted); null.")
+    est_start_t: float | None = Field(description="Rough start estimate (runtime clock); null = unknown or "
+                                                  "blocked.")
     est_wait_s: float | None
 
 
@@ -621,6 +636,7 @@ __all__ = [
     "TenantCreated",
     "TenantIn",
     "TenantList",
+    "TenantPatch",
     "TokenIssued",
     "TokensRevoked",
     "Topology",

@@ -15,6 +15,8 @@ from gpucluster.service.api.models import (
     TenantCreated,
     TenantIn,
     TenantList,
+    TenantPatch,
+    TenantRow,
     TokenIssued,
     TokensRevoked,
 )
@@ -54,7 +56,8 @@ async def tenants(who: Auth, service: Svc) -> dict[str, Any]:
                     "fair_share_gpus": round(share, 2),
                     "gpus": round(u.get("gpus", 0.0), 2), "pending_gpus": round(u.get("pending_gpus", 0.0), 2),
                     "running": int(u.get("running", 0)), "pending": int(u.get("pending", 0)),
-                    "share_used": round(u.get("gpus", 0.0) / share, 3) if share else 0.0})
+                    "share_used": round(u.get("gpus", 0.0) / share, 3) if share else 0.0,
+                    "over_quota": r["quota_gpus"] is not None and u.get("gpus", 0.0) > float(r["quota_gpus"]) + 1e-9})
     return {"total_gpus": total_gpus, "tenants": out}
 
 
@@ -74,6 +77,26 @@ async def create_tenant(body: TenantIn, who: Auth, service: Svc) -> dict[str, An
     max_priority = DEFAULT_TENANT_MAX_PRIORITY if body.max_priority is None else body.max_priority
     return {"name": body.name, "quota_gpus": body.quota_gpus, "weight": body.weight, "max_priority": max_priority,
             "max_queued_jobs": service.max_queued({"max_queued_jobs": body.max_queued_jobs}), "token": token}
+
+
+@router.patch("/api/v1/tenants/{name}", response_model=TenantRow, responses=ERRORS)
+async def update_tenant(name: TenantName, body: TenantPatch, who: Auth, service: Svc) -> dict[str, Any]:
+    """Admin: change a tenant's quota (``quota_gpus``: null = none), weight or maximum priority; only the fields
+    given change, its tokens stay. 404 for a tenant that does not exist."""
+    admin_only(who)
+    row = service.store.tenant(name)
+    if row is None:
+        raise ApiError(404, "path.name", f"no tenant {name!r} (create it: POST /api/v1/tenants)")
+    given = body.model_fields_set
+    quota = body.quota_gpus if "quota_gpus" in given else row["quota_gpus"]
+    weight = body.weight if body.weight is not None else float(row["weight"])
+    most = body.max_priority if "max_priority" in given else row["max_priority"]
+    service.store.upsert_tenant(name, quota, weight, most)
+    service.store.audit(who.actor, "tenant.update", name, f"quota={quota} weight={weight} max_priority={most}")
+    service.sync_quotas()
+    service.changed()
+    rows: list[dict[str, Any]] = (await tenants(who, service))["tenants"]
+    return next(t for t in rows if t["name"] == name)
 
 
 def _own_tenant(service: Service, who: Principal, name: str) -> None:

@@ -514,7 +514,7 @@ pages.jobs = {
     const admin = S.me && S.me.role === "admin";
     el.innerHTML = `<div class="card"><h3>Submit a job</h3>
       <form id="job-form" class="form-grid" data-testid="job-form">
-        <div><label for="jf-name">Name</label><input id="jf-name" required pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" value="train-${Math.random().toString(36).slice(2, 6)}"></div>
+        <div><label for="jf-name">Name</label><input id="jf-name" required pattern="[a-z0-9]([a-z0-9\\-]*[a-z0-9])?" value="train-${Math.random().toString(36).slice(2, 6)}"></div>
         ${admin ? `<div><label for="jf-tenant">Tenant</label><input id="jf-tenant" value="default"></div>` : ""}
         <div><label for="jf-replicas">Replicas (gang)</label><input id="jf-replicas" type="number" min="1" max="256" value="1"></div>
         <div><label for="jf-type">GPU type</label><select id="jf-type" data-testid="jf-type"><option value="">any</option></select></div>

@@ -1,0 +1,109 @@
+"""The console script starts lazily (issue 32, minor): ``--help``, ``--version``, ``version`` and completing a
+command name import no command module (no numpy, no scheduler, no spec loader); a named command imports its own
+module only; the quick ``--help`` says what the whole app's says. Start-up time is measured by
+``bench/cli_startup.py`` (figures in ``docs/benchmarks.md``), never asserted here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from gpucluster.cli import main as cli_main
+
+runner = CliRunner()
+HEAVY = ("numpy", "gpucluster.spec", "gpucluster.scheduler", "gpucluster.cli.common", "httpx")
+
+# Runs the console script's main() in a fresh interpreter and prints, after it exits, which modules it imported.
+PROBE = """
+import json, sys
+sys.argv = ["gpucluster", *json.loads(sys.argv[1])]
+from gpucluster.cli.main import main
+try:
+    main()
+except SystemExit:
+    pass
+print("\\nIMPORTED " + json.dumps(sorted(m for m in sys.modules if m.startswith(("gpucluster", "numpy", "httpx")))))
+"""
+
+
+def probe(args: list[str], **env: str) -> tuple[str, set[str]]:
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "80", **env}, timeout=120, check=False)
+    out, _, imported = proc.stdout.rpartition("\nIMPORTED ")
+    assert imported, proc.stderr
+    return out + proc.stderr, set(json.loads(imported))
+
+
+def heavy(imported: set[str]) -> list[str]:
+    return sorted(m for m in imported if m.split(".")[0] == "numpy" or m.startswith(HEAVY))
+
+
+@pytest.mark.parametrize("args", [["--help"], [], ["--version"], ["version"]])
+def test_help_and_version_import_no_command_module(args: list[str]) -> None:
+    out, imported = probe(args)
+    assert heavy(imported) == [], f"gpucluster {' '.join(args)} imported {heavy(imported)}"
+    assert not [m for m in imported if m.startswith("gpucluster.cli.") and m.endswith("_cmd")]
+    if "version" in " ".join(args):
+        assert out.strip() == "0.1.0"
+    else:
+        assert "Usage: gpucluster" in out and "describe" in out and "tenants" in out
+
+
+def test_completing_a_command_name_imports_nothing_heavy_and_an_option_imports_its_module() -> None:
+    out, imported = probe([], _GPUCLUSTER_COMPLETE="complete_bash", COMP_WORDS="gpucluster ten", COMP_CWORD="1")
+    assert out.split() == ["tenants"], out
+    assert heavy(imported) == []
+    out, imported = probe([], _GPUCLUSTER_COMPLETE="complete_bash", COMP_WORDS="gpucluster get --outp",
+                          COMP_CWORD="2")
+    assert "--output" in out.split()
+    assert "gpucluster.cli.get_cmd" in imported
+    assert "gpucluster.cli.simulate_cmd" not in imported
+
+
+def test_a_command_imports_its_own_module_only() -> None:
+    out, imported = probe(["spec", "--help"])
+    assert "validate" in out
+    assert "gpucluster.cli.spec_cmd" in imported
+    assert not {"gpucluster.cli.simulate_cmd", "gpucluster.cli.k8s_cmd", "gpucluster.cli.whatif_cmd"} & imported
+
+
+def test_an_unknown_command_is_answered_by_the_whole_app() -> None:
+    assert cli_main.command_modules(["no-such-verb"]) is None
+    assert cli_main.command_modules(["--help"]) == ()
+    assert cli_main.command_modules(["get", "jobs"]) == ("get_cmd",)
+    proc = subprocess.run([sys.executable, "-m", "gpucluster.cli.main", "no-such-verb"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "No such command" in proc.stderr
+
+
+def test_the_command_table_is_the_apps() -> None:
+    """Every command the modules register is in COMMANDS, in the same order, with its module and its help's first
+    paragraph: the quick --help lists what the whole app runs."""
+    group = typer.main.get_command(cli_main.app)
+    assert isinstance(group, typer.core.TyperGroup)
+    seen = {}
+    for name in group.list_commands(None):  # type: ignore[arg-type]
+        cmd = group.get_command(None, name)  # type: ignore[arg-type]
+        assert cmd is not None
+        callback = getattr(cmd, "callback", None)
+        module = callback.__module__.rsplit(".", 1)[-1] if callback is not None else None
+        seen[name] = (module, (cmd.help or "").split("\n\n")[0])
+    table = {name: (None if isinstance(group.get_command(None, name), typer.core.TyperGroup)  # type: ignore[arg-type]
+                    else module, text) for name, (module, text) in cli_main.COMMANDS.items()}
+    hint = "a command was added, renamed or moved: update gpucluster.cli.main.COMMANDS to match"
+    assert list(table) == list(seen), hint
+    assert table == seen, hint
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_the_quick_help_is_the_whole_apps(columns: str) -> None:
+    quick = runner.invoke(cli_main.quick_app(), ["--help"], prog_name="gpucluster", env={"COLUMNS": columns})
+    full = runner.invoke(cli_main.app, ["--help"], prog_name="gpucluster", env={"COLUMNS": columns})
+    assert quick.exit_code == full.exit_code == 0
+    assert quick.stdout == full.stdout
