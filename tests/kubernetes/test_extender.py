@@ -181,7 +181,10 @@ def test_http_api(server: ExtenderServer) -> None:
         assert r.status_code == 400
         assert http.post("/preempt", json={}).status_code == 400  # a verb now: the pod is missing
         assert http.post("/evict", json={}).status_code == 404
-        metrics = http.get("/metrics").text
+        r = http.get("/metrics")
+        assert r.content == server.metrics.exposition.render()  # the one exposition path (gpucluster.exposition)
+        assert r.headers["content-type"] == server.metrics.exposition.content_type
+        metrics = r.text
         assert 'gpucluster_extender_requests_total{result="ok",verb="filter"} 1.0' in metrics
         assert 'gpucluster_extender_requests_total{result="bad_request",verb="filter"} 2.0' in metrics
         assert "gpucluster_scheduler_pods 1.0" in metrics

@@ -21,10 +21,11 @@ from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpucluster.exposition import Exposition
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import KubeInputError, node_names, parse_pod
 from gpucluster.model import Pod
@@ -311,6 +312,8 @@ class ExtenderMetrics:
         self.registry.register(_StateCollector(cluster))
         for c in collectors:
             self.registry.register(c)
+        self.exposition = Exposition(self.registry)
+        """What ``GET /metrics`` serves (:mod:`gpucluster.exposition`, the one exposition path)."""
 
 
 # ---------------------------------------------------------------------------------------------- http
@@ -404,7 +407,8 @@ class ExtenderServer:
                     self._send(200 if ok else 503, b"ok" if ok else f"not ready: {why}".encode(),
                                "text/plain; charset=utf-8")
                 elif path == "/metrics":
-                    self._send(200, generate_latest(server.metrics.registry), "text/plain; version=0.0.4")
+                    exposition = server.metrics.exposition
+                    self._send(200, exposition.render(), exposition.content_type)
                 else:
                     self._send(404, json.dumps({"error": f"no such path {path}"}).encode())
 
