@@ -154,7 +154,8 @@ def test_agent_process_serves_metrics(files: tuple[Path, Path]) -> None:
     try:
         deadline = time.monotonic() + 30
         body = ""
-        xid = re.compile(r'DCGM_FI_DEV_XID_ERRORS\{gpu="2",[^}]*Hostname="a-0001"[^}]*\} 79\.0')
+        # label order is the renderer's (sorted, as generate_latest writes them): look for both labels anywhere
+        xid = re.compile(r'DCGM_FI_DEV_XID_ERRORS\{(?=[^}]*\bgpu="2")(?=[^}]*Hostname="a-0001")[^}]*\} 79\.0')
         while time.monotonic() < deadline and proc.poll() is None:
             try:
                 body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
