@@ -495,7 +495,9 @@ def test_a_restarted_control_plane_rebuilds_every_job_from_the_cluster(cp_with_j
     second = fresh = None
     try:
         _kubectl(cp_with_jobs, "apply", "-f", "-",
-                 stdin=job_yaml(name, tenant, run, pods=2, gpus=2, env={"FAKE_RUN_S": "12"}))
+                 # long enough to outlast a kill -9 and a restart under load (at 12 s the job had once finished
+                 # before the restarted control plane served, so it was never seen running again)
+                 stdin=job_yaml(name, tenant, run, pods=2, gpus=2, env={"FAKE_RUN_S": "30"}))
         before = wait_until(lambda: _status(first, name, "running"), 60, "the job to run")
         first.kill()
         second = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect")
@@ -505,7 +507,7 @@ def test_a_restarted_control_plane_rebuilds_every_job_from_the_cluster(cp_with_j
         events = second.get(f"/api/v1/jobs/{again['id']}")["events"]
         assert [e["kind"] for e in events][:2] == ["submitted", "running"]
         assert "recovered" in [e["kind"] for e in events]
-        wait_until(lambda: _status(second, name, "succeeded"), 60, "the job to succeed")
+        wait_until(lambda: _status(second, name, "succeeded"), 90, "the job to succeed")
         second.stop()
         fresh = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect", data="empty-store")
         rebuilt = wait_until(lambda: _status(fresh, name, "succeeded"), 30, "a new replica to rebuild it")
