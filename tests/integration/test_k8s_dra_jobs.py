@@ -12,7 +12,6 @@ makes each pod's claim from its ResourceClaimTemplate) and a kubelet stand-in:
 
 from __future__ import annotations
 
-import json
 import subprocess
 import uuid
 from collections import Counter
@@ -26,6 +25,7 @@ from kubernetes import client
 from tests.kubernetes.dra_objects import NVIDIA_DRIVER, device_class, nvidia_device, resource_slice
 from up_process import gpu_nodes, new_run, registered, wait_until
 
+from gpucluster.kubernetes.client import raw_get, raw_list
 from gpucluster.kubernetes.workloads import QUEUE_LABEL
 
 pytestmark = pytest.mark.integration
@@ -39,14 +39,6 @@ def _version(api: Any) -> tuple[int, int]:
     return int(info.major), int("".join(ch for ch in info.minor if ch.isdigit()))
 
 
-def _raw(resp: Any) -> dict[str, Any]:
-    try:
-        out: dict[str, Any] = json.loads(resp.data)
-    finally:
-        resp.release_conn()
-    return out
-
-
 class Fleet:
     """Nodes whose GPUs only a DRA driver publishes (a run-specific model, and a DeviceClass selecting it)."""
 
@@ -58,7 +50,7 @@ class Fleet:
         self.template = f"one-gpu-{run}"
 
     def claims(self) -> list[dict[str, Any]]:
-        items = _raw(self.res.list_namespaced_resource_claim(NS, _preload_content=False))["items"]
+        items = raw_list(self.res.list_namespaced_resource_claim, namespace=NS)["items"]
         return [c for c in items if (c.get("status") or {}).get("allocation") and any(
             r["device"].startswith("gpu-") and r["pool"] in self.nodes
             for r in c["status"]["allocation"]["devices"]["results"])]
@@ -129,8 +121,8 @@ def claim_job(fleet: Fleet, name: str, tenant: str, *, pods: int, priority: int 
 
 
 def _pods_of(api: Any, job: str) -> list[dict[str, Any]]:
-    return list(_raw(client.CoreV1Api(api).list_namespaced_pod(
-        NS, label_selector=f"batch.kubernetes.io/job-name={job}", _preload_content=False))["items"])
+    return list(raw_list(client.CoreV1Api(api).list_namespaced_pod, namespace=NS,
+                         label_selector=f"batch.kubernetes.io/job-name={job}")["items"])
 
 
 def _claim_of(api: Any, pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -139,7 +131,7 @@ def _claim_of(api: Any, pod: dict[str, Any]) -> dict[str, Any] | None:
     names = [n for n in names if n]
     if not names:
         return None
-    return _raw(client.ResourceV1Api(api).read_namespaced_resource_claim(names[0], NS, _preload_content=False))
+    return raw_get(client.ResourceV1Api(api).read_namespaced_resource_claim, names[0], NS)
 
 
 def _runtime(cp: Any, run: str, queue_policy: str = "fifo") -> Any:
@@ -227,7 +219,7 @@ def test_a_job_whose_claim_template_is_missing_waits_and_says_why(
         batch.create_namespaced_job(NS, body)
 
         def said() -> str | None:
-            job = _raw(batch.read_namespaced_job(name, NS, _preload_content=False))
+            job = raw_get(batch.read_namespaced_job, name, NS)
             return (job["metadata"].get("annotations") or {}).get("gpucluster.io/message")
 
         message = wait_until(_ticking(rt, said), 30, "the Job to say why it waits")
@@ -316,9 +308,9 @@ def test_a_higher_priority_job_preempts_a_claim_holder_whose_claim_is_released(
         assert {p["spec"]["nodeName"] for p, _c in high} == {victim_node}  # on the devices the victim held
         victim = next(j for j in rt.jobs() if j.name == f"low-{fleet.run}")
         assert victim.status == "pending" and victim.preemptions == 1
-        job = _raw(batch.read_namespaced_job(f"low-{fleet.run}", NS, _preload_content=False))
+        job = raw_get(batch.read_namespaced_job, f"low-{fleet.run}", NS)
         assert job["spec"]["suspend"] is True
-        released = _raw(res.read_namespaced_resource_claim(named, NS, _preload_content=False))
+        released = raw_get(res.read_namespaced_resource_claim, named, NS)
         assert not (released.get("status") or {}).get("allocation")
         assert not (released.get("status") or {}).get("reservedFor")
         assert "resource.kubernetes.io/delete-protection" not in (released["metadata"].get("finalizers") or [])
