@@ -48,6 +48,13 @@ def page(browser: Any) -> Iterator[Any]:
     assert errors == [], f"JavaScript errors on the page: {errors}"
 
 
+def expect() -> Any:
+    """playwright's ``expect`` (imported when a test runs, so collecting the suite needs no playwright)."""
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect
+
+
 def shot(page: Any, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.service.server import Server, start_server, submit_job, wait_for, wait_running
+from tests.web.conftest import expect as _expect
 from tests.web.conftest import login, shot
 
 pytestmark = pytest.mark.integration
@@ -25,12 +26,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(data, "--speed", "10", "--background", "0.3", "--faults-per-hour", "0")
     yield srv
     srv.stop()
-
-
-def _expect() -> Any:
-    from playwright.sync_api import expect
-
-    return expect
 
 
 def _node(server: Server, name: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import yaml
 
 from gpucluster.jobs.engine import NOTE_REPEAT_S
 from tests.service.server import Server, start_server, submit_job, wait_for
+from tests.web.conftest import expect as _expect
 from tests.web.conftest import login, shot
 
 pytestmark = pytest.mark.integration
@@ -38,12 +39,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(data, "--speed", "10", "--background", "0.6", "--faults-per-hour", "0")
     yield srv
     srv.stop()
-
-
-def _expect() -> Any:
-    from playwright.sync_api import expect
-
-    return expect
 
 
 def _overview(server: Server) -> dict[str, Any]:

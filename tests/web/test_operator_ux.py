@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.service.server import Server, start_server, submit_job, wait_running
+from tests.web.conftest import expect as _expect
 from tests.web.conftest import login, shot
 
 pytestmark = pytest.mark.integration
@@ -21,12 +22,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(data, "--speed", "10", "--background", "0.5", "--faults-per-hour", "0")
     yield srv
     srv.stop()
-
-
-def _expect() -> Any:
-    from playwright.sync_api import expect
-
-    return expect
 
 
 def test_alert_tabs_state_column_and_silencing(page: Any, server: Server) -> None:
