@@ -172,6 +172,11 @@ def up(
                                                      "takes over.")] = 15.0,
     identity: Annotated[str | None, typer.Option(
         "--identity", help="This replica's name in the Lease (default: host-pid).")] = None,
+    pod_groups: Annotated[str, typer.Option(
+        "--pod-groups", help="With --kubeconfig: which bare pods of a pod group (scheduling.x-k8s.io/pod-group, "
+                             "gpucluster.io/gang) for schedulerName gpucluster are queued and bound here: all, "
+                             "labelled (only those labelled gpucluster.io/queue: run a secondary scheduler of the "
+                             "same name for the rest) or none.")] = "all",
 ) -> None:
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
@@ -211,6 +216,8 @@ def up(
             fail(f"--kubeconfig: {kubeconfig}: not a kubeconfig: expected a mapping with clusters, users, contexts")
     if admission not in ("devices", "count"):
         fail(f"--admission {admission!r}: expected devices or count")
+    if pod_groups not in ("all", "labelled", "none"):
+        fail(f"--pod-groups {pod_groups!r}: expected all, labelled or none")
     from gpucluster.devices import VendorRegistry
 
     # bad input files are refused before anything is locked or created
@@ -233,7 +240,7 @@ def up(
                                                remediation=remediation, namespace=namespace, admission=admission,
                                                leader_elect=leader_elect, lease_name=lease_name,
                                                lease_namespace=lease_namespace, lease_duration=lease_duration,
-                                               identity=identity))
+                                               identity=identity, pod_groups=pod_groups))
     except RuntimeUnavailableError as exc:
         fail(str(exc))
     first_use = (tenants or (TenantMode.ON_FIRST_USE if kubeconfig is not None else TenantMode.EXPLICIT)) \

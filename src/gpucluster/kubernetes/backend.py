@@ -16,6 +16,11 @@ The API server is the source of truth; the one job engine (:class:`gpucluster.jo
 * **Pods are the Job controller's.** Each pod of an admitted Job is bound into a free slot of its reservation
   (its completion index's when it can): ``gpucluster.io/reservation``, HAMi's decision annotations, a Binding. A
   Job created without ``suspend`` gets its pods at once; they stay unbound until the job is admitted.
+* **Pod groups are jobs too.** Bare pods for our scheduler name that name a gang (the
+  ``scheduling.x-k8s.io/pod-group`` label and its PodGroup's ``minMember``, or ``gpucluster.io/gang``) are one
+  job of their tenant (:mod:`.podgroups`): gathered until ``minMember`` exist, admitted all or nothing by the
+  same engine, each member bound into a slot; never preempted (no controller makes its pods again). Their
+  pseudo uid (``podgroup:NS/GANG``) files their pods beside the Jobs' pods.
 * **Status from Kubernetes.** The Job's ``Complete``/``Failed`` condition ends the job (``duration_s`` is only an
   estimate here); while it runs, its message counts the pods by phase, restarts, and the last container's exit
   code and reason. Cancel deletes the Job; preemption suspends it again and frees its GPUs at once (its pods
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import datetime as dt
 import json
 import logging
 import math
@@ -72,15 +78,33 @@ from gpucluster.jobs import (
 )
 from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client, raw_get
 from gpucluster.kubernetes.cluster import ClaimNotReadyError, ClaimPlan
-from gpucluster.kubernetes.convert import KubeInputError, parse_pod, pod_key
+from gpucluster.kubernetes.convert import (
+    BIND_PHASE_ANNOTATION,
+    BIND_TIME_ANNOTATION,
+    VGPU_NODE_ANNOTATION,
+    VGPU_TIME_ANNOTATION,
+    KubeInputError,
+    parse_pod,
+    pod_key,
+)
 from gpucluster.kubernetes.dra import ClaimRequest, DraInputError, parse_claim_template
+from gpucluster.kubernetes.gangs import GroupSizes
 from gpucluster.kubernetes.leader import LeaderElector
+from gpucluster.kubernetes.podgroups import (
+    GROUP_UID_PREFIX,
+    POD_GROUP_MODES,
+    Member,
+    group_job_id,
+    group_spec,
+    member_of,
+)
 from gpucluster.kubernetes.runtime import RunOptions, build
 from gpucluster.kubernetes.workloads import (
     DEFAULT_IMAGE,
     Admission,
     PodView,
     QueueJob,
+    Slot,
     admission_of,
     job_manifest,
     parse_queue_job,
@@ -109,6 +133,18 @@ TENANT_LABEL = QUEUE_LABEL
 NOTE_EVERY_S = 5.0
 """Shortest time between two "why it waits" notes written on one Job."""
 ADMISSIONS = ("devices", "count")
+_NOT_SLOT = frozenset({VGPU_NODE_ANNOTATION, VGPU_TIME_ANNOTATION, BIND_TIME_ANNOTATION, BIND_PHASE_ANNOTATION,
+                       RESERVATION_ANNOTATION})
+
+
+def _epoch(stamp: str) -> float:
+    """An RFC 3339 time of the API server as epoch seconds (0 when there is none)."""
+    if not stamp:
+        return 0.0
+    try:
+        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 @dataclass(slots=True)
@@ -137,6 +173,8 @@ class _Rec:
     restarts: int = 0
     unplaced_why: str = ""
     """Count-only admission: why the last pod tried found no place."""
+    group: bool = False
+    """A pod group (bare pods, :mod:`.podgroups`), not a Job: ``uid`` is the group's pseudo uid."""
 
 
 def _api_error(exc: BaseException) -> str:
@@ -203,7 +241,10 @@ class KubePlacer:
                                  count_only=rt.admission == "count")
         rec.admission, rec.writing, rec.tasks = admission, True, list(pods)
         rec.slots = [p.key if p.key in placed else "" for p in pods]
-        rt.submit_write("admit", job.id, rt.write_admission, rec.namespace, rec.name, rec.rv, admission)
+        if rec.group:
+            rt.submit_write("admit", job.id, rt.write_group_admission, rec.uid, admission)
+        else:
+            rt.submit_write("admit", job.id, rt.write_admission, rec.namespace, rec.name, rec.rv, admission)
         return group
 
     def release(self, job: Job, pod_keys: Sequence[str]) -> None:
@@ -215,8 +256,8 @@ class KubePlacer:
         if rec.admission is not None:
             rec.withdrawn.add(rec.admission.id)
         rec.slots, rec.admission, rec.writing = [], None, False
-        if job.id in rt.quiet or not rt.leading:
-            return
+        if job.id in rt.quiet or not rt.leading or rec.group:
+            return  # a pod group is never preempted (nothing would make its pods again)
         # the engine stopped it (preemption): suspend the Job again, its GPUs are free already
         rt.submit_write("suspend", job.id, rt.write_suspend, rec.namespace, rec.name, rec.uid)
 
@@ -242,9 +283,14 @@ class KubeRuntime(EngineFront):
         lease_namespace: str | None = None,
         lease_duration: float = 15.0,
         identity: str | None = None,
+        pod_groups: str = "all",
     ) -> None:
         if admission not in ADMISSIONS:
             raise ValueError(f"admission: must be devices or count, got {admission!r}")
+        if pod_groups not in POD_GROUP_MODES:
+            raise ValueError(f"pod_groups: must be one of {', '.join(POD_GROUP_MODES)}, got {pod_groups!r}")
+        self.pod_groups = pod_groups
+        """Which pod groups (bare pods of a gang for our scheduler name) are jobs of the queue (:mod:`.podgroups`)."""
         self.kubeconfig = Path(kubeconfig)
         self.placement_policy = placement_policy
         self.queue_policy = queue_policy
@@ -283,6 +329,14 @@ class KubeRuntime(EngineFront):
         """Job uid -> the queued Job object as last reported."""
         self._dirty: set[str] = set()
         self._gone: set[str] = set()
+        self._members: dict[str, Member] = {}
+        """Pod groups seen (their pseudo uid -> what makes their pods members); their pods are in ``_pods``."""
+        self._gathering: dict[str, Job] = {}
+        """Pod groups not queued yet (fewer than minMember pods, or no PodGroup yet), shown with why they wait."""
+        self._group_ended: dict[str, set[str]] = {}
+        """Pod group uid -> the pods of its last job that ended (refused, finished, failed, cancelled): only pods
+        made after it make a new job of the group."""
+        self.group_sizes = GroupSizes.from_api(self.api)
         self.informer.pod_listeners.append(self._on_pod)
         self.informer.pod_resync_listeners.append(self._on_pod_resync)
         self.informer.watch_kind("jobs", self.batch.list_job_for_all_namespaces, self._on_job, self._on_job_list,
@@ -317,6 +371,7 @@ class KubeRuntime(EngineFront):
         with self._lock:
             self._dirty = set(self._job_objs)
         self._sync_jobs()
+        self._sync_groups()
         if self.elector is not None:
             self.elector.start()
         self._sample()
@@ -345,11 +400,18 @@ class KubeRuntime(EngineFront):
     def _on_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
         key = pod_key(obj)
         view = pod_view(obj, key) if kind != "DELETED" else None
+        member = None
+        if view is not None and not view.job_uid:
+            member = member_of(obj, self.scheduler_name, self.pod_groups)
+            if member is not None:
+                view.job_uid = member.uid
         with self._lock:
             if view is None or not view.job_uid:
                 self._pods.pop(key, None)
             else:
                 self._pods[key] = view
+                if member is not None:
+                    self._members.setdefault(member.uid, member)
 
     def _on_pod_resync(self, keys: set[str]) -> None:
         with self._lock:
@@ -441,6 +503,58 @@ class KubeRuntime(EngineFront):
                 return "ok"
             rv = str(meta.get("resourceVersion") or "")
         raise RuntimeError(f"Job {namespace}/{name}: the admission kept conflicting with other writes")
+
+    def write_group_admission(self, uid: str, admission: Admission) -> str:
+        """A pod group's admission: nothing to write before its pods bind (each bound pod carries its slot:
+        ``gpucluster.io/reservation`` and HAMi's annotations, what a restarted or newly elected leader adopts); an
+        ``Admitted`` Event on each waiting member."""
+        if not self.leading:
+            return "lost"
+        text = f"admitted by {admission.by} as one gang: " + ", ".join(
+            f"pod {i} on {s.node or '(not placed)'}" for i, s in enumerate(admission.slots))
+        self.write_pod_events(self._group_pod_keys(uid, waiting=True), "Normal", "Admitted", text)
+        return "ok"
+
+    def _group_pod_keys(self, uid: str, *, waiting: bool = False, live: bool = False) -> list[str]:
+        with self._lock:
+            return sorted(k for k, p in self._pods.items() if p.job_uid == uid
+                          and (not waiting or (p.live and not p.node)) and (not live or p.live))
+
+    def write_pod_events(self, keys: Sequence[str], kind: str, reason: str, message: str) -> str:
+        """An Event on each of these pods (a pod group's members: why they wait, or that they were admitted)."""
+        if not self.leading:
+            return "lost"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for key in keys:
+            namespace, _, name = key.partition("/")
+            with self._lock:
+                view = self._pods.get(key)
+            uid = str((view.obj.get("metadata") or {}).get("uid") or "") if view is not None else ""
+            event = {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{name}.", "namespace": namespace},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace,
+                                   **({"uid": uid} if uid else {})},
+                "reason": reason, "message": message[:1024], "type": kind,
+                "source": {"component": self.scheduler_name}, "reportingComponent": self.scheduler_name,
+                "reportingInstance": self.identity, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            }
+            try:
+                self.core.create_namespaced_event(namespace, event)
+            except ApiException as exc:
+                log.debug("event on pod %s not written: %s", key, exc.status)
+        return "ok"
+
+    def write_delete_pods(self, keys: Sequence[str]) -> str:
+        """Delete these pods (a pod group's members: cancelled, or the rest of a gang one of whose pods failed)."""
+        for key in keys:
+            namespace, _, name = key.partition("/")
+            try:
+                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return "ok"
 
     def write_suspend(self, namespace: str, name: str, uid: str) -> str:
         """Suspend the Job again (preempted), drop its admission, delete its pods at once and release their
@@ -573,8 +687,11 @@ class KubeRuntime(EngineFront):
         """A job the store knows after a restart: the cluster's record wins (a running Job object is adopted as
         it runs, whatever the quota is now); a job whose Job object is missing is created again (nothing
         accepted is lost) and admitted again."""
-        if job.id in self.engine.jobs or job.id in self._creating:
+        if job.id in self.engine.jobs or job.id in self._creating or any(
+                j.id == job.id for j in self._gathering.values()):
             return
+        if job.id.startswith("g-"):  # a pod group's: nothing here can make its pods again
+            raise LookupError("its pod group's pods are gone from the cluster")
         job.spec = restored_submission(job.spec, self.now)
         self.submit(job)
 
@@ -593,15 +710,18 @@ class KubeRuntime(EngineFront):
                     self.engine.cancel(job_id)
             finally:
                 self.quiet.discard(job_id)
-        if rec is not None:
+        if rec is not None and rec.group:
+            self.submit_write("delete", job_id, self.write_delete_pods, self._group_pod_keys(rec.uid, live=True))
+        elif rec is not None:
             self.submit_write("delete", job_id, self.write_delete, rec.namespace, rec.name)
         return job
 
     def job(self, job_id: str) -> Job | None:
-        return self.engine.jobs.get(job_id) or self._creating.get(job_id)
+        return (self.engine.jobs.get(job_id) or self._creating.get(job_id)
+                or next((j for j in self._gathering.values() if j.id == job_id), None))
 
     def jobs(self) -> list[Job]:
-        return [*self.engine.jobs.values(), *self._creating.values()]
+        return [*self.engine.jobs.values(), *self._creating.values(), *self._gathering.values()]
 
     def take_discovered(self) -> list[Job]:
         """Jobs found in the cluster that no submission here made (``service.runtime.DiscoveredJobs``)."""
@@ -617,6 +737,7 @@ class KubeRuntime(EngineFront):
         with self.cluster.lock:
             self._check_writes()
         self._sync_jobs()
+        self._sync_groups()
         with self._lock:
             pods = dict(self._pods)
         by_uid: dict[str, list[PodView]] = {}
@@ -653,6 +774,8 @@ class KubeRuntime(EngineFront):
             self.engine.kernel.advance(old.now)
             self.recs = {k: r for k, r in self.recs.items() if k in self._creating}
             self.by_uid = {}
+            self._gathering = {}
+            self._group_ended = {}
         with self._lock:
             self._dirty = set(self._job_objs)
 
@@ -688,6 +811,8 @@ class KubeRuntime(EngineFront):
             if job is None or rec is None or job.state != JobState.RUNNING:
                 return
             if exc is None and result == "ok":
+                if rec.group:
+                    rec.writing = False  # nothing more to see: its pods bind into the slots
                 return  # writing ends when the informer shows the admission on the Job
             rec.writing = False
             if rec.admission is not None:
@@ -812,6 +937,175 @@ class KubeRuntime(EngineFront):
                 self.quiet.discard(q.job_id)
         elif job.state == JobState.QUEUED and not self._leading and q.message and q.message != job.message:
             self._events.extend(transition(job, Note(q.message), self.now))
+
+    # ------------------------------------------------------------------ pod groups -> records
+    def _sync_groups(self) -> None:
+        """Pod groups (bare pods of a gang for our scheduler name, :mod:`.podgroups`): gathered until minMember
+        members exist, then queued as one job; bound pods of a group nobody here queued are adopted (a restart,
+        a new leader); a running group ends when its pods do."""
+        with self._lock:
+            members = dict(self._members)
+            by_group: dict[str, list[PodView]] = {}
+            for p in self._pods.values():
+                if p.job_uid.startswith(GROUP_UID_PREFIX):
+                    by_group.setdefault(p.job_uid, []).append(p)
+            for uid in [u for u in members if u not in by_group]:
+                del self._members[uid]
+        with self.cluster.lock:
+            for uid, member in members.items():
+                pods = sorted(by_group.get(uid, []), key=lambda p: (p.created, p.key))
+                try:
+                    self._group_seen(uid, member, pods)
+                except Exception:
+                    log.exception("pod group %s could not be read", uid)
+
+    def _group_seen(self, uid: str, member: Member, pods: list[PodView]) -> None:
+        job_id = self.by_uid.get(uid)
+        job = self.engine.jobs.get(job_id) if job_id else None
+        if not pods:  # every member is gone
+            self._gathering.pop(uid, None)
+            self._group_ended.pop(uid, None)
+            if job is not None and not job.done:
+                self._observed_end(job.id, Cancel("its pods were deleted"))
+            self.by_uid.pop(uid, None)
+            return
+        if job is not None and not job.done:
+            if job.state == JobState.RUNNING:
+                self._group_running(job, uid, pods)
+            elif any(p.live and p.node and p.reservation.partition("/")[2].startswith(f"{job.id}-") for p in pods):
+                self._adopt_group(uid, member, pods, [p for p in pods if p.live and p.node], job)
+            return
+        generation = 0
+        if job is not None:  # it ended: only pods made since make a new job of the group
+            ended = self._group_ended.setdefault(uid, {p.key for p in pods})
+            pods = [p for p in pods if p.key not in ended]
+            tail = job.id.rsplit("-", 1)[-1] if job.id.count("-") > 1 else "0"
+            generation = int(tail) + 1 if tail.isdigit() else 1
+        bound = [p for p in pods if p.live and p.node and p.reservation]
+        if bound and job is None:
+            self._adopt_group(uid, member, pods, bound)
+            return
+        waiting = [p for p in pods if p.live and not p.node]
+        if not waiting:
+            self._gathering.pop(uid, None)
+            return
+        new_id = group_job_id(member.namespace, member.gang, generation)
+        size, why = member.min_member, ""
+        if not size and member.ref is not None:
+            got = self.group_sizes.min_member(member.namespace, member.ref)
+            if got is None:
+                why = (f"waiting for its PodGroup {member.namespace}/{member.ref.name} (its size): not found "
+                       f"({'/'.join(member.ref.api[:2])})")
+            size = got or 0
+        size = size or len(waiting)  # no size given: the members there now
+        created = min((_epoch(p.created) for p in waiting), default=0.0)
+        submit_s = self.engine_time(created) if created else self.now
+        if why or len(waiting) < size:
+            why = why or f"waiting for its pods: {len(waiting)} of {size} created (minMember {size})"
+            shown = self._gathering.get(uid)
+            if shown is None or shown.id != new_id:
+                try:
+                    spec = group_spec(new_id, member, [p.obj for p in waiting], len(waiting), self.registry,
+                                      submit_s, created)
+                    spec = replace(spec, replicas=max(size, 1), num_gpus=spec.num_gpus // len(waiting) * size)
+                except ValueError:
+                    spec = self._group_placeholder(new_id, member, waiting, submit_s, created)
+                shown = Job(spec)
+                self._gathering[uid] = shown
+                shown.message = why
+                self._discovered.append(shown)
+            shown.message = why
+            return
+        self._gathering.pop(uid, None)
+        self._group_ended.pop(uid, None)
+        rec = _Rec(new_id, False, member.namespace, member.name, uid, group=True)
+        self.recs[new_id] = rec
+        self.by_uid[uid] = new_id
+        try:
+            spec = group_spec(new_id, member, [p.obj for p in waiting[:size]], size, self.registry, submit_s, created)
+        except ValueError as exc:
+            job = Job(self._group_placeholder(new_id, member, waiting, submit_s, created))
+            self.engine.jobs[new_id] = job
+            self._events.extend(transition(job, Reject(f"refused: {exc}"), self.now))
+            self._discovered.append(job)
+            self._group_ended[uid] = {p.key for p in pods}
+            return
+        job = Job(restored_submission(spec, self.now))
+        self.engine.submit(job)
+        self._discovered.append(job)
+
+    def _group_placeholder(self, job_id: str, member: Member, pods: Sequence[PodView], submit_s: float,
+                           created: float) -> JobSpec:
+        labels = (pods[0].obj.get("metadata") or {}).get("labels") or {} if pods else {}
+        tenant = str(labels.get(QUEUE_LABEL) or member.namespace)
+        return JobSpec(job_id, submit_s, 0, math.inf, tenant=tenant, name=member.name,
+                       template=Pod(job_id, namespace=member.namespace), replicas=1, submitted_at=created)
+
+    def _group_running(self, job: Job, uid: str, pods: list[PodView]) -> None:
+        """A running pod group ends when its pods do: all succeeded, one failed (the rest are deleted: a gang
+        runs whole or not at all), or all gone."""
+        rec = self.recs.get(job.id)
+        if rec is None:
+            return
+        slots = {s for s in rec.slots if s}
+        ran = [p for p in pods if (self.cluster.aliases.get(p.key) or p.reservation) in slots]
+        failed = [p for p in ran if p.phase == "Failed"]
+        if failed:
+            said = "; ".join(f"pod {p.key}: {p.reason or 'Failed'}" for p in failed[:3])
+            rest = [p.key for p in pods if p.live]
+            self._group_ended[uid] = {p.key for p in pods}
+            self._observed_end(job.id, Fail(f"a pod of the group failed: {said}"))
+            if rest and self._leading:
+                self.submit_write("delete", job.id, self.write_delete_pods, rest)
+        elif sum(1 for p in ran if p.phase == "Succeeded") >= job.spec.num_tasks:
+            self._group_ended[uid] = {p.key for p in pods}
+            self._observed_end(job.id, None, f"its {job.spec.num_tasks} pod(s) succeeded")
+        elif not any(p.live for p in pods):
+            self._group_ended[uid] = {p.key for p in pods}
+            self._observed_end(job.id, Cancel("its pods were deleted"))
+
+    def _adopt_group(self, uid: str, member: Member, pods: list[PodView], bound: list[PodView],
+                     queued: Job | None = None) -> None:
+        """Bound members of a group no job here holds (a restart, a new leader, a follower mirroring the leader):
+        the job they were admitted as, adopted running where they are (their ``gpucluster.io/reservation`` names
+        the job, the run and the slot)."""
+        runs: dict[tuple[str, int], dict[int, PodView]] = {}
+        for p in bound:
+            try:
+                jid, run, index = p.reservation.partition("/")[2].rsplit("-", 2)
+                runs.setdefault((jid, int(run)), {})[int(index)] = p
+            except ValueError:
+                continue
+        if not runs:
+            return
+        (job_id, attempt), by_slot = max(runs.items(), key=lambda kv: (len(kv[1]), kv[0][1]))
+        size = member.min_member or (self.group_sizes.min_member(member.namespace, member.ref) or 0
+                                     if member.ref is not None else 0)
+        size = max(size, max(by_slot) + 1)
+        created = min((_epoch(p.created) for p in pods), default=0.0)
+        try:
+            spec = group_spec(job_id, member, [by_slot[i].obj for i in sorted(by_slot)], size, self.registry,
+                              self.engine_time(created) if created else self.now, created)
+        except ValueError as exc:
+            log.warning("pod group %s: its bound pods cannot be adopted: %s", uid, exc)
+            return
+        rec = self.recs.get(job_id) if queued is not None else None
+        if rec is None:
+            rec = _Rec(job_id, False, member.namespace, member.name, uid, group=True)
+            self.recs[job_id] = rec
+        self.by_uid[uid] = job_id
+        self._gathering.pop(uid, None)
+        at = min((p.bind_time for p in by_slot.values() if p.bind_time is not None), default=time.time())
+        slots = tuple(Slot(by_slot[i].node, {k: str(v) for k, v in ((by_slot[i].obj.get("metadata") or {}).get(
+            "annotations") or {}).items() if k not in _NOT_SLOT}) if i in by_slot else Slot("")
+                      for i in range(size))
+        if queued is not None and queued.id == job_id:
+            job = queued  # a follower mirroring the leader, or a leader finding its predecessor's binds
+        else:
+            job = Job(restored_submission(spec, self.now))
+            self.engine.submit(job)
+            self._discovered.append(job)
+        self._adopt(job, rec, Admission(f"recovered-{job_id}-{attempt}", "", attempt, at, slots))
 
     # ------------------------------------------------------------------ DRA: Jobs whose pods use ResourceClaims
     def _claim_template(self, namespace: str, name: str, where: str) -> tuple[ClaimRequest, ...]:
@@ -1044,12 +1338,20 @@ class KubeRuntime(EngineFront):
             if kind == rec.note.split(":", 1)[0] or now - rec.note_at < NOTE_EVERY_S:
                 continue
             rec.note, rec.note_at = job.message, now
+            if rec.group:
+                self.submit_write("note", job.id, self.write_pod_events, self._group_pod_keys(rec.uid, waiting=True),
+                                  "Normal", "Waiting", job.message)
+                continue
             self.submit_write("note", job.id, self.write_note, rec.namespace, rec.name, "Normal", "Waiting",
                               job.message, MESSAGE_ANNOTATION)
         for ev in [e for e in self._events if e.kind == "rejected"]:
             rec = self.recs.get(ev.job_id)
             if rec is not None and rec.uid and not rec.refused:
                 rec.refused = True
+                if rec.group:
+                    self.submit_write("note", ev.job_id, self.write_pod_events,
+                                      self._group_pod_keys(rec.uid, waiting=True), "Warning", "Refused", ev.message)
+                    continue
                 self.submit_write("note", ev.job_id, self.write_note, rec.namespace, rec.name, "Warning",
                                   "Refused", ev.message, REFUSED_ANNOTATION)
 

@@ -17,6 +17,9 @@ fit gets a ``FailedScheduling`` Event and ``PodScheduled=False`` with the counte
 when the message changes). With an elector, only the leader runs passes, and it checks leadership again
 before every bind.
 
+Pods labelled ``gpucluster.io/queue`` are never bound here: they belong to the control plane's queue (``gpucluster
+up --kubeconfig``), which admits and binds them (``docs/kubernetes.md``, "Who binds what").
+
 Pods with ResourceClaims (or DRA-backed extended resources) are ours to allocate too: the pod is prepared with
 one device request per claim request (:meth:`KubeCluster.prepare_pod`), placed by the same profile, and its
 claims are written (allocation, ``reservedFor``) before the Binding; a pod whose claims are allocated already
@@ -41,6 +44,7 @@ from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import KubeInputError, parse_pod, pod_key, pod_node, pod_phase
 from gpucluster.kubernetes.gangs import COSCHEDULING_PREFIX, POD_GROUP_LABEL, GangRef, GroupSizes, gang_ref
 from gpucluster.kubernetes.leader import LeaderElector
+from gpucluster.kubernetes.podgroups import is_labelled
 from gpucluster.model import Pod
 from gpucluster.scheduler import Decision
 
@@ -92,7 +96,9 @@ class SecondaryScheduler:
         key = pod_key(obj)
         spec = obj.get("spec") or {}
         mine = spec.get("schedulerName") == self.scheduler_name
-        waiting = mine and not pod_node(obj) and pod_phase(obj) not in ("Succeeded", "Failed")
+        # a pod of the queue (label gpucluster.io/queue) is the control plane's to admit and bind, never ours
+        waiting = (mine and not pod_node(obj) and pod_phase(obj) not in ("Succeeded", "Failed")
+                   and not is_labelled(obj))
         finished = kind == "DELETED" or pod_phase(obj) in ("Succeeded", "Failed")
         if mine and finished:
             self._release_claims(obj)

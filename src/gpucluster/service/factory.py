@@ -55,6 +55,9 @@ class RuntimeOptions:
     lease_duration: float = 15.0
     identity: str | None = None
     """This replica's name in the Lease (default ``<host>-<pid>``)."""
+    pod_groups: str = "all"
+    """Kubernetes: which bare pods of a pod group are jobs of the queue: ``all``, ``labelled``
+    (``gpucluster.io/queue``) or ``none``."""
 
 
 def build_runtime(opts: RuntimeOptions) -> Runtime:
@@ -67,7 +70,8 @@ def build_runtime(opts: RuntimeOptions) -> Runtime:
                                            namespace=opts.namespace, admission=opts.admission,
                                            leader_elect=opts.leader_elect, lease_name=opts.lease_name,
                                            lease_namespace=opts.lease_namespace,
-                                           lease_duration=opts.lease_duration, identity=opts.identity)
+                                           lease_duration=opts.lease_duration, identity=opts.identity,
+                                           pod_groups=opts.pod_groups)
         except (ValueError, OSError) as exc:  # KubeConfigError; ConnectionError/TimeoutError from the API server
             raise RuntimeUnavailableError(f"--kubeconfig: {exc}") from None
         return runtime

@@ -1,0 +1,182 @@
+"""Bare pods of a pod group as one job of the queue (``gpucluster up --kubeconfig``). Pure: plain dicts in, a
+:class:`~gpucluster.jobs.JobSpec` out, no client.
+
+A pod is a **member of a queued pod group** when
+
+* no Job made it (a Job's pods are the Job's: :mod:`.workloads`); a pod owned by another controller (a training
+  operator's PyTorchJob, a Volcano Job) is a member like a bare pod;
+* its ``spec.schedulerName`` is the control plane's (``gpucluster``);
+* it names a gang: our ``gpucluster.io/gang`` (+ ``gpucluster.io/gang-min-member``) annotations, the
+  ``scheduling.x-k8s.io/pod-group`` label (the PodGroup's ``spec.minMember``), or 1.37's
+  ``spec.schedulingGroup.podGroupName`` (the PodGroup's ``minCount``): :mod:`.gangs`;
+* and, when the control plane runs with ``--pod-groups labelled``, it carries the label ``gpucluster.io/queue``.
+
+The group is one job: ``minMember`` tasks of the first member's resources, charged to the tenant of the
+``gpucluster.io/queue`` label, else the pod's ``gpucluster.io/tenant`` annotation, else its namespace (as every
+pod of this backend is charged). It is queued once ``minMember`` members exist, admitted all or nothing by the
+engine, and its members are bound into the admission's slots. It is never preempted: no controller would make
+its pods again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpucluster.devices import VendorRegistry
+from gpucluster.jobs import JobSpec, Workload
+from gpucluster.kubernetes.convert import KubeInputError, parse_pod, pod_key
+from gpucluster.kubernetes.gangs import GangRef, gang_ref
+from gpucluster.kubernetes.workloads import pod_job_uid
+from gpucluster.model.labels import (
+    DURATION_ANNOTATION,
+    GANG_ANNOTATION,
+    GANG_MIN_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    QUEUE_LABEL,
+)
+from gpucluster.model.limits import MAX_JOB_DURATION_S, MAX_PRIORITY, MAX_REPLICAS
+
+GROUP_UID_PREFIX = "podgroup:"
+"""The pseudo uid a pod group's members are filed under (beside the Job uids of Jobs' pods)."""
+POD_GROUP_MODES = ("all", "labelled", "none")
+"""``up --pod-groups``: queue every pod group of the scheduler name, only those labelled
+``gpucluster.io/queue`` (a secondary scheduler with the same name binds the rest), or none."""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """What makes a pod a member of a queued pod group."""
+
+    namespace: str
+    gang: str
+    """The gang's name as the scheduler knows it (``podgroup/NAME`` for the label convention)."""
+    ref: GangRef | None
+    """The PodGroup convention (its size is the PodGroup's), None for our annotations."""
+    min_member: int
+    """Our ``gpucluster.io/gang-min-member`` (0: not given, or a PodGroup's)."""
+
+    @property
+    def uid(self) -> str:
+        return group_uid(self.namespace, self.gang)
+
+    @property
+    def name(self) -> str:
+        """The display name: the PodGroup's or our gang's."""
+        return self.ref.name if self.ref is not None else self.gang
+
+
+def is_labelled(obj: Mapping[str, Any]) -> bool:
+    return bool(((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL))
+
+
+def member_of(obj: Mapping[str, Any], scheduler_name: str, mode: str = "all") -> Member | None:
+    """The pod group a pod belongs to as a job of the queue, or None (see the module docstring)."""
+    if mode == "none" or pod_job_uid(obj):
+        return None
+    if str((obj.get("spec") or {}).get("schedulerName") or "") != scheduler_name:
+        return None
+    if mode == "labelled" and not is_labelled(obj):
+        return None
+    meta = obj.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "default")
+    ann = meta.get("annotations") or {}
+    ours = str(ann.get(GANG_ANNOTATION) or "")
+    if ours:
+        try:
+            size = int(str(ann.get(GANG_MIN_ANNOTATION) or 0))
+        except ValueError:
+            size = 0
+        return Member(namespace, ours, None, max(size, 0))
+    ref = gang_ref(obj)
+    return Member(namespace, ref.gang, ref, 0) if ref is not None else None
+
+
+def group_uid(namespace: str, gang: str) -> str:
+    return f"{GROUP_UID_PREFIX}{namespace}/{gang}"
+
+
+def group_job_id(namespace: str, gang: str, generation: int = 0) -> str:
+    """The job id of a pod group: ``g-`` and 12 hex digits of its namespace and name (the same on every replica
+    and after a restart); ``-N`` for the N-th group of that name after the first one ended."""
+    digest = hashlib.sha1(f"{namespace}/{gang}".encode(), usedforsecurity=False).hexdigest()[:12]
+    return f"g-{digest}" + (f"-{generation}" if generation else "")
+
+
+def _tenant_ok(tenant: str) -> bool:
+    return (0 < len(tenant) <= 63 and all(c.isalnum() or c == "-" for c in tenant) and tenant == tenant.lower()
+            and not tenant.startswith("-") and not tenant.endswith("-"))
+
+
+def _shape(obj: Mapping[str, Any], registry: VendorRegistry) -> Any:
+    pod = parse_pod(obj, registry)
+    return tuple((c.cpu_milli, c.memory_mib, c.devices) for c in pod.containers), pod
+
+
+def group_spec(job_id: str, member: Member, objs: Sequence[Mapping[str, Any]], min_member: int,
+               registry: VendorRegistry, submit_s: float = 0.0, created: float = 0.0) -> JobSpec:
+    """The job of a pod group whose ``min_member`` members ``objs`` (oldest first) exist. ``ValueError("where:
+    why")`` when it can never be queued: members asking for different resources, members charged to different
+    tenants, a bad tenant name, a size out of range, a bad annotation."""
+    where = f"pod group {member.namespace}/{member.name}"
+    if not objs:
+        raise ValueError(f"{where}: no members")
+    if not 1 <= min_member <= MAX_REPLICAS:
+        raise ValueError(f"{where}: minMember: the gang must be 1..{MAX_REPLICAS} pods, got {min_member}")
+    try:
+        shapes = [(pod_key(o), *_shape(o, registry)) for o in objs]
+    except KubeInputError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    first_key, first_shape, first = shapes[0]
+    for key, shape, _pod in shapes[1:]:
+        if shape != first_shape:
+            raise ValueError(f"{where}: pod {key} asks for other resources than pod {first_key}; the queue admits a "
+                             "pod group whose members ask for the same resources")
+    labelled = {str(((o.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL) or "") for o in objs} - {""}
+    if len(labelled) > 1:
+        raise ValueError(f"{where}: metadata.labels[{QUEUE_LABEL}]: members are charged to different tenants: "
+                         f"{', '.join(sorted(labelled))}")
+    tenant = next(iter(labelled)) if labelled else first.charged_tenant
+    if not _tenant_ok(tenant):
+        raise ValueError(f"{where}: metadata.labels[{QUEUE_LABEL}]: {tenant!r} is not a tenant name "
+                         "(a lower-case DNS label)")
+    meta = objs[0].get("metadata") or {}
+    ann = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+
+    def number(key: str, lo: float, hi: float, default: float) -> float:
+        if key not in ann:
+            return default
+        try:
+            value = float(ann[key])
+        except ValueError:
+            raise ValueError(f"{where}: pod {first_key}: metadata.annotations[{key}]: not a number: "
+                             f"{ann[key]!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"{where}: pod {first_key}: metadata.annotations[{key}]: must be within "
+                             f"{lo:g}..{hi:g}, got {value:g}")
+        return value
+
+    priority = int(number(PRIORITY_ANNOTATION, 0, MAX_PRIORITY, 0))
+    duration = number(DURATION_ANNOTATION, 1e-3, MAX_JOB_DURATION_S, math.inf)
+    spec = objs[0].get("spec") or {}
+    containers = spec.get("containers") or [{}]
+    c0 = containers[0] if isinstance(containers[0], Mapping) else {}
+    limits = dict((c0.get("resources") or {}).get("limits") or (c0.get("resources") or {}).get("requests") or {})
+    workload = Workload(image=str(c0.get("image") or ""), command=tuple(str(x) for x in c0.get("command") or ()),
+                        args=tuple(str(x) for x in c0.get("args") or ()),
+                        working_dir=str(c0.get("workingDir") or ""),
+                        service_account=str(spec.get("serviceAccountName") or ""))
+    template = replace(first, name="task", gang="", gang_min_member=0)
+    gpu_type = ",".join(dict.fromkeys([*first.constraints.use_types, *(
+        t for c in (first.constraints.per_vendor or {}).values() for t in c.use_types)]))
+    return JobSpec(job_id, submit_s, template.device_count * min_member, duration, tenant=tenant,
+                   priority=priority, gpu_type=gpu_type, checkpoint_interval_s=0.0, name=member.name,
+                   preemptible=False, node_selector=dict(first.node_selector), template=template,
+                   replicas=min_member, resources=limits, submitted_at=created, workload=workload)
+
+
+__all__ = ["GROUP_UID_PREFIX", "POD_GROUP_MODES", "Member", "group_job_id", "group_spec", "group_uid",
+           "is_labelled", "member_of"]

@@ -1,0 +1,249 @@
+"""Pods labelled with a pod group are gangs of the queue (issue 26), on a real kube-apiserver with
+``gpucluster up --kubeconfig`` and a test kubelet (``fake_kubelet``) running what is bound:
+
+* bare pods labelled ``scheduling.x-k8s.io/pod-group`` (a PodGroup of ``minMember: 4``) and ``schedulerName:
+  gpucluster`` are one queued job of the tenant of their ``gpucluster.io/queue`` label: three members wait for
+  the fourth, then the engine admits all 4 pods x 2 GPUs together and the control plane binds them where it
+  decided; the tenant's usage counts them while they run; ``get jobs`` shows the job with its pods;
+* a pod group over its tenant's quota (our ``gpucluster.io/gang`` annotations, no label: the namespace is the
+  tenant) waits with the quota reason, as Events on its pods too, and runs once the quota frees;
+* with a secondary scheduler of the same name beside ``up --pod-groups labelled``, the labelled group is the
+  control plane's and the unlabelled one the secondary scheduler's: neither binds the other's pods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_kubelet import FakeKubelet
+from k8s_helpers import GPUCLUSTER, Process
+from kubernetes import client
+from test_k8s_pod_group import GROUP, PLURAL, VERSION, pod_group_crd  # noqa: F401 (a fixture)
+from up_process import ADMIN, ControlPlane, gpu_nodes, new_run, registered, wait_until
+
+from gpucluster.kubernetes.gangs import POD_GROUP_LABEL
+from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION, QUEUE_LABEL, RESERVATION_ANNOTATION
+
+pytestmark = pytest.mark.integration
+
+NS = "default"
+
+
+@pytest.fixture
+def run() -> str:
+    return new_run()
+
+
+@pytest.fixture
+def fleet(kube_client: Any, run: str, tmp_path: Path) -> Iterator[list[Any]]:
+    """2 nodes x 4 A100 with a kubelet stand-in."""
+    with registered(kube_client, gpu_nodes(run, 2, 4)) as nodes, \
+            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+        yield nodes
+
+
+def _member(name: str, run: str, *, gpus: int, run_s: int, labels: dict[str, str] | None = None,
+            annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"gpucluster.io/run": run, **(labels or {})},
+                     "annotations": dict(annotations or {})},
+        "spec": {"schedulerName": "gpucluster", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                 "nodeSelector": {"gpucluster.io/run": run},
+                 "containers": [{"name": "train", "image": "registry.example/ml/train:v1",
+                                 "env": [{"name": "FAKE_RUN_S", "value": str(run_s)}],
+                                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+
+
+def _pods(core: Any, selector: str) -> list[dict[str, Any]]:
+    resp = core.list_namespaced_pod(NS, label_selector=selector, _preload_content=False)
+    return list(json.loads(resp.data)["items"])
+
+
+def _bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["spec"].get("nodeName")]
+
+
+def _api_job(server: ControlPlane, name: str) -> dict[str, Any] | None:
+    same = [j for j in server.get("/api/v1/jobs", params={"q": name})["jobs"] if j["name"] == name]
+    return same[0] if same else None
+
+
+def _status(server: ControlPlane, name: str, status: str) -> dict[str, Any] | None:
+    job = _api_job(server, name)
+    return job if job is not None and job["status"] == status else None
+
+
+def _tenant_row(server: ControlPlane, tenant: str) -> dict[str, Any]:
+    rows = [t for t in server.get("/api/v1/tenants")["tenants"] if t["name"] == tenant]
+    return rows[0] if rows else {}
+
+
+def _gc(core: Any, run: str) -> None:
+    core.delete_collection_namespaced_pod(NS, label_selector=f"gpucluster.io/run={run}", grace_period_seconds=0)
+
+
+@pytest.fixture
+def server(kube_control_plane: Any, fleet: list[Any], tmp_path: Path) -> Iterator[ControlPlane]:
+    srv = ControlPlane(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.mark.usefixtures("pod_group_crd")
+def test_a_pod_group_of_4_pods_x_2_gpus_is_one_queued_job_admitted_as_a_gang(
+        kube_client: Any, run: str, fleet: list[Any], server: ControlPlane) -> None:
+    core = client.CoreV1Api(kube_client)
+    custom = client.CustomObjectsApi(kube_client)
+    tenant, group = f"t-{run}", f"bert-{run}"
+    custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": group},
+        "spec": {"minMember": 4}})
+    labels = {QUEUE_LABEL: tenant, POD_GROUP_LABEL: group}
+    selector = f"{POD_GROUP_LABEL}={group}"
+    try:
+        for i in range(3):
+            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=2, run_s=30, labels=labels))
+        waiting = wait_until(lambda: (j := _status(server, group, "pending")) and "3 of 4" in j["message"] and j,
+                             60, "three members to wait for the fourth")
+        assert waiting["tenant"] == tenant and "minMember 4" in waiting["message"]
+        assert not _bound(_pods(core, selector))  # nothing binds before the gang is whole
+        core.create_namespaced_pod(NS, _member(f"{group}-3", run, gpus=2, run_s=30, labels=labels))
+
+        pods = wait_until(lambda: (b := _bound(_pods(core, selector))) and len(b) == 4 and b, 60,
+                          "the 4 members to be bound as one gang")
+        running = wait_until(lambda: _status(server, group, "running"), 30, "the job to run")
+        assert running["tenant"] == tenant and running["replicas"] == 4 and running["gpus"] == 8
+        nodes = {n.name for n in fleet}
+        assert {p["spec"]["nodeName"] for p in pods} == nodes  # 4 x 2 GPUs on 2 x 4: two per node
+        devices = [d.split(",")[0] for p in pods
+                   for d in p["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"].split(";")[0].split(":")
+                   if d]
+        assert len(devices) == 8 and len(set(devices)) == 8  # each member its own GPUs
+        for pod in pods:
+            ann = pod["metadata"]["annotations"]
+            assert ann["hami.io/vgpu-node"] == pod["spec"]["nodeName"]
+            assert ann[RESERVATION_ANNOTATION].startswith(f"{NS}/{running['id']}-")  # a slot of the admission
+            assert ann["gpucluster.io/scheduled-by"].startswith("control-plane/")
+        # the slots the engine decided are where the pods are
+        placed = {p["pod"]: p["node"] for p in running["placements"]}
+        assert placed == {f"{NS}/{p['metadata']['name']}": p["spec"]["nodeName"] for p in pods}
+        # charged to the tenant while they hold GPUs
+        row = wait_until(lambda: (t := _tenant_row(server, tenant)) and t.get("gpus") == 8 and t, 30,
+                         "the tenant's usage to count the group")
+        assert row["running"] == 1
+        listed = json.loads(_cli(server, "get", "jobs", "--tenant", tenant, "-o", "json"))
+        rows = listed["jobs"] if isinstance(listed, dict) else listed
+        assert [r["name"] for r in rows] == [group]
+        done = wait_until(lambda: _status(server, group, "succeeded"), 120,
+                          "the group to succeed (the kubelet stand-in ends its pods after 30 s)")
+        assert "4 pod(s) succeeded" in done["message"]
+        assert _tenant_row(server, tenant).get("gpus", 0) == 0
+    except BaseException:
+        print(server.output()[-6000:])
+        raise
+    finally:
+        _gc(core, run)
+        with contextlib.suppress(client.ApiException):
+            custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, group)
+
+
+def _cli(server: ControlPlane, *args: str) -> str:
+    import subprocess
+
+    out = subprocess.run([*GPUCLUSTER, *args, "--server", server.url, "--token", ADMIN], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_an_over_quota_pod_group_waits_with_the_quota_reason(kube_client: Any, run: str, fleet: list[Any],
+                                                             server: ControlPlane) -> None:
+    """Our gang annotations, no queue label: the namespace is the tenant (as every pod of this backend is
+    charged). Quota 4: the first group (2 x 2 GPUs) runs at it; the second waits with the reason."""
+    core = client.CoreV1Api(kube_client)
+    tenant = NS
+    with server.client() as c:
+        r = c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 4})
+        assert r.status_code == 201, r.text
+    first, second = f"first-{run}", f"second-{run}"
+
+    def gang(name: str, n: int) -> dict[str, str]:
+        return {GANG_ANNOTATION: name, GANG_MIN_ANNOTATION: str(n)}
+
+    try:
+        for i in range(2):
+            core.create_namespaced_pod(NS, _member(f"{first}-{i}", run, gpus=2, run_s=12,
+                                                   annotations=gang(first, 2)))
+        wait_until(lambda: _status(server, first, "running"), 60, "the group at its quota to run")
+        for i in range(2):
+            core.create_namespaced_pod(NS, _member(f"{second}-{i}", run, gpus=1, run_s=1,
+                                                   annotations=gang(second, 2)))
+        why = f"waiting for quota: tenant {tenant} holds 4 of 4 GPUs, the job needs 2"
+        held = wait_until(lambda: (j := _status(server, second, "pending")) and why in j["message"] and j, 60,
+                          "the group over its quota to wait, saying why")
+        assert held["tenant"] == tenant and held["replicas"] == 2
+        row = _tenant_row(server, tenant)
+        assert row["gpus"] == 4 and row["pending_gpus"] == 2  # the running group is charged, the waiting one asks
+        assert not [p for p in _bound(_pods(core, f"gpucluster.io/run={run}"))
+                    if p["metadata"]["name"].startswith(second)]
+
+        def waiting_events() -> list[dict[str, Any]]:
+            resp = core.list_namespaced_event(NS, field_selector=f"involvedObject.name={second}-0",
+                                              _preload_content=False)
+            return [e for e in json.loads(resp.data)["items"] if e["reason"] == "Waiting" and why in e["message"]]
+
+        wait_until(waiting_events, 30, "the reason as an Event on the waiting pods")
+        wait_until(lambda: _status(server, second, "succeeded"), 120, "the waiting group to run after the first")
+    except BaseException:
+        print(server.output()[-6000:])
+        raise
+    finally:
+        _gc(core, run)
+
+
+def test_the_secondary_scheduler_never_binds_the_queue_s_pods(kube_control_plane: Any, kube_client: Any, run: str,
+                                                             fleet: list[Any], tmp_path: Path) -> None:
+    """Who binds what when both run with the scheduler name ``gpucluster``: ``up --pod-groups labelled`` queues
+    and binds the group labelled ``gpucluster.io/queue``; the secondary scheduler binds the unlabelled group and
+    leaves the labelled one alone."""
+    core = client.CoreV1Api(kube_client)
+    cp = ControlPlane(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect", "--pod-groups", "labelled")
+    sched = Process(["k8s", "scheduler", "--kubeconfig", str(kube_control_plane.kubeconfig), "--scheduler-name",
+                     "gpucluster", "--namespace", NS, "--lease-name", f"sched-{run}", "--lease-duration", "3",
+                     "--handshake-timeout", "600"], tmp_path / "sched.log").start()
+    queued, theirs = f"queued-{run}", f"theirs-{run}"
+    try:
+        for i in range(2):
+            core.create_namespaced_pod(NS, _member(f"{queued}-{i}", run, gpus=2, run_s=60, annotations={
+                GANG_ANNOTATION: queued, GANG_MIN_ANNOTATION: "2"}, labels={QUEUE_LABEL: f"q-{run}"}))
+            core.create_namespaced_pod(NS, _member(f"{theirs}-{i}", run, gpus=1, run_s=60, annotations={
+                GANG_ANNOTATION: theirs, GANG_MIN_ANNOTATION: "2"}))
+        pods = wait_until(lambda: (b := _bound(_pods(core, f"gpucluster.io/run={run}"))) and len(b) == 4 and b, 90,
+                          "both groups to be bound")
+        by = {p["metadata"]["name"]: p["metadata"]["annotations"] for p in pods}
+        for i in range(2):
+            assert by[f"{queued}-{i}"]["gpucluster.io/scheduled-by"].startswith("control-plane/")
+            assert RESERVATION_ANNOTATION in by[f"{queued}-{i}"]
+            assert not by[f"{theirs}-{i}"]["gpucluster.io/scheduled-by"].startswith("control-plane/")
+            assert RESERVATION_ANNOTATION not in by[f"{theirs}-{i}"]
+        job = wait_until(lambda: _status(cp, queued, "running"), 30, "the labelled group to run as a job")
+        assert job["tenant"] == f"q-{run}"
+        assert _api_job(cp, theirs) is None  # not the queue's
+        assert "Traceback" not in sched.log()
+    except BaseException:
+        print(cp.output()[-4000:])
+        print(sched.log()[-3000:])
+        raise
+    finally:
+        sched.stop()
+        cp.stop()
+        _gc(core, run)
