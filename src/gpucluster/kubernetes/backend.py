@@ -16,6 +16,10 @@ The API server is the source of truth; the one job engine (:class:`gpucluster.jo
 * **Pods are the Job controller's.** Each pod of an admitted Job is bound into a free slot of its reservation
   (its completion index's when it can): ``gpucluster.io/reservation``, HAMi's decision annotations, a Binding. A
   Job created without ``suspend`` gets its pods at once; they stay unbound until the job is admitted.
+* **JobSets are jobs too** (``jobset.x-k8s.io/v1alpha2``, when served at start): read as one Job
+  (:func:`~gpucluster.kubernetes.workloads.jobset_as_job`: the sum of its replicated Jobs' pods is the gang),
+  admitted, written and unsuspended the same way; its child Jobs' pods are filed under the JobSet's uid (their
+  ``jobset.sigs.k8s.io/jobset-name``) and bound into its slots; the child Jobs are never queued themselves.
 * **Pod groups are jobs too.** Bare pods for our scheduler name that name a gang (the
   ``scheduling.x-k8s.io/pod-group`` label and its PodGroup's ``minMember``, or ``gpucluster.io/gang``) are one
   job of their tenant (:mod:`.podgroups`): gathered until ``minMember`` exist, admitted all or nothing by the
@@ -40,6 +44,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import datetime as dt
+import functools
 import json
 import logging
 import math
@@ -101,12 +106,15 @@ from gpucluster.kubernetes.podgroups import (
 from gpucluster.kubernetes.runtime import RunOptions, build
 from gpucluster.kubernetes.workloads import (
     DEFAULT_IMAGE,
+    JOBSET_API,
+    JOBSET_NAME_LABEL,
     Admission,
     PodView,
     QueueJob,
     Slot,
     admission_of,
     job_manifest,
+    jobset_as_job,
     parse_queue_job,
     pod_view,
     slot_allocation,
@@ -304,6 +312,7 @@ class KubeRuntime(EngineFront):
         self.core: Any = client.CoreV1Api(self.api)
         self.batch: Any = client.BatchV1Api(self.api)
         self.resource: Any = client.ResourceV1Api(self.api)
+        self.custom: Any = client.CustomObjectsApi(self.api)
         self._claim_templates: dict[str, tuple[ClaimRequest, ...]] = {}
         """ResourceClaimTemplates read so far (``namespace/name`` -> its requests; a template's spec is
         immutable)."""
@@ -337,10 +346,19 @@ class KubeRuntime(EngineFront):
         """Pod group uid -> the pods of its last job that ended (refused, finished, failed, cancelled): only pods
         made after it make a new job of the group."""
         self.group_sizes = GroupSizes.from_api(self.api)
+        self._set_objs: dict[str, Mapping[str, Any]] = {}
+        """JobSet uid -> the queued JobSet as last reported, read as a Job (:func:`jobset_as_job`)."""
+        self._set_uids: dict[str, str] = {}
+        """``namespace/name`` -> uid of the queued JobSets (their child Jobs' pods are filed under it)."""
+        self.jobsets = self._serves_jobsets()
+        """The API server serves JobSets (checked at start): they are read as jobs of the queue."""
         self.informer.pod_listeners.append(self._on_pod)
         self.informer.pod_resync_listeners.append(self._on_pod_resync)
         self.informer.watch_kind("jobs", self.batch.list_job_for_all_namespaces, self._on_job, self._on_job_list,
                                  label_selector=QUEUE_LABEL)
+        if self.jobsets:
+            self.informer.watch_kind("jobsets", functools.partial(self.custom.list_cluster_custom_object, *JOBSET_API),
+                                     self._on_jobset, self._on_jobset_list, label_selector=QUEUE_LABEL)
         self.informer.start()
         if not self.informer.wait_synced(sync_timeout):
             self.informer.stop()
@@ -401,6 +419,11 @@ class KubeRuntime(EngineFront):
         key = pod_key(obj)
         view = pod_view(obj, key) if kind != "DELETED" else None
         member = None
+        jobset = str(((obj.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL) or "")
+        if view is not None and view.job_uid and jobset:  # a JobSet's child Job made it: the JobSet's pod
+            where = f"{key.partition('/')[0]}/{jobset}"
+            with self._lock:
+                view.job_uid = self._set_uids.get(where) or f"jobset:{where}"
         if view is not None and not view.job_uid:
             member = member_of(obj, self.scheduler_name, self.pod_groups)
             if member is not None:
@@ -418,7 +441,67 @@ class KubeRuntime(EngineFront):
             for key in [k for k in self._pods if k not in keys]:
                 del self._pods[key]
 
+    def _serves_jobsets(self) -> bool:
+        group, version, plural = JOBSET_API
+        try:
+            self.custom.list_cluster_custom_object(group, version, plural, limit=1, _request_timeout=(5.0, 10.0))
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("JobSets are not read: listing them failed: %s", _api_error(exc))
+            return False
+        return True
+
+    def _on_jobset(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        where = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        with self._lock:
+            if kind == "DELETED":
+                self._set_objs.pop(uid, None)
+                self._set_uids.pop(where, None)
+                self._gone.add(uid)
+            else:
+                self._set_objs[uid] = jobset_as_job(obj)
+                self._set_uids[where] = uid
+                self._gone.discard(uid)
+                for p in self._pods.values():  # pods seen before their JobSet
+                    if p.job_uid == f"jobset:{where}":
+                        p.job_uid = uid
+            self._dirty.add(uid)
+
+    def _on_jobset_list(self, items: list[Mapping[str, Any]]) -> None:
+        with self._lock:
+            fresh = {str((o.get("metadata") or {}).get("uid") or ""): o for o in items}
+            self._gone |= set(self._set_objs) - set(fresh)
+            self._set_objs = {u: jobset_as_job(o) for u, o in fresh.items()}
+            self._set_uids = {f"{(o.get('metadata') or {}).get('namespace') or 'default'}/"
+                              f"{(o.get('metadata') or {}).get('name') or ''}": u for u, o in fresh.items()}
+            for p in self._pods.values():
+                if p.job_uid.startswith("jobset:") and p.job_uid[7:] in self._set_uids:
+                    p.job_uid = self._set_uids[p.job_uid[7:]]
+            self._dirty |= set(fresh) | self._gone
+
+    def _kind_of(self, namespace: str, name: str) -> str:
+        with self._lock:
+            return "JobSet" if f"{namespace}/{name}" in self._set_uids else "Job"
+
+    def _patch(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Patch the queued Job or JobSet ``namespace/name``."""
+        if self._kind_of(namespace, name) == "JobSet":
+            group, version, plural = JOBSET_API
+            self.custom.patch_namespaced_custom_object(group, version, namespace, plural, name, body)
+        else:
+            self.batch.patch_namespaced_job(name, namespace, body)
+
+    def _read(self, namespace: str, name: str) -> dict[str, Any]:
+        if self._kind_of(namespace, name) == "JobSet":
+            group, version, plural = JOBSET_API
+            return raw_get(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+        return raw_get(self.batch.read_namespaced_job, name, namespace)
+
     def _on_job(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if ((obj.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL):
+            return  # a JobSet's child: queued as its JobSet
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         with self._lock:
             if kind == "DELETED":
@@ -431,7 +514,8 @@ class KubeRuntime(EngineFront):
 
     def _on_job_list(self, items: list[Mapping[str, Any]]) -> None:
         with self._lock:
-            fresh = {str((o.get("metadata") or {}).get("uid") or ""): o for o in items}
+            fresh = {str((o.get("metadata") or {}).get("uid") or ""): o for o in items
+                     if not ((o.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL)}
             self._gone |= set(self._job_objs) - set(fresh)
             self._job_objs = fresh
             self._dirty |= set(fresh) | self._gone
@@ -478,7 +562,7 @@ class KubeRuntime(EngineFront):
             body = {"metadata": {"resourceVersion": rv, "annotations": {
                 ADMISSION_ANNOTATION: admission.to_json(), MESSAGE_ANNOTATION: None}}, "spec": {"suspend": False}}
             try:
-                self.batch.patch_namespaced_job(name, namespace, body)
+                self._patch(namespace, name, body)
                 self._job_event(namespace, name, "Normal", "Admitted",
                                 f"admitted by {admission.by}: " + ", ".join(
                                     f"pod {i} on {s.node or '(not placed)'}" for i, s in enumerate(admission.slots)))
@@ -489,7 +573,7 @@ class KubeRuntime(EngineFront):
                 if exc.status != 409:
                     raise
             try:
-                obj = raw_get(self.batch.read_namespaced_job, name, namespace)
+                obj = self._read(namespace, name)
             except ApiException as exc:
                 if exc.status == 404:
                     return "gone"
@@ -563,7 +647,7 @@ class KubeRuntime(EngineFront):
             return "lost"
         body = {"metadata": {"annotations": {ADMISSION_ANNOTATION: None}}, "spec": {"suspend": True}}
         try:
-            self.batch.patch_namespaced_job(name, namespace, body)
+            self._patch(namespace, name, body)
         except ApiException as exc:
             if exc.status == 404:
                 return "gone"
@@ -611,8 +695,13 @@ class KubeRuntime(EngineFront):
 
     def write_delete(self, namespace: str, name: str) -> str:
         try:
-            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background",
-                                             grace_period_seconds=0)
+            if self._kind_of(namespace, name) == "JobSet":
+                group, version, plural = JOBSET_API
+                self.custom.delete_namespaced_custom_object(group, version, namespace, plural, name,
+                                                            propagation_policy="Background")
+            else:
+                self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background",
+                                                 grace_period_seconds=0)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -646,22 +735,24 @@ class KubeRuntime(EngineFront):
         if not self.leading:
             return "lost"
         with contextlib.suppress(ApiException):
-            self.batch.patch_namespaced_job(name, namespace, {"metadata": {"annotations": {annotation: message}}})
+            self._patch(namespace, name, {"metadata": {"annotations": {annotation: message}}})
         self._job_event(namespace, name, kind, reason, message)
         return "ok"
 
     def _job_event(self, namespace: str, name: str, kind: str, reason: str, message: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         uid = ""
+        jobset = self._kind_of(namespace, name) == "JobSet"
         with self._lock:
-            for u, obj in self._job_objs.items():
+            for u, obj in (self._set_objs if jobset else self._job_objs).items():
                 m = obj.get("metadata") or {}
                 if m.get("name") == name and m.get("namespace") == namespace:
                     uid = u
+        involved = ("/".join(JOBSET_API[:2]), "JobSet") if jobset else ("batch/v1", "Job")
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": name, "namespace": namespace,
+            "involvedObject": {"apiVersion": involved[0], "kind": involved[1], "name": name, "namespace": namespace,
                                **({"uid": uid} if uid else {})},
             "reason": reason, "message": message[:1024], "type": kind,
             "source": {"component": self.scheduler_name}, "reportingComponent": self.scheduler_name,
@@ -850,7 +941,8 @@ class KubeRuntime(EngineFront):
             dirty, self._dirty = self._dirty, set()
             gone = self._gone & dirty
             self._gone -= gone
-            objs = [self._job_objs[u] for u in dirty if u in self._job_objs]
+            objs = [self._job_objs.get(u) or self._set_objs[u] for u in dirty
+                    if u in self._job_objs or u in self._set_objs]
         with self.cluster.lock:
             for uid in gone:
                 self._claim_waits.pop(uid, None)

@@ -264,8 +264,10 @@ UP_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update", "patch"]},
     {"apiGroups": ["scheduling.x-k8s.io", "scheduling.k8s.io"], "resources": ["podgroups"],
      "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch", "patch", "delete"]},
 )
-"""``gpucluster up``: runs jobs as batch/v1 Jobs (and admits users' Jobs labelled with a queue), binds their pods,
+"""``gpucluster up``: runs jobs as batch/v1 Jobs (and admits users' Jobs and JobSets labelled with a queue, and
+pod groups), binds their pods,
 reads their logs, cordons and drains nodes (remediation); reads DRA devices, claims, claim templates and
 PodGroups, and allocates and releases the claims of its Jobs' pods (their finalizer: ``update``; allocation and
 ``reservedFor``: ``resourceclaims/status``)."""

@@ -59,6 +59,10 @@ from gpucluster.model.labels import (
 from gpucluster.model.limits import MAX_JOB_DURATION_S, MAX_PRIORITY, MAX_REPLICAS
 
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+"""JobSet: group, version, plural."""
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+"""On a JobSet's child Jobs and their pods: the JobSet's name (same namespace)."""
 CONTROLLER_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 DEFAULT_IMAGE = "busybox:1.36"
 MAIN_CONTAINER = "main"
@@ -275,6 +279,8 @@ class QueueJob:
     message: str = ""
     """The leader's last word on why it waits (``gpucluster.io/message``)."""
     annotations: Mapping[str, str] = field(default_factory=dict)
+    kind: str = "Job"
+    """``Job`` (batch/v1) or ``JobSet`` (read as one, :func:`jobset_as_job`)."""
 
     @property
     def key(self) -> str:
@@ -314,14 +320,18 @@ def parse_queue_job(obj: Mapping[str, Any], registry: VendorRegistry, scheduler_
             finished = str(cond["type"])
             finish_message = ": ".join(x for x in (str(cond.get("reason") or ""), str(cond.get("message") or ""))
                                        if x)
+    kind = "JobSet" if obj.get("kind") == "JobSet" else "Job"
     q = QueueJob(uid, namespace, name, job_id, tenant, REQUEST_ANNOTATION in annotations, None,
                  suspended=bool(spec.get("suspend")), finished=finished, finish_message=finish_message,
                  active=int(status.get("active") or 0), succeeded=int(status.get("succeeded") or 0),
                  failed=int(status.get("failed") or 0), deleting=bool(meta.get("deletionTimestamp")),
                  resource_version=str(meta.get("resourceVersion") or ""), created=_epoch(meta.get("creationTimestamp")),
                  refused=annotations.get(REFUSED_ANNOTATION, ""), message=annotations.get(MESSAGE_ANNOTATION, ""),
-                 annotations=annotations)
-    where = f"Job {q.key}"
+                 annotations=annotations, kind=kind)
+    where = f"{kind} {q.key}"
+    if obj.get("error"):  # a JobSet that is no gang of one shape (jobset_as_job)
+        q.error = str(obj["error"])
+        return q
     if ADMISSION_ANNOTATION in annotations:
         try:
             q.admission = Admission.parse(annotations[ADMISSION_ANNOTATION], f"{where}: metadata.annotations"
@@ -338,7 +348,7 @@ def parse_queue_job(obj: Mapping[str, Any], registry: VendorRegistry, scheduler_
 
 def _spec_of(q: QueueJob, obj: Mapping[str, Any], registry: VendorRegistry, scheduler_name: str,
              submit_s: float) -> JobSpec:
-    where = f"Job {q.key}"
+    where = f"{q.kind} {q.key}"
     if q.ours:
         try:
             raw = json.loads(q.annotations[REQUEST_ANNOTATION])
@@ -402,6 +412,57 @@ def _spec_of(q: QueueJob, obj: Mapping[str, Any], registry: VendorRegistry, sche
                    gpu_type=gpu_type, checkpoint_interval_s=0.0, name=q.name, preemptible=preemptible,
                    node_selector=selector, template=pod, replicas=replicas, resources=limits,
                    submitted_at=q.created, workload=workload)
+
+
+# ---------------------------------------------------------------------------------------------- JobSets
+def jobset_as_job(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A JobSet (``jobset.x-k8s.io/v1alpha2``) read as the batch/v1 Job the queue knows (``kind: JobSet`` kept):
+    its metadata; ``spec.suspend``; one gang of ``parallelism = completions =`` the sum over
+    ``spec.replicatedJobs`` of ``replicas`` x the Job template's ``parallelism`` (capped by its ``completions``);
+    the replicated Jobs' pod template (they must all ask for the same resources, on the same scheduler and
+    nodes; else ``error`` says where and why); its ``Completed``/``Failed`` condition as ``Complete``/``Failed``.
+    """
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    where = f"JobSet {meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    rjobs = spec.get("replicatedJobs") or []
+    total, template, first, error = 0, None, "", ""
+    if not isinstance(rjobs, list) or not rjobs:
+        error = f"{where}: spec.replicatedJobs: at least one replicated Job is required"
+        rjobs = []
+    for i, rj in enumerate(rjobs):
+        rj = rj if isinstance(rj, Mapping) else {}
+        jspec = (rj.get("template") or {}).get("spec") or {}
+        try:
+            replicas = int(rj.get("replicas", 1))
+            par = 1 if jspec.get("parallelism") is None else int(jspec["parallelism"])
+            if jspec.get("completions") is not None:
+                par = min(par, int(jspec["completions"]))
+        except (TypeError, ValueError):
+            error = error or f"{where}: spec.replicatedJobs[{i}]: replicas and parallelism must be integers"
+            continue
+        total += max(replicas, 0) * max(par, 0)
+        tmpl = jspec.get("template") or {}
+        tspec = tmpl.get("spec") or {}
+        shape = json.dumps([[c.get("resources") for c in tspec.get("containers") or [] if isinstance(c, Mapping)],
+                            tspec.get("schedulerName"), tspec.get("nodeSelector")], sort_keys=True)
+        if template is None:
+            template, first = tmpl, shape
+        elif shape != first and not error:
+            error = (f"{where}: spec.replicatedJobs[{i}].template.spec.template: asks for other resources (or "
+                     f"scheduler, or nodes) than replicatedJobs[0]; the queue admits a JobSet whose pods are alike")
+    conditions = []
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        kind = {"Completed": "Complete", "Failed": "Failed"}.get(str(cond.get("type") or ""))
+        if kind:
+            conditions.append({**cond, "type": kind})
+    out: dict[str, Any] = {"apiVersion": "/".join(JOBSET_API[:2]), "kind": "JobSet", "metadata": meta,
+                           "spec": {"suspend": bool(spec.get("suspend")), "parallelism": total, "completions": total,
+                                    "template": template or {}},
+                           "status": {"conditions": conditions}}
+    if error:
+        out["error"] = error
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- pods
@@ -478,6 +539,8 @@ def pod_view(obj: Mapping[str, Any], key: str) -> PodView:
 __all__ = [
     "ADMISSION_ANNOTATION",
     "DEFAULT_IMAGE",
+    "JOBSET_API",
+    "JOBSET_NAME_LABEL",
     "JOB_ID_ANNOTATION",
     "MESSAGE_ANNOTATION",
     "QUEUE_LABEL",
@@ -489,6 +552,7 @@ __all__ = [
     "admission_of",
     "completion_index",
     "job_manifest",
+    "jobset_as_job",
     "native_id",
     "parse_queue_job",
     "pod_job_uid",
