@@ -109,18 +109,40 @@ def test_describe_a_job_by_name_and_its_node(server: Server) -> None:
     assert code == 1 and "node 'no-such-node': not found" in err
 
 
-def test_a_name_two_jobs_share_is_never_picked_silently(server: Server) -> None:
-    """On main `cancel NAME` and `describe job NAME` took the newest of the jobs with that name."""
-    first = submit(server, "verbs-twin", duration=None)
-    second = submit(server, "verbs-twin", duration=None)
+def test_a_name_two_jobs_share_is_never_picked_silently(server: Server, tmp_path: Path) -> None:
+    """A name is unique among a tenant's live jobs (`up --job-names unique`, the default): `submit` of a second
+    live job of a name exits 2 naming the live one's id (on main it was accepted). Two tenants may each have
+    one; then `cancel NAME` and `describe job NAME` (admin) refuse and name both ids (on main before ea24c49 they
+    took the newest). A finished job's name may be used again."""
+    first = submit_job(server, {"name": "verbs-twin", "tenant": "twin-a", "resources": {"nvidia.com/gpu": 1}})
+    job = tmp_path / "twin.yaml"
+    job.write_text("name: verbs-twin\ntenant: twin-a\nresources: {nvidia.com/gpu: 1}\n")
+    code, out, err = cli(server, "submit", str(job), columns=80)
+    assert code == 2 and out == "", out
+    assert re.search(rf"name: tenant twin-a already has a (pending|running) job named 'verbs-twin': {first['id']};"
+                     r".*\(HTTP 409\)", err), err
+    second = submit_job(server, {"name": "verbs-twin", "tenant": "twin-b", "resources": {"nvidia.com/gpu": 1}})
     for verb in (("cancel",), ("describe", "job")):
         code, out, err = cli(server, *verb, "verbs-twin", columns=200)
         assert code == 2 and out == ""
         assert "2 jobs have that name" in err and first["id"] in err and second["id"] in err
     code, out, err = cli(server, "cancel", first["id"])
     assert code == 0 and f"job {first['id']} (verbs-twin) cancelled" in out, err
-    code, out, err = cli(server, "cancel", "verbs-twin")  # the one of the two still pending or running
-    assert code == 0 and f"job {second['id']} (verbs-twin) cancelled" in out, err
+    # the cancelled job's name is free again in its tenant
+    code, out, err = cli(server, "submit", str(job), "--json")
+    assert code == 0, err
+    third = json.loads(out)
+    assert third["name"] == "verbs-twin" and third["id"] not in (first["id"], second["id"])
+    # three jobs of the name now: describe refuses; cancel takes live ones only, and two are live
+    code, out, err = cli(server, "describe", "job", "verbs-twin", columns=200)
+    assert code == 2 and "3 jobs have that name" in err and first["id"] in err
+    code, out, err = cli(server, "cancel", "verbs-twin", columns=200)
+    assert code == 2 and "2 jobs have that name" in err and second["id"] in err and third["id"] in err, err
+    assert first["id"] not in err  # a finished job is no candidate for cancel
+    code, out, err = cli(server, "cancel", second["id"])
+    assert code == 0, err
+    code, out, err = cli(server, "cancel", "verbs-twin")  # the one live job of the name
+    assert code == 0 and f"job {third['id']} (verbs-twin) cancelled" in out, err
 
 
 def test_cancel_by_name_and_the_queue(server: Server) -> None:
