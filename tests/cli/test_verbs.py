@@ -145,6 +145,31 @@ def test_a_name_two_jobs_share_is_never_picked_silently(server: Server, tmp_path
     assert code == 0 and f"job {third['id']} (verbs-twin) cancelled" in out, err
 
 
+def test_get_nodes_shows_the_cpu_and_memory_its_pods_requested(server: Server) -> None:
+    """Issue 32: on main `get nodes -o wide` showed `0/224` CPU on nodes whose GPUs were all allocated (the
+    background jobs asked for no CPU or memory). Each background task now asks 4 cores and 16 GiB per
+    GPU-equivalent, as a trace's job does, and the columns say what they are: what the pods requested."""
+
+    def full_rows() -> list[dict[str, str]] | None:
+        code, out, err = cli(server, "get", "nodes", "-o", "wide", columns=80)
+        assert code == 0, err
+        lines = out.splitlines()
+        head = lines[0].split()
+        rows = [dict(zip(head, line.split(), strict=True)) for line in lines[1:]]
+        return [r for r in rows if r["ALLOC"] == "100%"] or None
+
+    full = wait_for(full_rows, "a node whose GPUs are all allocated", timeout=60)
+    for row in full:
+        cpu_used, cpu_cap = (float(x) for x in row["CPU-REQ"].split("/"))
+        mem_used, mem_cap = (float(x) for x in row["MEM-REQ"].removesuffix("Gi").split("/"))
+        assert 0 < cpu_used <= cpu_cap and 0 < mem_used <= mem_cap, row
+    code, out, err = cli(server, "describe", "node", full[0]["NAME"], columns=80)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("CPU:"))
+    assert len(line) <= 80 and re.search(r"CPU: +[0-9.]+ of [0-9.]+ cores requested by its pods$", line), line
+    assert line.split()[1] != "0", line
+
+
 def test_cancel_by_name_and_the_queue(server: Server) -> None:
     big = submit(server, "verbs-queued", gpus=8, replicas=208, duration=None)  # all 208 H100 nodes: fits the empty cluster, not now
 

@@ -229,7 +229,7 @@ VIEWS: dict[Resource, View] = {
                         ["REPLICAS", "PRIORITY", "GPU-TYPE", "RAN", "NODES"], _job_row, right=(4,), keep=(0,)),
     Resource.NODES: View("/api/v1/nodes", lambda b: b["nodes"], lambda n: n["name"],
                          ["NAME", "STATUS", "MODEL", "GPUS", "ALLOC", "MEM", "PODS"],
-                         ["UTIL", "FB-USED", "POOL", "RACK", "LEAF", "CPU", "MEMORY"], _node_row,
+                         ["UTIL", "FB-USED", "POOL", "RACK", "LEAF", "CPU-REQ", "MEM-REQ"], _node_row,
                          right=(3, 4, 5, 6, 7, 8), keep=(0,)),
     Resource.TENANTS: View("/api/v1/tenants", lambda b: b["tenants"], lambda t: t["name"],
                            ["NAME", "QUOTA", "WEIGHT", "FAIR", "GPUS", "RUNNING", "PENDING", "QUOTA-USE"],
@@ -483,9 +483,10 @@ def describe_node(node: dict[str, Any], usage: dict[str, Any], alerts: list[dict
         ("Name", node["name"]), ("Status", node_status(node)), ("Model", f"{node.get('model', '')} x {node['gpus']}"),
         ("Pool", node.get("pool", "")), ("Rack", f"{node.get('rack', '')} (leaf {node.get('leaf', '')}, "
                                                  f"{node.get('spine', '')})"),
-        ("CPU", f"{node.get('cpu_used_milli', 0) / 1000:g} of {node.get('cpu_milli', 0) / 1000:g} cores allocated"),
+        ("CPU", f"{node.get('cpu_used_milli', 0) / 1000:g} of {node.get('cpu_milli', 0) / 1000:g} cores requested "
+                "by its pods"),
         ("Memory", f"{node.get('memory_used_mib', 0) / 1024:.0f} of {node.get('memory_mib', 0) / 1024:.0f} GiB "
-                   "allocated"),
+                   "requested by its pods"),
         ("GPU allocated", f"{_pct(core)} compute, {_pct(mem)} memory"), ("Pods", node["pods"]),
     ])
     use = {d["index"]: d for d in usage.get("devices", [])}
