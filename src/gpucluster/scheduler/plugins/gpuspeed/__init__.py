@@ -8,15 +8,16 @@ pod's job, 0..1 (1 = the model where the job should run). Without the service, o
 same everywhere, it skips. Score = 100 x the model's score for the node's GPU model (its first device's).
 
 ``GpuSpeedTier`` is the first stage of the default placement (``speed-fgd``): among the GPU models of the nodes a
-pod can go to now (the candidates that passed Filter; for a gang's first member, the models that can hold the
-whole gang), it keeps those where the pod's job runs within ``tolerance`` of its speed on the fastest of them
-(score 100) and scores the others 0; with a weight above every other score's range the fragmentation score then
-chooses only among the kept models. Under contention -- the queued jobs ask for more GPUs than those fastest models
-have idle -- it weighs the job's speed-up against the submitted job mix's (comparative advantage, as ``GpuSpeed``):
-it keeps instead the models where the job's advantage is within ``tolerance`` of its best (the fastest of them),
-so a job that gains little from the fast model leaves it to the queued jobs that gain much. It skips -- and the profile is exactly the speed-blind one -- on a cluster of
-one GPU model, for a pod whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba
-trace's pods), without a speed service, and when every candidate's model is within the tolerance anyway.
+pod can go to now (the candidates that passed Filter; for a gang's first member, the models that can hold the whole
+gang), it keeps those where the pod's job runs within ``tolerance`` of its speed on the fastest of them (score 100)
+and scores the others 0; with a weight above every other score's range the fragmentation score then chooses only
+among the kept models. Under contention -- the queued jobs ask for more GPUs than those fastest models have idle --
+it weighs the job's speed-up against the submitted job mix's (comparative advantage, as ``GpuSpeed``): it keeps
+instead the models where the job's advantage is within ``tolerance`` of its best (the fastest of them), so a job
+that gains little from the fast model leaves it to the queued jobs that gain much. It skips -- and the profile is
+exactly the speed-blind one -- on a cluster of one GPU model, for a pod whose job runs the same everywhere (no job,
+or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a speed service, and when every candidate's model
+is within the tolerance anyway.
 """
 
 from __future__ import annotations
