@@ -82,7 +82,8 @@ class JobViews:
         return every, user
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
-        """Tenant -> {"gpus": held, "pending_gpus": asked by waiting jobs, "running": n, "pending": n}."""
+        """Tenant -> {"gpus": held (by its running jobs, and outside them: :meth:`JobEngine.set_outside_use`),
+        "pending_gpus": asked by waiting jobs, "running": n, "pending": n}."""
         out: dict[str, dict[str, float]] = {}
         for job in self._jobs.values():
             if job.state.terminal:
@@ -94,6 +95,9 @@ class JobViews:
             else:
                 u["pending_gpus"] += job.gpus
                 u["pending"] += 1
+        for tenant, gpus in self._ledger.outside.items():  # devices held outside the jobs (claims of other pods)
+            u = out.setdefault(tenant, {"gpus": 0.0, "pending_gpus": 0.0, "running": 0.0, "pending": 0.0})
+            u["gpus"] += gpus
         return out
 
     def queue_stats(self) -> tuple[int, float]:

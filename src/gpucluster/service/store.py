@@ -522,7 +522,8 @@ def _options(spec: JobSpec) -> dict[str, Any]:
     return {"gpu_type": spec.gpu_type, "node_selector": dict(spec.node_selector), "kind": spec.kind.value,
             "preemptible": spec.preemptible, "ref_gpu": spec.ref_gpu, "work_class": spec.work_class,
             "speedup": dict(spec.speedup), "tokens": spec.tokens,
-            **({"workload": spec.workload.to_dict()} if not spec.workload.empty else {})}
+            **({"workload": spec.workload.to_dict()} if not spec.workload.empty else {}),
+            **({"claims": [c.to_dict() for c in spec.claims]} if spec.claims else {})}
 
 
 def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
@@ -551,7 +552,7 @@ def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
                         submitted_at=submitted_at, registry=registry, ref_gpu=str(opts.get("ref_gpu", "")),
                         work_class=str(opts.get("work_class", "")), tokens=float(opts.get("tokens", 0.0)),
                         speedup={str(k): float(v) for k, v in dict(opts.get("speedup") or {}).items()},
-                        workload=opts.get("workload"))
+                        workload=opts.get("workload"), claims=opts.get("claims"))
     except ValueError:
         if not status.terminal:
             raise

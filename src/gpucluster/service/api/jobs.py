@@ -114,7 +114,8 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
                            node_selector=body.node_selector, kind=body.kind, preemptible=body.preemptible,
                            submitted_at=time.time(), registry=service.runtime.registry, ref_gpu=body.ref_gpu,
                            work_class=body.work_class, speedup=dict(body.speedup), tokens=body.tokens,
-                           workload=body.workload()))
+                           workload=body.workload(),
+                           claims=[c.model_dump(exclude_none=True) for c in body.claims or ()]))
         service.runtime.validate(job)
     except ValueError as exc:
         where, _, why = str(exc).partition(": ")
