@@ -298,7 +298,8 @@ class EmbeddedRuntime(EngineFront):
         return self.monitor.firing
 
     def _placement_report(self) -> dict[str, Any]:
-        return self.sim.placement_report(j for j in self.engine.jobs.values() if not j.synthetic)
+        # the jobs that ran (kept by the engine's tally): a flood of queued jobs costs the overview nothing
+        return self.sim.placement_report(j for j in self.engine.jobs.tally.placed.values() if not j.synthetic)
 
     def _use_figures(self) -> dict[str, Any]:
         use = self.utilisation()
