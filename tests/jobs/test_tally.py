@@ -7,6 +7,7 @@ a tenant's flood of waiting jobs slowed every tick. Now a read costs the number 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -137,3 +138,58 @@ def test_the_table_refuses_bulk_changes_it_would_not_count() -> None:
         table.update({})
     with pytest.raises(TypeError, match="one at a time"):
         table.clear()
+
+
+def test_the_overview_reads_no_queued_job_and_its_device_figures_only_after_a_scrape_or_a_change() -> None:
+    """The overview (recomputed after every submission) neither iterates the jobs nor loops over every GPU again
+    while nothing but the queue changed; a shard's scrape or a placement computes the device figures again."""
+    rt = EmbeddedRuntime(small_cluster(), background=0.0, fault_rate_per_hour=0.0)
+    rt.set_quotas({"flood": 1.0})
+    monitor = rt.monitor
+    real = monitor.utilisation
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monitor.utilisation = counted  # type: ignore[method-assign]
+    rt.advance(rt.now + 1)
+    first = rt.overview()
+    for i in range(200):
+        rt.submit(Job(job_spec(f"f{i}", name=f"f{i}", tenant="flood", replicas=1,
+                               resources={"nvidia.com/gpu": 1}, duration_s=None, submit_s=rt.now,
+                               registry=rt.registry)))
+    table = rt.engine.jobs
+
+    def no_scan(*args: object) -> object:
+        raise AssertionError("the overview scanned the jobs")
+
+    class Unscannable(JobTable):
+        values = items = keys = __iter__ = no_scan  # type: ignore[assignment]
+
+    table.__class__ = Unscannable
+    try:
+        before = len(calls)
+        for _ in range(20):  # submissions in between change only the queue
+            ov = rt.overview()
+        assert len(calls) == before
+        assert ov["gpu_utilisation"] == first["gpu_utilisation"] and ov["queue"] == 0  # not arrived yet
+        rt.advance(rt.now + 1)  # the flood arrives and one job starts: the cluster changed
+        ov = rt.overview()
+        assert len(calls) == before + 1 and ov["jobs"]["running"] == 1 and ov["queue"] == 199
+        rt.overview()
+        assert len(calls) == before + 1
+        scrapes = monitor.scrapes
+        rt.advance(rt.now + 60)  # every shard is scraped again
+        assert monitor.scrapes > scrapes
+        rt.overview()
+        assert len(calls) == before + 2
+    finally:
+        table.__class__ = JobTable
+    fresh = real()
+    del fresh["per_node"]
+    cached = rt.utilisation()
+    del cached["per_node"]
+    assert {k: v for k, v in cached.items() if k != "allocated_idle"} == \
+        {k: v for k, v in fresh.items() if k != "allocated_idle"}

@@ -244,6 +244,8 @@ class ClusterMonitor:
         self._transitions: deque[dict[str, Any]] = deque(maxlen=KEEP_TRANSITIONS)
         """Alerts that started firing or resolved since :meth:`take_transitions` was last called."""
         self.firing = 0
+        self.scrapes = 0
+        """Shard evaluations so far: what :meth:`utilisation` reads of the devices changes only with it."""
 
     # ------------------------------------------------------------------ faults (through the collector)
     def source(self, node: str) -> SimSource:
@@ -283,6 +285,7 @@ class ClusterMonitor:
     def _evaluate(self, sh: _Shard, t: float) -> None:
         with _no_cyclic_gc():
             sh.alerts = sh.monitor.step(t).alerts
+        self.scrapes += 1
 
 
     def _remediate(self, t: float) -> list[AuditRecord]:
