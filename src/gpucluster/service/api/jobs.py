@@ -99,6 +99,11 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
         raise ApiError(422, "tenant", f"no tenant {tenant!r}: create it first (gpucluster tenants create {tenant} "
                                       "[--quota-gpus N], or POST /api/v1/tenants), or start up with --tenants "
                                       "on-first-use")
+    if service.config.unique_job_names and (live := service.live_job_named(tenant, body.name)) is not None:
+        raise ApiError(409, "name", f"tenant {tenant} already has a {live.status.value} job named {body.name!r}: "
+                                    f"{live.id}; cancel it (gpucluster cancel {live.id}), wait for it to finish "
+                                    "or choose another name (names are unique among a tenant's live jobs; up "
+                                    "--job-names shared lets them repeat)")
     _admit_priority(service, who, tenant, body.priority, row)
     _admit_queued(service, tenant, row)
     try:
@@ -116,6 +121,7 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
 
     def apply() -> None:  # once stored (its tenant too, in the same transaction)
         service.order.append(job.id)
+        service.named(job)
         service.invalidate_views()
         try:
             service.runtime.submit(job)
