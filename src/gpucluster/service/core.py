@@ -147,6 +147,11 @@ class Service:
             else:
                 del self._storing[job.tenant]
 
+    def storing(self, owner: str, key: str) -> asyncio.Future[None] | None:
+        """The commit a job submitted by ``owner`` with Idempotency-Key ``key`` waits for, if one does."""
+        return next((b.done for b in self._batch if b.idempotency is not None
+                     and b.idempotency[:2] == (owner, key)), None)
+
     def _commit_batch(self) -> None:
         batch, self._batch = self._batch, []
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import sqlite3
@@ -89,6 +91,10 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
     tenant = _tenant_of(body, who)
     idem: tuple[str, str, str] | None = None
     if idempotency_key is not None:
+        first = service.storing(who.actor, idempotency_key)
+        if first is not None:  # a retry while the first request waits for its commit: answer once it is stored
+            with contextlib.suppress(Exception):  # the first one failed: this one is a new submission
+                await asyncio.shield(first)
         replayed = _replay(service, who, idempotency_key, body, response)
         if replayed is not None:
             return replayed
