@@ -109,18 +109,65 @@ def test_describe_a_job_by_name_and_its_node(server: Server) -> None:
     assert code == 1 and "node 'no-such-node': not found" in err
 
 
-def test_a_name_two_jobs_share_is_never_picked_silently(server: Server) -> None:
-    """On main `cancel NAME` and `describe job NAME` took the newest of the jobs with that name."""
-    first = submit(server, "verbs-twin", duration=None)
-    second = submit(server, "verbs-twin", duration=None)
+def test_a_name_two_jobs_share_is_never_picked_silently(server: Server, tmp_path: Path) -> None:
+    """A name is unique among a tenant's live jobs (`up --job-names unique`, the default): `submit` of a second
+    live job of a name exits 2 naming the live one's id (on main it was accepted). Two tenants may each have
+    one; then `cancel NAME` and `describe job NAME` (admin) refuse and name both ids (on main before ea24c49 they
+    took the newest). A finished job's name may be used again."""
+    first = submit_job(server, {"name": "verbs-twin", "tenant": "twin-a", "resources": {"nvidia.com/gpu": 1}})
+    job = tmp_path / "twin.yaml"
+    job.write_text("name: verbs-twin\ntenant: twin-a\nresources: {nvidia.com/gpu: 1}\n")
+    code, out, err = cli(server, "submit", str(job), columns=80)
+    assert code == 2 and out == "", out
+    assert re.search(rf"name: tenant twin-a already has a (pending|running) job named 'verbs-twin': {first['id']};"
+                     r".*\(HTTP 409\)", err), err
+    second = submit_job(server, {"name": "verbs-twin", "tenant": "twin-b", "resources": {"nvidia.com/gpu": 1}})
     for verb in (("cancel",), ("describe", "job")):
         code, out, err = cli(server, *verb, "verbs-twin", columns=200)
         assert code == 2 and out == ""
         assert "2 jobs have that name" in err and first["id"] in err and second["id"] in err
     code, out, err = cli(server, "cancel", first["id"])
     assert code == 0 and f"job {first['id']} (verbs-twin) cancelled" in out, err
-    code, out, err = cli(server, "cancel", "verbs-twin")  # the one of the two still pending or running
-    assert code == 0 and f"job {second['id']} (verbs-twin) cancelled" in out, err
+    # the cancelled job's name is free again in its tenant
+    code, out, err = cli(server, "submit", str(job), "--json")
+    assert code == 0, err
+    third = json.loads(out)
+    assert third["name"] == "verbs-twin" and third["id"] not in (first["id"], second["id"])
+    # three jobs of the name now: describe refuses; cancel takes live ones only, and two are live
+    code, out, err = cli(server, "describe", "job", "verbs-twin", columns=200)
+    assert code == 2 and "3 jobs have that name" in err and first["id"] in err
+    code, out, err = cli(server, "cancel", "verbs-twin", columns=200)
+    assert code == 2 and "2 jobs have that name" in err and second["id"] in err and third["id"] in err, err
+    assert first["id"] not in err  # a finished job is no candidate for cancel
+    code, out, err = cli(server, "cancel", second["id"])
+    assert code == 0, err
+    code, out, err = cli(server, "cancel", "verbs-twin")  # the one live job of the name
+    assert code == 0 and f"job {third['id']} (verbs-twin) cancelled" in out, err
+
+
+def test_get_nodes_shows_the_cpu_and_memory_its_pods_requested(server: Server) -> None:
+    """Issue 32: on main `get nodes -o wide` showed `0/224` CPU on nodes whose GPUs were all allocated (the
+    background jobs asked for no CPU or memory). Each background task now asks 4 cores and 16 GiB per
+    GPU-equivalent, as a trace's job does, and the columns say what they are: what the pods requested."""
+
+    def full_rows() -> list[dict[str, str]] | None:
+        code, out, err = cli(server, "get", "nodes", "-o", "wide", columns=80)
+        assert code == 0, err
+        lines = out.splitlines()
+        head = lines[0].split()
+        rows = [dict(zip(head, line.split(), strict=True)) for line in lines[1:]]
+        return [r for r in rows if r["ALLOC"] == "100%"] or None
+
+    full = wait_for(full_rows, "a node whose GPUs are all allocated", timeout=60)
+    for row in full:
+        cpu_used, cpu_cap = (float(x) for x in row["CPU-REQ"].split("/"))
+        mem_used, mem_cap = (float(x) for x in row["MEM-REQ"].removesuffix("Gi").split("/"))
+        assert 0 < cpu_used <= cpu_cap and 0 < mem_used <= mem_cap, row
+    code, out, err = cli(server, "describe", "node", full[0]["NAME"], columns=80)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("CPU:"))
+    assert len(line) <= 80 and re.search(r"CPU: +[0-9.]+ of [0-9.]+ cores requested by its pods$", line), line
+    assert line.split()[1] != "0", line
 
 
 def test_cancel_by_name_and_the_queue(server: Server) -> None:

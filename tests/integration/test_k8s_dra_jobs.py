@@ -12,6 +12,7 @@ makes each pod's claim from its ResourceClaimTemplate) and a kubelet stand-in:
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import uuid
 from collections import Counter
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.integration
 
 NS = "default"
 GPUS_PER_NODE = 2
+HOLD = "gpucluster.io/test-hold"  # a test's finalizer: keeps a deleted pod (and its claim reservation) around
 
 
 def _version(api: Any) -> tuple[int, int]:
@@ -265,11 +267,15 @@ def test_a_higher_priority_job_preempts_a_claim_holder_whose_claim_is_released(
     that may not be preempted. A higher-priority Job of 2 pods (tiresias, preemptive) evicts the claim holder:
     its Job is suspended, its pod deleted, its claim released (nobody in ``reservedFor``, no allocation), and
     the preemptor's claims get the freed devices. A watcher reads every claim all along: no device is ever
-    allocated to two claims at once."""
+    allocated to two claims at once. The victim's pod is held back from going away by a test finalizer (a
+    kubelet still stopping its containers): kube-controller-manager then keeps the claim reserved and
+    allocated, so the release this test sees can only be the control plane's own."""
     import threading
 
     batch = client.BatchV1Api(kube_client)
     res = client.ResourceV1Api(kube_client)
+    core = client.CoreV1Api(kube_client)
+    held_pods: list[str] = []
     tenant = f"p-{fleet.run}"
     named = f"low-{fleet.run}"
     res.create_namespaced_resource_claim(NS, {
@@ -301,6 +307,11 @@ def test_a_higher_priority_job_preempts_a_claim_holder_whose_claim_is_released(
         low_pod, low_claim = low_bound[0]
         assert low_claim["metadata"]["name"] == named
         victim_node = low_pod["spec"]["nodeName"]
+        # The victim's pod stays (bound, its containers "still stopping") after it is deleted: with it there,
+        # kube-controller-manager's resourceclaim controller keeps the pod in the claim's reservedFor and the
+        # claim allocated, so only the control plane's own release can free the devices for the preemptor.
+        core.patch_namespaced_pod(low_pod["metadata"]["name"], NS, {"metadata": {"finalizers": [HOLD]}})
+        held_pods.append(low_pod["metadata"]["name"])
 
         batch.create_namespaced_job(NS, claim_job(fleet, f"high-{fleet.run}", tenant, pods=2, priority=50))
         high = wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, f"high-{fleet.run}", 2)), 90,
@@ -310,6 +321,8 @@ def test_a_higher_priority_job_preempts_a_claim_holder_whose_claim_is_released(
         assert victim.status == "pending" and victim.preemptions == 1
         job = raw_get(batch.read_namespaced_job, f"low-{fleet.run}", NS)
         assert job["spec"]["suspend"] is True
+        still = raw_get(core.read_namespaced_pod, low_pod["metadata"]["name"], NS)
+        assert still["metadata"].get("deletionTimestamp") and still["spec"]["nodeName"] == victim_node
         released = raw_get(res.read_namespaced_resource_claim, named, NS)
         assert not (released.get("status") or {}).get("allocation")
         assert not (released.get("status") or {}).get("reservedFor")
@@ -320,5 +333,8 @@ def test_a_higher_priority_job_preempts_a_claim_holder_whose_claim_is_released(
         stop.set()
         watcher.join(5)
         rt.close()
+        for pod_name in held_pods:
+            with contextlib.suppress(client.ApiException):
+                core.patch_namespaced_pod(pod_name, NS, {"metadata": {"$deleteFromPrimitiveList/finalizers": [HOLD]}})
         res.delete_namespaced_resource_claim(named, NS)
     assert not twice, twice

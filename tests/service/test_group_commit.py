@@ -93,3 +93,11 @@ def test_the_queued_jobs_limit_counts_the_jobs_waiting_for_the_commit(tmp_path: 
         codes = sorted(r.status_code for r in responses)
         assert codes == [201] * 3 + [429] * 5, [r.text for r in responses]
         assert ip.service.pending_jobs("team") == 3 and len(ip.service.order) == 3
+
+
+def test_one_name_twice_in_one_group_is_one_job_and_a_409(tmp_path: Path) -> None:
+    """A job name is unique among a tenant's live jobs, also while the first of the name waits for the commit."""
+    with in_process(tmp_path / "d") as ip:
+        responses = asyncio.run(_post_all(ip, [{"name": "same", "tenant": "team", "resources": GPU}] * 3))
+        assert sorted(r.status_code for r in responses) == [201, 409, 409], [r.text for r in responses]
+        assert len(ip.service.order) == 1 and len(_stored_ids(ip)) == 1

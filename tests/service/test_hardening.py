@@ -242,12 +242,12 @@ def test_fields_are_capped(tmp_path: Path) -> None:
 def test_submissions_are_rate_limited_per_tenant(tmp_path: Path) -> None:
     with in_process(tmp_path / "d", rates=RateLimits(submit_per_s=0.001, submit_burst=3)) as ip:
         a, b = ip.as_(ip.tenant("a")), ip.as_(ip.tenant("b"))
-        for _ in range(3):
-            assert a.post("/api/v1/jobs", json=_job("x", GPU1)).status_code == 201
-        r = a.post("/api/v1/jobs", json=_job("x", GPU1))
+        for k in range(3):
+            assert a.post("/api/v1/jobs", json=_job(f"x{k}", GPU1)).status_code == 201
+        r = a.post("/api/v1/jobs", json=_job("x3", GPU1))
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1 and r.json()["where"] == "tenant"
         assert b.post("/api/v1/jobs", json=_job("x", GPU1)).status_code == 201  # another tenant is not held back
-        assert ip.client.post("/api/v1/jobs", json=_job("x", GPU1, tenant="a")).status_code == 201  # nor the admin
+        assert ip.client.post("/api/v1/jobs", json=_job("x4", GPU1, tenant="a")).status_code == 201  # nor the admin
 
 
 # ---------------------------------------------------------------------------------------------- defect 7

@@ -5,6 +5,7 @@ sleeping); the API test swaps the running service's limiter clock the same way."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from hypothesis import given, settings
@@ -56,13 +57,17 @@ def test_a_long_idle_tenant_gets_its_burst_and_no_more(tmp_path: Path) -> None:
         clock = _Clock()
         ip.service.limiter.clock = clock
         tok, other = ip.tenant("patient"), ip.tenant("bystander")
-        job = {"name": "j", "resources": {"nvidia.com/gpu": 1}}
-        assert ip.as_(tok).post("/api/v1/jobs", json=job).status_code == 201
+        names = (f"j{k}" for k in range(100))  # a job name is unique among a tenant's live jobs
+
+        def job() -> dict[str, Any]:
+            return {"name": next(names), "resources": {"nvidia.com/gpu": 1}}
+
+        assert ip.as_(tok).post("/api/v1/jobs", json=job()).status_code == 201
         clock.t += 3600.0
-        codes = [ip.as_(tok).post("/api/v1/jobs", json=job).status_code for _ in range(5)]
+        codes = [ip.as_(tok).post("/api/v1/jobs", json=job()).status_code for _ in range(5)]
         assert codes == [201, 201, 201, 429, 429]
-        r = ip.as_(tok).post("/api/v1/jobs", json=job)
+        r = ip.as_(tok).post("/api/v1/jobs", json=job())
         assert r.status_code == 429 and r.headers["Retry-After"] == "1"
-        assert ip.as_(other).post("/api/v1/jobs", json=job).status_code == 201
+        assert ip.as_(other).post("/api/v1/jobs", json=job()).status_code == 201
         clock.t += 1.0  # one more token, exactly
-        assert [ip.as_(tok).post("/api/v1/jobs", json=job).status_code for _ in range(2)] == [201, 429]
+        assert [ip.as_(tok).post("/api/v1/jobs", json=job()).status_code for _ in range(2)] == [201, 429]

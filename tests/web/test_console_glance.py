@@ -85,7 +85,7 @@ def test_no_page_is_wider_than_the_screen(page: Any, server: Server, viewport: d
     else:
         expect(nav).to_be_visible()
         expect(page.get_by_test_id("nav-toggle")).to_be_hidden()
-    submit_job(server, {"name": "glance-wide-table", "resources": {"nvidia.com/gpu": 1}, "duration_s": 900})
+    submit_job(server, {"name": f"glance-wide-table-{viewport['width']}", "resources": {"nvidia.com/gpu": 1}, "duration_s": 900})
     for name in PAGES:
         _go(page, name, phone)
         assert _overflow(page) == 0, f"{name} is {_overflow(page)} px wider than the {viewport['width']} px screen"

@@ -229,7 +229,7 @@ VIEWS: dict[Resource, View] = {
                         ["REPLICAS", "PRIORITY", "GPU-TYPE", "RAN", "NODES"], _job_row, right=(4,), keep=(0,)),
     Resource.NODES: View("/api/v1/nodes", lambda b: b["nodes"], lambda n: n["name"],
                          ["NAME", "STATUS", "MODEL", "GPUS", "ALLOC", "MEM", "PODS"],
-                         ["UTIL", "FB-USED", "POOL", "RACK", "LEAF", "CPU", "MEMORY"], _node_row,
+                         ["UTIL", "FB-USED", "POOL", "RACK", "LEAF", "CPU-REQ", "MEM-REQ"], _node_row,
                          right=(3, 4, 5, 6, 7, 8), keep=(0,)),
     Resource.TENANTS: View("/api/v1/tenants", lambda b: b["tenants"], lambda t: t["name"],
                            ["NAME", "QUOTA", "WEIGHT", "FAIR", "GPUS", "RUNNING", "PENDING", "QUOTA-USE"],
@@ -382,8 +382,9 @@ def get(
 # ---------------------------------------------------------------------------------------------- describe
 def find_job(http: httpx.Client, ref: str, prefer_active: bool = False) -> dict[str, Any]:
     """A job by id, else the one job with that name: exit 1 when none (kubectl's NotFound), exit 2 naming the ids
-    when several jobs have that name (job names need not be unique, as in Slurm; an id always is).
-    ``prefer_active`` (cancel): of several, the one still pending or running, if only one is."""
+    when several jobs have that name (a name is unique among a tenant's live jobs only: a finished job's name may
+    be used again, another tenant has its own, and ``up --job-names shared`` lets them repeat; an id is unique).
+    ``prefer_active`` (cancel): only the jobs still pending or running are candidates, when there are any."""
     resp = http.get(f"/api/v1/jobs/{ref}")
     if resp.status_code == 200:
         found: dict[str, Any] = resp.json()
@@ -395,7 +396,7 @@ def find_job(http: httpx.Client, ref: str, prefer_active: bool = False) -> dict[
     if not same:
         fail(f"job {ref!r}: not found (no job with that id or name)", 1)
     active = [j for j in same if j["status"] in ("pending", "running")]
-    if prefer_active and len(same) > 1 and len(active) == 1:
+    if prefer_active and active:
         same = active
     if len(same) > 1:
         ids = ", ".join(f"{j['id']} ({j['status']})" for j in same[:10]) + (", ..." if len(same) > 10 else "")
@@ -482,9 +483,10 @@ def describe_node(node: dict[str, Any], usage: dict[str, Any], alerts: list[dict
         ("Name", node["name"]), ("Status", node_status(node)), ("Model", f"{node.get('model', '')} x {node['gpus']}"),
         ("Pool", node.get("pool", "")), ("Rack", f"{node.get('rack', '')} (leaf {node.get('leaf', '')}, "
                                                  f"{node.get('spine', '')})"),
-        ("CPU", f"{node.get('cpu_used_milli', 0) / 1000:g} of {node.get('cpu_milli', 0) / 1000:g} cores allocated"),
+        ("CPU", f"{node.get('cpu_used_milli', 0) / 1000:g} of {node.get('cpu_milli', 0) / 1000:g} cores requested "
+                "by its pods"),
         ("Memory", f"{node.get('memory_used_mib', 0) / 1024:.0f} of {node.get('memory_mib', 0) / 1024:.0f} GiB "
-                   "allocated"),
+                   "requested by its pods"),
         ("GPU allocated", f"{_pct(core)} compute, {_pct(mem)} memory"), ("Pods", node["pods"]),
     ])
     use = {d["index"]: d for d in usage.get("devices", [])}
@@ -563,8 +565,8 @@ def cancel(
 ) -> None:
     """Cancel pending or running jobs (exit 2 for one that already finished).
 
-    A name several jobs share cancels the one of them still pending or running; with several such, exit 2 naming
-    their ids."""
+    A name cancels the one pending or running job of that name (finished jobs of the name are no candidates);
+    with several such (other tenants', or `up --job-names shared`), exit 2 naming their ids."""
     done = []
     with client(resolve(server, token, context)) as http:
         for ref in jobs:

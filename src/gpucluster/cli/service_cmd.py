@@ -48,6 +48,13 @@ class TenantMode(enum.StrEnum):
     ON_FIRST_USE = "on-first-use"
 
 
+class JobNameMode(enum.StrEnum):
+    """``up --job-names``: whether a tenant's live jobs may share a name (``ServiceConfig.unique_job_names``)."""
+
+    UNIQUE = "unique"
+    SHARED = "shared"
+
+
 class LogFormat(enum.StrEnum):
     """``up --log-format`` (``service.logs``)."""
 
@@ -132,6 +139,11 @@ def up(
                           "create it: `gpucluster tenants create NAME`), as Kueue and Slurm do; on-first-use: it "
                           "creates the tenant, unlimited. Default: explicit (on-first-use with --kubeconfig, where "
                           "Jobs found in the cluster bring their tenant).", case_sensitive=False)] = None,
+    job_names: Annotated[JobNameMode, typer.Option(
+        "--job-names", help="unique: a job name is unique among a tenant's pending and running jobs (a second one "
+                            "is refused, 409 naming the live job's id), as in a Kubernetes namespace; a finished "
+                            "job's name may be used again. shared: names may repeat, as in Slurm (the id is "
+                            "unique either way).", case_sensitive=False)] = JobNameMode.UNIQUE,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
     device_config: DeviceConfigOpt = None,
     submit_rate: Annotated[float, typer.Option(
@@ -240,6 +252,7 @@ def up(
         == TenantMode.ON_FIRST_USE
     config = ServiceConfig(data_dir=data, speed=speed, rates=RateLimits(submit_rate, submit_burst),
                            tenants_on_first_use=first_use,
+                           unique_job_names=job_names == JobNameMode.UNIQUE,
                            max_queued_jobs=max_queued_jobs,
                            legacy_metrics=legacy_metrics)
     try:

@@ -31,16 +31,28 @@ class Shape:
     """GPU-equivalents one job of this shape holds."""
 
 
+CPU_MILLI_PER_GPU = 4000
+"""Host CPU a background task asks per GPU-equivalent it holds, as a trace's job does (``JobSpec.cpu_milli_per_gpu``,
+4 cores): allocated CPU on a node full of background work is then what its pods requested, not 0."""
+MEMORY_MIB_PER_GPU = 16384
+"""Host memory per GPU-equivalent (``JobSpec.memory_mib_per_gpu``, 16 GiB)."""
+
+
+def _host(gpus: dict[str, Any], share: float) -> dict[str, Any]:
+    """A task's limits: its GPU limits and the host CPU and memory of ``share`` GPU-equivalents."""
+    return {**gpus, "cpu": f"{round(CPU_MILLI_PER_GPU * share)}m", "memory": f"{round(MEMORY_MIB_PER_GPU * share)}Mi"}
+
+
 SHAPES: tuple[Shape, ...] = (
-    Shape("infer-quarter", 0.22, 1, {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 25,
-                                     "nvidia.com/gpumem": 12000}, 0.25),
-    Shape("infer-half", 0.18, 1, {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50,
-                                  "nvidia.com/gpumem": 24000}, 0.5),
-    Shape("dev-1gpu", 0.32, 1, {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100}, 1.0),
-    Shape("train-2gpu", 0.08, 1, {"nvidia.com/gpu": 2, "nvidia.com/gpucores": 100}, 2.0),
-    Shape("train-4gpu", 0.08, 1, {"nvidia.com/gpu": 4, "nvidia.com/gpucores": 100}, 4.0),
-    Shape("train-8gpu", 0.09, 1, {"nvidia.com/gpu": 8, "nvidia.com/gpucores": 100}, 8.0),
-    Shape("train-2x8gpu", 0.03, 2, {"nvidia.com/gpu": 8, "nvidia.com/gpucores": 100}, 16.0),
+    Shape("infer-quarter", 0.22, 1, _host({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 25,
+                                           "nvidia.com/gpumem": 12000}, 0.25), 0.25),
+    Shape("infer-half", 0.18, 1, _host({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50,
+                                        "nvidia.com/gpumem": 24000}, 0.5), 0.5),
+    Shape("dev-1gpu", 0.32, 1, _host({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100}, 1), 1.0),
+    Shape("train-2gpu", 0.08, 1, _host({"nvidia.com/gpu": 2, "nvidia.com/gpucores": 100}, 2), 2.0),
+    Shape("train-4gpu", 0.08, 1, _host({"nvidia.com/gpu": 4, "nvidia.com/gpucores": 100}, 4), 4.0),
+    Shape("train-8gpu", 0.09, 1, _host({"nvidia.com/gpu": 8, "nvidia.com/gpucores": 100}, 8), 8.0),
+    Shape("train-2x8gpu", 0.03, 2, _host({"nvidia.com/gpu": 8, "nvidia.com/gpucores": 100}, 8), 16.0),
 )
 
 ACTIVITY_MIX: tuple[tuple[str, float], ...] = (

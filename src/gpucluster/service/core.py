@@ -64,6 +64,11 @@ class ServiceConfig:
     422 saying how to create it (``up --tenants on-first-use``; ``explicit``, the default, is what Kueue and
     Slurm users expect: a LocalQueue or an account exists before work is submitted to it). The ``default``
     tenant of the admin's jobs always exists."""
+    unique_job_names: bool = True
+    """A job name is unique among its tenant's live (pending or running) jobs: a second live job of that name is
+    refused with 409 naming the live one's id, as a Kubernetes or Kueue user expects of a namespace (a finished
+    job's name may be used again). ``up --job-names shared`` (False) lets names repeat, as Slurm does; the id is
+    unique either way, and the CLI never picks one of several jobs of a name silently."""
 
 
 @dataclass(slots=True)
@@ -110,6 +115,8 @@ class Service:
     """Events of earlier ticks the store could not take (a full disk): stored, in order, before the next ones."""
     tick_hooks: list[Callable[[list[JobEvent]], None]] = field(default_factory=list)
     """Called after every tick with its events (``service.ops``: logs, alert transitions, history)."""
+    _live_names: dict[tuple[str, str], str] = field(default_factory=dict)
+    _live_names_tick: int = -1
     _cache: dict[str, Any] = field(default_factory=dict)
     _cache_version: int = -1
     _batch: list[_Submission] = field(default_factory=list)
@@ -139,6 +146,11 @@ class Service:
                 self._storing[job.tenant] = left
             else:
                 del self._storing[job.tenant]
+
+    def storing(self, owner: str, key: str) -> asyncio.Future[None] | None:
+        """The commit a job submitted by ``owner`` with Idempotency-Key ``key`` waits for, if one does."""
+        return next((b.done for b in self._batch if b.idempotency is not None
+                     and b.idempotency[:2] == (owner, key)), None)
 
     def _commit_batch(self) -> None:
         batch, self._batch = self._batch, []
@@ -270,6 +282,27 @@ class Service:
         (``gpucluster.jobs.tally``), so a flood of submissions costs no scan of the queue; the tenant's jobs
         waiting for the group commit count too."""
         return int(self.runtime.usage_by_tenant().get(tenant, {}).get("pending", 0)) + self._storing.get(tenant, 0)
+
+    def live_job_named(self, tenant: str, name: str) -> Job | None:
+        """The tenant's pending or running user job of that name, if any. The index is rebuilt from the runtime's
+        jobs at most once per tick (jobs restored, found in the cluster or ended since are seen then), plus the
+        jobs accepted since (:meth:`named`); a hit is checked against the job's status now, so a job that ended
+        since the tick frees its name at once; the jobs waiting for the group commit are checked too."""
+        if self._live_names_tick != self.ticks:
+            self._live_names = {(j.tenant, j.name): j.id for j in self.runtime.jobs()
+                                if not j.synthetic and not j.status.terminal}
+            self._live_names_tick = self.ticks
+        jid = self._live_names.get((tenant, name))
+        job = None if jid is None else self.find_job(jid)
+        if job is not None and not job.status.terminal:
+            return job
+        # a job of that name waiting for the group commit (not in the runtime yet) is live too
+        return next((b.job for b in self._batch if b.job.tenant == tenant and b.job.name == name), None)
+
+    def named(self, job: Job) -> None:
+        """``job`` was just accepted: its name is taken among its tenant's live jobs (see :meth:`live_job_named`)."""
+        if self._live_names_tick == self.ticks:
+            self._live_names[(job.tenant, job.name)] = job.id
 
     def max_queued(self, row: dict[str, Any] | None) -> int:
         """A tenant's limit on pending jobs (its own, else the service's default)."""

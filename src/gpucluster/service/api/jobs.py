@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import sqlite3
@@ -89,6 +91,10 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
     tenant = _tenant_of(body, who)
     idem: tuple[str, str, str] | None = None
     if idempotency_key is not None:
+        first = service.storing(who.actor, idempotency_key)
+        if first is not None:  # a retry while the first request waits for its commit: answer once it is stored
+            with contextlib.suppress(Exception):  # the first one failed: this one is a new submission
+                await asyncio.shield(first)
         replayed = _replay(service, who, idempotency_key, body, response)
         if replayed is not None:
             return replayed
@@ -99,6 +105,11 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
         raise ApiError(422, "tenant", f"no tenant {tenant!r}: create it first (gpucluster tenants create {tenant} "
                                       "[--quota-gpus N], or POST /api/v1/tenants), or start up with --tenants "
                                       "on-first-use")
+    if service.config.unique_job_names and (live := service.live_job_named(tenant, body.name)) is not None:
+        raise ApiError(409, "name", f"tenant {tenant} already has a {live.status.value} job named {body.name!r}: "
+                                    f"{live.id}; cancel it (gpucluster cancel {live.id}), wait for it to finish "
+                                    "or choose another name (names are unique among a tenant's live jobs; up "
+                                    "--job-names shared lets them repeat)")
     _admit_priority(service, who, tenant, body.priority, row)
     _admit_queued(service, tenant, row)
     try:
@@ -116,6 +127,7 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
 
     def apply() -> None:  # once stored (its tenant too, in the same transaction)
         service.order.append(job.id)
+        service.named(job)
         service.invalidate_views()
         try:
             service.runtime.submit(job)
