@@ -44,6 +44,10 @@ class JobViews:
         """How many jobs are queued (without listing them)."""
         return len(self._queue)
 
+    def queued_gpus(self) -> float:
+        """GPUs the queued jobs ask for, summed (without listing them)."""
+        return self._queue.gpus
+
     def running(self) -> list[Job]:
         return [self._jobs[jid] for jid in self._running]
 
