@@ -21,10 +21,13 @@ from pathlib import Path
 CASES: list[tuple[str, list[str], dict[str, str]]] = [
     ("gpucluster --help", ["--help"], {}),
     ("gpucluster --version", ["--version"], {}),
+    ("gpucluster version", ["version"], {}),
     ("gpucluster ge<TAB>", [], {"_GPUCLUSTER_COMPLETE": "complete_bash", "COMP_WORDS": "gpucluster ge",
                                 "COMP_CWORD": "1"}),
     ("gpucluster get --outp<TAB>", [], {"_GPUCLUSTER_COMPLETE": "complete_bash",
                                         "COMP_WORDS": "gpucluster get --outp", "COMP_CWORD": "2"}),
+    ("gpucluster get no<TAB>", [], {"_GPUCLUSTER_COMPLETE": "complete_bash", "COMP_WORDS": "gpucluster get no",
+                                    "COMP_CWORD": "2"}),
     ("gpucluster simulate --help", ["simulate", "--help"], {}),
 ]
 

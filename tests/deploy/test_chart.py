@@ -17,7 +17,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpucluster.kubernetes.manifests import DeployOptions, build, managed_resources
+from gpucluster.kubernetes.manifests import (
+    DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
+    DeployOptions,
+    build,
+    managed_resources,
+)
 from gpucluster.monitoring import rule_file
 from gpucluster.monitoring.dashboard import dashboard_json
 from tests.kubernetes.helpers import registry
@@ -89,6 +94,7 @@ CASES = [
                     "schedulerName": "gpu", "policy": "binpack"},
      {"legacy_metrics": True, "up": True, "service_monitor": True, "prometheus_rules": "RULES",
       "dashboard": "DASHBOARD", "scheduler_name": "gpu", "policy": "binpack", "twins": TWIN}),
+    ("fewer-nodes-scored", {"kubeScheduler.percentageOfNodesToScore": "30"}, {"percentage_of_nodes_to_score": 30}),
 ]
 
 
@@ -180,6 +186,51 @@ def test_device_config_and_extra_args_reach_the_scheduler() -> None:
     assert "--device-config" not in ext["command"]
 
 
+def _kube_scheduler_config(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpucluster-scheduler-config")
+    cfg: dict[str, Any] = yaml.safe_load(cm["data"]["config.yaml"])
+    assert cfg["kind"] == "KubeSchedulerConfiguration"
+    return cfg
+
+
+def test_percentage_of_nodes_to_score_reaches_kube_schedulers_config(tmp_path: Path) -> None:
+    """Issue 25: kubeScheduler.percentageOfNodesToScore is the value kube-scheduler gets (100 by default: the
+    extender sees every feasible node; 0: kube-scheduler's adaptive default); anything but a whole number 0..100
+    is refused by `helm template` naming the value. On main the chart wrote 100 whatever the values said."""
+    assert _kube_scheduler_config(render("--kube-version", "1.37"))["percentageOfNodesToScore"] == 100
+    for value in ("30", "0", "100"):
+        objs = render("--kube-version", "1.37", "--set", f"kubeScheduler.percentageOfNodesToScore={value}")
+        assert _kube_scheduler_config(objs)["percentageOfNodesToScore"] == int(value)
+    values = tmp_path / "values.yaml"
+    values.write_text("kubeScheduler:\n  percentageOfNodesToScore: 45\n")
+    objs = render("--kube-version", "1.35", "-f", str(values))
+    assert _kube_scheduler_config(objs)["percentageOfNodesToScore"] == 45
+    for bad in ("101", "-1", "abc", "50.5"):
+        proc = helm("template", "gpucluster", str(CHART), "--kube-version", "1.37",
+                    "--set", f"kubeScheduler.percentageOfNodesToScore={bad}")
+        assert proc.returncode != 0, f"{bad} was accepted"
+        assert "kubeScheduler.percentageOfNodesToScore: expected a whole number 0..100" in proc.stderr, proc.stderr
+        assert f"got {bad}" in proc.stderr
+    values.write_text("kubeScheduler:\n  percentageOfNodesToScore: 12.5\n")
+    proc = helm("template", "gpucluster", str(CHART), "--kube-version", "1.37", "-f", str(values))
+    assert proc.returncode != 0 and "got 12.5" in proc.stderr, proc.stderr
+
+
+def test_k8s_manifests_takes_the_same_percentage() -> None:
+    from typer.testing import CliRunner
+
+    from gpucluster.cli.main import app
+
+    r = CliRunner().invoke(app, ["k8s", "manifests", "--percentage-of-nodes-to-score", "30"])
+    assert r.exit_code == 0, r.output
+    objs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    assert _kube_scheduler_config(objs)["percentageOfNodesToScore"] == 30
+    r = CliRunner().invoke(app, ["k8s", "manifests", "--percentage-of-nodes-to-score", "101"])
+    assert r.exit_code == 2 and "--percentage-of-nodes-to-score" in r.output
+    with pytest.raises(ValueError, match=r"percentageOfNodesToScore: expected a whole number 0\.\.100"):
+        build(DeployOptions(percentage_of_nodes_to_score=-5), registry())
+
+
 def test_chart_copies_and_defaults_are_current() -> None:
     files = CHART / "files"
     assert (files / "gpucluster-alerts.yml").read_text() == rule_file(), "run: gpucluster monitor rules --out ..."
@@ -187,6 +238,7 @@ def test_chart_copies_and_defaults_are_current() -> None:
     assert (REPO / "deploy" / "grafana" / "gpucluster.json").read_text() == dashboard_json()
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["managedResources"] == managed_resources(registry())
+    assert values["kubeScheduler"]["percentageOfNodesToScore"] == DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
 
 
 # ------------------------------------------------------------------------------------------------ kustomize

@@ -43,6 +43,7 @@ def test_the_queue_stays_in_key_then_arrival_order(ops: list[tuple[str, int, int
         seq += 1
     assert q.ids() == sorted(keys, key=lambda j: (keys[j], arrival[j]))
     assert q.gpuless == 0  # every job here asks for GPUs
+    assert q.gpus == sum(jobs[int(j[1:])].spec.gpu_share for j in keys)  # speed-fgd's contention measure
     assert all(q.key(j) == keys[j] for j in keys) and len(q) == len(keys)
 
 

@@ -6,6 +6,7 @@ mixed cluster put the work that gains from the fast model there."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,8 +21,17 @@ def _placements(sim: Simulation) -> list[tuple[str, tuple[str, ...], float]]:
     return sorted((j.job_id, j.nodes, round(j.finish_s, 6)) for j in sim.jobs.values())
 
 
-def _run(cluster_h100: int, cluster_l40s: int, jobs: list[JobSpec], placement: str, queue: str = "fifo") -> Simulation:
-    sim = Simulation(mixed_cluster(cluster_h100, cluster_l40s), queue, placement_policy=placement)
+def _run(cluster_h100: int, cluster_l40s: int, jobs: list[JobSpec], placement: str, queue: str = "fifo",
+         tier_args: dict[str, Any] | None = None) -> Simulation:
+    """Run ``jobs`` to the end; ``tier_args`` replace the ``GpuSpeedTier`` plugin's arguments in the profile."""
+    cluster = mixed_cluster(cluster_h100, cluster_l40s)
+    profile = None
+    if tier_args is not None:
+        base = Simulation(cluster, queue, placement_policy=placement).recipe.profile
+        plugins = [p.model_copy(update={"args": tier_args}) if p.name == "GpuSpeedTier" else p for p in base.plugins]
+        assert any(p.name == "GpuSpeedTier" for p in plugins)
+        profile = base.model_copy(update={"plugins": plugins})
+    sim = Simulation(cluster, queue, placement_policy=placement, profile=profile)
     sim.submit_many(jobs)
     sim.run()
     return sim
@@ -50,6 +60,54 @@ def test_when_the_fast_model_is_full_the_job_runs_on_the_other_rather_than_wait(
     sim = _run(1, 1, jobs, "default")
     assert {sim.job("t0").nodes[0].split("-")[0], sim.job("t1").nodes[0].split("-")[0]} == {"h100", "l40s"}
     assert sim.job("t1").first_start_s == 1.0
+
+
+def _model(sim: Simulation, job_id: str) -> str:
+    return sim.job(job_id).nodes[0].split("-")[0]
+
+
+def test_the_fast_model_goes_to_the_job_that_gains_most_from_it() -> None:
+    """Comparative advantage: a recommendation job (about 1.2x faster on H100 than on L40S) is queued first, a
+    transformer job (about 3x) right behind it; one H100 node and one L40S node are free, so the fast model cannot
+    hold both. Speed alone (the rule before, ``comparative: false``) gave the H100 to whichever came first; the
+    default now leaves it to the 3x job, and both start at once. On main the recommendation job took the H100
+    and the transformer ran 3x slower on L40S."""
+    jobs = [JobSpec("rec", 0.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/recommendation"),
+            JobSpec("tfm", 0.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")]
+    sim = _run(1, 1, jobs, "default")
+    assert (_model(sim, "rec"), _model(sim, "tfm")) == ("l40s", "h100")
+    assert sim.job("rec").first_start_s == sim.job("tfm").first_start_s == 0.0
+    blind = _run(1, 1, jobs, "default", tier_args={"comparative": False})
+    assert (_model(blind, "rec"), _model(blind, "tfm")) == ("h100", "l40s")  # speed alone: first come
+    assert max(j.finish_s for j in sim.jobs.values()) < max(j.finish_s for j in blind.jobs.values()) / 2
+
+
+def test_with_nobody_waiting_the_job_that_gains_least_still_takes_the_free_fast_model() -> None:
+    """The same mix, but the 3x job arrives after the 1.2x one has finished: when the job starts, the GPUs that
+    wait (its own) fit on the idle H100s, so there is nobody to leave them to and absolute speed decides."""
+    rec = JobSpec("rec", 0.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/recommendation")
+    tfm = JobSpec("tfm", 7200.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
+    sim = _run(1, 1, [rec, tfm], "default")
+    assert (_model(sim, "rec"), _model(sim, "tfm")) == ("h100", "h100")
+
+
+def test_under_contention_the_1_2x_job_leaves_the_fast_model_even_with_h100_idle() -> None:
+    """Two H100 nodes, two L40S nodes, and three 3x jobs queued behind a 1.2x job: 32 GPUs wait for 16 idle
+    H100s, so the 1.2x job goes to L40S and the three 3x jobs get both H100 nodes and the other L40S node."""
+    rec = JobSpec("rec", 0.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/recommendation")
+    tfm = [JobSpec(f"tfm{i}", 0.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
+           for i in range(3)]
+    sim = _run(2, 2, [rec, *tfm], "default")
+    assert _model(sim, "rec") == "l40s"
+    assert sorted(_model(sim, f"tfm{i}") for i in range(3)) == ["h100", "h100", "l40s"]
+
+
+def test_a_homogeneous_mix_still_takes_the_fastest_model() -> None:
+    """Every job gains the same: comparative advantage ties, and absolute speed decides (H100 first, L40S
+    when the H100s are taken)."""
+    jobs = [JobSpec(f"t{i}", 0.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100") for i in range(3)]
+    sim = _run(2, 2, jobs, "default")
+    assert sorted(_model(sim, f"t{i}") for i in range(3)) == ["h100", "h100", "l40s"]
 
 
 @settings(max_examples=15, deadline=None)

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
 from gpucluster.cli.output import write_json
-from gpucluster.devices import (
-    DeviceConfig,
-    DeviceConfigError,
-    DeviceSettings,
-    VendorRegistry,
-    load_device_config,
-)
-from gpucluster.spec import Cluster, SpecError, load_cluster
+
+if TYPE_CHECKING:  # imported where used: a client command (get, cancel ...) never loads numpy or the spec loader
+    from gpucluster.devices import DeviceConfig, DeviceSettings, VendorRegistry
+    from gpucluster.spec import Cluster
 
 console = Console()
 err_console = Console(stderr=True)
@@ -48,6 +44,8 @@ DeviceConfigOpt = Annotated[Path | None, typer.Option(
 
 def device_config_or_fail(path: Path) -> DeviceConfig:
     """``--device-config``, loaded (unused settings are warned)."""
+    from gpucluster.devices import DeviceConfigError, load_device_config
+
     try:
         config = load_device_config(path)
     except DeviceConfigError as exc:
@@ -59,14 +57,20 @@ def device_config_or_fail(path: Path) -> DeviceConfig:
 
 def device_settings_or_fail(path: Path | None) -> DeviceSettings:
     """The device settings of ``--device-config`` (HAMi's defaults without one); unused settings are warned."""
+    from gpucluster.devices import DeviceSettings
+
     return DeviceSettings() if path is None else device_config_or_fail(path).settings
 
 
 def registry_or_fail(path: Path | None) -> VendorRegistry:
+    from gpucluster.devices import VendorRegistry
+
     return VendorRegistry.from_settings(device_settings_or_fail(path))
 
 
 def load_cluster_or_fail(path: Path | None, registry: VendorRegistry | None = None) -> Cluster:
+    from gpucluster.spec import SpecError, load_cluster
+
     if path is not None and path.suffix == ".csv":
         from gpucluster.simulator.traces import TraceError
         from gpucluster.simulator.traces.openb import openb_cluster

@@ -233,6 +233,12 @@ def register(app: typer.Typer) -> None:
         monitoring: Annotated[bool, typer.Option(
             "--monitoring", help="ServiceMonitor, PrometheusRule (`monitor rules`) and the Grafana dashboard "
                                  "ConfigMap (Prometheus Operator, Grafana sidecar).")] = False,
+        percentage_of_nodes_to_score: Annotated[int, typer.Option(
+            "--percentage-of-nodes-to-score", min=0, max=100,
+            help="Extender mode: kube-scheduler's percentageOfNodesToScore (the chart's "
+                 "kubeScheduler.percentageOfNodesToScore). 100: the extender sees every feasible node; lower: "
+                 "kube-scheduler stops filtering once that share is feasible (faster on large clusters, fewer "
+                 "candidates); 0: kube-scheduler's adaptive default.")] = 100,
     ) -> None:
         """Print the YAML to deploy gpucluster: ServiceAccounts, least-privilege RBAC, the scheduler
         (ConfigMap, Deployment, Service), the agent DaemonSet and, on request, `up`, a twin's registration and
@@ -263,7 +269,7 @@ def register(app: typer.Typer) -> None:
             namespace=namespace, image=image, kube_scheduler_image=kube_scheduler_image,
             scheduler_name=scheduler_name, policy=policy, replicas=replicas, legacy_metrics=legacy_metrics,
             agent=agent, up=up, twins=twin_text, service_monitor=monitoring, prometheus_rules=rules,
-            dashboard=dashboard)
+            dashboard=dashboard, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
         registry = VendorRegistry.from_settings()
         if device_config is not None:  # shipped to the scheduler pods as its ConfigMap, and read here too
             loaded = device_config_or_fail(device_config)

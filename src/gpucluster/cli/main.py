@@ -3,7 +3,8 @@
 Start-up is lazy. ``main()`` (the console script) imports only the module of the command it runs: ``gpucluster
 --help``, ``--version``, ``version`` and Tab completion of a command name import no command module at all (the
 help lists the commands from :data:`COMMANDS`), so they start in a fraction of a second instead of importing numpy,
-the scheduler and the spec loader. ``app`` (what tests and ``python -m`` use) is the whole app, built on first use.
+the scheduler and the spec loader, nor pydantic (:func:`_plain_flags`). ``app`` (what tests and ``python -m`` use)
+is the whole app, built on first use.
 """
 
 from __future__ import annotations
@@ -119,6 +120,32 @@ def quick_app() -> typer.Typer:
     return quick
 
 
+def _plain_flags(command: Any) -> Any:
+    """``command`` (a click command built by typer) with its bool flags coerced without pydantic. typer 0.29 builds
+    a pydantic ``TypeAdapter`` for a parameter the first time it processes one, even an unset ``--help`` or
+    ``--install-completion`` whose value is None, which imports pydantic (about 0.2 s of CPU, as much as the rest
+    of ``gpucluster version``); a plain bool flag needs none of it, so these get typer's pass-through coercion
+    (the help options too, which click makes on first use). With a typer that has no such hook the command is
+    returned as it is (slower, same behaviour)."""
+    try:
+        from typer._coercion import PassThroughRuntimeParam
+    except ImportError:  # another typer: nothing to skip
+        return command
+
+    def plain(param: Any) -> Any:
+        desc = getattr(param, "type_descriptor", None)
+        if desc is not None and desc.annotation is bool and getattr(param, "_runtime_param", 0) is None:
+            param._runtime_param = PassThroughRuntimeParam(parameter_info=desc.parameter_info, annotation=bool)
+        return param
+
+    for cmd in (command, *getattr(command, "commands", {}).values()):
+        for param in cmd.params:
+            plain(param)
+        made = cmd.get_help_option
+        setattr(cmd, "get_help_option", lambda ctx, made=made: plain(made(ctx)))  # noqa: B010 (a method)
+    return command
+
+
 def _words() -> list[str]:
     """The words after the program name: the command line, or the complete words of a completion request."""
     if "_GPUCLUSTER_COMPLETE" not in os.environ:
@@ -148,7 +175,7 @@ def main() -> None:
     )
     modules = command_modules(_words())
     if modules == ():
-        quick_app()()
+        _plain_flags(typer.main.get_command(quick_app()))()
     else:
         build_app(MODULES if modules is None else modules)()
 

@@ -47,6 +47,7 @@ from gpucluster.jobs.placement import Placer
 from gpucluster.jobs.policies import Key, QueuePolicy
 from gpucluster.jobs.preemption import Running, plan_preemption, plan_reclaim
 from gpucluster.jobs.queue import JobQueue
+from gpucluster.jobs.tally import JobTable
 from gpucluster.jobs.transitions import (
     Arrive,
     Cancel,
@@ -221,7 +222,8 @@ class JobEngine:
         self.locality_delay_s = self.options.locality_delay_s
         self.restart_overhead_s = self.options.restart_overhead_s
         self.record_series = self.options.record_series
-        self.jobs: dict[str, Job] = {}
+        self.jobs = JobTable()
+        """Jobs by id, counted as they change (:mod:`gpucluster.jobs.tally`)."""
         self.listeners: list[Callable[[JobEvent], None]] = []
         self.series: list[SeriesPoint] = []
         self.capacity = CapacityView(lambda: self.placer.state, quota)
@@ -235,7 +237,7 @@ class JobEngine:
         self._queue = JobQueue()
         self._running: dict[str, Key] = {}
         self._running_rank: dict[str, Key] = {}
-        self.views = JobViews(self.jobs, self._queue, self._running, policy, self, self.ledger)
+        self.views = JobViews(self.jobs, self._queue, self._running, policy, self, self.ledger, self.jobs.tally)
         """What the control plane reads: queued and running jobs, queue order, counts, usage, queue stats."""
         self._finish_seq: dict[str, int] = {}
         self._dirty = False

@@ -294,6 +294,9 @@ class Job:
     """Policy bookkeeping (2D-LAS promotion) and per-run figures (topology level)."""
     noted_s: float = -math.inf
     """When the job's waiting reason was last reported (an ``unschedulable`` event)."""
+    tally: Any = field(default=None, repr=False)
+    """The :class:`gpucluster.jobs.tally.JobTally` counting this job (set while it is in an engine's job table):
+    :func:`gpucluster.jobs.transitions.transition` tells it of every change."""
 
     # ---------------------------------------------------------------------------------------- progress
     @property

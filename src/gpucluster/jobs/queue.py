@@ -21,7 +21,7 @@ Entry = tuple[Key, int, str]
 class JobQueue:
     """Queued jobs in policy order (iterate for the entries, best first)."""
 
-    __slots__ = ("_entries", "_entry", "_seq", "gpuless")
+    __slots__ = ("_entries", "_entry", "_seq", "gpuless", "gpus")
 
     def __init__(self) -> None:
         self._entries: list[Entry] = []
@@ -29,6 +29,8 @@ class JobQueue:
         self._seq = itertools.count()
         self.gpuless = 0
         """Queued jobs that ask for no GPU."""
+        self.gpus = 0.0
+        """GPUs the queued jobs ask for (their GPU shares summed)."""
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self._entries)
@@ -54,12 +56,16 @@ class JobQueue:
         """Queue ``job`` under ``key`` (after the jobs already queued under an equal key)."""
         if job.spec.gpu_share <= 0:
             self.gpuless += 1
+        else:
+            self.gpus += job.spec.gpu_share
         self._insert(key, job.job_id)
 
     def remove(self, job: Job) -> None:
         """Take ``job`` out of the queue (it must be queued)."""
         if job.spec.gpu_share <= 0:
             self.gpuless -= 1
+        else:
+            self.gpus = max(self.gpus - job.spec.gpu_share, 0.0) if len(self._entries) > 1 else 0.0
         self._unlink(job.job_id)
 
     def rekey(self, job_id: str, key: Key) -> None:

@@ -87,8 +87,11 @@ class GpuSpeeds:
         self.jobs: Mapping[str, Job] | None = None
         """The engine's jobs (set by the driver), for :meth:`model_scores` to find a pod's job."""
         self._mix: dict[SpeedKey, int] = {}
+        self.waiting_gpus: Callable[[], float] | None = None
+        """GPUs the engine's queued jobs ask for (set by the driver), for :meth:`queued_gpus`."""
         self._mix_specs: dict[SpeedKey, JobSpec] = {}
         self._scores: dict[tuple[SpeedKey, tuple[str, ...]], list[float]] = {}
+        self._mixes: dict[tuple[str, ...], list[float]] = {}
 
     @property
     def unknown(self) -> set[str]:
@@ -150,6 +153,7 @@ class GpuSpeeds:
             self._mix[key] = self._mix.get(key, 0) + 1
             self._mix_specs.setdefault(key, spec)
             self._scores.clear()
+            self._mixes.clear()
 
     def normalized(self, spec: JobSpec, models: Sequence[str]) -> list[float]:
         """The job's speed on each model over its speed on the best of them (1.0 = its best option)."""
@@ -188,6 +192,24 @@ class GpuSpeeds:
         if job is None or speed_key(job.spec) is None:
             return None
         return [self.factor(job.spec, m) for m in models]
+
+    def queued_gpus(self) -> float:
+        """GPUs the engine's queued jobs ask for now, summed (0 when no engine is attached): the ``GpuSpeedTier``
+        plugin's measure of contention."""
+        return self.waiting_gpus() if self.waiting_gpus is not None else 0.0
+
+    def mix_speeds(self, models: Sequence[str]) -> list[float] | None:
+        """The submitted jobs' mean normalised speed on each model (each job's speed there over its speed on the
+        best of ``models``, averaged over the jobs noted so far, counted per job): the ``GpuSpeedTier`` plugin's
+        measure of the job mix a job's comparative advantage is weighed against. None before any job with a speed
+        was noted."""
+        if not self._mix:
+            return None
+        names = tuple(models)
+        found = self._mixes.get(names)
+        if found is None:
+            found = self._mixes[names] = self._mix_mean(names)
+        return found
 
     def _mix_mean(self, models: tuple[str, ...]) -> list[float]:
         total = sum(self._mix.values())

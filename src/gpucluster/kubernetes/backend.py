@@ -663,6 +663,17 @@ class KubeRuntime(EngineFront):
     def jobs(self) -> list[Job]:
         return [*self.engine.jobs.values(), *self._creating.values()]
 
+    def usage_by_tenant(self) -> dict[str, dict[str, float]]:
+        """The engine's counts, plus the jobs whose Job object is being created (pending: accepted, not yet in
+        the engine), so a tenant's limit of queued jobs counts them too."""
+        usage = super().usage_by_tenant()
+        for job in list(self._creating.values()):
+            if not job.done:
+                u = usage.setdefault(job.tenant, {"gpus": 0.0, "pending_gpus": 0.0, "running": 0.0, "pending": 0.0})
+                u["pending_gpus"] += job.gpus
+                u["pending"] += 1
+        return usage
+
     def take_discovered(self) -> list[Job]:
         """Jobs found in the cluster that no submission here made (``service.runtime.DiscoveredJobs``)."""
         out, self._discovered = self._discovered, []

@@ -89,17 +89,37 @@ def managed_resources(registry: VendorRegistry) -> list[str]:
     return out
 
 
+DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE = 100
+"""kube-scheduler's ``percentageOfNodesToScore`` in the configuration we render: 100 = kube-scheduler filters
+every node and the extender sees (and scores) every feasible one, so its placement (FGD, topology, gangs) is
+chosen over the whole cluster; lower stops filtering once that share of the nodes is feasible (fewer candidates,
+less work per pod on a large cluster); 0 = kube-scheduler's adaptive default (50 % minus 1 % per 125 nodes, at
+least 5 %)."""
+
+
+def check_percentage_of_nodes_to_score(value: int) -> int:
+    """``value`` when it is a whole number 0..100, else ``ValueError`` saying so."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+        raise ValueError(f"percentageOfNodesToScore: expected a whole number 0..100 (0 = kube-scheduler's "
+                         f"adaptive default), got {value!r}")
+    return value
+
+
 def scheduler_config(extender_url: str, registry: VendorRegistry, scheduler_name: str = "gpucluster",
                      node_cache_capable: bool = True, leader_elect: bool = False,
                      namespace: str = "kube-system", kube_version: str = DEFAULT_KUBE_VERSION,
-                     lease_name: str = "") -> dict[str, Any]:
+                     lease_name: str = "",
+                     percentage_of_nodes_to_score: int = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE) -> dict[str, Any]:
     """A KubeSchedulerConfiguration for ``kube_version`` with our extender (filter, prioritize, preempt, bind)
-    managing every vendor's resources (``ignoredByScheduler``: kube-scheduler does not count them itself)."""
+    managing every vendor's resources (``ignoredByScheduler``: kube-scheduler does not count them itself).
+    ``percentage_of_nodes_to_score``: kube-scheduler's own setting (:data:`DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE`);
+    ``ValueError`` outside 0..100."""
+    check_percentage_of_nodes_to_score(percentage_of_nodes_to_score)
     cfg: dict[str, Any] = {
         "apiVersion": scheduler_api_version(kube_version),
         "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": leader_elect},
-        "percentageOfNodesToScore": 100,
+        "percentageOfNodesToScore": percentage_of_nodes_to_score,
         "profiles": [{"schedulerName": scheduler_name}],
         "extenders": [{
             "urlPrefix": extender_url,
@@ -156,6 +176,9 @@ class DeployOptions:
     device_config: Mapping[str, Any] = field(default_factory=dict)
     """HAMi's device config (``device-config.yaml`` as a mapping; the chart's ``deviceConfig``): when set, the
     ``<release>-device-config`` ConfigMap, mounted in the scheduler pods and passed as ``--device-config``."""
+    percentage_of_nodes_to_score: int = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
+    """Extender mode: kube-scheduler's ``percentageOfNodesToScore`` (the chart's
+    ``kubeScheduler.percentageOfNodesToScore``), 0..100; see :data:`DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE`."""
 
     @property
     def scheduler_image(self) -> str:
@@ -320,7 +343,7 @@ def _scheduler(o: DeployOptions, registry: VendorRegistry) -> list[dict[str, Any
                             "extension-apiserver-authentication-reader", name, o, comp, namespace="kube-system"))
         cfg = scheduler_config(f"http://127.0.0.1:{SCHEDULER_PORT}", registry, o.scheduler_name,
                                leader_elect=True, namespace=o.namespace, kube_version=o.kube_version,
-                               lease_name=name)
+                               lease_name=name, percentage_of_nodes_to_score=o.percentage_of_nodes_to_score)
         out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(o, f"{name}-config", comp),
                     "data": {"config.yaml": yaml.safe_dump(cfg, sort_keys=False)}})
         volumes.append({"name": "config", "configMap": {"name": f"{name}-config"}})

@@ -93,7 +93,9 @@ models and fragmentation decides inside them; an explicit per-pod binpack/spread
 def speed_fgd_profile(seed: int = 0, fgd_args: Mapping[str, Any] | None = None) -> Profile:
     """``speed-fgd``, the default: ``stranding-fgd`` with GPU speed first (``GpuSpeedTier``). On a cluster of
     several GPU models a job goes to the models where it runs within 10 % of its best speed among those that can
-    hold it now; stranding-FGD chooses the node and GPUs among them. Exactly ``stranding-fgd`` on a cluster of
+    hold it now -- or, while the queued jobs ask for more GPUs than those
+    models have idle, where its comparative advantage over the job mix is within 10 % of its best; stranding-FGD
+    chooses the node and GPUs among them. Exactly ``stranding-fgd`` on a cluster of
     one model, for pods whose job runs the same everywhere (the Alibaba trace's), and without a speed service."""
     base = stranding_fgd_profile(seed, fgd_args)
     plugins = list(base.plugins)

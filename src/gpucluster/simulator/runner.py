@@ -109,6 +109,7 @@ job without one runs the same on every GPU model.
             SchedulerPlacer(self.scheduler), kernel=kernel, catalog=handle.services.get("datasets"),
             slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown))
         self.speeds.jobs = self.engine.jobs
+        self.speeds.waiting_gpus = self.engine.views.queued_gpus
 
     # ================================================================================ the engine's API
     @property

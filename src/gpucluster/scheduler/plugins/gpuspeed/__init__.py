@@ -8,12 +8,16 @@ pod's job, 0..1 (1 = the model where the job should run). Without the service, o
 same everywhere, it skips. Score = 100 x the model's score for the node's GPU model (its first device's).
 
 ``GpuSpeedTier`` is the first stage of the default placement (``speed-fgd``): among the GPU models of the nodes a
-pod can go to now (the candidates that passed Filter; for a gang's first member, the models that can hold the
-whole gang), it keeps those where the pod's job runs within ``tolerance`` of its speed on the fastest of them
-(score 100) and scores the others 0; with a weight above every other score's range the fragmentation score then
-chooses only among the kept models. It skips -- and the profile is exactly the speed-blind one -- on a cluster of
-one GPU model, for a pod whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba
-trace's pods), without a speed service, and when every candidate's model is within the tolerance anyway.
+pod can go to now (the candidates that passed Filter; for a gang's first member, the models that can hold the whole
+gang), it keeps those where the pod's job runs within ``tolerance`` of its speed on the fastest of them (score 100)
+and scores the others 0; with a weight above every other score's range the fragmentation score then chooses only
+among the kept models. Under contention -- the queued jobs ask for more GPUs than those fastest models have idle --
+it weighs the job's speed-up against the submitted job mix's (comparative advantage, as ``GpuSpeed``): it keeps
+instead the models where the job's advantage is within ``tolerance`` of its best (the fastest of them), so a job
+that gains little from the fast model leaves it to the queued jobs that gain much. It skips -- and the profile is
+exactly the speed-blind one -- on a cluster of one GPU model, for a pod whose job runs the same everywhere (no job,
+or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a speed service, and when every candidate's model
+is within the tolerance anyway.
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ import numpy as np
 from pydantic import Field
 
 from gpucluster.model import Pod, Snapshot
-from gpucluster.scheduler.framework import CycleState, FloatArray, Handle, IntArray, PluginRegistry, Status
+from gpucluster.scheduler.framework import (
+    BoolArray,
+    CycleState,
+    FloatArray,
+    Handle,
+    IntArray,
+    PluginRegistry,
+    Status,
+)
 from gpucluster.scheduler.framework.status import SKIP
 from gpucluster.scheduler.plugins.args import PluginArgs, parse_args
 
@@ -48,6 +60,19 @@ class SpeedTable(Protocol):
     def model_speeds(self, pod: Pod, models: Sequence[str]) -> Sequence[float] | None:
         """The job's speed on each model of ``models`` (any common unit, > 0), or None when the job runs the
         same on every model."""
+        ...
+
+
+class MixTable(Protocol):
+    """The job mix a job's speed-up is weighed against, and the demand waiting for GPUs."""
+
+    def mix_speeds(self, models: Sequence[str]) -> Sequence[float] | None:
+        """The mean over the jobs submitted so far of each job's speed on each model of ``models`` over its speed
+        on the best of them (0..1), or None when no job with a speed is known."""
+        ...
+
+    def queued_gpus(self) -> float:
+        """GPUs the queued jobs ask for, summed (the pod's own job included while it is being placed)."""
         ...
 
 
@@ -94,9 +119,12 @@ class GpuSpeedTier:
 
     name = TIER_NAME
 
-    def __init__(self, table: SpeedTable | None, tolerance: float) -> None:
+    def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True) -> None:
         self.table = table
         self.tolerance = tolerance
+        self.mix: MixTable | None = None
+        if comparative and hasattr(table, "mix_speeds") and hasattr(table, "queued_gpus"):
+            self.mix = table  # type: ignore[assignment]
 
     def pre_score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> Status:
         if self.table is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
@@ -105,14 +133,39 @@ class GpuSpeedTier:
         if speeds is None:
             return SKIP
         per_model = np.append(np.asarray(speeds, np.float64), 0.0)  # index -1 (no device) -> 0
-        present = np.unique(snap.dev_model[candidates, 0])
-        got = per_model[present]
-        best = float(got.max()) if got.size else 0.0
-        keep = per_model >= (1.0 - self.tolerance) * best
-        if best <= 0.0 or bool(keep[present].all()):
+        present = np.zeros(per_model.shape, np.bool_)
+        present[np.unique(snap.dev_model[candidates, 0])] = True
+        best = float(per_model[present].max()) if present.any() else 0.0
+        if best <= 0.0:
+            return SKIP
+        keep = present & (per_model >= (1.0 - self.tolerance) * best)
+        if self.mix is not None:
+            keep = self._by_advantage(snap, per_model, present, keep)
+        if bool(keep[present].all()):
             return SKIP  # every model the pod can go to is as good: speed cannot choose
         state.write(TIER_NAME, np.where(keep, 100.0, 0.0))
         return Status.success()
+
+    def _by_advantage(self, snap: Snapshot, per_model: FloatArray, present: BoolArray, fastest: BoolArray) -> BoolArray:
+        """Stage one under contention: when the queued jobs ask for more GPUs than the pod's fastest models have
+        idle, keep the models where the job's comparative advantage (its speed there over its best, against the
+        job mix's mean of the same: Gavel's) is within the tolerance of its best, and among those the fastest.
+        Otherwise (or when the fastest models are also the best by advantage) ``fastest`` stands."""
+        assert self.mix is not None
+        mix = self.mix.mix_speeds(snap.models)
+        if mix is None:
+            return fastest
+        top = float(per_model[:-1].max())
+        share = np.append(np.asarray(mix, np.float64), 1.0)
+        adv = (per_model / top) / np.where(share > 0.0, share, 1.0)
+        by_adv = present & (adv >= (1.0 - self.tolerance) * float(adv[present].max()))
+        if bool((by_adv & fastest).any()):
+            return fastest  # the fastest models are also where the job's advantage is: nothing to leave to others
+        idle = np.bincount(snap.dev_model[snap.dev_idle & (snap.dev_model >= 0)], minlength=len(snap.models))
+        if self.mix.queued_gpus() <= float(idle[fastest[:-1]].sum()):
+            return fastest  # the fast models hold every GPU that waits: nobody to leave them to
+        best = float(per_model[by_adv].max())
+        return by_adv & (per_model >= (1.0 - self.tolerance) * best)
 
     def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
         per_model: np.ndarray[Any, np.dtype[np.float64]] = state.read(TIER_NAME)
@@ -121,7 +174,12 @@ class GpuSpeedTier:
 
 class _TierArgs(PluginArgs):
     tolerance: float = Field(DEFAULT_TOLERANCE, ge=0.0, lt=1.0)
-    """A model counts as fast enough when the job's speed there is at least (1 - tolerance) x its best."""
+    """A model counts as fast enough when the job's speed there is at least (1 - tolerance) x its best (and, under
+    ``comparative``, its comparative advantage there at least (1 - tolerance) x its best advantage)."""
+    comparative: bool = True
+    """While the queued jobs ask for more GPUs than the job's fastest models have idle, weigh the job's speed-up
+    against the job mix's (comparative advantage; needs a service with ``mix_speeds`` and ``queued_gpus``).
+    False: absolute speed only."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
@@ -129,7 +187,7 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
     table = handle.services.get(SERVICE)
     if table is not None and not hasattr(table, "model_speeds"):
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
-    return GpuSpeedTier(table, parsed.tolerance)
+    return GpuSpeedTier(table, parsed.tolerance, parsed.comparative)
 
 
 def register(reg: PluginRegistry) -> None:
