@@ -338,3 +338,175 @@ def test_a_higher_priority_job_preempts_a_claim_holder_whose_claim_is_released(
                 core.patch_namespaced_pod(pod_name, NS, {"metadata": {"$deleteFromPrimitiveList/finalizers": [HOLD]}})
         res.delete_namespaced_resource_claim(named, NS)
     assert not twice, twice
+
+
+def kube_scheduler_pod(fleet: Fleet, name: str, tenant: str, scheduler: str) -> dict[str, Any]:
+    """A bare pod for kube-scheduler (profile ``scheduler``), not for our queue, with one GPU through a claim made
+    from the fleet's template, labelled ``gpucluster.io/queue: tenant``."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {QUEUE_LABEL: tenant, "gpucluster.io/run": fleet.run}},
+        "spec": {
+            "schedulerName": scheduler, "restartPolicy": "Never",
+            "nodeSelector": {"gpucluster.io/run": fleet.run},
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": fleet.template}],
+            "containers": [{"name": "infer", "image": "registry.example/ml/serve:v1",
+                            "env": [{"name": "FAKE_RUN_S", "value": "inf"}],
+                            "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
+
+
+def test_claims_kube_scheduler_allocated_for_a_tenants_pods_count_in_its_quota_and_share(
+        kube_control_plane: Any, kube_client: Any, kube_scheduler_factory: Any, fleet: Fleet) -> None:
+    """Two pods of kube-scheduler (its own DynamicResources plugin allocates their claims, one GPU each),
+    labelled ``gpucluster.io/queue`` with a tenant whose quota is 2 GPUs: the control plane charges the claimed
+    GPUs to that tenant (usage, DRF share), so the tenant's next queued Job waits over its quota although 2 GPUs
+    are free; it runs once the quota is 3. (Before, such claims were used capacity charged to nobody and the
+    Job ran at once.)"""
+    core = client.CoreV1Api(kube_client)
+    tenant = f"k-{fleet.run}"
+    scheduler = f"kube-{fleet.run}"
+    kube_scheduler_factory("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+                           f"profiles:\n- schedulerName: {scheduler}\n", f"dra-q-{fleet.run}")
+    names = [f"serve-{i}-{fleet.run}" for i in range(2)]
+    for name in names:
+        core.create_namespaced_pod(NS, kube_scheduler_pod(fleet, name, tenant, scheduler))
+
+    def theirs_bound() -> list[dict[str, Any]] | None:
+        out = []
+        for name in names:
+            pod = raw_get(core.read_namespaced_pod, name, NS)
+            c = _claim_of(kube_client, pod) if pod["spec"].get("nodeName") else None
+            if c is None or not (c.get("status") or {}).get("allocation"):
+                return None
+            out.append(c)
+        return out
+
+    claims = wait_until(theirs_bound, 90, "kube-scheduler to allocate the claims of its 2 pods and bind them")
+    assert sum(fleet.held().values()) == 2
+    print(_kubectl_claims_yaml(kube_control_plane))
+
+    rt = _runtime(kube_control_plane, fleet.run)
+    rt.set_quotas({tenant: 2.0})
+    try:
+        used = wait_until(_ticking(rt, lambda: rt.usage_by_tenant().get(tenant, {}).get("gpus") or None), 30,
+                          "the claimed GPUs charged to the tenant")
+        assert used == pytest.approx(2.0)
+        assert rt.engine.tenant_share(tenant) == pytest.approx(2 / (2 * GPUS_PER_NODE))
+        assert all(c["metadata"]["name"] not in rt.cluster.claim_slots for c in claims)  # not ours
+
+        batch = client.BatchV1Api(kube_client)
+        batch.create_namespaced_job(NS, claim_job(fleet, f"a-{fleet.run}", tenant, pods=1))
+        waiting = wait_until(_ticking(rt, lambda: next(
+            (j for j in rt.jobs() if j.name == f"a-{fleet.run}" and j.message), None)), 60,
+            "the tenant's Job seen, with why it waits")
+        assert waiting.status == "pending"
+        assert waiting.message.startswith(f"waiting for quota: tenant {tenant} holds 2 of 2 GPUs"), waiting.message
+        assert sum(fleet.held().values()) == 2  # 2 GPUs free: only the quota holds it back
+        rt.set_quotas({tenant: 3.0})
+        wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, f"a-{fleet.run}", 1)), 90,
+                   "the Job admitted once the quota is 3 GPUs")
+        assert rt.usage_by_tenant()[tenant]["gpus"] == pytest.approx(3.0)
+        assert max(fleet.held().values()) == 1 and sum(fleet.held().values()) == 3
+    finally:
+        rt.close()
+        for name in names:
+            with contextlib.suppress(client.ApiException):
+                core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
+
+
+def _api_job(name: str, tenant: str, run: str, claims: list[dict[str, Any]], replicas: int = 1) -> Any:
+    """A job as the REST API makes it (``gpucluster submit``): no GPUs in resources, devices through ``claims``."""
+    import time
+
+    from gpucluster.jobs import Job, job_spec
+
+    return Job(job_spec(f"j-{name}", name=name, tenant=tenant, replicas=replicas, resources={"cpu": "1"},
+                        duration_s=3600.0, submit_s=0.0, submitted_at=time.time(), claims=claims,
+                        node_selector={"gpucluster.io/run": run}))
+
+
+def test_a_job_of_the_api_with_claims_gets_claim_templates_and_its_claims_allocated_by_our_placement(
+        kube_control_plane: Any, kube_client: Any, fleet: Fleet) -> None:
+    """A job of the API asks for one GPU of the fleet's DeviceClass per pod (``claims``), 2 pods: the control
+    plane makes its Job with a ResourceClaimTemplate per claim (owned by the Job), admits it on the DRA-only
+    GPUs, and each pod's claim (made by the resourceclaim controller) is allocated by us on its node. A claim of
+    a DeviceClass that does not exist, or asking for memory of devices allocated whole, is refused naming the
+    field (the API's 422)."""
+    res = client.ResourceV1Api(kube_client)
+    tenant = f"api-{fleet.run}"
+    rt = _runtime(kube_control_plane, fleet.run)
+    try:
+        with pytest.raises(ValueError, match=r"^claims\[0\]\.device_class: .*DeviceClass 'nope-"):
+            rt.validate(_api_job(f"x-{fleet.run}", tenant, fleet.run, [{"device_class": f"nope-{fleet.run}"}]))
+        with pytest.raises(ValueError, match=r"^claims\[0\]\.memory_mib: .*publish no consumable memory"):
+            rt.validate(_api_job(f"y-{fleet.run}", tenant, fleet.run,
+                                 [{"device_class": fleet.device_class, "memory_mib": 1024}]))
+
+        job = _api_job(f"a-{fleet.run}", tenant, fleet.run, [{"device_class": fleet.device_class}], replicas=2)
+        rt.validate(job)
+        rt.submit(job)
+        bound = wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, job.id, 2)), 90,
+                           "the API job's 2 pods bound, each with its claim allocated")
+        job_obj = raw_get(client.BatchV1Api(kube_client).read_namespaced_job, job.id, NS)
+        template = raw_get(res.read_namespaced_resource_claim_template, f"{job.id}-claim-0", NS)
+        assert template["metadata"]["ownerReferences"][0]["uid"] == job_obj["metadata"]["uid"]
+        devices = []
+        for pod, c in bound:
+            assert pod["spec"]["resourceClaims"] == [{"name": "claim-0",
+                                                      "resourceClaimTemplateName": f"{job.id}-claim-0"}]
+            assert "nvidia.com/gpu" not in pod["spec"]["containers"][0]["resources"].get("limits", {})
+            results = c["status"]["allocation"]["devices"]["results"]
+            assert len(results) == 1 and results[0]["driver"] == NVIDIA_DRIVER
+            assert results[0]["pool"] == pod["spec"]["nodeName"]
+            assert [r["uid"] for r in c["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+            devices.append(f"{results[0]['pool']}/{results[0]['device']}")
+        assert len(set(devices)) == 2 and max(fleet.held().values()) == 1
+        assert rt.job(job.id).status == "running" and rt.job(job.id).spec.num_gpus == 2
+        print(_kubectl_claims_yaml(kube_control_plane))
+    finally:
+        rt.close()
+
+
+def test_a_job_of_the_api_asks_for_consumable_memory_of_hami_shaped_devices(
+        kube_control_plane: Any, kube_controller_manager: Any, kube_client: Any, tmp_path: Path) -> None:
+    """HAMi-shaped devices (consumable memory and cores): a job of the API whose claim asks for 20 GiB of one
+    GPU's memory, 2 pods: each pod's claim is allocated by us with a share of a GPU consuming 20 GiB of it."""
+    from tests.kubernetes.dra_objects import HAMI_DRIVER, hami_device
+
+    if _version(kube_client) < (1, 36):
+        pytest.skip("consumable capacity needs resource.k8s.io/v1 with Kubernetes >= 1.36")
+    run = new_run()
+    specs = gpu_nodes(run, 1, 0)
+    node = specs[0].name
+    res = client.ResourceV1Api(kube_client)
+    cls = f"hami-{run}"
+    with registered(kube_client, specs), FakeKubelet(kube_client, [node], tmp_path / "kubelet"):
+        body = resource_slice(node, HAMI_DRIVER, [hami_device(node, j) for j in range(2)])
+        res.create_resource_slice(body)
+        res.create_device_class(device_class(cls, HAMI_DRIVER, selector=f'device.attributes["{HAMI_DRIVER}"].'
+                                                                          'type == "hami-gpu"'))
+        rt = _runtime(kube_control_plane, run)
+        try:
+            job = _api_job(f"m-{run}", f"api-{run}", run, [{"device_class": cls, "memory_mib": 20480}],
+                           replicas=2)
+            rt.validate(job)
+            rt.submit(job)
+            bound = wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, job.id, 2)), 90,
+                               "the API job's 2 pods bound, each with a 20 GiB share")
+            for pod, c in bound:
+                results = c["status"]["allocation"]["devices"]["results"]
+                assert len(results) == 1 and results[0]["driver"] == HAMI_DRIVER
+                assert results[0]["pool"] == node == pod["spec"]["nodeName"]
+                assert results[0]["consumedCapacity"]["memory"] in ("20Gi", "20480Mi"), results[0]
+                assert results[0].get("shareID")
+            assert rt.job(job.id).status == "running"
+        finally:
+            rt.close()
+            client.BatchV1Api(kube_client).delete_collection_namespaced_job(
+                NS, label_selector=f"gpucluster.io/job=j-m-{run}", propagation_policy="Background")
+            client.CoreV1Api(kube_client).delete_collection_namespaced_pod(
+                NS, label_selector=f"gpucluster.io/job=j-m-{run}", grace_period_seconds=0)
+            res.delete_device_class(cls)
+            res.delete_resource_slice(body["metadata"]["name"])

@@ -291,3 +291,19 @@ def test_property_an_admission_round_trips_through_the_job(replicas: int, gpus: 
     other.reserve(rebuilt)
     assert [tuple(a.grants) for a in rebuilt] == [tuple(a.grants) for a in allocs]
     assert (other.state.dev_core_used == c.state.dev_core_used).all()
+
+
+def test_claim_tenant_is_the_queue_label_then_the_tenant_annotation_then_the_namespace() -> None:
+    from gpucluster.kubernetes.workloads import QUEUE_LABEL, claim_tenant
+
+    claims = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}
+    meta = {"name": "p", "namespace": "research", "uid": "u1"}
+    assert claim_tenant({"metadata": meta, "spec": claims}) == ("u1", "research")
+    assert claim_tenant({"metadata": {**meta, "annotations": {"gpucluster.io/tenant": "cv"}},
+                         "spec": claims}) == ("u1", "cv")
+    assert claim_tenant({"metadata": {**meta, "labels": {QUEUE_LABEL: "nlp"},
+                                      "annotations": {"gpucluster.io/tenant": "cv"}}, "spec": claims}) == ("u1", "nlp")
+    # a pod whose extended resources kube-scheduler serves from DRA has its claim in its status
+    assert claim_tenant({"metadata": meta, "spec": {}, "status": {"extendedResourceClaimStatus": {
+        "resourceClaimName": "p-extended-resources-x"}}}) == ("u1", "research")
+    assert claim_tenant({"metadata": meta, "spec": {"containers": [{"name": "c"}]}}) is None

@@ -83,7 +83,7 @@ def test_tenant_sees_and_cancels_only_its_own_jobs(server: Server) -> None:
     [
         ({"name": "Bad_Name", "resources": GPU1}, "name", "pattern"),
         ({"name": "ok", "replicas": 0, "resources": GPU1}, "replicas", "greater than or equal to 1"),
-        ({"name": "ok"}, "resources", "Field required"),
+        ({"name": "ok"}, "resources", "asks for nothing"),
         ({"name": "ok", "resources": GPU1, "colour": "red"}, "colour", "Extra inputs"),
         ({"name": "ok", "resources": {"nvidia.com/gpu": "two"}}, "resources", "must be an integer"),
         ({"name": "ok", "resources": {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 150}}, "resources",

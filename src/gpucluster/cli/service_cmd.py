@@ -320,7 +320,8 @@ def up(
 # ---------------------------------------------------------------------------------------------- client
 def submit(
     job_file: Annotated[Path, typer.Argument(
-        help="Job YAML (the POST /api/v1/jobs body): name, tenant, replicas, resources, duration_s, priority, "
+        help="Job YAML (the POST /api/v1/jobs body): name, tenant, replicas, resources, claims (devices through "
+             "DRA: a list of device_class, count, memory_mib), duration_s, priority, "
              "gpu_type (model substrings, a comma list or a list), node_selector, kind (train|infer), "
              "preemptible; what the containers run on Kubernetes: image, command, args, env (value, or "
              "secret/config_map + key), env_from (secret or config_map), working_dir, volumes (mount_path + "

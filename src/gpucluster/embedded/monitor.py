@@ -54,8 +54,10 @@ from gpucluster.monitoring.rules import rule_metrics
 
 EVAL_INTERVAL_S = 30.0
 """Clock seconds between two evaluations of one shard (Prometheus' scrape and evaluation interval)."""
-NODES_PER_SHARD = 8
-"""Nodes per shard: ~10-20 ms of Python for one evaluation of 8 nodes of 8 GPUs."""
+NODES_PER_SHARD = 4
+"""Nodes per shard: one evaluation (a scrape of 4 nodes of 8 GPUs and the rules) is the longest the scheduling tick
+holds the event loop for the monitor, ~25-35 ms of Python on the project's machine (8 nodes took ~55-110 ms: the
+overview's p99 during a queue flood, issue 28); the work per interval is the same, in more, shorter slices."""
 EVAL_BUDGET_S = 0.010
 """Wall time one ``advance`` may spend starting further shard evaluations after the first."""
 RETENTION_S = 900.0
@@ -244,6 +246,8 @@ class ClusterMonitor:
         self._transitions: deque[dict[str, Any]] = deque(maxlen=KEEP_TRANSITIONS)
         """Alerts that started firing or resolved since :meth:`take_transitions` was last called."""
         self.firing = 0
+        self.scrapes = 0
+        """Shard evaluations so far: what :meth:`utilisation` reads of the devices changes only with it."""
 
     # ------------------------------------------------------------------ faults (through the collector)
     def source(self, node: str) -> SimSource:
@@ -283,6 +287,7 @@ class ClusterMonitor:
     def _evaluate(self, sh: _Shard, t: float) -> None:
         with _no_cyclic_gc():
             sh.alerts = sh.monitor.step(t).alerts
+        self.scrapes += 1
 
 
     def _remediate(self, t: float) -> list[AuditRecord]:

@@ -37,6 +37,7 @@ from gpucluster.jobs import (
     restored_submission,
 )
 from gpucluster.model import ClusterState, views
+from gpucluster.model.capacity import state_stamp
 from gpucluster.model.labels import ACTIVITY_ANNOTATION, JOB_LABEL
 from gpucluster.monitoring import AuditRecord, DrainResult, QueueStats, RemediationPolicy, SimTarget
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY
@@ -90,6 +91,9 @@ class EmbeddedRuntime(EngineFront):
         assert quota is not None
         self.quota = quota
         self.rng = random.Random(seed)
+        self._use: dict[str, Any] = {}
+        self._use_key: tuple[Any, ...] | None = None
+        """:meth:`utilisation` as last computed, and for which (cluster change stamp, monitor scrapes)."""
         self._events: list[JobEvent] = []
         self.engine.listeners.append(self._on_event)
         self._synthetic_done: deque[str] = deque()
@@ -273,20 +277,26 @@ class EmbeddedRuntime(EngineFront):
     # ------------------------------------------------------------------ views (the rest: EngineFront)
     def _sample(self) -> None:
         self._last_sample = self.now
-        point = views.sample(self.state, self.now, len(self.engine.views.queued()))
-        use = self.monitor.utilisation()
+        point = views.sample(self.state, self.now, self.engine.views.queue_length())
+        use = self.utilisation()
         for key in ("gpu_utilisation", "gpu_memory_used_fraction", "allocated_idle_gpus"):
             if use[key] is not None:
                 point[key] = float(use[key])
         self._history.append(point)
 
     def utilisation(self) -> dict[str, Any]:
-        """The monitor's utilisation figures (:meth:`ClusterMonitor.utilisation`), each idle GPU with its job."""
-        def describe(pod: str) -> dict[str, Any]:
-            alloc = self.state.allocations.get(pod)
-            return self._describe(alloc) if alloc is not None else {}
+        """The monitor's utilisation figures (:meth:`ClusterMonitor.utilisation`), each idle GPU with its job.
+        Computed again only after a shard's scrape or a change of the cluster (its change stamp): a loop over
+        every GPU that the overview, recomputed after every submission, paid each time (issue 28)."""
+        key = (state_stamp(self.state), self.monitor.scrapes)
+        if self._use_key != key:
+            def describe(pod: str) -> dict[str, Any]:
+                alloc = self.state.allocations.get(pod)
+                return self._describe(alloc) if alloc is not None else {}
 
-        return self.monitor.utilisation(describe)
+            self._use = self.monitor.utilisation(describe)
+            self._use_key = key
+        return dict(self._use)  # the caller may drop keys; the rows are shared, read-only
 
     def alerts(self) -> list[dict[str, Any]]:
         return self.monitor.alerts()
@@ -298,7 +308,8 @@ class EmbeddedRuntime(EngineFront):
         return self.monitor.firing
 
     def _placement_report(self) -> dict[str, Any]:
-        return self.sim.placement_report(j for j in self.engine.jobs.values() if not j.synthetic)
+        # the jobs that ran (kept by the engine's tally): a flood of queued jobs costs the overview nothing
+        return self.sim.placement_report(j for j in self.engine.jobs.tally.placed.values() if not j.synthetic)
 
     def _use_figures(self) -> dict[str, Any]:
         use = self.utilisation()
@@ -310,7 +321,7 @@ class EmbeddedRuntime(EngineFront):
         ``dev_fb_pct`` (framebuffer in use, % of physical) and ``dev_temp`` (°C) as of the last scrape (None
         where a device did not report)."""
         rows = super().nodes()
-        per_node = self.monitor.utilisation()["per_node"]
+        per_node = self.utilisation()["per_node"]
         for row in rows:
             devs = per_node.get(row["name"], [])
             row["dev_util"] = [d[0] for d in devs]

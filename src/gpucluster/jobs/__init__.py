@@ -32,6 +32,9 @@ Usage (the simulator wraps this; see ``docs/jobs-simulation.md``)::
 
 from gpucluster.jobs.accounting import TenantLedger
 from gpucluster.jobs.admission import (
+    MAX_CLAIM_DEVICES,
+    MAX_CLAIM_MEMORY_MIB,
+    MAX_JOB_CLAIMS,
     default_registry,
     job_spec,
     least_gpus,
@@ -54,8 +57,10 @@ from gpucluster.jobs.engine import (
 from gpucluster.jobs.front import EngineFront
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import (
+    CLAIM_CONTAINER_PREFIX,
     FOLDED_EVENT_KINDS,
     STATUSES,
+    DeviceClaim,
     Job,
     JobEvent,
     JobKind,
@@ -97,12 +102,16 @@ from gpucluster.jobs.workload import (
 from gpucluster.model.labels import JOB_LABEL
 
 __all__ = [
+    "CLAIM_CONTAINER_PREFIX",
     "CONTROL_PLANE_PASS_BUDGET_S",
     "DEFAULT_QUEUE_POLICY",
     "ENV_NAME_RE",
     "FOLDED_EVENT_KINDS",
     "JOB_LABEL",
     "JOB_PLACEMENT",
+    "MAX_CLAIM_DEVICES",
+    "MAX_CLAIM_MEMORY_MIB",
+    "MAX_JOB_CLAIMS",
     "NO_WORKLOAD",
     "OBJECT_NAME_RE",
     "POLICIES",
@@ -113,6 +122,7 @@ __all__ = [
     "WORKLOAD_FIELDS",
     "Cancel",
     "CapacityView",
+    "DeviceClaim",
     "EngineFront",
     "EngineOptions",
     "EngineRecipe",

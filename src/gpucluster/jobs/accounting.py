@@ -34,7 +34,7 @@ class TenantUse:
 class TenantLedger:
     """Per-tenant usage of the running jobs and the fair shares computed from it (see the module docstring)."""
 
-    __slots__ = ("_share_cache", "busy", "capacity", "quota", "tenants", "weights")
+    __slots__ = ("_share_cache", "busy", "capacity", "outside", "quota", "tenants", "weights")
 
     def __init__(self, capacity: CapacityView, quota: QuotaTree | None = None,
                  weights: Mapping[str, float] | None = None) -> None:
@@ -45,6 +45,8 @@ class TenantLedger:
         self.busy = 0.0
         """GPU share the running jobs hold."""
         self.tenants: dict[str, TenantUse] = {}
+        self.outside: dict[str, float] = {}
+        """Tenant -> GPU-equivalents it holds outside the engine's jobs (part of ``tenants``' use too)."""
         self._share_cache: dict[str, float] = _NO_CACHE
 
     # ------------------------------------------------------------------ bookkeeping
@@ -55,6 +57,16 @@ class TenantLedger:
         use.gpus += spec.gpu_share
         use.cpu_milli += spec.cpu_milli
         use.memory_mib += spec.memory_mib
+
+    def hold_outside(self, tenant: str, gpus: float) -> None:
+        """The tenant holds ``gpus`` (GPU-equivalents) outside the engine's jobs (devices another scheduler
+        allocated for the tenant's pods; negative: gives them back): counted in its fair share, not in
+        :attr:`busy` (the engine's own jobs)."""
+        use = self.tenants.setdefault(tenant, TenantUse())
+        use.gpus += gpus
+        self.outside[tenant] = self.outside.get(tenant, 0.0) + gpus
+        if abs(self.outside[tenant]) < 1e-9:
+            del self.outside[tenant]
 
     def give_back(self, spec: JobSpec) -> None:
         """A running job of ``spec`` stopped: its tenant holds its resources no more."""

@@ -33,7 +33,7 @@ import bisect
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -47,6 +47,7 @@ from gpucluster.jobs.placement import Placer
 from gpucluster.jobs.policies import Key, QueuePolicy
 from gpucluster.jobs.preemption import Running, plan_preemption, plan_reclaim
 from gpucluster.jobs.queue import JobQueue
+from gpucluster.jobs.tally import JobTable
 from gpucluster.jobs.transitions import (
     Arrive,
     Cancel,
@@ -78,6 +79,8 @@ from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
 
 log = logging.getLogger(__name__)
 
+OUTSIDE_KEY_PREFIX = "outside:"
+"""Quota-tree key prefix of what a tenant holds outside the engine's jobs (:meth:`JobEngine.set_outside_use`)."""
 NOTE_REPEAT_S = 60.0
 """A waiting job whose reason did not change is reported again (``unschedulable``, folded into the one event by
 whoever records them) after this many clock seconds, so its last-seen time stays fresh without an event per
@@ -219,7 +222,8 @@ class JobEngine:
         self.locality_delay_s = self.options.locality_delay_s
         self.restart_overhead_s = self.options.restart_overhead_s
         self.record_series = self.options.record_series
-        self.jobs: dict[str, Job] = {}
+        self.jobs = JobTable()
+        """Jobs by id, counted as they change (:mod:`gpucluster.jobs.tally`)."""
         self.listeners: list[Callable[[JobEvent], None]] = []
         self.series: list[SeriesPoint] = []
         self.capacity = CapacityView(lambda: self.placer.state, quota)
@@ -233,7 +237,7 @@ class JobEngine:
         self._queue = JobQueue()
         self._running: dict[str, Key] = {}
         self._running_rank: dict[str, Key] = {}
-        self.views = JobViews(self.jobs, self._queue, self._running, policy, self, self.ledger)
+        self.views = JobViews(self.jobs, self._queue, self._running, policy, self, self.ledger, self.jobs.tally)
         """What the control plane reads: queued and running jobs, queue order, counts, usage, queue stats."""
         self._finish_seq: dict[str, int] = {}
         self._dirty = False
@@ -250,6 +254,8 @@ class JobEngine:
         self._admitted: set[str] = set()
         """Jobs admitted under an earlier quota (they ran before a control-plane restart): their next placement
         is charged to the quota but not held to a limit lowered since."""
+        self._outside: dict[str, tuple[str, dict[str, float]]] = {}
+        """Key -> (tenant, quota charge) of what tenants hold outside the jobs (:meth:`set_outside_use`)."""
         self.paused = False
         """True: no scheduling pass runs (a control-plane replica that is not the leader only mirrors what the
         leader decides: :meth:`adopt`, :meth:`withdraw`, :meth:`finish`, :meth:`fail`)."""
@@ -441,6 +447,30 @@ class JobEngine:
         self._apply(job, Preempted(why))
         self._enqueue(job)
         return True
+
+    def set_outside_use(self, uses: Mapping[str, tuple[str, Mapping[str, float]]]) -> None:
+        """What tenants hold outside the engine's jobs, the whole set each time: ``key -> (tenant, charge)``
+        (``gpu`` GPU-equivalents, ``gpumem`` MiB, ``gpucores`` %), e.g. the ResourceClaims another scheduler
+        allocated for a tenant's pods. Each is charged to the tenant's quota (its jobs wait over it, saying
+        so) and counted in its fair share and usage, until it is no longer in ``uses``. The devices themselves
+        are the cluster state's business (they are used capacity there already)."""
+        changed = False
+        for key in [k for k in self._outside if k not in uses or self._outside[k] != (uses[k][0], dict(uses[k][1]))]:
+            old_tenant, old_charge = self._outside.pop(key)
+            if self.quota is not None:
+                self.quota.refund(OUTSIDE_KEY_PREFIX + key)
+            self.ledger.hold_outside(old_tenant, -old_charge.get("gpu", 0.0))
+            changed = True
+        for key, (tenant, charge) in uses.items():
+            if key in self._outside:
+                continue
+            self._outside[key] = (tenant, dict(charge))
+            if self.quota is not None:
+                self.quota.charge(OUTSIDE_KEY_PREFIX + key, tenant, charge)
+            self.ledger.hold_outside(tenant, charge.get("gpu", 0.0))
+            changed = True
+        if changed:
+            self._dirty = True
 
     # ---------------------------------------------------------------------------- the policies' view
     def tenant_share(self, tenant: str) -> float:

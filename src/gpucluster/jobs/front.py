@@ -140,7 +140,7 @@ class EngineFront:
 
     def _sample(self) -> None:
         with self.reading() as state:
-            self._history.append(views.sample(state, self.now, len(self.engine.views.queued())))
+            self._history.append(views.sample(state, self.now, self.engine.views.queue_length()))
         self._last_sample = self.now
 
     def _job_of(self, alloc: Allocation) -> str:

@@ -87,6 +87,26 @@ def split_types(gpu_type: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in gpu_type.split(",") if t.strip())
 
 
+CLAIM_CONTAINER_PREFIX = "claim-"
+"""Name prefix of a task pod's pseudo container that stands for one of its job's :class:`DeviceClaim` (the
+embedded backend places it as a device request; Kubernetes makes it a ResourceClaim of the pod)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClaim:
+    """Devices a task asks for through Dynamic Resource Allocation (the API's ``claims`` entry): ``count``
+    devices of the DeviceClass ``device_class``, each with ``memory_mib`` of its consumable memory (0: the
+    devices whole)."""
+
+    device_class: str
+    count: int = 1
+    memory_mib: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device_class": self.device_class, "count": self.count,
+                **({"memory_mib": self.memory_mib} if self.memory_mib else {})}
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """What was asked: a trace record or a control-plane submission (see the module docstring)."""
@@ -149,6 +169,8 @@ class JobSpec:
     workload: Workload = NO_WORKLOAD
     """What its containers run (image, command, env, volumes ...): Kubernetes runs it; the simulated engine only
     keeps it (:mod:`gpucluster.jobs.workload`)."""
+    claims: tuple[DeviceClaim, ...] = ()
+    """Devices each task asks for through DRA (the ``template`` has one ``claim-<i>`` pseudo container each)."""
     # derived in __post_init__ (read in the scheduling pass for every queued job, so computed once)
     task_gpus: int = field(init=False, default=0)
     num_tasks: int = field(init=False, default=0)
@@ -272,6 +294,9 @@ class Job:
     """Policy bookkeeping (2D-LAS promotion) and per-run figures (topology level)."""
     noted_s: float = -math.inf
     """When the job's waiting reason was last reported (an ``unschedulable`` event)."""
+    tally: Any = field(default=None, repr=False)
+    """The :class:`gpucluster.jobs.tally.JobTally` counting this job (set while it is in an engine's job table):
+    :func:`gpucluster.jobs.transitions.transition` tells it of every change."""
 
     # ---------------------------------------------------------------------------------------- progress
     @property
@@ -381,6 +406,7 @@ class Job:
             "tenant": self.tenant,
             "replicas": self.replicas,
             "resources": dict(spec.resources),
+            "claims": [c.to_dict() for c in spec.claims],
             "duration_s": self.duration_s,
             "priority": spec.priority,
             "gpu_type": spec.gpu_type,

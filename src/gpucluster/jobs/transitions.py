@@ -281,4 +281,7 @@ def transition(job: Job, stimulus: Stimulus, now: float) -> list[JobEvent]:
     if handler is None:
         raise InvalidTransitionError(f"job {job.spec.job_id}: {type(stimulus).__name__} is not allowed when "
                                 f"{job.state.value}")
-    return handler(job, stimulus, now)
+    events = handler(job, stimulus, now)
+    if job.tally is not None:  # the engine's counts (jobs.tally) follow every change
+        job.tally.moved(job)
+    return events

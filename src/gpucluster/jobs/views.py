@@ -16,6 +16,7 @@ from gpucluster.jobs.accounting import TenantLedger
 from gpucluster.jobs.model import STATUSES, Job, JobSpec, JobState
 from gpucluster.jobs.policies import Key, PolicyView, QueuePolicy
 from gpucluster.jobs.queue import JobQueue
+from gpucluster.jobs.tally import JobTally
 from gpucluster.scheduler import GroupDecision
 from gpucluster.scheduler.plugins.quota import QuotaTree
 
@@ -23,11 +24,12 @@ from gpucluster.scheduler.plugins.quota import QuotaTree
 class JobViews:
     """Read-only views of one engine's jobs (see the module docstring)."""
 
-    __slots__ = ("_clock", "_jobs", "_ledger", "_policy", "_queue", "_running", "_view")
+    __slots__ = ("_clock", "_jobs", "_ledger", "_policy", "_queue", "_running", "_tally", "_view")
 
     def __init__(self, jobs: Mapping[str, Job], queue: JobQueue, running: Mapping[str, Key], policy: QueuePolicy,
-                 view: PolicyView, ledger: TenantLedger) -> None:
+                 view: PolicyView, ledger: TenantLedger, tally: JobTally) -> None:
         self._jobs = jobs
+        self._tally = tally
         self._queue = queue
         self._running = running
         self._policy = policy
@@ -63,50 +65,38 @@ class JobViews:
         return [jid for _, _, jid in sorted([*entries, *late])]
 
     def counts(self) -> dict[str, int]:
-        """Jobs per engine state."""
-        out = {s.value: 0 for s in JobState}
-        for job in self._jobs.values():
-            out[job.state.value] += 1
-        return out
+        """Jobs per engine state (kept by the tally: no scan)."""
+        return {s.value: n for s, n in self._tally.states.items()}
 
     def status_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Jobs per control-plane status (``pending``, ``running`` ...): all jobs, and the user (non-synthetic)
-        ones."""
-        every_state: dict[JobState, int] = dict.fromkeys(JobState, 0)
-        user_state: dict[JobState, int] = dict.fromkeys(JobState, 0)
-        for job in self._jobs.values():  # counted by state (cheap), named by status once
-            every_state[job.state] += 1
-            if not job.spec.synthetic:
-                user_state[job.state] += 1
+        ones (kept by the tally: no scan)."""
         every = dict.fromkeys(STATUSES, 0)
         user = dict.fromkeys(STATUSES, 0)
         for state in JobState:
-            every[state.status] += every_state[state]
-            user[state.status] += user_state[state]
+            every[state.status] += self._tally.states[state]
+            user[state.status] += self._tally.user_states[state]
         return every, user
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
-        """Tenant -> {"gpus": held, "pending_gpus": asked by waiting jobs, "running": n, "pending": n}."""
-        out: dict[str, dict[str, float]] = {}
-        for job in self._jobs.values():
-            if job.state.terminal:
-                continue
-            u = out.setdefault(job.tenant, {"gpus": 0.0, "pending_gpus": 0.0, "running": 0.0, "pending": 0.0})
-            if job.state == JobState.RUNNING:
-                u["gpus"] += job.gpus
-                u["running"] += 1
-            else:
-                u["pending_gpus"] += job.gpus
-                u["pending"] += 1
+        """Tenant -> {"gpus": held (by its running jobs, and outside them: :meth:`JobEngine.set_outside_use`),
+        "pending_gpus": asked by waiting jobs, "running": n, "pending": n} (the jobs' part kept by the tally: no
+        scan)."""
+        out = self._tally.usage_by_tenant()
+        for tenant, gpus in self._ledger.outside.items():  # devices held outside the jobs (claims of other pods)
+            u = out.setdefault(tenant, {"gpus": 0.0, "pending_gpus": 0.0, "running": 0.0, "pending": 0.0})
+            u["gpus"] += gpus
         return out
 
+    def pending_jobs(self, tenant: str) -> int:
+        """The tenant's new and queued jobs (kept by the tally: no scan)."""
+        return self._tally.pending(tenant)
+
     def queue_stats(self) -> tuple[int, float]:
-        """(pods of the jobs waiting to run, seconds the oldest of them has waited)."""
+        """(pods of the jobs waiting to run, seconds the oldest of them has waited); kept by the tally."""
         now = self._view.now
-        waiting = [j for j in self._jobs.values() if j.state in (JobState.NEW, JobState.QUEUED)]
-        oldest = min((j.queued_since_s if j.state == JobState.QUEUED else j.spec.submit_s for j in waiting),
-                     default=now)
-        return sum(j.replicas for j in waiting), max(0.0, now - oldest)
+        oldest = self._tally.oldest_wait_since()
+        return self._tally.pending_pods, max(0.0, now - (now if oldest is None else oldest))
 
 
 def count_message(spec: JobSpec, free: float, slots_for: Callable[[int], int] | None) -> str:

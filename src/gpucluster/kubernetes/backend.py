@@ -62,6 +62,7 @@ from kubernetes import client, config
 
 from gpucluster.devices import DeviceSettings, VendorRegistry
 from gpucluster.jobs import (
+    CLAIM_CONTAINER_PREFIX,
     CONTROL_PLANE_PASS_BUDGET_S,
     DEFAULT_QUEUE_POLICY,
     Cancel,
@@ -92,7 +93,7 @@ from gpucluster.kubernetes.convert import (
     parse_pod,
     pod_key,
 )
-from gpucluster.kubernetes.dra import ClaimRequest, DraInputError, parse_claim_template
+from gpucluster.kubernetes.dra import CLAIM_KEY_PREFIX, ClaimRequest, DraInputError, parse_claim_template
 from gpucluster.kubernetes.gangs import GroupSizes
 from gpucluster.kubernetes.leader import LeaderElector
 from gpucluster.kubernetes.podgroups import (
@@ -113,6 +114,8 @@ from gpucluster.kubernetes.workloads import (
     QueueJob,
     Slot,
     admission_of,
+    claim_templates,
+    claim_tenant,
     job_manifest,
     jobset_as_job,
     parse_queue_job,
@@ -130,6 +133,7 @@ from gpucluster.model.labels import (
     REFUSED_ANNOTATION,
     RESERVATION_ANNOTATION,
 )
+from gpucluster.model.share import allocation_gpus
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, Decision, GroupDecision, Outcome
 from gpucluster.scheduler.framework import Status
 from gpucluster.scheduler.plugins.quota import QuotaTree
@@ -334,6 +338,8 @@ class KubeRuntime(EngineFront):
         self._lock = threading.Lock()
         self._pods: dict[str, PodView] = {}
         """Pods made by Jobs (label ``batch.kubernetes.io/controller-uid``), as the informer last reported them."""
+        self._claimants: dict[str, tuple[str, str]] = {}
+        """Pods with ResourceClaims (any scheduler's): pod key -> (uid, the tenant it is charged to)."""
         self._job_objs: dict[str, Mapping[str, Any]] = {}
         """Job uid -> the queued Job object as last reported."""
         self._dirty: set[str] = set()
@@ -428,6 +434,7 @@ class KubeRuntime(EngineFront):
             member = member_of(obj, self.scheduler_name, self.pod_groups)
             if member is not None:
                 view.job_uid = member.uid
+        claimant = claim_tenant(obj) if kind != "DELETED" else None
         with self._lock:
             if view is None or not view.job_uid:
                 self._pods.pop(key, None)
@@ -435,11 +442,17 @@ class KubeRuntime(EngineFront):
                 self._pods[key] = view
                 if member is not None:
                     self._members.setdefault(member.uid, member)
+            if claimant is None:
+                self._claimants.pop(key, None)
+            else:
+                self._claimants[key] = claimant
 
     def _on_pod_resync(self, keys: set[str]) -> None:
         with self._lock:
             for key in [k for k in self._pods if k not in keys]:
                 del self._pods[key]
+            for key in [k for k in self._claimants if k not in keys]:
+                del self._claimants[key]
 
     def _serves_jobsets(self) -> bool:
         group, version, plural = JOBSET_API
@@ -680,8 +693,9 @@ class KubeRuntime(EngineFront):
             except Exception as exc:  # kube-controller-manager's resourceclaim controller releases it later
                 log.warning("claim %s/%s not released: %s", namespace, name, _api_error(exc))
 
-    def write_create(self, body: dict[str, Any]) -> tuple[str, str]:
-        """Create the Job (an existing one of the same name is ours already); returns (uid, resourceVersion)."""
+    def write_create(self, body: dict[str, Any], spec: JobSpec | None = None) -> tuple[str, str]:
+        """Create the Job (an existing one of the same name is ours already) and, for a ``spec`` with ``claims``,
+        its ResourceClaimTemplates (owned by the Job); returns (uid, resourceVersion)."""
         meta = body["metadata"]
         try:
             made = self.batch.create_namespaced_job(meta["namespace"], body, _preload_content=False)
@@ -691,7 +705,15 @@ class KubeRuntime(EngineFront):
                 raise
             obj = raw_get(self.batch.read_namespaced_job, meta["name"], meta["namespace"])
         m = obj.get("metadata") or {}
-        return str(m.get("uid") or ""), str(m.get("resourceVersion") or "")
+        uid = str(m.get("uid") or "")
+        if spec is not None and spec.claims:
+            for template in claim_templates(spec, meta["namespace"], uid):
+                try:
+                    self.resource.create_namespaced_resource_claim_template(meta["namespace"], template)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+        return uid, str(m.get("resourceVersion") or "")
 
     def write_delete(self, namespace: str, name: str) -> str:
         try:
@@ -764,14 +786,52 @@ class KubeRuntime(EngineFront):
             log.debug("event on Job %s/%s not written: %s", namespace, name, exc.status)
 
     # ------------------------------------------------------------------ jobs: API side
+    def validate(self, job: Job, quota: bool = True) -> None:
+        """As every runtime's (``ValueError("where: why")``), on the devices a job with ``claims`` gets through
+        DRA here: each claim's DeviceClass must exist and match devices (``claims[i].device_class``), and a
+        memory request needs devices with consumable memory (``claims[i].memory_mib``)."""
+        super().validate(Job(self._claims_spec(job.spec)) if job.spec.claims else job, quota)
+
+    def _claims_spec(self, spec: JobSpec) -> JobSpec:
+        """A job of the API with ``claims``: its task pod asks for each claim as the pod's ResourceClaim (made from
+        the job's ResourceClaimTemplate) will, a ``dra-entry:claim-<i>`` pseudo container over the devices the
+        DeviceClass matches (instead of the embedded backend's HAMi request), so admission places them, quota
+        and fair share count them and each pod's claim gets the reserved devices when it binds.
+        ``ValueError("claims[i].field: why")`` when the cluster cannot serve a claim."""
+        if spec.template is None or not spec.claims:
+            return spec
+        base = tuple(c for c in spec.template.containers if not c.name.startswith(CLAIM_CONTAINER_PREFIX))
+        extra = []
+        for i, (claim, template) in enumerate(zip(spec.claims, claim_templates(spec, self.namespace, ""),
+                                                  strict=True)):
+            where = f"claims[{i}]"
+            try:
+                container = self.cluster.entry_container(f"{CLAIM_CONTAINER_PREFIX}{i}",
+                                                         parse_claim_template(template), where)
+            except (ClaimNotReadyError, DraInputError) as exc:
+                why = str(exc).partition(": request gpu: ")[2] or str(exc)
+                raise ValueError(f"{where}.device_class: {why}") from None
+            if claim.memory_mib and all(r.memory_pct == 100 and not r.memory_mib for r in container.devices):
+                raise ValueError(f"{where}.memory_mib: the devices of DeviceClass {claim.device_class} publish no "
+                                 "consumable memory (they are allocated whole): omit memory_mib")
+            extra.append(container)
+        pod = replace(spec.template, containers=(*base, *extra))
+        return replace(spec, template=pod, num_gpus=pod.device_count * spec.num_tasks)
+
     def submit(self, job: Job) -> Job:
         """Create the job's batch/v1 Job (suspended) on the writer thread; it is queued once it exists."""
-        job.spec = user_submission(job.spec, self.engine.now)
+        try:
+            job.spec = user_submission(self._claims_spec(job.spec), self.engine.now)
+        except ValueError as exc:  # validated when accepted; its DeviceClass went away since (a restore)
+            job.spec = user_submission(job.spec, self.engine.now)
+            self.engine.jobs[job.id] = job
+            self._events.extend(transition(job, Fail(f"its claims cannot be served here: {exc}"), self.now))
+            return job
         body = job_manifest(job.spec, self.namespace, self.scheduler_name, image=self.image,
                             registry=self.registry)
         self.recs[job.id] = _Rec(job.id, True, self.namespace, job.id)
         self._creating[job.id] = job
-        self.submit_write("create", job.id, self.write_create, body)
+        self.submit_write("create", job.id, self.write_create, body, job.spec)
         return job
 
     def restore(self, job: Job, admitted: bool = False) -> None:
@@ -814,6 +874,17 @@ class KubeRuntime(EngineFront):
     def jobs(self) -> list[Job]:
         return [*self.engine.jobs.values(), *self._creating.values(), *self._gathering.values()]
 
+    def usage_by_tenant(self) -> dict[str, dict[str, float]]:
+        """The engine's counts, plus the jobs whose Job object is being created (pending: accepted, not yet in
+        the engine), so a tenant's limit of queued jobs counts them too."""
+        usage = super().usage_by_tenant()
+        for job in list(self._creating.values()):
+            if not job.done:
+                u = usage.setdefault(job.tenant, {"gpus": 0.0, "pending_gpus": 0.0, "running": 0.0, "pending": 0.0})
+                u["pending_gpus"] += job.gpus
+                u["pending"] += 1
+        return usage
+
     def take_discovered(self) -> list[Job]:
         """Jobs found in the cluster that no submission here made (``service.runtime.DiscoveredJobs``)."""
         out, self._discovered = self._discovered, []
@@ -842,11 +913,39 @@ class KubeRuntime(EngineFront):
                 rec = self.recs.get(job.id)
                 if rec is not None:
                     self._observe(job, rec, by_uid.get(rec.uid, []))
+            self.engine.set_outside_use(self._claims_outside())
             self.engine.run_until(t)
         if self._leading:
             self._write_notes()
         self._sample_due()
         return self._take_events()
+
+    def _claims_outside(self) -> dict[str, tuple[str, dict[str, float]]]:
+        """The allocated ResourceClaims that hold devices outside our jobs (kube-scheduler's DRA plugin, or a
+        secondary scheduler, allocated them for some pod), each charged to the tenant of the first pod it is
+        reserved for (:func:`claim_tenant`), or of its namespace. Caller holds the cluster lock."""
+        cluster = self.cluster
+        state = cluster.state
+        with self._lock:
+            claimants = dict(self._claimants)
+        out: dict[str, tuple[str, dict[str, float]]] = {}
+        for key, info in cluster.claims.items():
+            if info.allocated is None or key in cluster.claim_slots:
+                continue  # not allocated, or one of our jobs' (its reservation holds and charges the devices)
+            alloc = state.allocations.get(info.state_key)
+            if alloc is None or alloc.node not in state.node_index:
+                continue  # holds no GPU of ours
+            tenant = info.namespace
+            for resource, name, uid in info.reserved_for:
+                known = claimants.get(f"{info.namespace}/{name}")
+                if resource == "pods" and known is not None and known[0] == uid:
+                    tenant = known[1]
+                    break
+            out[CLAIM_KEY_PREFIX + key] = (tenant, {
+                "gpu": allocation_gpus(state, alloc),
+                "gpumem": float(sum(g.memory_mib for g in alloc.grants)),
+                "gpucores": sum(g.core_milli for g in alloc.grants) / 10})
+        return out
 
     def _leadership(self) -> None:
         leading = self.leading
@@ -1226,6 +1325,9 @@ class KubeRuntime(EngineFront):
         if spec is None or spec.template is None or not entries:
             return spec
         extra = []
+        base = spec.template.containers
+        if spec.claims:  # a job of our API: its claims' HAMi stand-ins give way to the claims themselves
+            base = tuple(c for c in base if not c.name.startswith(CLAIM_CONTAINER_PREFIX))
         for i, entry in enumerate(entries):
             where = f"Job {q.key}: spec.template.spec.resourceClaims[{i}]"
             entry = entry if isinstance(entry, Mapping) else {}
@@ -1246,7 +1348,7 @@ class KubeRuntime(EngineFront):
             else:
                 raise KubeInputError(f"{where}: resourceClaimName or resourceClaimTemplateName: required")
             extra.append(self.cluster.entry_container(name, reqs, where))
-        pod = replace(spec.template, containers=(*spec.template.containers, *extra))
+        pod = replace(spec.template, containers=(*base, *extra))
         return replace(spec, template=pod, num_gpus=pod.device_count * spec.num_tasks)
 
     def _claims_wait(self, q: QueueJob, why: str) -> None:

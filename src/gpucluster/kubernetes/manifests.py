@@ -281,8 +281,10 @@ UP_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": ["batch"], "resources": ["jobs"],
      "verbs": ["get", "list", "watch", "create", "delete", "patch", "update"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses", "resourceslices", "resourceclaimtemplates"],
+    {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses", "resourceslices"],
      "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"],
+     "verbs": ["get", "list", "watch", "create"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list", "watch", "update"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update", "patch"]},
     {"apiGroups": ["scheduling.x-k8s.io", "scheduling.k8s.io"], "resources": ["podgroups"],
@@ -292,8 +294,8 @@ UP_RULES: tuple[dict[str, Any], ...] = (
 """``gpucluster up``: runs jobs as batch/v1 Jobs (and admits users' Jobs and JobSets labelled with a queue, and
 pod groups), binds their pods,
 reads their logs, cordons and drains nodes (remediation); reads DRA devices, claims, claim templates and
-PodGroups, and allocates and releases the claims of its Jobs' pods (their finalizer: ``update``; allocation and
-``reservedFor``: ``resourceclaims/status``)."""
+PodGroups, creates the claim templates of its API's jobs with ``claims``, and allocates and releases the claims
+of its Jobs' pods (their finalizer: ``update``; allocation and ``reservedFor``: ``resourceclaims/status``)."""
 TWIN_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpucluster.devices import DeviceInputError, VendorRegistry
-from gpucluster.jobs import JobSpec, Workload, job_spec
+from gpucluster.jobs import CLAIM_CONTAINER_PREFIX, JobSpec, Workload, job_spec
 from gpucluster.kubernetes.convert import (
     BIND_PHASE_ANNOTATION,
     BIND_TIME_ANNOTATION,
@@ -141,6 +141,7 @@ def request_of(spec: JobSpec) -> dict[str, Any]:
         "kind": spec.kind.value, "preemptible": spec.preemptible, "ref_gpu": spec.ref_gpu,
         "work_class": spec.work_class, "speedup": dict(spec.speedup), "tokens": spec.tokens,
         "submitted_at": spec.submitted_at, "workload": spec.workload.to_dict() if not spec.workload.empty else {},
+        **({"claims": [c.to_dict() for c in spec.claims]} if spec.claims else {}),
     }
 
 
@@ -154,7 +155,8 @@ def spec_from_request(job_id: str, raw: Mapping[str, Any], registry: VendorRegis
                     submitted_at=float(raw.get("submitted_at", 0.0)), registry=registry,
                     ref_gpu=str(raw.get("ref_gpu", "")), work_class=str(raw.get("work_class", "")),
                     speedup={str(k): float(v) for k, v in dict(raw.get("speedup") or {}).items()},
-                    tokens=float(raw.get("tokens", 0.0)), workload=raw.get("workload") or None)
+                    tokens=float(raw.get("tokens", 0.0)), workload=raw.get("workload") or None,
+                    claims=raw.get("claims") or None)
 
 
 def _container(spec: JobSpec, image: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -228,6 +230,11 @@ def job_manifest(spec: JobSpec, namespace: str, scheduler_name: str, *, image: s
             ("tolerationSeconds", t.toleration_seconds)) if v not in ("", None)} for t in work.tolerations]
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.claims:
+        entries = [f"{CLAIM_CONTAINER_PREFIX}{i}" for i in range(len(spec.claims))]
+        pod_spec["resourceClaims"] = [{"name": e, "resourceClaimTemplateName": claim_template_name(spec.job_id, i)}
+                                      for i, e in enumerate(entries)]
+        container["resources"]["claims"] = [{"name": e} for e in entries]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -246,6 +253,32 @@ def job_manifest(spec: JobSpec, namespace: str, scheduler_name: str, *, image: s
             "template": {"metadata": {"labels": labels, "annotations": pod_annotations}, "spec": pod_spec},
         },
     }
+
+
+def claim_template_name(job_id: str, i: int) -> str:
+    """The ResourceClaimTemplate of a job's ``claims[i]`` (each task pod's claim is made from it)."""
+    return f"{job_id}-{CLAIM_CONTAINER_PREFIX}{i}"
+
+
+def claim_templates(spec: JobSpec, namespace: str, job_uid: str) -> list[dict[str, Any]]:
+    """The ResourceClaimTemplates (``resource.k8s.io/v1``) of a job of the API with ``claims``, owned by its Job
+    (``job_uid``: deleted with it): one per claim, one request ``gpu`` of ``count`` devices of the DeviceClass,
+    with ``memory_mib`` of each device's consumable memory (``capacity.requests.memory``) when given."""
+    out = []
+    for i, c in enumerate(spec.claims):
+        exactly: dict[str, Any] = {"deviceClassName": c.device_class, "allocationMode": "ExactCount",
+                                   "count": c.count}
+        if c.memory_mib:
+            exactly["capacity"] = {"requests": {"memory": f"{c.memory_mib}Mi"}}
+        out.append({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": claim_template_name(spec.job_id, i), "namespace": namespace,
+                         "labels": {JOB_LABEL: spec.job_id, MANAGED_BY_LABEL: MANAGED_BY},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": spec.job_id,
+                                              "uid": job_uid}]},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+        })
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- any Job
@@ -507,6 +540,21 @@ class PodView:
         return self.phase not in ("Succeeded", "Failed") and not self.deleting
 
 
+def claim_tenant(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(uid, tenant) of a pod that uses ResourceClaims (``spec.resourceClaims``, or the claim kube-scheduler
+    made for its DRA-backed extended resources), whoever schedules it; None for any other pod. The tenant is
+    the pod's ``gpucluster.io/queue`` label, else its ``gpucluster.io/tenant`` annotation, else its namespace
+    (as a pod of the control plane's jobs is charged: ``Pod.charged_tenant``)."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if not spec.get("resourceClaims") and not status.get("extendedResourceClaimStatus"):
+        return None
+    meta = obj.get("metadata") or {}
+    tenant = str((meta.get("labels") or {}).get(QUEUE_LABEL) or (meta.get("annotations") or {}).get(
+        TENANT_ANNOTATION) or meta.get("namespace") or "default")
+    return str(meta.get("uid") or ""), tenant
+
+
 def pod_view(obj: Mapping[str, Any], key: str) -> PodView:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -550,6 +598,9 @@ __all__ = [
     "QueueJob",
     "Slot",
     "admission_of",
+    "claim_template_name",
+    "claim_templates",
+    "claim_tenant",
     "completion_index",
     "job_manifest",
     "jobset_as_job",

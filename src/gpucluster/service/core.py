@@ -7,6 +7,7 @@ experiment work runs on worker threads and never touches either.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -70,6 +71,17 @@ class ServiceConfig:
     unique either way, and the CLI never picks one of several jobs of a name silently."""
 
 
+@dataclass(slots=True)
+class _Submission:
+    """A job waiting for the group commit (:meth:`Service.store_submission`)."""
+
+    job: Job
+    actor: str
+    idempotency: tuple[str, str, str] | None
+    apply: Callable[[], None]
+    done: asyncio.Future[None]
+
+
 @dataclass
 class Service:
     """State shared by the handlers: runtime, store, clock, tasks."""
@@ -105,10 +117,64 @@ class Service:
     """Called after every tick with its events (``service.ops``: logs, alert transitions, history)."""
     _live_names: dict[tuple[str, str], str] = field(default_factory=dict)
     _live_names_tick: int = -1
-    _pending: dict[str, int] = field(default_factory=dict)
-    _pending_tick: int = -1
     _cache: dict[str, Any] = field(default_factory=dict)
     _cache_version: int = -1
+    _batch: list[_Submission] = field(default_factory=list)
+    """Accepted jobs waiting for the group commit (:meth:`store_submission`)."""
+    _storing: dict[str, int] = field(default_factory=dict)
+    """Tenant -> its jobs in :attr:`_batch` (counted as pending by :meth:`pending_jobs`)."""
+
+    async def store_submission(self, job: Job, actor: str, idempotency: tuple[str, str, str] | None,
+                               apply: Callable[[], None]) -> None:
+        """Store an accepted job, then ``apply`` it in memory; returns once both are done. The jobs submitted in
+        the same turn of the event loop are stored in one transaction (a group commit: one commit, not one per
+        submission, is what lets a flood of submissions leave the loop time for everything else); each is applied
+        right after that commit, in submission order, whether or not its request is still waiting. Raises
+        :class:`StoreWriteError` when the transaction failed (nothing of it was stored, nothing applied) and
+        ``sqlite3.IntegrityError`` when the job's Idempotency-Key was stored by an earlier job of its batch."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._batch.append(_Submission(job, actor, idempotency, apply, done))
+        if len(self._batch) == 1:
+            loop.call_soon(self._commit_batch)
+        self._storing[job.tenant] = self._storing.get(job.tenant, 0) + 1
+        try:
+            await done
+        finally:
+            left = self._storing[job.tenant] - 1
+            if left:
+                self._storing[job.tenant] = left
+            else:
+                del self._storing[job.tenant]
+
+    def storing(self, owner: str, key: str) -> asyncio.Future[None] | None:
+        """The commit a job submitted by ``owner`` with Idempotency-Key ``key`` waits for, if one does."""
+        return next((b.done for b in self._batch if b.idempotency is not None
+                     and b.idempotency[:2] == (owner, key)), None)
+
+    def _commit_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        try:
+            errors = self.store.insert_jobs([(b.job, b.actor, b.idempotency) for b in batch])
+        except Exception as exc:  # nothing stored: each request answers with the store's error
+            for b in batch:
+                if not b.done.done():
+                    b.done.set_exception(exc)
+            return
+        for b, refused in zip(batch, errors, strict=True):
+            error: BaseException | None = refused
+            if error is None:
+                try:
+                    b.apply()
+                except Exception as exc:  # a bug in applying one job: its request answers 500, the rest go on
+                    log.exception("job %s was stored but not applied", b.job.id)
+                    error = exc
+            if b.done.done():  # the request went away: the job is stored and applied all the same
+                continue
+            if error is None:
+                b.done.set_result(None)
+            else:
+                b.done.set_exception(error)
 
     def cached(self, key: str, compute: Callable[[], Any]) -> Any:
         """A view computed at most once per version (many requests share one tick's overview or node list)."""
@@ -212,37 +278,31 @@ class Service:
                 yield job
 
     def pending_jobs(self, tenant: str) -> int:
-        """The tenant's pending jobs: counted over every job once per tick, plus the ones accepted since
-        (:meth:`accepted`), so a flood of submissions costs no scan each (it may count a job that started since
-        the tick as pending: the limit errs on the safe side)."""
-        if self._pending_tick != self.ticks:
-            usage = self.runtime.usage_by_tenant()
-            self._pending = {t: int(u.get("pending", 0)) for t, u in usage.items()}
-            self._pending_tick = self.ticks
-        return self._pending.get(tenant, 0)
+        """The tenant's pending jobs, exact at every submission: the runtime keeps the count as jobs change
+        (``gpucluster.jobs.tally``), so a flood of submissions costs no scan of the queue; the tenant's jobs
+        waiting for the group commit count too."""
+        return int(self.runtime.usage_by_tenant().get(tenant, {}).get("pending", 0)) + self._storing.get(tenant, 0)
 
     def live_job_named(self, tenant: str, name: str) -> Job | None:
         """The tenant's pending or running user job of that name, if any. The index is rebuilt from the runtime's
         jobs at most once per tick (jobs restored, found in the cluster or ended since are seen then), plus the
         jobs accepted since (:meth:`named`); a hit is checked against the job's status now, so a job that ended
-        since the tick frees its name at once."""
+        since the tick frees its name at once; the jobs waiting for the group commit are checked too."""
         if self._live_names_tick != self.ticks:
             self._live_names = {(j.tenant, j.name): j.id for j in self.runtime.jobs()
                                 if not j.synthetic and not j.status.terminal}
             self._live_names_tick = self.ticks
         jid = self._live_names.get((tenant, name))
         job = None if jid is None else self.find_job(jid)
-        return None if job is None or job.status.terminal else job
+        if job is not None and not job.status.terminal:
+            return job
+        # a job of that name waiting for the group commit (not in the runtime yet) is live too
+        return next((b.job for b in self._batch if b.job.tenant == tenant and b.job.name == name), None)
 
     def named(self, job: Job) -> None:
         """``job`` was just accepted: its name is taken among its tenant's live jobs (see :meth:`live_job_named`)."""
         if self._live_names_tick == self.ticks:
             self._live_names[(job.tenant, job.name)] = job.id
-
-    def accepted(self, tenant: str) -> None:
-        """A job of ``tenant`` was just queued (see :meth:`pending_jobs`)."""
-        if self._pending_tick == self.ticks:
-            self._pending[tenant] = self._pending.get(tenant, 0) + 1
 
     def max_queued(self, row: dict[str, Any] | None) -> int:
         """A tenant's limit on pending jobs (its own, else the service's default)."""

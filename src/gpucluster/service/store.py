@@ -37,7 +37,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -324,22 +324,47 @@ class Store:
         request hash)`` the key is recorded in the same transaction."""
         now = time.time()
         with self._write():
-            self._db.execute("INSERT OR IGNORE INTO tenants(name, quota_gpus, weight, created) VALUES(?,?,?,?)",
-                             (job.tenant, None, 1.0, now))
-            if idempotency is not None:
-                owner, key, digest = idempotency
-                self._db.execute("INSERT INTO idempotency(owner, key, job_id, request_hash, created) "
-                                 "VALUES(?,?,?,?,?)", (owner, key, job.id, digest, now))
-            self._db.execute(
-                "INSERT INTO jobs(id, name, tenant, replicas, resources, duration_s, priority, status, "
-                "message, submitted_at, updated_at, options, submitted_t, gpus) "
-                "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.spec.resources)),
-                 _duration(job.spec), job.priority, job.status.value, job.message, job.spec.submitted_at, now,
-                 json.dumps(_options(job.spec)), job.submitted_t, job.gpus))
-            self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
-                             (job.id, now, job.submitted_t, "submitted", job.status.value, message))
-            self._audit(actor, "job.submit", job.id, job.name, now)
+            self._insert_job(job, actor, idempotency, message, now)
+
+    def insert_jobs(self, rows: Sequence[tuple[Job, str, tuple[str, str, str] | None]],
+                    message: str = "accepted") -> list[sqlite3.IntegrityError | None]:
+        """Persist several newly accepted jobs as :meth:`insert_job` does, all in one transaction (one commit: a
+        group commit of the submissions that arrived together). A row that breaks a constraint (its
+        Idempotency-Key recorded by an earlier row) is left out alone, its error returned at its index (None for
+        a stored row); any other failure stores none of them and raises :class:`StoreWriteError`."""
+        now = time.time()
+        out: list[sqlite3.IntegrityError | None] = []
+        with self._write():
+            for job, actor, idempotency in rows:
+                self._db.execute("SAVEPOINT job")
+                try:
+                    self._insert_job(job, actor, idempotency, message, now)
+                except sqlite3.IntegrityError as exc:
+                    self._db.execute("ROLLBACK TO job")
+                    out.append(exc)
+                else:
+                    out.append(None)
+                self._db.execute("RELEASE job")
+        return out
+
+    def _insert_job(self, job: Job, actor: str, idempotency: tuple[str, str, str] | None, message: str,
+                    now: float) -> None:
+        self._db.execute("INSERT OR IGNORE INTO tenants(name, quota_gpus, weight, created) VALUES(?,?,?,?)",
+                         (job.tenant, None, 1.0, now))
+        if idempotency is not None:
+            owner, key, digest = idempotency
+            self._db.execute("INSERT INTO idempotency(owner, key, job_id, request_hash, created) "
+                             "VALUES(?,?,?,?,?)", (owner, key, job.id, digest, now))
+        self._db.execute(
+            "INSERT INTO jobs(id, name, tenant, replicas, resources, duration_s, priority, status, "
+            "message, submitted_at, updated_at, options, submitted_t, gpus) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (job.id, job.name, job.tenant, job.replicas, json.dumps(dict(job.spec.resources)),
+             _duration(job.spec), job.priority, job.status.value, job.message, job.spec.submitted_at, now,
+             json.dumps(_options(job.spec)), job.submitted_t, job.gpus))
+        self._db.execute("INSERT INTO events(job_id, at, t, kind, status, message) VALUES(?,?,?,?,?,?)",
+                         (job.id, now, job.submitted_t, "submitted", job.status.value, message))
+        self._audit(actor, "job.submit", job.id, job.name, now)
 
     def record_events(self, events: Iterable[JobEvent], jobs: Mapping[str, Job] | None = None,
                       audit: tuple[str, str, str, str] | None = None) -> int:
@@ -522,7 +547,8 @@ def _options(spec: JobSpec) -> dict[str, Any]:
     return {"gpu_type": spec.gpu_type, "node_selector": dict(spec.node_selector), "kind": spec.kind.value,
             "preemptible": spec.preemptible, "ref_gpu": spec.ref_gpu, "work_class": spec.work_class,
             "speedup": dict(spec.speedup), "tokens": spec.tokens,
-            **({"workload": spec.workload.to_dict()} if not spec.workload.empty else {})}
+            **({"workload": spec.workload.to_dict()} if not spec.workload.empty else {}),
+            **({"claims": [c.to_dict() for c in spec.claims]} if spec.claims else {})}
 
 
 def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
@@ -551,7 +577,7 @@ def _job(r: sqlite3.Row, registry: VendorRegistry | None) -> Job:
                         submitted_at=submitted_at, registry=registry, ref_gpu=str(opts.get("ref_gpu", "")),
                         work_class=str(opts.get("work_class", "")), tokens=float(opts.get("tokens", 0.0)),
                         speedup={str(k): float(v) for k, v in dict(opts.get("speedup") or {}).items()},
-                        workload=opts.get("workload"))
+                        workload=opts.get("workload"), claims=opts.get("claims"))
     except ValueError:
         if not status.terminal:
             raise

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
+import sqlite3
 import time
 import uuid
 from typing import Annotated, Any
@@ -88,17 +91,14 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
     tenant = _tenant_of(body, who)
     idem: tuple[str, str, str] | None = None
     if idempotency_key is not None:
-        digest = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
-        idem = (who.actor, idempotency_key, digest)
-        found = service.store.idempotent_job(who.actor, idempotency_key)
-        if found is not None:
-            if found[1] != digest:
-                raise ApiError(409, "headers.Idempotency-Key", "this key was used for another request body")
-            earlier = service.find_job(found[0])
-            if earlier is not None:
-                response.status_code = 200
-                response.headers["Idempotent-Replayed"] = "true"
-                return earlier.to_dict()
+        first = service.storing(who.actor, idempotency_key)
+        if first is not None:  # a retry while the first request waits for its commit: answer once it is stored
+            with contextlib.suppress(Exception):  # the first one failed: this one is a new submission
+                await asyncio.shield(first)
+        replayed = _replay(service, who, idempotency_key, body, response)
+        if replayed is not None:
+            return replayed
+        idem = (who.actor, idempotency_key, hashlib.sha256(body.model_dump_json().encode()).hexdigest())
     check_rate(service, who, "submissions")
     row = service.store.tenant(tenant)
     if tenant != DEFAULT_TENANT and not service.config.tenants_on_first_use and row is None:
@@ -119,24 +119,52 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
                            node_selector=body.node_selector, kind=body.kind, preemptible=body.preemptible,
                            submitted_at=time.time(), registry=service.runtime.registry, ref_gpu=body.ref_gpu,
                            work_class=body.work_class, speedup=dict(body.speedup), tokens=body.tokens,
-                           workload=body.workload()))
+                           workload=body.workload(),
+                           claims=[c.model_dump(exclude_none=True) for c in body.claims or ()]))
         service.runtime.validate(job)
     except ValueError as exc:
         where, _, why = str(exc).partition(": ")
         raise ApiError(422, where if why else "resources", why or str(exc)) from None
-    service.store.insert_job(job, who.actor, idem)  # its tenant too: one transaction
-    service.order.append(job.id)
-    service.accepted(tenant)
-    service.named(job)
-    service.invalidate_views()
+
+    def apply() -> None:  # once stored (its tenant too, in the same transaction)
+        service.order.append(job.id)
+        service.named(job)
+        service.invalidate_views()
+        try:
+            service.runtime.submit(job)
+        except Exception as exc:  # validate built the same pods, so this is a bug: fail the job, keep serving
+            log.exception("job %s was committed but the runtime refused it", job.id)
+            events = transition(job, Fail(f"accepted but could not be queued: {type(exc).__name__}"),
+                                service.runtime.now)
+            service.archive[job.id] = job
+            service.store.record_events(events)
+
     try:
-        service.runtime.submit(job)
-    except Exception as exc:  # validate built the same pods, so this is a bug: fail the job, keep serving
-        log.exception("job %s was committed but the runtime refused it", job.id)
-        events = transition(job, Fail(f"accepted but could not be queued: {type(exc).__name__}"), service.runtime.now)
-        service.archive[job.id] = job
-        service.store.record_events(events)
+        await service.store_submission(job, who.actor, idem, apply)  # a group commit with its neighbours
+    except sqlite3.IntegrityError:
+        # its Idempotency-Key was stored by a request of the same group commit: answer as a retry would
+        replayed = _replay(service, who, idempotency_key, body, response) if idempotency_key is not None else None
+        if replayed is None:
+            raise
+        return replayed
     return job.to_dict()
+
+
+def _replay(service: Service, who: Principal, key: str, body: JobIn, response: Response) -> dict[str, Any] | None:
+    """The job an earlier request with this Idempotency-Key created (200, ``Idempotent-Replayed``); 409 when
+    that request had another body; None when there is none."""
+    digest = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+    found = service.store.idempotent_job(who.actor, key)
+    if found is None:
+        return None
+    if found[1] != digest:
+        raise ApiError(409, "headers.Idempotency-Key", "this key was used for another request body")
+    earlier = service.find_job(found[0])
+    if earlier is None:
+        return None
+    response.status_code = 200
+    response.headers["Idempotent-Replayed"] = "true"
+    return earlier.to_dict()
 
 
 @router.get("/api/v1/jobs", response_model=JobList, responses=ERRORS)

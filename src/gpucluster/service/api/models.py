@@ -11,7 +11,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from gpucluster.jobs import ENV_NAME_RE, OBJECT_NAME_RE, SECRET_KEY_RE, VOLUME_NAME_RE, WORKLOAD_FIELDS, workload_fields
+from gpucluster.jobs import (
+    ENV_NAME_RE,
+    MAX_CLAIM_DEVICES,
+    MAX_CLAIM_MEMORY_MIB,
+    MAX_JOB_CLAIMS,
+    OBJECT_NAME_RE,
+    SECRET_KEY_RE,
+    VOLUME_NAME_RE,
+    WORKLOAD_FIELDS,
+    workload_fields,
+)
 from gpucluster.model.limits import (
     MAX_ARG_CHARS,
     MAX_ARGS,
@@ -105,6 +115,19 @@ class VolumeIn(_In):
         None, description="Volume name in the pod (default vol-<index>).")
 
 
+class ClaimIn(_In):
+    """Devices each pod asks for through Dynamic Resource Allocation (Kubernetes: a ResourceClaim per pod, made
+    from a ResourceClaimTemplate of the job and allocated by the control plane's placement; embedded: the same
+    number of GPUs, shared by memory when memory_mib is given)."""
+
+    device_class: ObjectName = Field(description="DeviceClass the devices come from (e.g. gpu.nvidia.com).")
+    count: int = Field(1, ge=1, le=MAX_CLAIM_DEVICES, description="Devices of that class each pod gets.")
+    memory_mib: int | None = Field(
+        None, ge=1, le=MAX_CLAIM_MEMORY_MIB,
+        description="MiB of each device's consumable memory (a shared device, e.g. HAMi's DRA driver); omit for "
+                    "whole devices. On Kubernetes the DeviceClass's devices must publish consumable memory.")
+
+
 class TolerationIn(_In):
     key: Annotated[str, StringConstraints(pattern=LABEL_KEY_RE, max_length=317)] | None = None
     operator: Literal["Equal", "Exists"] | None = None
@@ -120,9 +143,13 @@ class JobIn(_In):
     tenant: Name | None = Field(None, description="Tenant; defaults to the caller's tenant.")
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Pods placed all-or-nothing (a gang).")
     resources: dict[ResourceName, int | str] = Field(
-        max_length=MAX_RESOURCE_KEYS,
+        default_factory=dict, max_length=MAX_RESOURCE_KEYS,
         description='Per-pod limits, e.g. {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, '
                     '"nvidia.com/gpumem": 20000, "cpu": "4", "memory": "16Gi"}.')
+    claims: list[ClaimIn] | None = Field(
+        None, max_length=MAX_JOB_CLAIMS,
+        description="Devices each pod gets through DRA (a DeviceClass and a count, optionally consumable memory), "
+                    "instead of GPUs in resources.")
     duration_s: float | None = Field(None, gt=0, le=MAX_JOB_DURATION_S,
                                      description="Run time; omit to run until deleted.")
     priority: int = Field(0, ge=0, le=MAX_PRIORITY,
@@ -251,6 +278,7 @@ class JobOut(_Out):
     tenant: str
     replicas: int
     resources: dict[str, Any]
+    claims: list[dict[str, Any]] = Field(default_factory=list, description="Devices each pod gets through DRA.")
     duration_s: float | None
     priority: int
     gpu_type: str = Field("", description="GPU models the job may use (comma list); empty = any.")

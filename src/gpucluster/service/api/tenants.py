@@ -37,8 +37,8 @@ def _max_priority(row: dict[str, Any]) -> int:
 @router.get("/api/v1/tenants", response_model=TenantList, responses=ERRORS)
 async def tenants(who: Auth, service: Svc) -> dict[str, Any]:
     """Quota, weight, fair share (weight / total weight x GPUs), maximum priority and current use per tenant.
-    ``gpus`` is what its running jobs hold, each device counted max(compute share, memory share), the figure
-    quota admission uses."""
+    ``gpus`` is what its running jobs hold (on Kubernetes, with the ResourceClaims other schedulers allocated
+    for its pods), each device counted max(compute share, memory share), the figure quota admission uses."""
     rows = {t["name"]: dict(t) for t in service.cached("tenant_rows", service.store.tenants)}
     usage = service.cached("usage", service.runtime.usage_by_tenant)
     for name in usage:
