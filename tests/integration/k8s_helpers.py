@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import socket
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,36 @@ def extender_requests(port: int, verb: str, result: str = "ok") -> float:
 
 def core_api(api_client: Any) -> Any:
     return client.CoreV1Api(api_client)
+
+
+@contextlib.contextmanager
+def installed_crd(api_client: Any, group: str, version: str, names: Mapping[str, Any],
+                  spec_schema: Mapping[str, Any]) -> Iterator[None]:
+    """A namespaced CustomResourceDefinition written by a test (``names``: plural, singular, kind ...;
+    ``spec_schema``: the openAPIV3Schema of ``spec``; ``status`` is kept as is), waited for until the API server
+    says it is Established, and deleted afterwards."""
+    ext = client.ApiextensionsV1Api(api_client)
+    plural = names["plural"]
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group, "scope": "Namespaced", "names": dict(names),
+            "versions": [{"name": version, "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                "type": "object", "properties": {
+                    "spec": dict(spec_schema),
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}],
+        },
+    }
+    ext.create_custom_resource_definition(crd)
+
+    def established() -> bool:
+        got = ext.read_custom_resource_definition(f"{plural}.{group}")
+        return any(c.type == "Established" and c.status == "True" for c in got.status.conditions or [])
+
+    wait_until(established, 60, f"the {names['kind']} CRD to be established")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(client.ApiException):
+            ext.delete_custom_resource_definition(f"{plural}.{group}")

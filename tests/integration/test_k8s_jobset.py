@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from fake_kubelet import FakeKubelet
+from k8s_helpers import installed_crd
 from kubernetes import client
 from up_process import ControlPlane, gpu_nodes, new_run, registered, wait_until
 
@@ -32,31 +33,9 @@ GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 @pytest.fixture
 def jobset_crd(kube_client: Any) -> Iterator[None]:
     """A minimal JobSet CRD written for this test (what the control plane reads is kept as is)."""
-    ext = client.ApiextensionsV1Api(kube_client)
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP, "scope": "Namespaced",
-            "names": {"plural": PLURAL, "singular": "jobset", "kind": "JobSet"},
-            "versions": [{"name": VERSION, "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                "type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}],
-        },
-    }
-    ext.create_custom_resource_definition(crd)
-
-    def established() -> bool:
-        got = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-        return any(c.type == "Established" and c.status == "True" for c in got.status.conditions or [])
-
-    wait_until(established, 60, "the JobSet CRD to be established")
-    try:
+    with installed_crd(kube_client, GROUP, VERSION, {"plural": PLURAL, "singular": "jobset", "kind": "JobSet"},
+                       {"type": "object", "x-kubernetes-preserve-unknown-fields": True}):
         yield
-    finally:
-        with contextlib.suppress(client.ApiException):
-            ext.delete_custom_resource_definition(f"{PLURAL}.{GROUP}")
 
 
 def _jobset(name: str, tenant: str, run: str, *, replicas: int, parallelism: int, gpus: int) -> dict[str, Any]:

@@ -4,14 +4,13 @@ created here) says ``minMember: 4`` bind all together or not at all."""
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_helpers import Process, bound, core_api, create_pods, gpu_pod, list_pods, registry, wait_until
+from k8s_helpers import Process, bound, core_api, create_pods, gpu_pod, installed_crd, list_pods, registry, wait_until
 from kubernetes import client
 
 from gpucluster.kubernetes.gangs import POD_GROUP_LABEL
@@ -26,31 +25,11 @@ GROUP, VERSION, PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
 @pytest.fixture
 def pod_group_crd(kube_client: Any) -> Iterator[None]:
     """scheduler-plugins' PodGroup CRD (only what we read: spec.minMember), removed afterwards."""
-    ext = client.ApiextensionsV1Api(kube_client)
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP, "scope": "Namespaced",
-            "names": {"plural": PLURAL, "singular": "podgroup", "kind": "PodGroup", "shortNames": ["pg"]},
-            "versions": [{"name": VERSION, "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                "type": "object", "properties": {"spec": {"type": "object", "properties": {
-                    "minMember": {"type": "integer", "minimum": 0}}, "x-kubernetes-preserve-unknown-fields": True},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}],
-        },
-    }
-    ext.create_custom_resource_definition(crd)
-
-    def established() -> bool:
-        got = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-        return any(c.type == "Established" and c.status == "True" for c in got.status.conditions or [])
-
-    wait_until(established, 60, "the PodGroup CRD to be established")
-    try:
+    with installed_crd(kube_client, GROUP, VERSION,
+                       {"plural": PLURAL, "singular": "podgroup", "kind": "PodGroup", "shortNames": ["pg"]},
+                       {"type": "object", "properties": {"minMember": {"type": "integer", "minimum": 0}},
+                        "x-kubernetes-preserve-unknown-fields": True}):
         yield
-    finally:
-        with contextlib.suppress(client.ApiException):
-            ext.delete_custom_resource_definition(f"{PLURAL}.{GROUP}")
 
 
 def _conditions(core: Any, namespace: str) -> dict[str, str]:

@@ -621,26 +621,32 @@ class KubeRuntime(EngineFront):
         """An Event on each of these pods (a pod group's members: why they wait, or that they were admitted)."""
         if not self.leading:
             return "lost"
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for key in keys:
             namespace, _, name = key.partition("/")
             with self._lock:
                 view = self._pods.get(key)
             uid = str((view.obj.get("metadata") or {}).get("uid") or "") if view is not None else ""
-            event = {
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{name}.", "namespace": namespace},
-                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace,
-                                   **({"uid": uid} if uid else {})},
-                "reason": reason, "message": message[:1024], "type": kind,
-                "source": {"component": self.scheduler_name}, "reportingComponent": self.scheduler_name,
-                "reportingInstance": self.identity, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-            }
-            try:
-                self.core.create_namespaced_event(namespace, event)
-            except ApiException as exc:
-                log.debug("event on pod %s not written: %s", key, exc.status)
+            self._event(("v1", "Pod"), namespace, name, uid, kind, reason, message)
         return "ok"
+
+    def _event(self, involved: tuple[str, str], namespace: str, name: str, uid: str, kind: str, reason: str,
+               message: str) -> None:
+        """Write one Event about the object ``involved`` = (apiVersion, kind) ``namespace/name`` (its ``uid`` when
+        known); an API error is logged at debug level and otherwise ignored (an Event is a courtesy)."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": involved[0], "kind": involved[1], "name": name, "namespace": namespace,
+                               **({"uid": uid} if uid else {})},
+            "reason": reason, "message": message[:1024], "type": kind,
+            "source": {"component": self.scheduler_name}, "reportingComponent": self.scheduler_name,
+            "reportingInstance": self.identity, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(namespace, event)
+        except ApiException as exc:
+            log.debug("event on %s %s/%s not written: %s", involved[1], namespace, name, exc.status)
 
     def write_delete_pods(self, keys: Sequence[str]) -> str:
         """Delete these pods (a pod group's members: cancelled, or the rest of a gang one of whose pods failed)."""
@@ -762,7 +768,6 @@ class KubeRuntime(EngineFront):
         return "ok"
 
     def _job_event(self, namespace: str, name: str, kind: str, reason: str, message: str) -> None:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         uid = ""
         jobset = self._kind_of(namespace, name) == "JobSet"
         with self._lock:
@@ -771,19 +776,7 @@ class KubeRuntime(EngineFront):
                 if m.get("name") == name and m.get("namespace") == namespace:
                     uid = u
         involved = ("/".join(JOBSET_API[:2]), "JobSet") if jobset else ("batch/v1", "Job")
-        event = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": involved[0], "kind": involved[1], "name": name, "namespace": namespace,
-                               **({"uid": uid} if uid else {})},
-            "reason": reason, "message": message[:1024], "type": kind,
-            "source": {"component": self.scheduler_name}, "reportingComponent": self.scheduler_name,
-            "reportingInstance": self.identity, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-        }
-        try:
-            self.core.create_namespaced_event(namespace, event)
-        except ApiException as exc:
-            log.debug("event on Job %s/%s not written: %s", namespace, name, exc.status)
+        self._event(involved, namespace, name, uid, kind, reason, message)
 
     # ------------------------------------------------------------------ jobs: API side
     def validate(self, job: Job, quota: bool = True) -> None:

@@ -27,10 +27,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpucluster.devices import VendorRegistry
-from gpucluster.jobs import JobSpec, Workload
+from gpucluster.jobs import JobSpec
 from gpucluster.kubernetes.convert import KubeInputError, parse_pod, pod_key
 from gpucluster.kubernetes.gangs import GangRef, gang_ref
-from gpucluster.kubernetes.workloads import pod_job_uid
+from gpucluster.kubernetes.workloads import annotation_number, first_container, pod_job_uid
 from gpucluster.model.labels import (
     DURATION_ANNOTATION,
     GANG_ANNOTATION,
@@ -145,30 +145,10 @@ def group_spec(job_id: str, member: Member, objs: Sequence[Mapping[str, Any]], m
                          "(a lower-case DNS label)")
     meta = objs[0].get("metadata") or {}
     ann = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
-
-    def number(key: str, lo: float, hi: float, default: float) -> float:
-        if key not in ann:
-            return default
-        try:
-            value = float(ann[key])
-        except ValueError:
-            raise ValueError(f"{where}: pod {first_key}: metadata.annotations[{key}]: not a number: "
-                             f"{ann[key]!r}") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"{where}: pod {first_key}: metadata.annotations[{key}]: must be within "
-                             f"{lo:g}..{hi:g}, got {value:g}")
-        return value
-
-    priority = int(number(PRIORITY_ANNOTATION, 0, MAX_PRIORITY, 0))
-    duration = number(DURATION_ANNOTATION, 1e-3, MAX_JOB_DURATION_S, math.inf)
-    spec = objs[0].get("spec") or {}
-    containers = spec.get("containers") or [{}]
-    c0 = containers[0] if isinstance(containers[0], Mapping) else {}
-    limits = dict((c0.get("resources") or {}).get("limits") or (c0.get("resources") or {}).get("requests") or {})
-    workload = Workload(image=str(c0.get("image") or ""), command=tuple(str(x) for x in c0.get("command") or ()),
-                        args=tuple(str(x) for x in c0.get("args") or ()),
-                        working_dir=str(c0.get("workingDir") or ""),
-                        service_account=str(spec.get("serviceAccountName") or ""))
+    at = f"{where}: pod {first_key}"
+    priority = int(annotation_number(ann, PRIORITY_ANNOTATION, 0, MAX_PRIORITY, 0, at))
+    duration = annotation_number(ann, DURATION_ANNOTATION, 1e-3, MAX_JOB_DURATION_S, math.inf, at)
+    limits, workload = first_container(objs[0].get("spec") or {})
     template = replace(first, name="task", gang="", gang_min_member=0)
     gpu_type = ",".join(dict.fromkeys([*first.constraints.use_types, *(
         t for c in (first.constraints.per_vendor or {}).values() for t in c.use_types)]))

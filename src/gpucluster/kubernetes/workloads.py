@@ -379,6 +379,35 @@ def parse_queue_job(obj: Mapping[str, Any], registry: VendorRegistry, scheduler_
     return q
 
 
+
+def annotation_number(ann: Mapping[str, str], key: str, lo: float, hi: float, default: float, where: str) -> float:
+    """The number the annotation ``key`` of ``ann`` holds, within ``lo..hi`` (``default`` when it is absent);
+    ``ValueError("{where}: metadata.annotations[key]: why")`` for a value that is not a number or out of range."""
+    if key not in ann:
+        return default
+    try:
+        value = float(ann[key])
+    except ValueError:
+        raise ValueError(f"{where}: metadata.annotations[{key}]: not a number: {ann[key]!r}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{where}: metadata.annotations[{key}]: must be within {lo:g}..{hi:g}, got {value:g}")
+    return value
+
+
+def first_container(pod_spec: Mapping[str, Any]) -> tuple[dict[str, Any], Workload]:
+    """A pod spec's first container read as the queue reads a task: its limits (its requests when it has no
+    limits) and its :class:`Workload` (image, command, args, working directory, the pod's service account)."""
+    containers = pod_spec.get("containers") or [{}]
+    first = containers[0] if isinstance(containers[0], Mapping) else {}
+    resources = first.get("resources") or {}
+    limits = dict(resources.get("limits") or resources.get("requests") or {})
+    workload = Workload(image=str(first.get("image") or ""),
+                        command=tuple(str(x) for x in first.get("command") or ()),
+                        args=tuple(str(x) for x in first.get("args") or ()),
+                        working_dir=str(first.get("workingDir") or ""),
+                        service_account=str(pod_spec.get("serviceAccountName") or ""))
+    return limits, workload
+
 def _spec_of(q: QueueJob, obj: Mapping[str, Any], registry: VendorRegistry, scheduler_name: str,
              submit_s: float) -> JobSpec:
     where = f"{q.kind} {q.key}"
@@ -415,30 +444,10 @@ def _spec_of(q: QueueJob, obj: Mapping[str, Any], registry: VendorRegistry, sche
     selector = {str(k): str(v) for k, v in (tspec.get("nodeSelector") or {}).items()}
     pod = replace(pod, node_selector=selector)
     ann = q.annotations
-
-    def number(key: str, lo: float, hi: float, default: float) -> float:
-        if key not in ann:
-            return default
-        try:
-            value = float(ann[key])
-        except ValueError:
-            raise ValueError(f"{where}: metadata.annotations[{key}]: not a number: {ann[key]!r}") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"{where}: metadata.annotations[{key}]: must be within {lo:g}..{hi:g}, got {value:g}")
-        return value
-
-    priority = int(number(PRIORITY_ANNOTATION, 0, MAX_PRIORITY, 0))
-    duration = number(DURATION_ANNOTATION, 1e-3, MAX_JOB_DURATION_S, math.inf)
+    priority = int(annotation_number(ann, PRIORITY_ANNOTATION, 0, MAX_PRIORITY, 0, where))
+    duration = annotation_number(ann, DURATION_ANNOTATION, 1e-3, MAX_JOB_DURATION_S, math.inf, where)
     preemptible = ann.get(PREEMPTIBLE_ANNOTATION, "true").lower() not in ("false", "0", "no")
-    containers = tspec.get("containers") or [{}]
-    first = containers[0] if isinstance(containers[0], Mapping) else {}
-    limits = dict((first.get("resources") or {}).get("limits") or (first.get("resources") or {}).get("requests")
-                  or {})
-    workload = Workload(image=str(first.get("image") or ""),
-                        command=tuple(str(x) for x in first.get("command") or ()),
-                        args=tuple(str(x) for x in first.get("args") or ()),
-                        working_dir=str(first.get("workingDir") or ""),
-                        service_account=str(tspec.get("serviceAccountName") or ""))
+    limits, workload = first_container(tspec)
     gpu_type = ",".join(dict.fromkeys([*pod.constraints.use_types, *(
         t for c in (pod.constraints.per_vendor or {}).values() for t in c.use_types)]))
     return JobSpec(q.job_id, submit_s, pod.device_count * replicas, duration, tenant=q.tenant, priority=priority,
