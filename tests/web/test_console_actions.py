@@ -5,6 +5,7 @@ buttons (nor routes). At 1440x900 and 390x844; screenshots in test-artifacts/web
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -137,3 +138,18 @@ def test_approve_and_dismiss_a_planned_drain(page: Any, server: Server, viewport
     with server.client() as c:
         for v in victims:
             c.delete(f"/api/v1/jobs/{v['id']}")
+
+
+def test_the_node_drawer_says_cpu_and_memory_are_what_its_pods_requested(page: Any, server: Server) -> None:
+    """As `describe node` and `get nodes -o wide` (CPU-REQ, MEM-REQ) say it: the figures are the requests of the
+    node's pods (a job that names no CPU requests none), not a measurement; on main the drawer said "x / y cores"."""
+    expect = _expect()
+    with server.client() as c:
+        nodes = c.get("/api/v1/nodes").json()["nodes"]
+    node = max(nodes, key=lambda n: n.get("cpu_used_milli", 0))
+    login(page, server)
+    _open_node(page, server, node["name"])
+    total_cores = f"{node['cpu_milli'] // 1000:,}"
+    expect(page.get_by_test_id("node-cpu")).to_have_text(
+        re.compile(rf"^[\d,.]+ of {total_cores} cores requested by its pods$"))
+    expect(page.get_by_test_id("node-memory")).to_have_text(re.compile(r"^[\d,.]+ of [\d,.]+ GiB requested by its pods$"))

@@ -418,8 +418,8 @@ async function refreshDrawer() {
       <div>Model</div><div>${esc(n.model)} × ${n.gpus}</div>
       <div>Rack / leaf</div><div>${esc(n.rack)} · ${esc(n.leaf)} · ${esc(n.spine)}</div>
       <div>State</div><div data-testid="node-state">${state}</div>
-      <div>CPU</div><div>${num(n.cpu_used_milli / 1000)} / ${num(n.cpu_milli / 1000)} cores</div>
-      <div>Memory</div><div>${num(n.memory_used_mib / 1024)} / ${num(n.memory_mib / 1024)} GiB</div>
+      <div>CPU</div><div data-testid="node-cpu">${num(n.cpu_used_milli / 1000)} of ${num(n.cpu_milli / 1000)} cores requested by its pods</div>
+      <div>Memory</div><div data-testid="node-memory">${num(n.memory_used_mib / 1024)} of ${num(n.memory_mib / 1024)} GiB requested by its pods</div>
       <div>Pods</div><div>${n.pods}</div></div>
     <div class="devices" data-testid="node-devices">${devs}</div>`;
 }
