@@ -53,6 +53,20 @@ def test_a_second_live_job_of_a_name_is_409_naming_the_live_one(tmp_path: Path) 
         assert reused.json()["id"] != jid
 
 
+
+def test_a_body_that_is_invalid_anyway_is_422_for_its_field_before_any_name_conflict(tmp_path: Path) -> None:
+    """As the Kubernetes API server answers 422 Invalid before 409 AlreadyExists: a client that resends a
+    broken body under a live job's name learns what is wrong with the body (the field), not only that the name is
+    taken; once the body is valid the 409 follows."""
+    with in_process(tmp_path / "d") as ip:
+        assert post(ip, "train").status_code == 201
+        broken = post(ip, "train", volumes=[{"mount_path": "/data"}])  # a volume with no source
+        assert broken.status_code == 422 and broken.json()["where"] == "volumes.0", broken.text
+        unfit = post(ip, "train", resources={"nvidia.com/gpu": 1000})  # no node has 1,000 GPUs
+        assert unfit.status_code == 422, unfit.text
+        assert post(ip, "train").status_code == 409
+
+
 def test_a_finished_jobs_name_may_be_used_again(tmp_path: Path) -> None:
     with in_process(tmp_path / "d") as ip:
         jid = post(ip, "short", duration_s=5).json()["id"]

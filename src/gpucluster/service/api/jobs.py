@@ -105,11 +105,6 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
         raise ApiError(422, "tenant", f"no tenant {tenant!r}: create it first (gpucluster tenants create {tenant} "
                                       "[--quota-gpus N], or POST /api/v1/tenants), or start up with --tenants "
                                       "on-first-use")
-    if service.config.unique_job_names and (live := service.live_job_named(tenant, body.name)) is not None:
-        raise ApiError(409, "name", f"tenant {tenant} already has a {live.status.value} job named {body.name!r}: "
-                                    f"{live.id}; cancel it (gpucluster cancel {live.id}), wait for it to finish "
-                                    "or choose another name (names are unique among a tenant's live jobs; up "
-                                    "--job-names shared lets them repeat)")
     _admit_priority(service, who, tenant, body.priority, row)
     _admit_queued(service, tenant, row)
     try:
@@ -125,6 +120,13 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
     except ValueError as exc:
         where, _, why = str(exc).partition(": ")
         raise ApiError(422, where if why else "resources", why or str(exc)) from None
+    # a name conflict only for a job that is valid otherwise (as the API server answers 422 Invalid before 409
+    # AlreadyExists); no await between this check and the store_submission call below, so nothing slips between
+    if service.config.unique_job_names and (live := service.live_job_named(tenant, body.name)) is not None:
+        raise ApiError(409, "name", f"tenant {tenant} already has a {live.status.value} job named {body.name!r}: "
+                                    f"{live.id}; cancel it (gpucluster cancel {live.id}), wait for it to finish "
+                                    "or choose another name (names are unique among a tenant's live jobs; up "
+                                    "--job-names shared lets them repeat)")
 
     def apply() -> None:  # once stored (its tenant too, in the same transaction)
         service.order.append(job.id)
