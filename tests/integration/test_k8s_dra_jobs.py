@@ -93,6 +93,9 @@ def fleet(kube_control_plane: Any, kube_controller_manager: Any, kube_client: An
                 NS, label_selector=f"gpucluster.io/run={run}", propagation_policy="Background")
             core = client.CoreV1Api(kube_client)
             core.delete_collection_namespaced_pod(NS, label_selector=f"gpucluster.io/run={run}", grace_period_seconds=0)
+            for node in f.nodes:  # whatever else a test left bound here (pods of the API's Jobs carry no run label)
+                core.delete_collection_namespaced_pod(NS, field_selector=f"spec.nodeName={node}",
+                                                      grace_period_seconds=0)
             f.res.delete_namespaced_resource_claim_template(f.template, NS)
             for delete, name in made:
                 delete(name)
@@ -467,6 +470,12 @@ def test_a_job_of_the_api_with_claims_gets_claim_templates_and_its_claims_alloca
         print(_kubectl_claims_yaml(kube_control_plane))
     finally:
         rt.close()
+        # the API's Job and its pods carry the job's label, not the fleet's run label: removed here, or they would
+        # stay bound to the fleet's nodes after those are gone (a later test's scheduler counts them unaccounted)
+        client.BatchV1Api(kube_client).delete_collection_namespaced_job(
+            NS, label_selector=f"gpucluster.io/job=j-a-{fleet.run}", propagation_policy="Background")
+        client.CoreV1Api(kube_client).delete_collection_namespaced_pod(
+            NS, label_selector=f"gpucluster.io/job=j-a-{fleet.run}", grace_period_seconds=0)
 
 
 def test_a_job_of_the_api_asks_for_consumable_memory_of_hami_shaped_devices(

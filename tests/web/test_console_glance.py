@@ -154,8 +154,17 @@ def test_the_heatmap_switch(page: Any, server: Server) -> None:
     expect(body).to_have_attribute("data-metric", "util")
     expect(switch.get_by_role("radio", name="Utilisation")).to_have_attribute("aria-checked", "true")
     expect(page.get_by_test_id("heat-legend")).to_contain_text("100% busy")
-    cell = page.locator(f"[data-testid=node-{x['node']}] .cell").nth(x["gpu"])
-    assert float(cell.get_attribute("data-v") or 1) < 0.05
+    # the clock runs 10x: the GPU picked a moment ago may have gone to another, busy job since; so the overview
+    # is read again and the page drawn again until both describe the same moment (a deadline, no sleep)
+
+    def idle_gpu_drawn_dark() -> bool:
+        y = _scraped(server)["allocated_idle"][0]
+        page.reload()
+        expect(page.locator("#rk-body")).to_have_attribute("data-metric", "util")
+        cell = page.locator(f"[data-testid=node-{y['node']}] .cell").nth(y["gpu"])
+        return float(cell.get_attribute("data-v") or 1) < 0.05
+
+    wait_for(idle_gpu_drawn_dark, "an allocated-but-idle GPU of the overview drawn dark by utilisation", timeout=60)
     expect(page.locator(".leaf-title").first).to_contain_text("utilised")
     shot(page, "32-heatmap-utilisation")
     switch.get_by_role("radio", name="Temperature").click()
