@@ -238,7 +238,8 @@ def installed_crd(api_client: Any, group: str, version: str, names: Mapping[str,
                   spec_schema: Mapping[str, Any]) -> Iterator[None]:
     """A namespaced CustomResourceDefinition written by a test (``names``: plural, singular, kind ...;
     ``spec_schema``: the openAPIV3Schema of ``spec``; ``status`` is kept as is), waited for until the API server
-    says it is Established, and deleted afterwards."""
+    says it is Established, and deleted afterwards (waited for until it is gone: its custom objects are removed
+    first, and meanwhile a create of the same name is refused)."""
     ext = client.ApiextensionsV1Api(api_client)
     plural = names["plural"]
     crd = {
@@ -264,3 +265,12 @@ def installed_crd(api_client: Any, group: str, version: str, names: Mapping[str,
     finally:
         with contextlib.suppress(client.ApiException):
             ext.delete_custom_resource_definition(f"{plural}.{group}")
+
+        def gone() -> bool:  # the next test's install of the same CRD is refused while this one is being deleted
+            try:
+                ext.read_custom_resource_definition(f"{plural}.{group}")
+            except client.ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_until(gone, 60, f"the {names['kind']} CRD to be deleted")
