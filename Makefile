@@ -43,7 +43,7 @@ K8S ?=
 INTEGRATION_WORKERS ?= 2
 integration: $(STAMP)
 	$(if $(K8S),K8S="$(K8S)") $(BIN)/pytest -q -m integration -p no:cacheprovider \
-	  -n $(INTEGRATION_WORKERS) --dist loadgroup --durations=15
+	  -n $(INTEGRATION_WORKERS) --dist loadscope --durations=15
 
 ## make mutation: break the product one curated line at a time (tests/mutation/mutants.yaml) and check that the
 ## tests named for each mutant fail; on demand, not part of make test. ARGS="--section engine", "-j 2" ...

@@ -4,6 +4,8 @@ derandomized (the same examples on every run, so a CI failure reproduces) and wi
 from __future__ import annotations
 
 import os
+import re
+from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
@@ -17,16 +19,32 @@ elif os.environ.get("CI"):
     settings.load_profile("ci")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n 2 --dist loadgroup`` (``make integration``): every test on one Kubernetes version
-    (the session fixture ``kube_control_plane``'s parameter) runs in the same worker, so each worker starts at
-    most one control plane per version it was given, and the two versions' suites run side by side, each on its
-    own API server, as they would one after the other; any other test stays with the rest of its module, so a
-    module-scoped fixture (a ``gpucluster up``, a browser) is started once. Without ``--dist loadgroup`` the marks
-    do nothing."""
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        version = callspec.params.get("kube_control_plane") if callspec is not None else None
-        group = f"k8s-{version}" if version else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+_K8S_VERSION_ID = re.compile(r"^v1\.\d+\.\d+$")
+
+
+def integration_scope(nodeid: str) -> str:
+    """The unit of work of a test under ``pytest -n 2 --dist loadscope`` (``make integration``): a test that runs
+    on a Kubernetes version (the session fixture ``kube_control_plane``'s parameter, ``v1.37.2`` among the ids in
+    brackets) belongs to that version, so all of one version's tests run in one worker on one control plane, and
+    the two versions run side by side, each on its own API server, as they would one after the other; any other
+    test stays with its module, so a module-scoped fixture (a ``gpucluster up``, a browser) starts once."""
+    path, _, rest = nodeid.partition("::")
+    if rest.endswith("]") and "[" in rest:
+        for part in rest[rest.index("[") + 1:-1].split("-"):
+            if _K8S_VERSION_ID.match(part):
+                return f"k8s-{part}"
+    return path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with :func:`integration_scope` as the scope. (pytest-xdist's ``loadgroup`` marks do not
+    take effect with pytest 9.2: xdist renames ``item._nodeid``, which ``nodeid`` no longer reads.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class KubernetesVersionScope(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return integration_scope(nodeid)
+
+    return KubernetesVersionScope(config, log)
