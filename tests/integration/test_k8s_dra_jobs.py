@@ -611,3 +611,62 @@ def test_a_bind_whose_device_another_claim_took_meanwhile_writes_nothing_and_bin
             core.delete_namespaced_pod(other, NS, grace_period_seconds=0)
         with contextlib.suppress(client.ApiException):
             fleet.res.delete_namespaced_resource_claim(other, NS)
+
+
+def test_gpucluster_submit_of_a_job_with_claims_on_kubernetes(
+        kube_control_plane: Any, kube_client: Any, fleet: Fleet, tmp_path: Path) -> None:
+    """``gpucluster submit`` (the CLI, against ``gpucluster up --kubeconfig`` as a real process) of a job file
+    with ``claims``: 2 pods with one GPU of the fleet's DeviceClass each; the pods are bound with their claims
+    allocated by the control plane on their nodes. A claim of a DeviceClass that does not exist exits 2 naming
+    ``claims[0].device_class``, and nothing is made."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+    from up_process import ADMIN, ControlPlane
+
+    from gpucluster.cli.main import app
+
+    runner = CliRunner()
+    server = ControlPlane(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect")
+    ids: list[str] = []
+
+    def submit(name: str, claims: list[dict[str, Any]]) -> Any:
+        job = tmp_path / f"{name}.yaml"
+        job.write_text(yaml.safe_dump({"name": name, "tenant": f"cli-{fleet.run}", "replicas": 2,
+                                       "resources": {"cpu": "1"}, "duration_s": 3600, "claims": claims,
+                                       "node_selector": {"gpucluster.io/run": fleet.run}}))
+        return runner.invoke(app, ["submit", str(job), "--json", "--server", server.url, "--token", ADMIN])
+
+    try:
+        bad = submit(f"bad-{fleet.run}", [{"device_class": f"nope-{fleet.run}"}])
+        assert bad.exit_code == 2, (bad.stdout, bad.stderr)
+        assert "claims[0].device_class: " in bad.stderr and "HTTP 422" in bad.stderr, bad.stderr
+        assert not [j for j in server.get("/api/v1/jobs")["jobs"] if j["name"] == f"bad-{fleet.run}"]
+
+        r = submit(f"cli-{fleet.run}", [{"device_class": fleet.device_class, "count": 1}])
+        assert r.exit_code == 0, r.stderr
+        job = json.loads(r.stdout)
+        ids.append(job["id"])
+        assert job["claims"] == [{"device_class": fleet.device_class, "count": 1}]
+        bound = wait_until(lambda: _bound_with_claims(kube_client, job["id"], 2), 120,
+                           "the submitted job's 2 pods bound, each with its claim allocated")
+        devices = []
+        for pod, c in bound:
+            results = c["status"]["allocation"]["devices"]["results"]
+            assert len(results) == 1 and results[0]["driver"] == NVIDIA_DRIVER
+            assert results[0]["pool"] == pod["spec"]["nodeName"]
+            assert [r["uid"] for r in c["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+            devices.append(f"{results[0]['pool']}/{results[0]['device']}")
+        assert len(set(devices)) == 2 and max(fleet.held().values()) == 1
+        shown = wait_until(lambda: next((j for j in server.get("/api/v1/jobs")["jobs"]
+                                         if j["id"] == job["id"] and j["status"] == "running"), None), 60,
+                           "the job running in get jobs")
+        assert shown["gpus"] == 2
+    finally:
+        server.stop()
+        for jid in ids:
+            client.BatchV1Api(kube_client).delete_collection_namespaced_job(
+                NS, label_selector=f"gpucluster.io/job={jid}", propagation_policy="Background")
+            client.CoreV1Api(kube_client).delete_collection_namespaced_pod(
+                NS, label_selector=f"gpucluster.io/job={jid}", grace_period_seconds=0)
