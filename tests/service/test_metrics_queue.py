@@ -18,7 +18,7 @@ from tests.service.inproc import in_process
 def _series(text: str, name: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
+        if line.startswith((name + "{", name + " ")):
             labels, _, value = line.rpartition(" ")
             out[labels[len(name):]] = float(value)
     return out
