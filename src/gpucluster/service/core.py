@@ -12,7 +12,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,36 @@ class Service:
         next tick that can: none is lost (while nothing can be stored, a ``kill -9`` loses what the disk could
         not take, as it would any time). Raises
         :class:`~gpucluster.service.store.StoreWriteError` after the tick when something could not be stored."""
+        steps = self.tick_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                events: list[JobEvent] = done.value
+                return events
+
+    async def tick_async(self) -> list[JobEvent]:
+        """:meth:`tick`, giving the event loop back between its steps (the scheduling passes, the monitor's
+        evaluation, storing the events, the tick hooks), so no request waits for a whole tick. Cancelled (the
+        service stops) between two steps, it finishes the tick first, so its events are stored."""
+        steps = self.tick_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                events: list[JobEvent] = done.value
+                return events
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                with contextlib.suppress(StoreWriteError):  # kept in unrecorded, as any tick's
+                    for _ in steps:
+                        pass
+                raise
+
+    def tick_steps(self) -> Generator[None, None, list[JobEvent]]:
+        """:meth:`tick` in steps (it yields where the event loop may serve requests: the runtime and the store
+        are idle there, as between two ticks); returns the tick's events."""
         t = self.clock()
         failed: StoreWriteError | None = None
         if t > self.persisted_clock:
@@ -211,11 +241,16 @@ class Service:
                 self.persisted_clock = ahead
             except StoreWriteError as exc:  # the runtime goes on; the next tick stores the clock again
                 failed = exc
-        events = self.runtime.advance(t)
+        stepped = getattr(self.runtime, "advance_steps", None)
+        if callable(stepped):
+            events: list[JobEvent] = yield from stepped(t)
+        else:
+            events = self.runtime.advance(t)
         self.ticks += 1
         self.version += 1
         self.unrecorded.extend(events)
         self._unname(events)
+        yield
         try:
             self.adopt_discovered()
             self.record(self.unrecorded)
@@ -223,6 +258,7 @@ class Service:
             self.persist_remediation()
         except StoreWriteError as exc:
             failed = failed or exc
+        yield
         for hook in self.tick_hooks:
             hook(events)
         if failed is not None:
