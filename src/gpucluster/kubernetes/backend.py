@@ -1527,7 +1527,7 @@ class KubeRuntime(EngineFront):
                 self.cluster.alias(p.key, slot)
                 self._binding.add(p.key)
                 self.submit_write("bind", p.key, self.write_bind, p.obj, alloc, slot, plan)
-            if rec.group and not free:  # every slot of the gang is bound (or being bound): the members beyond it
+            if rec.group and not free and "" not in rec.slots:  # the gang is bound (or being bound): the rest
                 self._bind_extras(job, [p for p in ordered if p.key not in self._binding])
 
     def _bind_extras(self, job: Job, waiting: Sequence[PodView]) -> None:
