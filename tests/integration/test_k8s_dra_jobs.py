@@ -519,3 +519,154 @@ def test_a_job_of_the_api_asks_for_consumable_memory_of_hami_shaped_devices(
                 NS, label_selector=f"gpucluster.io/job=j-m-{run}", grace_period_seconds=0)
             res.delete_device_class(cls)
             res.delete_resource_slice(body["metadata"]["name"])
+
+
+def _take_device(fleet: Fleet, name: str, node: str, device: Any) -> None:
+    """Another party allocates ``device`` on ``node`` to a claim of its own, through the API: a pod bound to the
+    node by hand (``nodeName``) that names the claim, and the claim's status written with the device and the pod
+    in ``reservedFor`` (what another scheduler, or a preempted pod's claim that was never released, leaves)."""
+    core = client.CoreV1Api(fleet.api)
+    fleet.res.create_namespaced_resource_claim(NS, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": fleet.device_class, "allocationMode": "ExactCount", "count": 1}}]}}})
+    pod = core.create_namespaced_pod(NS, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"gpucluster.io/run": fleet.run}},
+        "spec": {"nodeName": node, "restartPolicy": "Never",
+                 "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+                 "containers": [{"name": "other", "image": "registry.example/other:v1",
+                                 "env": [{"name": "FAKE_RUN_S", "value": "inf"}],
+                                 "resources": {"claims": [{"name": "gpu"}]}}]}})
+    claim = raw_get(fleet.res.read_namespaced_resource_claim, name, NS)
+    claim["status"] = {
+        "allocation": {"devices": {"results": [{"request": "gpu", "driver": device.driver, "pool": device.pool,
+                                                "device": device.name}]},
+                       "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                           {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": name, "uid": pod.metadata.uid}]}
+    fleet.res.replace_namespaced_resource_claim_status(name, NS, claim)
+
+
+def test_a_bind_whose_device_another_claim_took_meanwhile_writes_nothing_and_binds_nothing(
+        kube_control_plane: Any, kube_client: Any, fleet: Fleet) -> None:
+    """Between the control plane's decision and its bind, another claim gets the very device chosen for the
+    pod's claim (a hook in this test allocates it through the API just before the bind writes its claims). The
+    bind reads every claim back from the server after its write, sees the device held twice, takes its write
+    back and does not bind: the pod stays unbound, its claim unallocated and unreserved, the device held once
+    (tried again, the bind is refused before writing anything while the other claim holds it). Once the other
+    claim is gone the pod binds with the device. Without the bind's check the pod is bound and the device is in
+    two claims."""
+    core = client.CoreV1Api(kube_client)
+    name = f"race-{fleet.run}"
+    other = f"other-{fleet.run}"
+    rt = _runtime(kube_control_plane, fleet.run)
+    taken: list[str] = []
+    write_claims = rt.binder.write_claims
+
+    def hook(pod: Any) -> Any:  # runs in the control plane's write thread, just before the claim write
+        plan = rt.cluster.claim_plans.get(pod.key)
+        if plan is not None and plan.written is None and not taken:
+            device = next(r.device for results in plan.claims.values() for r in results)
+            taken.append(f"{device.pool}/{device.name}")
+            _take_device(fleet, other, plan.node, device)
+        return write_claims(pod)
+
+    rt.binder.write_claims = hook
+    try:
+        client.BatchV1Api(kube_client).create_namespaced_job(NS, claim_job(fleet, name, f"r-{fleet.run}", pods=1))
+
+        def outcome() -> str | None:
+            pods = _pods_of(kube_client, name)
+            if any(p["spec"].get("nodeName") for p in pods):
+                return "bound"
+            claim = _claim_of(kube_client, pods[0]) if pods else None
+            status = (claim or {}).get("status") or {}
+            if rt.binder.conflicts and claim is not None and not status.get("allocation"):
+                return "refused"
+            return None
+
+        assert wait_until(_ticking(rt, outcome), 90, "the pod's bind to happen or be refused") == "refused", (
+            f"the pod was bound while {taken} is allocated to claim {other}: {dict(fleet.held())}")
+        for _ in range(8):  # the bind is tried again and again: refused each time, before any write
+            rt.advance(rt.now + 0.25)
+            assert outcome() == "refused"
+            assert fleet.held()[taken[0]] == 1
+        (pod,) = _pods_of(kube_client, name)
+        claim = _claim_of(kube_client, pod)
+        assert claim is not None and not (claim.get("status") or {}).get("reservedFor")
+        assert "resource.kubernetes.io/delete-protection" not in (claim["metadata"].get("finalizers") or [])
+        print(f"device {taken[0]} taken by claim {other}; binds refused: {rt.binder.conflicts}")
+
+        core.delete_namespaced_pod(other, NS, grace_period_seconds=0)
+        fleet.res.delete_namespaced_resource_claim(other, NS)
+        ((pod, claim),) = wait_until(_ticking(rt, lambda: _bound_with_claims(kube_client, name, 1)), 90,
+                                     "the pod bound once the other claim is gone")
+        result = claim["status"]["allocation"]["devices"]["results"][0]
+        assert max(fleet.held().values()) == 1
+        assert result["pool"] == pod["spec"]["nodeName"]
+    finally:
+        rt.close()
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespaced_pod(other, NS, grace_period_seconds=0)
+        with contextlib.suppress(client.ApiException):
+            fleet.res.delete_namespaced_resource_claim(other, NS)
+
+
+def test_gpucluster_submit_of_a_job_with_claims_on_kubernetes(
+        kube_control_plane: Any, kube_client: Any, fleet: Fleet, tmp_path: Path) -> None:
+    """``gpucluster submit`` (the CLI, against ``gpucluster up --kubeconfig`` as a real process) of a job file
+    with ``claims``: 2 pods with one GPU of the fleet's DeviceClass each; the pods are bound with their claims
+    allocated by the control plane on their nodes. A claim of a DeviceClass that does not exist exits 2 naming
+    ``claims[0].device_class``, and nothing is made."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+    from up_process import ADMIN, ControlPlane
+
+    from gpucluster.cli.main import app
+
+    runner = CliRunner()
+    server = ControlPlane(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect")
+    ids: list[str] = []
+
+    def submit(name: str, claims: list[dict[str, Any]]) -> Any:
+        job = tmp_path / f"{name}.yaml"
+        job.write_text(yaml.safe_dump({"name": name, "tenant": f"cli-{fleet.run}", "replicas": 2,
+                                       "resources": {"cpu": "1"}, "duration_s": 3600, "claims": claims,
+                                       "node_selector": {"gpucluster.io/run": fleet.run}}))
+        return runner.invoke(app, ["submit", str(job), "--json", "--server", server.url, "--token", ADMIN])
+
+    try:
+        bad = submit(f"bad-{fleet.run}", [{"device_class": f"nope-{fleet.run}"}])
+        assert bad.exit_code == 2, (bad.stdout, bad.stderr)
+        assert "claims[0].device_class: " in bad.stderr and "HTTP 422" in bad.stderr, bad.stderr
+        assert not [j for j in server.get("/api/v1/jobs")["jobs"] if j["name"] == f"bad-{fleet.run}"]
+
+        r = submit(f"cli-{fleet.run}", [{"device_class": fleet.device_class, "count": 1}])
+        assert r.exit_code == 0, r.stderr
+        job = json.loads(r.stdout)
+        ids.append(job["id"])
+        assert job["claims"] == [{"device_class": fleet.device_class, "count": 1}]
+        bound = wait_until(lambda: _bound_with_claims(kube_client, job["id"], 2), 120,
+                           "the submitted job's 2 pods bound, each with its claim allocated")
+        devices = []
+        for pod, c in bound:
+            results = c["status"]["allocation"]["devices"]["results"]
+            assert len(results) == 1 and results[0]["driver"] == NVIDIA_DRIVER
+            assert results[0]["pool"] == pod["spec"]["nodeName"]
+            assert [r["uid"] for r in c["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+            devices.append(f"{results[0]['pool']}/{results[0]['device']}")
+        assert len(set(devices)) == 2 and max(fleet.held().values()) == 1
+        shown = wait_until(lambda: next((j for j in server.get("/api/v1/jobs")["jobs"]
+                                         if j["id"] == job["id"] and j["status"] == "running"), None), 60,
+                           "the job running in get jobs")
+        assert shown["gpus"] == 2
+    finally:
+        server.stop()
+        for jid in ids:
+            client.BatchV1Api(kube_client).delete_collection_namespaced_job(
+                NS, label_selector=f"gpucluster.io/job={jid}", propagation_policy="Background")
+            client.CoreV1Api(kube_client).delete_collection_namespaced_pod(
+                NS, label_selector=f"gpucluster.io/job={jid}", grace_period_seconds=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucluster.cli.main import app
-from tests.service.server import ADMIN, Server, wait_for
+from tests.service.server import ADMIN, Server, wait_for, wait_running
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
@@ -140,3 +141,39 @@ def test_submit_speed_flags_and_describe_shows_them(server: Server, tmp_path: Pa
     code, _, err = _cli(server, "submit", str(job), "--speedup", "X9=2")
     assert code == 2 and "HTTP 422" in err and "speedup.X9" in err
     assert _cli(server, "cancel", sent["id"])[0] == 0
+
+
+def test_submit_of_a_job_with_claims_runs_on_the_equivalent_devices(server: Server, tmp_path: Path) -> None:
+    """``gpucluster submit`` of a job file with ``claims`` (devices through DRA; on the embedded backend the
+    equivalent GPUs: two whole ones and a 20000 MiB share): accepted as given, and it runs on those devices."""
+    job = tmp_path / "claims.yaml"
+    job.write_text("name: cli-claims\ntenant: cli-dra\nreplicas: 1\nresources: {cpu: '2'}\nduration_s: 600\n"
+                   "claims:\n- {device_class: gpu.nvidia.com, count: 2}\n"
+                   "- {device_class: hami-gpu, memory_mib: 20000}\n")
+    code, out, err = _cli(server, "submit", str(job), "--json")
+    assert code == 0, err
+    submitted = json.loads(out)
+    assert submitted["claims"] == [{"device_class": "gpu.nvidia.com", "count": 2},
+                                   {"device_class": "hami-gpu", "count": 1, "memory_mib": 20000}]
+    running = wait_running(server, submitted["id"])
+    devices = [d for p in running["placements"] for d in p["devices"]]
+    assert len(devices) == 3 and sorted(int(d["memory_mib"]) for d in devices)[0] == 20000
+    code, out, _ = _cli(server, "jobs", "--json", "--tenant", "cli-dra")
+    assert code == 0 and json.loads(out)["jobs"][0]["claims"] == submitted["claims"]
+
+
+@pytest.mark.parametrize(("claims", "where"), [
+    ("[{device_class: gpu.nvidia.com, count: 0}]", "claims.0.count"),
+    ("[{count: 1}]", "claims.0.device_class"),
+    ("[{device_class: gpu.nvidia.com, memory_mb: 100}]", "claims.0.memory_mb"),
+    ("{device_class: gpu.nvidia.com}", "claims"),
+])
+def test_submit_of_a_bad_claim_exits_2_naming_the_field(server: Server, tmp_path: Path, claims: str,
+                                                         where: str) -> None:
+    job = tmp_path / "bad-claims.yaml"
+    job.write_text(f"name: cli-bad-claims\ntenant: cli-dra-bad\nduration_s: 60\nclaims: {claims}\n")
+    code, out, err = _cli(server, "submit", str(job))
+    assert code == 2, (out, err)
+    assert re.search(rf"(^|\s){re.escape(where)}: .*\(HTTP 422\)", err), err
+    code, out, _ = _cli(server, "jobs", "--json", "--tenant", "cli-dra-bad")
+    assert code == 0 and json.loads(out)["jobs"] == []  # nothing accepted

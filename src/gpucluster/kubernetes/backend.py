@@ -97,9 +97,10 @@ from gpucluster.kubernetes.convert import (
     parse_pod,
     pod_key,
 )
-from gpucluster.kubernetes.dra import CLAIM_KEY_PREFIX, ClaimRequest, DraInputError, parse_claim_template
+from gpucluster.kubernetes.dra import ClaimRequest, DraInputError, parse_claim_template
 from gpucluster.kubernetes.gangs import GroupSizes
 from gpucluster.kubernetes.leader import LeaderElector
+from gpucluster.kubernetes.outside import outside_use
 from gpucluster.kubernetes.podgroups import (
     GROUP_UID_PREFIX,
     POD_GROUP_MODES,
@@ -138,7 +139,6 @@ from gpucluster.model.labels import (
     REFUSED_ANNOTATION,
     RESERVATION_ANNOTATION,
 )
-from gpucluster.model.share import allocation_gpus
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, Decision, GroupDecision, Outcome
 from gpucluster.scheduler.framework import Status
 from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
@@ -919,30 +919,11 @@ class KubeRuntime(EngineFront):
 
     def _claims_outside(self) -> dict[str, tuple[str, dict[str, float]]]:
         """The allocated ResourceClaims that hold devices outside our jobs (kube-scheduler's DRA plugin, or a
-        secondary scheduler, allocated them for some pod), each charged to the tenant of the first pod it is
-        reserved for (:func:`claim_tenant`), or of its namespace. Caller holds the cluster lock."""
-        cluster = self.cluster
-        state = cluster.state
+        secondary scheduler, allocated them for some pod), each charged once to one tenant and never beyond the
+        devices that exist (:mod:`gpucluster.kubernetes.outside`). Caller holds the cluster lock."""
         with self._lock:
             claimants = dict(self._claimants)
-        out: dict[str, tuple[str, dict[str, float]]] = {}
-        for key, info in cluster.claims.items():
-            if info.allocated is None or key in cluster.claim_slots:
-                continue  # not allocated, or one of our jobs' (its reservation holds and charges the devices)
-            alloc = state.allocations.get(info.state_key)
-            if alloc is None or alloc.node not in state.node_index:
-                continue  # holds no GPU of ours
-            tenant = info.namespace
-            for resource, name, uid in info.reserved_for:
-                known = claimants.get(f"{info.namespace}/{name}")
-                if resource == "pods" and known is not None and known[0] == uid:
-                    tenant = known[1]
-                    break
-            out[CLAIM_KEY_PREFIX + key] = (tenant, {
-                "gpu": allocation_gpus(state, alloc),
-                "gpumem": float(sum(g.memory_mib for g in alloc.grants)),
-                "gpucores": sum(g.core_milli for g in alloc.grants) / 10})
-        return out
+        return outside_use(self.cluster, claimants)
 
     def _leadership(self) -> None:
         leading = self.leading

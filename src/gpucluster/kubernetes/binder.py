@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
 from gpucluster.devices import VendorRegistry
-from gpucluster.kubernetes.claims import ClaimWriter
+from gpucluster.kubernetes.claims import ClaimWriter, allocation_body
 from gpucluster.kubernetes.client import discard
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import decision_annotations
@@ -38,6 +38,11 @@ def _reason(exc: ApiException) -> str:
     except (ValueError, AttributeError):
         message = ""
     return str(message or exc.reason)
+
+
+def _claim_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def _rfc3339(when: float) -> str:
@@ -65,6 +70,8 @@ class KubeBinder:
         self.binds = 0
         self.failures = 0
         self.claims = ClaimWriter(api)
+        self.conflicts = 0
+        """Binds refused because a device their claims were given is held by another claim on the server."""
         self.cluster: KubeCluster | None = None
         """Set by whoever builds the cluster: its :attr:`KubeCluster.claim_plans` say which ResourceClaims a
         bind writes first."""
@@ -106,12 +113,65 @@ class KubeBinder:
         plan = cluster.claim_plans.get(pod_key) if cluster is not None else None
         if plan is not None and plan.written is not None:
             self.claims.undo(plan.undo)
-            plan.written, plan.undo = None, []
+            plan.written, plan.undo, plan.checked = None, [], False
+
+    def check_claims(self, pod: Pod, planned: bool = False) -> Status:
+        """Read every ResourceClaim from the API server (not the informer's cache) and look for a device of the
+        pod's claims that another claim also holds beyond the device's capacity: a preempted pod's claim whose
+        release failed, another scheduler's allocation of the same moment. ``planned``: before
+        :meth:`write_claims`, the plan's devices are checked as if written (nothing is written when one is
+        held already); else the claims written are checked as the server has them, and writing first and
+        reading after is what makes it safe: of two allocations of one device, the later writer reads the
+        earlier one. An ERROR naming the device and the other claim (the caller takes any writes back and does
+        not bind); SUCCESS when there is nothing to check."""
+        cluster = self.cluster
+        plan = cluster.claim_plans.get(pod.key) if cluster is not None else None
+        if plan is None or cluster is None or plan.checked:
+            return Status.success()
+        if planned and plan.written is None:
+            mine = {(k or f"{pod.namespace}/{pod.name}-extended-resources-(planned)"): allocation_body(r, plan.node)
+                    for k, r in plan.claims.items() if r}
+        elif not planned and plan.written:
+            mine = {}
+        else:
+            return Status.success()
+        if planned and not mine:
+            return Status.success()
+        try:
+            objs = self.claims.list_all()
+        except Exception as exc:  # the bind cannot be proven safe: not now
+            self.failures += 1
+            return Status.error(self.name, f"claims of {pod.key} could not be checked: {exc}")
+        if mine:
+            objs = [o for o in objs if _claim_key(o) not in mine]
+            for key, alloc in mine.items():
+                namespace, _, name = key.partition("/")
+                objs.append({"metadata": {"namespace": namespace, "name": name}, "status": {"allocation": alloc}})
+        conflicts = cluster.claim_conflicts(objs, mine or plan.written or ())
+        if conflicts:
+            self.failures += 1
+            self.conflicts += 1
+            why = "; ".join(f"claim {k}: {v}" for k, v in sorted(conflicts.items()))
+            log.warning("pod %s not bound: %s", pod.key, why)
+            return Status.error(self.name, f"claims of {pod.key} not allocated: {why}")
+        if not planned:
+            plan.checked = True
+        return Status.success()
 
     def bind(self, pod: Pod, allocation: Allocation, extra: Mapping[str, str] | None = None) -> Status:
-        """``extra``: more annotations to write with the decision's (the control plane's reservation)."""
+        """``extra``: more annotations to write with the decision's (the control plane's reservation). The pod's
+        claims are checked against every claim on the server, written, checked again (:meth:`check_claims`,
+        unless the caller checked them already), then the Binding is made; a failure of any step takes the
+        claim writes back: no claim stays allocated and nothing is bound."""
+        st = self.check_claims(pod, planned=True)
+        if not st.ok:
+            return st
         st = self.write_claims(pod)
         if not st.ok:
+            return st
+        st = self.check_claims(pod)
+        if not st.ok:
+            self.undo_claims(pod.key)
             return st
         st = self._bind(pod, allocation, extra)
         if not st.ok:

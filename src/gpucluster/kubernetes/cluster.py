@@ -126,6 +126,9 @@ class ClaimPlan:
     """The claims (``namespace/name``) written so far, once the binder wrote them (None before)."""
     undo: list[Any] = dataclasses.field(default_factory=list)
     """How to take the writes back (the binder's steps, last first)."""
+    checked: bool = False
+    """The written claims were read back from the server with every other claim and no device of theirs is held
+    beyond its capacity by another claim (the secondary scheduler's settle check, else the bind's own)."""
 
 
 class NodeGate:

@@ -305,6 +305,9 @@ class SecondaryScheduler:
             if objs is not None:
                 for claim, conflict in self.cluster.claim_conflicts(objs, mine).items():
                     failed[mine[claim]] = conflict
+                for d in staged:  # read back with every claim: the bind need not read them again
+                    if d.pod.key not in failed:
+                        self.cluster.claim_plans[d.pod.key].checked = True
         if not failed:
             return decisions
         group = len(decisions) > 1 and any(d.pod.gang for d in decisions)
