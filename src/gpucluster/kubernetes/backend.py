@@ -139,6 +139,7 @@ from gpucluster.model.labels import (
     REFUSED_ANNOTATION,
     RESERVATION_ANNOTATION,
 )
+from gpucluster.model.share import allocation_gpus
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, Decision, GroupDecision, Outcome
 from gpucluster.scheduler.framework import Status
 from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
