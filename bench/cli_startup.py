@@ -28,6 +28,8 @@ CASES: list[tuple[str, list[str], dict[str, str]]] = [
                                         "COMP_WORDS": "gpucluster get --outp", "COMP_CWORD": "2"}),
     ("gpucluster get no<TAB>", [], {"_GPUCLUSTER_COMPLETE": "complete_bash", "COMP_WORDS": "gpucluster get no",
                                     "COMP_CWORD": "2"}),
+    ("gpucluster get nodes -o <TAB>", [], {"_GPUCLUSTER_COMPLETE": "complete_bash",
+                                           "COMP_WORDS": "gpucluster get nodes -o ''", "COMP_CWORD": "4"}),
     ("gpucluster simulate --help", ["simulate", "--help"], {}),
 ]
 

@@ -85,6 +85,42 @@ async def probe(client: httpx.AsyncClient, out: list[float], stop: asyncio.Event
         await asyncio.sleep(0.05)
 
 
+def probe_process(url: str, headers: dict[str, str], conn: Any) -> None:
+    """The overview probe in a process of its own (``--probe process``): its latencies are the server's, not
+    those of the flooding clients' event loop it would otherwise share. Reads until told to stop, then sends the
+    latencies back."""
+
+    async def go() -> list[float]:
+        out: list[float] = []
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_reader(conn.fileno(), stop.set)
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+            await probe(client, out, stop)
+        loop.remove_reader(conn.fileno())
+        return out
+
+    conn.send(asyncio.run(go()))
+
+
+class ProbeProcess:
+    """The probe started in its own process; ``stop()`` returns its latencies."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=probe_process, args=(url, headers, child), daemon=True)
+        self.proc.start()
+
+    async def stop(self) -> list[float]:
+        self.conn.send("stop")
+        out: list[float] = await asyncio.to_thread(self.conn.recv)
+        self.proc.join(timeout=30)
+        return out
+
+
 async def flood(client: httpx.AsyncClient, jobs: int, clients: int, latencies: list[float]) -> None:
     counter = iter(range(jobs))
 
@@ -100,7 +136,7 @@ async def flood(client: httpx.AsyncClient, jobs: int, clients: int, latencies: l
     await asyncio.gather(*(worker() for _ in range(clients)))
 
 
-async def run(url: str, jobs: int, clients: int) -> dict[str, Any]:
+async def run(url: str, jobs: int, clients: int, probe_in: str = "process") -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {ADMIN}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client, \
             httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as prober:
@@ -109,12 +145,19 @@ async def run(url: str, jobs: int, clients: int) -> dict[str, Any]:
         during: list[float] = []
         submits: list[float] = []
         stop = asyncio.Event()
-        probing = asyncio.create_task(probe(prober, during, stop))
+        if probe_in == "process":
+            separate = ProbeProcess(url, headers)
+            await asyncio.sleep(1.0)  # the probe's interpreter starts
+        else:
+            probing = asyncio.create_task(probe(prober, during, stop))
         t0 = time.perf_counter()
         await flood(client, jobs, clients, submits)
         flood_s = time.perf_counter() - t0
-        stop.set()
-        await probing
+        if probe_in == "process":
+            during.extend(await separate.stop())
+        else:
+            stop.set()
+            await probing
         # another tenant's job, with the flood queued
         after: list[float] = []
         stop = asyncio.Event()
@@ -141,7 +184,8 @@ async def run(url: str, jobs: int, clients: int) -> dict[str, Any]:
             "submit_latency": summary(submits), "overview_during_flood": summary(during),
             "overview_flood_queued": summary(after), "other_submit_to_running_s": round(to_running, 3),
             "flood_pending": tenants["flood"]["pending"], "overview_jobs": overview.get("jobs"),
-            "load_average": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
+            "load_average": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
+            "probe": probe_in}
 
 
 def main() -> None:
@@ -151,12 +195,16 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--profile", type=Path, default=None,
                     help="run the server under cProfile and write its profile here (read it with pstats)")
+    ap.add_argument("--probe", choices=("process", "shared"), default="process",
+                    help="where the overview probe runs during the flood: its own process (default: it measures "
+                         "the server) or the flooding clients' event loop (shared: how this bench measured before "
+                         "2026-12-04 21:15 UTC; its figures include that loop's own delays)")
     args = ap.parse_args()
     load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="queue-flood-") as tmp:
         proc, url = start_server(Path(tmp) / "data", args.profile)
         try:
-            result = asyncio.run(run(url, args.jobs, args.clients))
+            result = asyncio.run(run(url, args.jobs, args.clients, args.probe))
         finally:
             proc.send_signal(signal.SIGINT)
             try:

@@ -111,3 +111,44 @@ def test_the_quick_help_is_the_whole_apps(columns: str) -> None:
     full = runner.invoke(cli_main.app, ["--help"], prog_name="gpucluster", env={"COLUMNS": columns})
     assert quick.exit_code == full.exit_code == 0
     assert quick.stdout == full.stdout
+
+
+# What Tab completion of a client command's arguments and options must not load (issue 32: completion under 0.3 s):
+# typer's pydantic coercion, httpx (which loads rich's console), YAML, rich, numpy and the server side.
+COMPLETION_HEAVY = ("numpy", "pydantic", "pydantic_core", "httpx", "yaml", "rich", "fastapi", "starlette", "uvicorn",
+                    "kubernetes", "matplotlib", "scipy", "gpucluster.spec", "gpucluster.scheduler",
+                    "gpucluster.devices", "gpucluster.service", "gpucluster.monitoring")
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("gpucluster get no", "nodes"),                 # an argument with its own completion
+    ("gpucluster get nodes -o ", "json"),           # an option's value, after a typed argument
+    ("gpucluster get --outp", "--output"),          # an option's name
+    ("gpucluster describe ", "job"),
+    ("gpucluster top ", "nodes"),
+    ("gpucluster cancel --", "--server"),
+    ("gpucluster tenants ", "list"),
+    ("gpucluster config ", "set-context"),
+    ("gpucluster cordon --", "--token"),
+])
+def test_completing_a_client_commands_arguments_imports_nothing_heavy(line: str, expected: str) -> None:
+    """Fails on 739abbf, where completing ``get no`` imported httpx (and with it rich), YAML and, through typer's
+    coercion of the unset options, pydantic: 0.58 s of CPU."""
+    words = line.split()
+    cword = str(len(words) if line.endswith(" ") else len(words) - 1)
+    out, imported = probe([], _GPUCLUSTER_COMPLETE="complete_bash", COMP_WORDS=line, COMP_CWORD=cword)
+    assert expected in out.split(), out
+    loaded = sorted(m for m in imported if m.split(".")[0] in COMPLETION_HEAVY or m.startswith(COMPLETION_HEAVY))
+    assert loaded == [], f"completing {line!r} imported {loaded[:12]}"
+
+
+def test_deferred_coercion_still_converts_and_refuses() -> None:
+    """``main()`` builds a parameter's coercion when it first has a value: a bad choice and an out-of-range number
+    are still refused (exit 2, naming the option)."""
+    for args, message in ((["get", "nodes", "-o", "bogus"], "'bogus' is not one of"),
+                          (["get", "nodes", "--interval", "0.1"], "greater than or equal to 0.2")):
+        proc = subprocess.run([sys.executable, "-m", "gpucluster.cli.main", *args, "--server", "http://127.0.0.1:9",
+                               "--token", "t"], capture_output=True, text=True, timeout=120, check=False,
+                              env={**os.environ, "COLUMNS": "200"})
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and ("--output" in proc.stderr or "--interval" in proc.stderr)

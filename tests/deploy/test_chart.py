@@ -95,6 +95,8 @@ CASES = [
      {"legacy_metrics": True, "up": True, "service_monitor": True, "prometheus_rules": "RULES",
       "dashboard": "DASHBOARD", "scheduler_name": "gpu", "policy": "binpack", "twins": TWIN}),
     ("fewer-nodes-scored", {"kubeScheduler.percentageOfNodesToScore": "30"}, {"percentage_of_nodes_to_score": 30}),
+    ("scheduler-fewer-nodes-scored", {"mode": "scheduler", "kubeScheduler.percentageOfNodesToScore": "30"},
+     {"mode": "scheduler", "percentage_of_nodes_to_score": 30}),
 ]
 
 
@@ -214,6 +216,41 @@ def test_percentage_of_nodes_to_score_reaches_kube_schedulers_config(tmp_path: P
     values.write_text("kubeScheduler:\n  percentageOfNodesToScore: 12.5\n")
     proc = helm("template", "gpucluster", str(CHART), "--kube-version", "1.37", "-f", str(values))
     assert proc.returncode != 0 and "got 12.5" in proc.stderr, proc.stderr
+
+
+def _secondary_scheduler_command(objs: list[dict[str, Any]]) -> list[str]:
+    dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "gpucluster-scheduler")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == "scheduler"
+    command: list[str] = container["command"]
+    return command
+
+
+def test_percentage_of_nodes_to_score_reaches_our_secondary_scheduler(tmp_path: Path) -> None:
+    """Issue 25: in scheduler mode (no kube-scheduler) the value is our secondary scheduler's
+    ``--percentage-of-nodes-to-score``, validated as in extender mode; on 739abbf the chart dropped it there (the
+    scheduler's command had no such flag, and a bad value was accepted)."""
+    for version in ("1.35", "1.36", "1.37"):
+        command = _secondary_scheduler_command(render("--kube-version", version, "--set", "mode=scheduler"))
+        assert command[command.index("--percentage-of-nodes-to-score") + 1] == "100"
+    for value in ("30", "0"):
+        command = _secondary_scheduler_command(render("--kube-version", "1.37", "--set", "mode=scheduler",
+                                                      "--set", f"kubeScheduler.percentageOfNodesToScore={value}"))
+        assert command[command.index("--percentage-of-nodes-to-score") + 1] == value
+    assert not any(o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpucluster-scheduler-config"
+                   for o in render("--kube-version", "1.37", "--set", "mode=scheduler"))
+    for bad in ("101", "abc", "50.5"):
+        proc = helm("template", "gpucluster", str(CHART), "--kube-version", "1.37", "--set", "mode=scheduler",
+                    "--set", f"kubeScheduler.percentageOfNodesToScore={bad}")
+        assert proc.returncode != 0 and f"expected a whole number 0..100 (0 = kube-scheduler's adaptive default), " \
+            f"got {bad}" in proc.stderr, proc.stderr
+    # the flag the chart passes is one the scheduler takes, with the same bounds
+    from typer.testing import CliRunner
+
+    from gpucluster.cli.main import app
+
+    r = CliRunner().invoke(app, ["k8s", "scheduler", "--percentage-of-nodes-to-score", "101"])
+    assert r.exit_code == 2 and "--percentage-of-nodes-to-score" in r.output, r.output
 
 
 def test_k8s_manifests_takes_the_same_percentage() -> None:

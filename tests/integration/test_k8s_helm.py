@@ -128,6 +128,25 @@ def _up_args(command: list[str]) -> list[str]:
     return out
 
 
+def _kube_scheduler_configz(sched: Any) -> dict[str, Any]:
+    """The configuration a running kube-scheduler applied (its ``/configz``, admin token): the internal type,
+    so Go field names (``PercentageOfNodesToScore``)."""
+    resp = httpx.get(sched.healthz_url.replace("/healthz", "/configz"), verify=False, timeout=5,
+                     headers={"Authorization": f"Bearer {sched.token}"})
+    resp.raise_for_status()
+    applied: dict[str, Any] = resp.json()["componentconfig"]
+    return {k[0].lower() + k[1:]: v for k, v in applied.items()}
+
+
+def _scheduler_args(command: list[str], port: int) -> list[str]:
+    """The chart's secondary-scheduler command without ``gpucluster k8s scheduler``, listening on
+    127.0.0.1:``port``."""
+    assert command[:3] == ["gpucluster", "k8s", "scheduler"]
+    args = command[3:]
+    i = args.index("--listen")
+    return [*args[:i], "--listen", f"127.0.0.1:{port}", *args[i + 2:]]
+
+
 def _scheduler_config(core: Any, namespace: str, release: str, port: int, kubeconfig: Path) -> str:
     cm = core.read_namespaced_config_map(f"{release}-scheduler-config", namespace)
     cfg = yaml.safe_load(cm.data["config.yaml"])
@@ -221,22 +240,54 @@ def test_helm_install_schedule_upgrade_uninstall(
         assert all(p["metadata"]["annotations"]["hami.io/vgpu-node"] == p["spec"]["nodeName"] for p in placed)
         assert "Traceback" not in procs[0].log()
 
-        # helm upgrade: a new scheduler name reaches the ConfigMap and the extender's args; restarted from them,
-        # kube-scheduler and the extender place pods that ask for the new name
+        assert _kube_scheduler_configz(sched)["percentageOfNodesToScore"] == 100  # the chart's default
+
+        # helm upgrade: a new scheduler name and kube-scheduler's percentageOfNodesToScore reach the ConfigMap and
+        # the extender's args; restarted from them, kube-scheduler applies the new share (its /configz) and with
+        # the extender places pods that ask for the new name
         sched.stop()
         procs[0].stop()
         renamed = f"{name}-new"
-        helm("upgrade", name, str(CHART), "--reuse-values", "--set", f"schedulerName={renamed}")
+        helm("upgrade", name, str(CHART), "--reuse-values", "--set", f"schedulerName={renamed}",
+             "--set", "kubeScheduler.percentageOfNodesToScore=40")
         assert json.loads(helm("list", "-o", "json").stdout)[0]["revision"] == "2"
         ext_args = _extender_args(_container(apps, namespace, f"{name}-scheduler", "extender").command)
         assert ext_args[ext_args.index("--scheduler-name") + 1] == renamed
         procs.append(start_extender(sched_kc, port, tmp_path / "extender2.log", *ext_args))
         cfg = _scheduler_config(core, namespace, name, port, sched_kc)
         assert yaml.safe_load(cfg)["profiles"][0]["schedulerName"] == renamed
-        kube_scheduler_factory(cfg, name=f"helm2-{run}")
+        assert yaml.safe_load(cfg)["percentageOfNodesToScore"] == 40
+        sched2 = kube_scheduler_factory(cfg, name=f"helm2-{run}")
+        assert _kube_scheduler_configz(sched2)["percentageOfNodesToScore"] == 40
         create_pods(core, namespace, [gpu_pod(f"n{i}", renamed, mem=8000, cores=20, run=run) for i in range(4)])
         wait_until(lambda: {f"n{i}" for i in range(4)} <= set(bound(list_pods(core, namespace, mine))), 120,
                    "pods of the upgraded scheduler name to be bound")
+
+        # helm upgrade to scheduler mode with another share: our secondary scheduler's command carries it, and
+        # the process started from that command under the chart's token decides with it (its /configz) and binds
+        sched2.stop()
+        procs[-1].stop()
+        helm("upgrade", name, str(CHART), "--reuse-values", "--set", "mode=scheduler",
+             "--set", "kubeScheduler.percentageOfNodesToScore=25")
+        assert json.loads(helm("list", "-o", "json").stdout)[0]["revision"] == "3"
+        command = _container(apps, namespace, f"{name}-scheduler", "scheduler").command
+        assert command[command.index("--percentage-of-nodes-to-score") + 1] == "25"
+        with pytest.raises(client.ApiException):  # kube-scheduler's configuration is gone with extender mode
+            core.read_namespaced_config_map(f"{name}-scheduler-config", namespace)
+        core.delete_collection_namespaced_pod(namespace, label_selector=mine, grace_period_seconds=0)
+        wait_until(lambda: not list_pods(core, namespace, mine), 60, "the test's pods to be deleted")
+        sched_port = free_port()
+        secondary = Process(["k8s", "scheduler", "--kubeconfig", str(sched_kc), *_scheduler_args(command, sched_port)],
+                            tmp_path / "scheduler.log").start()
+        procs.append(secondary)
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{sched_port}/readyz", timeout=2).status_code == 200, 90,
+                   "the secondary scheduler (chart's command and token) to answer /readyz")
+        configz = httpx.get(f"http://127.0.0.1:{sched_port}/configz", timeout=5).json()
+        assert configz["profile"] == {**configz["profile"], "schedulerName": renamed, "percentageOfNodesToScore": 25}
+        create_pods(core, namespace, [gpu_pod(f"s{i}", renamed, mem=8000, cores=20, run=run) for i in range(4)])
+        wait_until(lambda: {f"s{i}" for i in range(4)} <= set(bound(list_pods(core, namespace, mine))), 120,
+                   "pods bound by the secondary scheduler of the upgraded chart")
+        assert "Traceback" not in secondary.log()
     finally:
         for proc in procs:
             proc.stop()

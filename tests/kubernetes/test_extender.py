@@ -279,3 +279,23 @@ def test_preempt_over_http(full_node: tuple[KubeCluster, ExtenderLogic]) -> None
         assert 'gpucluster_extender_requests_total{result="ok",verb="preempt"} 1.0' in metrics
     finally:
         server.stop()
+
+
+def test_configz_shows_the_share_of_nodes_the_secondary_scheduler_scores() -> None:
+    """Issue 25: what ``k8s scheduler --percentage-of-nodes-to-score`` (the chart's value in scheduler mode) gave
+    the running process, served at ``/configz`` as kube-scheduler serves its own (the Helm test reads it after an
+    upgrade)."""
+    from gpucluster.kubernetes.runtime import RunOptions
+
+    for opts, expected in ((RunOptions(), 100), (RunOptions(percentage_of_nodes_to_score=30), 30)):
+        cluster = KubeCluster(registry(), opts.placement_policy, scheduler_name="gpu",
+                              percentage_of_nodes_to_score=opts.percentage_of_nodes_to_score)
+        assert cluster.scheduler.framework.profile.percentage_of_nodes_to_score == expected
+        srv = ExtenderServer(ExtenderLogic(cluster), "127.0.0.1", 0)
+        srv.start()
+        try:
+            body = httpx.get(f"http://127.0.0.1:{srv.port}/configz", timeout=5).json()
+        finally:
+            srv.stop()
+        assert body["profile"]["percentageOfNodesToScore"] == expected
+        assert body["profile"]["schedulerName"] == "gpu"

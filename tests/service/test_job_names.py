@@ -119,3 +119,32 @@ def test_live_names_stay_unique_whatever_the_order(ops: list[tuple[str, str, str
                 assert ip.client.delete(f"/api/v1/jobs/{live[0]['id']}").status_code == 200
             elif op == "tick":
                 ip.tick(2.0)
+
+
+def test_the_name_index_is_kept_not_rebuilt_per_tick(tmp_path: Path) -> None:
+    """Issue 28 (round 2, item 3): the live-name index is built from every job once, then kept as jobs are
+    accepted and end, so a flood of submissions between ticks costs no scan of every job per tick (on main before
+    this change it was rebuilt from all jobs at the first submission after every tick: one build per tick here).
+    Names stay unique after a job finishes, after a cancel and across a restart."""
+    with in_process(tmp_path / "d") as ip:
+        done = post(ip, "short", duration_s=5).json()["id"]
+        held = post(ip, "held").json()["id"]
+        cancelled = post(ip, "gone").json()["id"]
+        for i in range(6):  # ticks with submissions between them
+            ip.tick()
+            assert post(ip, f"n{i}").status_code == 201
+            assert post(ip, "held").status_code == 409
+        assert ip.service.name_index_builds == 1
+        ip.tick(10.0)
+        assert ip.client.get(f"/api/v1/jobs/{done}").json()["status"] == "succeeded"
+        assert post(ip, "short").status_code == 201  # its name was given back when it finished
+        assert post(ip, "short").status_code == 409  # and taken again by the new one
+        assert ip.client.delete(f"/api/v1/jobs/{cancelled}").status_code == 200
+        assert post(ip, "gone").status_code == 201
+        assert ip.service.name_index_builds == 1
+    with in_process(tmp_path / "d") as ip:  # a restart: the restored live jobs hold their names
+        for name in ("held", "short", "gone", "n0", "n5"):
+            r = post(ip, name)
+            assert r.status_code == 409, (name, r.text)
+        assert held in post(ip, "held").json()["error"]
+        assert post(ip, "fresh").status_code == 201

@@ -6,23 +6,40 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from gpucluster.cli.output import write_json
 
 if TYPE_CHECKING:  # imported where used: a client command (get, cancel ...) never loads numpy or the spec loader
+    from rich.console import Console
+
     from gpucluster.devices import DeviceConfig, DeviceSettings, VendorRegistry
     from gpucluster.spec import Cluster
 
-console = Console()
-err_console = Console(stderr=True)
+    console: Console
+    err_console: Console
+
+
+def __getattr__(name: str) -> Any:
+    """``console`` and ``err_console`` (rich consoles for stdout and stderr), made on first use: importing
+    rich's console costs about 0.07 s of CPU, which Tab completion and ``--help`` of a command never need."""
+    if name in ("console", "err_console"):
+        from rich.console import Console
+
+        return globals().setdefault(name, Console(stderr=name == "err_console"))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _stderr() -> Console:
+    """``err_console`` for this module's own functions (a module's ``__getattr__`` does not serve its globals)."""
+    made: Console = globals().get("err_console") or __getattr__("err_console")
+    return made
 
 EXIT_USAGE = 2
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Report a user error (where and why) on stderr and exit non-zero."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    _stderr().print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -51,7 +68,7 @@ def device_config_or_fail(path: Path) -> DeviceConfig:
     except DeviceConfigError as exc:
         fail(f"--device-config: {exc}")
     for note in config.notes:
-        err_console.print(f"[yellow]warning:[/] --device-config: {note}", highlight=False, soft_wrap=True)
+        _stderr().print(f"[yellow]warning:[/] --device-config: {note}", highlight=False, soft_wrap=True)
     return config
 
 
@@ -97,7 +114,7 @@ def renamed(new_value: Any, old_value: Any, new: str, old: str) -> Any:
         return new_value
     if new_value is not None and new_value != []:
         fail(f"{old} is the deprecated name of {new} here; give {new} only")
-    err_console.print(f"[yellow]warning:[/] {old} is deprecated here: use {new} (the same meaning)",
+    _stderr().print(f"[yellow]warning:[/] {old} is deprecated here: use {new} (the same meaning)",
                       highlight=False, soft_wrap=True)
     return old_value
 

@@ -14,9 +14,8 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
 
 from gpucluster.cli.client import ContextOpt, ServerOpt, TokenOpt, call, client, resolve
@@ -30,6 +29,9 @@ from gpucluster.cli.output import (
     write_machine,
     yaml_text,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 OutputOpt = Annotated[OutputFormat, typer.Option(
     "--output", "-o", help="table, wide (more columns), json or yaml (the API's answer).", case_sensitive=False)]

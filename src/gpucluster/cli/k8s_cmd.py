@@ -142,6 +142,13 @@ def register(app: typer.Typer) -> None:
             "--claim-settle", help="Seconds between writing ResourceClaim allocations and checking them against "
                                    "every claim (kube-scheduler's DRA plugin may allocate the same device at the "
                                    "same time); 0 skips the check.")] = 1.0,
+        percentage_of_nodes_to_score: Annotated[int, typer.Option(
+            "--percentage-of-nodes-to-score", min=0, max=100,
+            help="kube-scheduler's percentageOfNodesToScore, with its meaning, for our decisions: a pod's "
+                 "decision scores the first feasible nodes found (round-robin from where the previous one "
+                 "stopped) until it has that share of all nodes, at least 100 (every node on a smaller "
+                 "cluster). 100: every feasible node; 0: adaptive (50 % minus 1 % per 125 nodes, at least "
+                 "5 %).")] = 100,
     ) -> None:
         """Run a secondary scheduler for pods with spec.schedulerName = --scheduler-name (gangs, leader
         election, ResourceClaims allocated with our placement)."""
@@ -156,7 +163,8 @@ def register(app: typer.Typer) -> None:
             fail(f"--claim-settle: must be within 0..60 seconds, got {claim_settle:g}")
         where = _listen(listen) if listen else None
         opts = RunOptions(placement_policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
-                          collectors=_metrics(legacy_metrics), claim_settle=claim_settle)
+                          collectors=_metrics(legacy_metrics), claim_settle=claim_settle,
+                          percentage_of_nodes_to_score=percentage_of_nodes_to_score)
         try:
             run_scheduler(_api(kubeconfig), registry, opts, namespace=namespace,
                           lease_name=lease_name or scheduler_name, identity=identity or None,
@@ -235,9 +243,10 @@ def register(app: typer.Typer) -> None:
                                  "ConfigMap (Prometheus Operator, Grafana sidecar).")] = False,
         percentage_of_nodes_to_score: Annotated[int, typer.Option(
             "--percentage-of-nodes-to-score", min=0, max=100,
-            help="Extender mode: kube-scheduler's percentageOfNodesToScore (the chart's "
-                 "kubeScheduler.percentageOfNodesToScore). 100: the extender sees every feasible node; lower: "
-                 "kube-scheduler stops filtering once that share is feasible (faster on large clusters, fewer "
+            help="kube-scheduler's percentageOfNodesToScore (the chart's kubeScheduler.percentageOfNodesToScore): "
+                 "in extender mode kube-scheduler's, in scheduler mode ours (`k8s scheduler "
+                 "--percentage-of-nodes-to-score`). 100: every feasible node is scored; lower: a decision stops "
+                 "once that share of the nodes (at least 100) is feasible (faster on large clusters, fewer "
                  "candidates); 0: kube-scheduler's adaptive default.")] = 100,
     ) -> None:
         """Print the YAML to deploy gpucluster: ServiceAccounts, least-privilege RBAC, the scheduler

@@ -3,7 +3,7 @@
 Start-up is lazy. ``main()`` (the console script) imports only the module of the command it runs: ``gpucluster
 --help``, ``--version``, ``version`` and Tab completion of a command name import no command module at all (the
 help lists the commands from :data:`COMMANDS`), so they start in a fraction of a second instead of importing numpy,
-the scheduler and the spec loader, nor pydantic (:func:`_plain_flags`). ``app`` (what tests and ``python -m`` use)
+the scheduler and the spec loader, nor pydantic (:func:`_lazy_coercion`). ``app`` (what tests and ``python -m`` use)
 is the whole app, built on first use.
 """
 
@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -120,29 +121,50 @@ def quick_app() -> typer.Typer:
     return quick
 
 
-def _plain_flags(command: Any) -> Any:
-    """``command`` (a click command built by typer) with its bool flags coerced without pydantic. typer 0.29 builds
-    a pydantic ``TypeAdapter`` for a parameter the first time it processes one, even an unset ``--help`` or
-    ``--install-completion`` whose value is None, which imports pydantic (about 0.2 s of CPU, as much as the rest
-    of ``gpucluster version``); a plain bool flag needs none of it, so these get typer's pass-through coercion
-    (the help options too, which click makes on first use). With a typer that has no such hook the command is
-    returned as it is (slower, same behaviour)."""
+def _lazy_coercion(command: Any, completing: bool = False) -> Any:
+    """``command`` (a click command built by typer, and its subcommands) with each parameter's coercion built on
+    first use. typer 0.29 builds a pydantic ``TypeAdapter`` for every parameter it processes, even one whose value
+    is None (an unset ``--help``, ``--install-completion`` or ``-o``), which imports pydantic: about 0.2 s of CPU,
+    as much as the rest of ``gpucluster version``. A value of None (or a bool flag's bool) needs no adapter: here
+    the adapter is built the first time a parameter has a value to convert, and it converts as before.
+
+    ``completing``: a Tab-completion request, where click parses the words typed so far only to find the command
+    and the parameter being completed (it ignores conversion errors there, and none of our completion callbacks
+    reads another parameter's value): values are kept as typed, so completing ``get nodes -o <TAB>`` imports no
+    pydantic either. With a typer that has no such hook the command is returned as it is (slower, same
+    behaviour)."""
     try:
-        from typer._coercion import PassThroughRuntimeParam
-    except ImportError:  # another typer: nothing to skip
+        from typer._coercion import RuntimeParam, build_runtime_param
+    except ImportError:  # another typer: nothing to defer
         return command
 
-    def plain(param: Any) -> Any:
+    @dataclass(frozen=True)
+    class Deferred(RuntimeParam):
+        descriptor: Any
+        built: list[Any]
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if completing:
+                return value
+            if not self.built:
+                self.built.append(build_runtime_param(self.descriptor))
+            return self.built[0]._coerce_value(value, param=param, ctx=ctx)
+
+    def defer(param: Any) -> Any:
         desc = getattr(param, "type_descriptor", None)
-        if desc is not None and desc.annotation is bool and getattr(param, "_runtime_param", 0) is None:
-            param._runtime_param = PassThroughRuntimeParam(parameter_info=desc.parameter_info, annotation=bool)
+        if desc is not None and getattr(param, "_runtime_param", 0) is None:
+            param._runtime_param = Deferred(parameter_info=desc.parameter_info, annotation=desc.annotation,
+                                            descriptor=desc, built=[])
         return param
 
-    for cmd in (command, *getattr(command, "commands", {}).values()):
+    todo = [command]
+    while todo:
+        cmd = todo.pop()
+        todo.extend(getattr(cmd, "commands", {}).values())
         for param in cmd.params:
-            plain(param)
-        made = cmd.get_help_option
-        setattr(cmd, "get_help_option", lambda ctx, made=made: plain(made(ctx)))  # noqa: B010 (a method)
+            defer(param)
+        made = cmd.get_help_option  # click makes the --help option on first use
+        setattr(cmd, "get_help_option", lambda ctx, made=made: defer(made(ctx)))  # noqa: B010 (a method)
     return command
 
 
@@ -174,10 +196,8 @@ def main() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     modules = command_modules(_words())
-    if modules == ():
-        _plain_flags(typer.main.get_command(quick_app()))()
-    else:
-        build_app(MODULES if modules is None else modules)()
+    built = quick_app() if modules == () else build_app(MODULES if modules is None else modules)
+    _lazy_coercion(typer.main.get_command(built), completing="_GPUCLUSTER_COMPLETE" in os.environ)()
 
 
 def __getattr__(name: str) -> Any:

@@ -22,8 +22,6 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import yaml
-
 ELLIPSIS = "…"
 SEPARATOR = "   "
 MIN_COLUMN = 5
@@ -75,6 +73,8 @@ def json_text(data: Any, compact: bool = False) -> str:
 
 def yaml_text(data: Any) -> str:
     """YAML without line folding (PyYAML folds long strings at 80 characters by default)."""
+    import yaml  # here, not at the top: completing a command's arguments imports this module (issue 32)
+
     text: str = yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True, width=2**31 - 1,
                                default_flow_style=False)
     return text

@@ -18,6 +18,7 @@ import contextlib
 import math
 import random
 from collections import deque
+from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
 
@@ -169,6 +170,18 @@ class EmbeddedRuntime(EngineFront):
     def advance(self, t: float) -> list[JobEvent]:
         """Move the clock to ``t``: background arrivals, faults and repairs at their times, every job event up
         to ``t`` (finishes, starts, preemptions), then the alert rules and remediation at ``t``."""
+        steps = self.advance_steps(t)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                events: list[JobEvent] = done.value
+                return events
+
+    def advance_steps(self, t: float) -> Generator[None, None, list[JobEvent]]:
+        """:meth:`advance` in steps: it yields between the scheduling passes and the monitor's evaluation, so a
+        control plane gives its event loop back in between (each step leaves the engine idle, as between two
+        ticks: a request may submit or cancel there); returns the events."""
         if t < self.now:
             return []
         t0 = self.now
@@ -176,7 +189,9 @@ class EmbeddedRuntime(EngineFront):
             self._submit_synthetic(arrival, arrival.t)
         self._plan_faults(t0, t)
         self.sim.run_until(t)
+        yield
         self.monitor.advance(t)
+        yield
         self.sim.run_until(t)  # what remediation changed is scheduled now
         while len(self._synthetic_done) > KEEP_FINISHED_SYNTHETIC:
             self.engine.forget(self._synthetic_done.popleft())

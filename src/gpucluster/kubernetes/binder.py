@@ -186,9 +186,12 @@ class KubeBinder:
         try:
             # the API server copies a Binding's annotations onto the pod in the same write that sets its node:
             # one round trip instead of a patch and a Binding, and no moment where the pod is on a node without
-            # its device decision (or carries a decision for a node it never reached)
-            discard(self.core.create_namespaced_binding(
-                pod.namespace, self._binding(pod, allocation.node, annotations), _preload_content=False))
+            # its device decision (or carries a decision for a node it never reached). The pod's ``binding``
+            # subresource, not the namespace's ``bindings``: the same write, and what our least-privilege role grants
+            # (``pods/binding``; only kube-scheduler's own role grants ``bindings``, so the secondary scheduler
+            # under the chart's ServiceAccount was refused 403 before: tests/integration/test_k8s_helm.py)
+            discard(self.core.create_namespaced_pod_binding(
+                pod.name, pod.namespace, self._binding(pod, allocation.node, annotations), _preload_content=False))
         except ApiException as exc:
             if exc.status == 409 and self._bound_to(pod, allocation.node):
                 self.binds += 1
@@ -214,8 +217,9 @@ class KubeBinder:
     def check_bind(self, pod: Pod, allocation: Allocation) -> Status:
         """A dry-run Binding: the pod (this incarnation) exists and is unbound, and admission allows the bind."""
         try:
-            discard(self.core.create_namespaced_binding(pod.namespace, self._binding(pod, allocation.node),
-                                                        dry_run="All", _preload_content=False))
+            discard(self.core.create_namespaced_pod_binding(pod.name, pod.namespace,
+                                                            self._binding(pod, allocation.node), dry_run="All",
+                                                            _preload_content=False))
         except ApiException as exc:
             if exc.status == 409 and self._bound_to(pod, allocation.node):
                 return Status.success()  # bound there already (a retried bind)

@@ -210,9 +210,12 @@ class KubeCluster:
         scheduler_name: str = "gpucluster",
         profile: Profile | None = None,
         services: Mapping[str, Any] | None = None,
+        percentage_of_nodes_to_score: int | None = None,
     ) -> None:
         """``profile``: schedule with it instead of the named ``placement_policy`` (the job engine's profile);
-        ``services``: more shared services for the plugins (e.g. the engine's quota tree)."""
+        ``services``: more shared services for the plugins (e.g. the engine's quota tree);
+        ``percentage_of_nodes_to_score``: the profile's ``percentage_of_nodes_to_score`` (None: the profile's own,
+        100 unless it says otherwise)."""
         self.registry = registry
         self.clock = clock
         self.assume_ttl = assume_ttl
@@ -220,6 +223,9 @@ class KubeCluster:
         self.binder = binder
         self.profile = kube_profile(placement_policy, binder=binder is not None, seed=seed,
                                     scheduler_name=scheduler_name, base=profile)
+        if percentage_of_nodes_to_score is not None:
+            self.profile = self.profile.model_copy(
+                update={"percentage_of_nodes_to_score": percentage_of_nodes_to_score})
         self.services = dict(services or {})
         self.plugins = kube_registry()
         self.gate = NodeGate(clock, handshake_timeout)
@@ -290,6 +296,8 @@ class KubeCluster:
         self.rebuilds += 1
         specs = [info.spec for info in self.nodes.values()]
         self.scheduler = self._new_scheduler(specs)
+        # where the next decision starts looking when only a share of the nodes is scored (round-robin)
+        self.scheduler.framework.next_start_node = old.framework.next_start_node
         for info in self.nodes.values():
             self._set_gate_row(info)
             if info.unschedulable:

@@ -1,5 +1,5 @@
 """The kube-scheduler extender (API v1, JSON over HTTP): ``/filter``, ``/prioritize``, ``/preempt``,
-``/bind``, plus ``/healthz`` and ``/metrics``.
+``/bind``, plus ``/healthz``, ``/readyz``, ``/metrics`` and ``/configz`` (the settings it decides with).
 
 Like HAMi, the extender decides: ``/filter`` runs the scheduler core over the nodes kube-scheduler offers,
 *assumes* the chosen node and devices, and answers with that one node (every other node is reported failed
@@ -409,6 +409,8 @@ class ExtenderServer:
                 elif path == "/metrics":
                     exposition = server.metrics.exposition
                     self._send(200, exposition.render(), exposition.content_type)
+                elif path == "/configz":
+                    self._send(200, json.dumps(server.configz()).encode())
                 else:
                     self._send(404, json.dumps({"error": f"no such path {path}"}).encode())
 
@@ -421,6 +423,14 @@ class ExtenderServer:
     @property
     def port(self) -> int:
         return int(self.httpd.server_address[1])
+
+    def configz(self) -> dict[str, Any]:
+        """What ``GET /configz`` serves (as kube-scheduler's ``/configz`` does): the settings the running process
+        decides with, so a deployment's configuration can be checked against what its pods really use."""
+        profile = self.logic.cluster.profile
+        return {"profile": {"schedulerName": profile.scheduler_name,
+                            "percentageOfNodesToScore": profile.percentage_of_nodes_to_score,
+                            "plugins": [p.name for p in profile.plugins]}}
 
     def _post(self, h: BaseHTTPRequestHandler) -> None:
         verb = h.path.split("?")[0].strip("/").split("/")[-1]

@@ -177,8 +177,9 @@ class DeployOptions:
     """HAMi's device config (``device-config.yaml`` as a mapping; the chart's ``deviceConfig``): when set, the
     ``<release>-device-config`` ConfigMap, mounted in the scheduler pods and passed as ``--device-config``."""
     percentage_of_nodes_to_score: int = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
-    """Extender mode: kube-scheduler's ``percentageOfNodesToScore`` (the chart's
-    ``kubeScheduler.percentageOfNodesToScore``), 0..100; see :data:`DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE`."""
+    """kube-scheduler's ``percentageOfNodesToScore`` (the chart's ``kubeScheduler.percentageOfNodesToScore``),
+    0..100: in extender mode in kube-scheduler's configuration, in scheduler mode our secondary scheduler's
+    ``--percentage-of-nodes-to-score`` (the same meaning); see :data:`DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE`."""
 
     @property
     def scheduler_image(self) -> str:
@@ -364,10 +365,12 @@ def _scheduler(o: DeployOptions, registry: VendorRegistry) -> list[dict[str, Any
                        resources=_resources("100m", "256Mi", "1Gi"), volumeMounts=our_mounts),
         ]
     else:
+        check_percentage_of_nodes_to_score(o.percentage_of_nodes_to_score)
+        scored = ["--percentage-of-nodes-to-score", str(o.percentage_of_nodes_to_score)]
         containers = [
             _container("scheduler", o.image,
                        ["gpucluster", "k8s", "scheduler", "--namespace", o.namespace, "--lease-name", name,
-                        "--listen", f"0.0.0.0:{SCHEDULER_PORT}", *ours],
+                        "--listen", f"0.0.0.0:{SCHEDULER_PORT}", *scored, *ours],
                        env=[{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                        ports=[{"name": "http", "containerPort": SCHEDULER_PORT}],
                        readinessProbe=_http_probe("http", path="/readyz"),

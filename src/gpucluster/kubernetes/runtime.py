@@ -41,6 +41,9 @@ class RunOptions:
     sync_timeout: float = 60.0
     claim_settle: float = 1.0
     """Secondary scheduler: seconds between writing claim allocations and checking them against every claim."""
+    percentage_of_nodes_to_score: int | None = None
+    """Secondary scheduler: kube-scheduler's ``percentageOfNodesToScore`` for our own decisions (the profile's
+    ``percentage_of_nodes_to_score``); None: the profile's (100, every feasible node)."""
     collectors: Callable[[KubeCluster], Sequence[Collector]] | None = None
     """More metrics for ``/metrics`` over the cluster (the CLI passes the allocation collectors, ours and
     HAMi's, from ``gpucluster.monitoring``)."""
@@ -137,7 +140,7 @@ def build(api: ApiClient, registry: VendorRegistry, opts: RunOptions, identity: 
     binder = KubeBinder(api, registry, identity=identity, recreate=recreate_unbound)
     cluster = KubeCluster(registry, opts.placement_policy, binder=binder, handshake_timeout=opts.handshake_timeout,
                           assume_ttl=opts.assume_ttl, scheduler_name=opts.scheduler_name, profile=profile,
-                          services=services)
+                          services=services, percentage_of_nodes_to_score=opts.percentage_of_nodes_to_score)
     binder.cluster = cluster
     informer = Informer(api, cluster)
     return cluster, binder, informer

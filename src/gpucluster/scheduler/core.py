@@ -38,6 +38,8 @@ class Decision:
     score: float = 0.0
     feasible_nodes: int = 0
     total_nodes: int = 0
+    scored_nodes: int = 0
+    """Feasible nodes the decision scored: all of them, or the profile's ``percentage_of_nodes_to_score`` share."""
     nominated_node: str | None = None
     victims: list[str] = field(default_factory=list)
     cycle: CycleState | None = field(default=None, repr=False, compare=False)
@@ -80,6 +82,38 @@ def _pick(scores: np.ndarray[Any, Any], fw: Framework) -> int:
     return int(tied[fw.rng.integers(tied.size)])
 
 
+MIN_FEASIBLE_NODES_TO_FIND = 100
+"""kube-scheduler's ``minFeasibleNodesToFind``: a decision scores at least this many feasible nodes (if there are)."""
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+"""kube-scheduler's floor for its adaptive percentage (``percentageOfNodesToScore: 0``)."""
+
+
+def nodes_to_score(percentage: int, num_all_nodes: int) -> int:
+    """How many feasible nodes a decision looks for before it stops and scores them, as kube-scheduler's
+    ``numFeasibleNodesToFind``: every node below 100 nodes; else ``num_all_nodes * percentage / 100`` (rounded
+    down), at least 100; ``percentage`` 0 is adaptive: 50 minus one per 125 nodes, at least 5."""
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND or percentage >= 100:
+        return num_all_nodes
+    if percentage <= 0:
+        percentage = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    return max(num_all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def _share_to_score(fw: Framework, feasible: np.ndarray[Any, Any], num_all: int,
+                    size: int) -> np.ndarray[Any, Any]:
+    """The feasible nodes (sorted indices) this decision scores: the first ``nodes_to_score`` found walking the
+    ``size`` node slots round-robin from ``fw.next_start_node``, which then moves past the last node looked at
+    (kube-scheduler's ``nextStartNodeIndex``), so successive decisions spread over the whole cluster."""
+    limit = nodes_to_score(fw.profile.percentage_of_nodes_to_score, num_all)
+    if feasible.size <= limit:
+        return feasible
+    start = fw.next_start_node % size
+    cut = int(np.searchsorted(feasible, start))
+    walk = np.concatenate([feasible[cut:], feasible[:cut]])[:limit]
+    fw.next_start_node = (int(walk[-1]) + 1) % size
+    return np.sort(walk)
+
+
 def schedule_one(fw: Framework, pod: Pod, snap: Snapshot) -> Decision:
     state = CycleState()
     present = np.asarray(snap.present)
@@ -103,7 +137,10 @@ def schedule_one(fw: Framework, pod: Pod, snap: Snapshot) -> Decision:
             d.victims = list(pf.victims)
         return d
 
+    found = int(feasible.size)
+    feasible = _share_to_score(fw, feasible, total, int(present.size))
     scores = fw.run_score(state, pod, snap, feasible)
+    scored = int(feasible.size)
     attempts = 0
     last = Status.success()
     while attempts < fw.profile.max_reserve_attempts and feasible.size:
@@ -126,7 +163,7 @@ def schedule_one(fw: Framework, pod: Pod, snap: Snapshot) -> Decision:
             return Decision(
                 pod, Outcome.WAITING if permit.code == Code.WAIT else Outcome.SCHEDULED, node=spec.name,
                 node_index=node, allocation=alloc, status=permit, score=float(scores[k]),
-                feasible_nodes=int(feasible.size), total_nodes=total, cycle=state,
+                feasible_nodes=found, total_nodes=total, scored_nodes=scored, cycle=state,
             )
         # the node failed a joint check in Reserve: record why and try the next best
         first = last.reasons[0] if last.reasons else ""

@@ -91,7 +91,7 @@ def create_app(service: Service, mount_web: Callable[[FastAPI], None] | None = N
         async def loop() -> None:
             while True:
                 try:
-                    service.tick()
+                    await service.tick_async()
                     service.loop_error = None
                 except StoreWriteError as exc:  # the tick keeps its events and stores them when it can
                     if service.loop_error is None:  # log the first, not one line per tick

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,8 +115,9 @@ class Service:
     """Events of earlier ticks the store could not take (a full disk): stored, in order, before the next ones."""
     tick_hooks: list[Callable[[list[JobEvent]], None]] = field(default_factory=list)
     """Called after every tick with its events (``service.ops``: logs, alert transitions, history)."""
-    _live_names: dict[tuple[str, str], str] = field(default_factory=dict)
-    _live_names_tick: int = -1
+    name_index_builds: int = 0
+    """How often the live-name index was built from every job (once: it is kept up to date after that)."""
+    _live_names: dict[tuple[str, str], str] | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
     _cache_version: int = -1
     _batch: list[_Submission] = field(default_factory=list)
@@ -201,6 +202,36 @@ class Service:
         next tick that can: none is lost (while nothing can be stored, a ``kill -9`` loses what the disk could
         not take, as it would any time). Raises
         :class:`~gpucluster.service.store.StoreWriteError` after the tick when something could not be stored."""
+        steps = self.tick_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                events: list[JobEvent] = done.value
+                return events
+
+    async def tick_async(self) -> list[JobEvent]:
+        """:meth:`tick`, giving the event loop back between its steps (the scheduling passes, the monitor's
+        evaluation, storing the events, the tick hooks), so no request waits for a whole tick. Cancelled (the
+        service stops) between two steps, it finishes the tick first, so its events are stored."""
+        steps = self.tick_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                events: list[JobEvent] = done.value
+                return events
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                with contextlib.suppress(StoreWriteError):  # kept in unrecorded, as any tick's
+                    for _ in steps:
+                        pass
+                raise
+
+    def tick_steps(self) -> Generator[None, None, list[JobEvent]]:
+        """:meth:`tick` in steps (it yields where the event loop may serve requests: the runtime and the store
+        are idle there, as between two ticks); returns the tick's events."""
         t = self.clock()
         failed: StoreWriteError | None = None
         if t > self.persisted_clock:
@@ -210,10 +241,16 @@ class Service:
                 self.persisted_clock = ahead
             except StoreWriteError as exc:  # the runtime goes on; the next tick stores the clock again
                 failed = exc
-        events = self.runtime.advance(t)
+        stepped = getattr(self.runtime, "advance_steps", None)
+        if callable(stepped):
+            events: list[JobEvent] = yield from stepped(t)
+        else:
+            events = self.runtime.advance(t)
         self.ticks += 1
         self.version += 1
         self.unrecorded.extend(events)
+        self._unname(events)
+        yield
         try:
             self.adopt_discovered()
             self.record(self.unrecorded)
@@ -221,6 +258,7 @@ class Service:
             self.persist_remediation()
         except StoreWriteError as exc:
             failed = failed or exc
+        yield
         for hook in self.tick_hooks:
             hook(events)
         if failed is not None:
@@ -237,6 +275,7 @@ class Service:
             if not self.store.has_job(job.id):
                 self.store.insert_job(job, DISCOVERED_ACTOR, message=f"found in the cluster: {job.message}")
                 self.order.append(job.id)
+                self.named(job)
                 self.invalidate_views()
             self.discovered.pop(0)
             with contextlib.suppress(StoreWriteError):  # its run fields follow with its next event
@@ -284,25 +323,46 @@ class Service:
         return int(self.runtime.usage_by_tenant().get(tenant, {}).get("pending", 0)) + self._storing.get(tenant, 0)
 
     def live_job_named(self, tenant: str, name: str) -> Job | None:
-        """The tenant's pending or running user job of that name, if any. The index is rebuilt from the runtime's
-        jobs at most once per tick (jobs restored, found in the cluster or ended since are seen then), plus the
-        jobs accepted since (:meth:`named`); a hit is checked against the job's status now, so a job that ended
-        since the tick frees its name at once; the jobs waiting for the group commit are checked too."""
-        if self._live_names_tick != self.ticks:
-            self._live_names = {(j.tenant, j.name): j.id for j in self.runtime.jobs()
-                                if not j.synthetic and not j.status.terminal}
-            self._live_names_tick = self.ticks
-        jid = self._live_names.get((tenant, name))
+        """The tenant's pending or running user job of that name, if any. The index is built from the runtime's
+        jobs once (the jobs restored at the start), then kept as jobs change: a job accepted here (:meth:`named`)
+        or found in the cluster (:meth:`adopt_discovered`) takes its name, one that ends in a tick gives it back
+        (:meth:`tick`), so a flood of submissions costs no scan of every job. A hit is checked against the job's
+        status now, so a job that ended outside a tick (a cancel) frees its name at once; the jobs waiting for the
+        group commit are checked too."""
+        names = self._names()
+        key = (tenant, name)
+        jid = names.get(key)
         job = None if jid is None else self.find_job(jid)
         if job is not None and not job.status.terminal:
             return job
+        if jid is not None:
+            del names[key]  # ended (a cancel): the name is free
         # a job of that name waiting for the group commit (not in the runtime yet) is live too
         return next((b.job for b in self._batch if b.job.tenant == tenant and b.job.name == name), None)
 
+    def _names(self) -> dict[tuple[str, str], str]:
+        if self._live_names is None:
+            self._live_names = {(j.tenant, j.name): j.id for j in self.runtime.jobs()
+                                if not j.synthetic and not j.status.terminal}
+            self.name_index_builds += 1
+        return self._live_names
+
     def named(self, job: Job) -> None:
-        """``job`` was just accepted: its name is taken among its tenant's live jobs (see :meth:`live_job_named`)."""
-        if self._live_names_tick == self.ticks:
-            self._live_names[(job.tenant, job.name)] = job.id
+        """``job`` was just accepted (or found in the cluster): its name is taken among its tenant's live jobs (see
+        :meth:`live_job_named`)."""
+        if not job.synthetic and not job.status.terminal:
+            self._names()[(job.tenant, job.name)] = job.id
+
+    def _unname(self, events: list[JobEvent]) -> None:
+        """The jobs that ended in these events give their names back."""
+        if self._live_names is None:
+            return
+        for e in events:
+            if e.state is None or not e.state.terminal:
+                continue
+            job = self.find_job(e.job_id)
+            if job is not None and self._live_names.get((job.tenant, job.name)) == job.id:
+                del self._live_names[(job.tenant, job.name)]
 
     def max_queued(self, row: dict[str, Any] | None) -> int:
         """A tenant's limit on pending jobs (its own, else the service's default)."""

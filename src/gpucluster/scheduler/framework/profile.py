@@ -31,3 +31,10 @@ class Profile(BaseModel):
     """Seed of the profile's random generator."""
     max_reserve_attempts: int = Field(default=8, ge=1)
     """How many top-scored nodes Reserve may try before the pod is declared unschedulable."""
+    percentage_of_nodes_to_score: int = Field(default=100, ge=0, le=100)
+    """kube-scheduler's ``percentageOfNodesToScore``, with its semantics (``scheduler.core.nodes_to_score``): a
+    pod's decision scores the first feasible nodes found, walking the nodes round-robin from where the previous
+    decision stopped, until it has ``max(100, nodes x percentage / 100)`` of them (every node below 100 nodes).
+    100 (the default): every feasible node is scored. 0: kube-scheduler's adaptive share (50 % minus 1 % per 125
+    nodes, at least 5 %). Filter still runs over every node (it is vectorised); what is saved is the Score and
+    device-scoring work, and what is lost is placement over the whole cluster."""

@@ -101,6 +101,9 @@ class Framework:
         self.post_binds: list[PostBindPlugin] = of(PostBindPlugin)
         self.waiting_pods: dict[str, WaitingPod] = {}
         """Pod key -> the reserved pod a Permit plugin holds (see the module docstring)."""
+        self.next_start_node = 0
+        """Where the next decision starts looking for feasible nodes when the profile scores only a share of them
+        (kube-scheduler's ``nextStartNodeIndex``; ``scheduler.core.schedule_one``)."""
 
     @property
     def rng(self) -> np.random.Generator:

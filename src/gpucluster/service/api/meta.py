@@ -26,11 +26,13 @@ router = APIRouter(tags=["meta"])
 TENANT_GPUS_HELD = "gpucluster_tenant_gpus_held"
 TENANT_GPUS_PENDING = "gpucluster_tenant_gpus_pending"
 TENANT_QUOTA_GPUS = "gpucluster_tenant_quota_gpus"
+TENANT_JOBS_PENDING = "gpucluster_tenant_jobs_pending"
 
 
 class TenantCollector(Collector):
     """Per tenant, at scrape time: the GPU-equivalents its running jobs hold and its queued jobs ask for (the
-    figure quota admission and ``GET /api/v1/tenants`` use: ``gpucluster.model.share``), and its quota."""
+    figure quota admission and ``GET /api/v1/tenants`` use: ``gpucluster.model.share``), its pending jobs and its
+    quota: one series per tenant, whatever is queued (read from the runtime's counts, no scan of the jobs)."""
 
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -41,15 +43,19 @@ class TenantCollector(Collector):
                                  "counts max(compute share, memory share)).", labels=["tenant"])
         pending = GaugeMetricFamily(TENANT_GPUS_PENDING, "GPU-equivalents the tenant's queued jobs ask for at "
                                     "least.", labels=["tenant"])
+        jobs = GaugeMetricFamily(TENANT_JOBS_PENDING, "The tenant's pending jobs (what max_queued_jobs limits).",
+                                 labels=["tenant"])
         for tenant in sorted(usage):
             held.add_metric([tenant], float(usage[tenant].get("gpus", 0.0)))
             pending.add_metric([tenant], float(usage[tenant].get("pending_gpus", 0.0)))
+            jobs.add_metric([tenant], float(usage[tenant].get("pending", 0.0)))
         quota = GaugeMetricFamily(TENANT_QUOTA_GPUS, "The tenant's GPU-equivalent quota.", labels=["tenant"])
         for row in self.service.store.tenants():
             if row["quota_gpus"] is not None:
                 quota.add_metric([str(row["name"])], float(row["quota_gpus"]))
         yield held
         yield pending
+        yield jobs
         yield quota
 
 
@@ -66,7 +72,12 @@ def metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | None
     from gpucluster.monitoring.exporter import QueueStats, control_plane_registry
     from gpucluster.monitoring.exposition import Exposition
 
+    kept: Any = getattr(service.runtime, "queue_stats", None)
+
     def queue() -> QueueStats:
+        if callable(kept):  # kept as jobs change (the embedded runtime: gpucluster.jobs.tally): no scan
+            stats: QueueStats = kept()
+            return stats
         pending = [j for j in service.runtime.jobs() if j.status == JobStatus.PENDING]
         oldest = min((j.submitted_t for j in pending), default=service.runtime.now)
         return QueueStats(pending=sum(j.replicas for j in pending), oldest_wait_s=service.runtime.now - oldest)
