@@ -148,3 +148,44 @@ def test_a_jobset_is_admitted_as_one_gang_and_released(kube_control_plane: Any, 
             custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
         batch.delete_collection_namespaced_job(NS, label_selector=f"{JOBSET_NAME_LABEL}={name}",
                                                propagation_policy="Background")
+
+
+def test_a_jobset_crd_installed_after_the_start_is_read_live(kube_control_plane: Any, kube_controller_manager: Any,
+                                                           kube_client: Any, fleet: tuple[str, list[Any]],
+                                                           tmp_path: Path) -> None:
+    """The control plane starts while the API server serves no JobSets; the CRD is installed afterwards: a JobSet
+    created then is admitted and released, without a restart (before, the JobSet kind was looked for once, at
+    the start, and never read)."""
+    run, _nodes = fleet
+    custom = client.CustomObjectsApi(kube_client)
+    tenant, name = f"t-{run}", f"late-{run}"
+    server = ControlPlane(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect")
+    try:
+        with pytest.raises(client.ApiException) as absent:
+            custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        assert absent.value.status == 404  # no JobSet CRD when the control plane started
+        with installed_crd(kube_client, GROUP, VERSION, {"plural": PLURAL, "singular": "jobset", "kind": "JobSet"},
+                           {"type": "object", "x-kubernetes-preserve-unknown-fields": True}):
+            try:
+                custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
+                                                       _jobset(name, tenant, run, replicas=1, parallelism=2, gpus=1))
+
+                def released() -> dict[str, Any] | None:
+                    js = custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+                    return js if not js["spec"].get("suspend") else None
+
+                js = wait_until(released, 60, "the JobSet created after its CRD was installed to be admitted")
+                adm = Admission.parse(js["metadata"]["annotations"][ADMISSION_ANNOTATION], "test")
+                assert len(adm.slots) == 2 and all(s.node for s in adm.slots)
+                shown = wait_until(lambda: next((j for j in server.get("/api/v1/jobs", params={"q": name})["jobs"]
+                                                 if j["name"] == name and j["status"] == "running"), None), 30,
+                                   "the JobSet running in get jobs")
+                assert shown["tenant"] == tenant and shown["replicas"] == 2
+            finally:
+                with contextlib.suppress(client.ApiException):
+                    custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+    except BaseException:
+        print(server.output()[-6000:])
+        raise
+    finally:
+        server.stop()

@@ -247,3 +247,93 @@ def test_the_secondary_scheduler_never_binds_the_queue_s_pods(kube_control_plane
         sched.stop()
         cp.stop()
         _gc(core, run)
+
+
+def test_a_reused_pod_group_name_gets_a_new_id_the_same_on_every_replica(
+        kube_control_plane: Any, kube_client: Any, run: str, fleet: list[Any], tmp_path: Path) -> None:
+    """A pod group runs and succeeds; its pods are deleted and made again under the same names (a user re-running
+    the same manifest). The new group is a new job (the first keeps its id and its success), and its id is the same
+    on the leader and on a replica started after the first group ended (the id comes from the new members, not
+    from what a replica happened to see; before, the leader named it after the first job's id and, having
+    forgotten the group once its pods were gone, reused that very id)."""
+    core = client.CoreV1Api(kube_client)
+    group = f"again-{run}"
+    args = ("--lease-name", f"lease-{run}", "--lease-duration", "3")
+    gang = {GANG_ANNOTATION: group, GANG_MIN_ANNOTATION: "2"}
+    labels = {QUEUE_LABEL: f"t-{run}"}
+    first = ControlPlane(kube_control_plane.kubeconfig, tmp_path, *args, "--identity", "r0", data="r0")
+    replicas = [first]
+    try:
+        wait_until(first.leading, 60, "the first replica to lead")
+        for i in range(2):
+            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=1, run_s=1, labels=labels,
+                                                   annotations=gang))
+        done = wait_until(lambda: _status(first, group, "succeeded"), 90, "the first run of the group to succeed")
+        _gc(core, run)
+        wait_until(lambda: not _pods(core, f"gpucluster.io/run={run}"), 60, "the first run's pods to be gone")
+        second = ControlPlane(kube_control_plane.kubeconfig, tmp_path, *args, "--identity", "r1", data="r1")
+        replicas.append(second)
+        for i in range(2):
+            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=1, run_s=600, labels=labels,
+                                                   annotations=gang))
+
+        def again(r: ControlPlane) -> dict[str, Any] | None:
+            return next((j for j in r.get("/api/v1/jobs", params={"q": group, "limit": 50})["jobs"]
+                         if j["name"] == group and j["id"] != done["id"] and j["status"] == "running"), None)
+
+        led = wait_until(lambda: again(first), 60, "the leader to run the reused name as a new job")
+        followed = wait_until(lambda: again(second), 60, "the follower to show the new job")
+        assert followed["id"] == led["id"] != done["id"]
+        same_name = {j["id"]: j["status"] for j in first.get("/api/v1/jobs", params={"q": group, "limit": 50})["jobs"]
+                     if j["name"] == group}
+        assert same_name == {done["id"]: "succeeded", led["id"]: "running"}
+    except BaseException:
+        for r in replicas:
+            print(r.output()[-4000:])
+        raise
+    finally:
+        for r in replicas:
+            r.stop()
+        _gc(core, run)
+
+
+@pytest.mark.usefixtures("pod_group_crd")
+def test_members_beyond_min_member_are_bound_once_the_gang_runs_and_charged(
+        kube_client: Any, run: str, fleet: list[Any], server: ControlPlane) -> None:
+    """A PodGroup of ``minMember: 2`` with 3 members of 2 GPUs: the gang of 2 is admitted; the third member, beyond
+    ``minMember``, is bound too once the gang runs (as coscheduling binds members past its minimum), by its own
+    decision on free devices, and its GPUs are charged to the tenant; the job succeeds when all three have.
+    Before, the third member stayed pending for ever."""
+    core = client.CoreV1Api(kube_client)
+    custom = client.CustomObjectsApi(kube_client)
+    tenant, group = f"t-{run}", f"extra-{run}"
+    custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": group},
+        "spec": {"minMember": 2}})
+    labels = {QUEUE_LABEL: tenant, POD_GROUP_LABEL: group}
+    selector = f"{POD_GROUP_LABEL}={group}"
+    try:
+        for i in range(3):
+            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=2, run_s=20, labels=labels))
+        pods = wait_until(lambda: (b := _bound(_pods(core, selector))) and len(b) == 3 and b, 60,
+                          "the gang of 2 and the member beyond minMember to be bound")
+        running = wait_until(lambda: _status(server, group, "running"), 30, "the job to run")
+        assert running["replicas"] == 2  # the gang is minMember pods; the third runs beside it
+        devices = [d.split(",")[0] for p in pods
+                   for d in p["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"].split(";")[0].split(":")
+                   if d]
+        assert len(devices) == 6 and len(set(devices)) == 6  # each member its own GPUs
+        row = wait_until(lambda: (t := _tenant_row(server, tenant)) and t.get("gpus") == 6 and t, 30,
+                         "the tenant charged the third member's GPUs too")
+        assert row["running"] == 1
+        done = wait_until(lambda: _status(server, group, "succeeded"), 120, "the group to succeed")
+        assert {p["status"]["phase"] for p in _pods(core, selector)} == {"Succeeded"}
+        assert done["id"] == running["id"]
+        wait_until(lambda: _tenant_row(server, tenant).get("gpus", 0) == 0, 30, "the tenant's GPUs freed")
+    except BaseException:
+        print(server.output()[-6000:])
+        raise
+    finally:
+        _gc(core, run)
+        with contextlib.suppress(client.ApiException):
+            custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, group)

@@ -88,7 +88,11 @@ def test_what_a_group_cannot_be_is_refused_naming_where_and_why() -> None:
 def test_a_group_s_job_id_is_the_same_everywhere_and_new_for_a_later_generation() -> None:
     assert group_job_id("research", "podgroup/train") == group_job_id("research", "podgroup/train")
     assert group_job_id("research", "podgroup/train") != group_job_id("other", "podgroup/train")
-    assert group_job_id("research", "podgroup/train", 2) == group_job_id("research", "podgroup/train") + "-2"
+    first, later = "0b6f3c1e-aaaa-4bbb-8ccc-000000000001", "0b6f3c1e-aaaa-4bbb-8ccc-000000000002"
+    # from the oldest member's uid: the same whoever computes it, another one when new pods reuse the name
+    assert group_job_id("research", "podgroup/train", first) == group_job_id("research", "podgroup/train", first)
+    assert group_job_id("research", "podgroup/train", first) != group_job_id("research", "podgroup/train", later)
+    assert group_job_id("research", "podgroup/train", first).startswith(group_job_id("research", "podgroup/train"))
 
 
 @settings(max_examples=60, deadline=None)

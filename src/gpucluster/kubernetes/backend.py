@@ -16,15 +16,19 @@ The API server is the source of truth; the one job engine (:class:`gpucluster.jo
 * **Pods are the Job controller's.** Each pod of an admitted Job is bound into a free slot of its reservation
   (its completion index's when it can): ``gpucluster.io/reservation``, HAMi's decision annotations, a Binding. A
   Job created without ``suspend`` gets its pods at once; they stay unbound until the job is admitted.
-* **JobSets are jobs too** (``jobset.x-k8s.io/v1alpha2``, when served at start): read as one Job
+* **JobSets are jobs too** (``jobset.x-k8s.io/v1alpha2``, once served: a CRD installed after the start is
+  looked for every ``JOBSET_RECHECK_S`` seconds): read as one Job
   (:func:`~gpucluster.kubernetes.workloads.jobset_as_job`: the sum of its replicated Jobs' pods is the gang),
   admitted, written and unsuspended the same way; its child Jobs' pods are filed under the JobSet's uid (their
   ``jobset.sigs.k8s.io/jobset-name``) and bound into its slots; the child Jobs are never queued themselves.
 * **Pod groups are jobs too.** Bare pods for our scheduler name that name a gang (the
   ``scheduling.x-k8s.io/pod-group`` label and its PodGroup's ``minMember``, or ``gpucluster.io/gang``) are one
   job of their tenant (:mod:`.podgroups`): gathered until ``minMember`` exist, admitted all or nothing by the
-  same engine, each member bound into a slot; never preempted (no controller makes its pods again). Their
-  pseudo uid (``podgroup:NS/GANG``) files their pods beside the Jobs' pods.
+  same engine, each member bound into a slot; members beyond ``minMember`` are bound by their own decision once
+  the gang runs (reservation ``NS/<job>-extra``, charged to the tenant); never preempted (no controller makes
+  its pods again). A replica adopts a group from its bound members' reservations (a run whose pods ended is
+  listed ended, never admitted again). Their pseudo uid (``podgroup:NS/GANG``) files their pods beside the
+  Jobs' pods.
 * **Status from Kubernetes.** The Job's ``Complete``/``Failed`` condition ends the job (``duration_s`` is only an
   estimate here); while it runs, its message counts the pods by phase, restarts, and the last container's exit
   code and reason. Cancel deletes the Job; preemption suspends it again and frees its GPUs at once (its pods
@@ -131,12 +135,14 @@ from gpucluster.model.labels import (
     MANAGED_BY_LABEL,
     MESSAGE_ANNOTATION,
     QUEUE_LABEL,
+    QUOTA_ADMITTED_ANNOTATION,
     REFUSED_ANNOTATION,
     RESERVATION_ANNOTATION,
 )
+from gpucluster.model.share import allocation_gpus
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, Decision, GroupDecision, Outcome
 from gpucluster.scheduler.framework import Status
-from gpucluster.scheduler.plugins.quota import QuotaTree
+from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +151,11 @@ TENANT_LABEL = QUEUE_LABEL
 NOTE_EVERY_S = 5.0
 """Shortest time between two "why it waits" notes written on one Job."""
 ADMISSIONS = ("devices", "count")
+EXTRA_SUFFIX = "-extra"
+EXTRA_KEY_PREFIX = "extra:"
+"""A pod group's member beyond its ``minMember`` slots is bound with the reservation ``NAMESPACE/<job id>-extra``."""
+JOBSET_RECHECK_S = 5.0
+"""How often the JobSet list is tried again while the API server does not serve JobSets (no CRD yet)."""
 _NOT_SLOT = frozenset({VGPU_NODE_ANNOTATION, VGPU_TIME_ANNOTATION, BIND_TIME_ANNOTATION, BIND_PHASE_ANNOTATION,
                        RESERVATION_ANNOTATION})
 
@@ -356,15 +367,13 @@ class KubeRuntime(EngineFront):
         """JobSet uid -> the queued JobSet as last reported, read as a Job (:func:`jobset_as_job`)."""
         self._set_uids: dict[str, str] = {}
         """``namespace/name`` -> uid of the queued JobSets (their child Jobs' pods are filed under it)."""
-        self.jobsets = self._serves_jobsets()
-        """The API server serves JobSets (checked at start): they are read as jobs of the queue."""
         self.informer.pod_listeners.append(self._on_pod)
         self.informer.pod_resync_listeners.append(self._on_pod_resync)
         self.informer.watch_kind("jobs", self.batch.list_job_for_all_namespaces, self._on_job, self._on_job_list,
                                  label_selector=QUEUE_LABEL)
-        if self.jobsets:
-            self.informer.watch_kind("jobsets", functools.partial(self.custom.list_cluster_custom_object, *JOBSET_API),
-                                     self._on_jobset, self._on_jobset_list, label_selector=QUEUE_LABEL)
+        self.informer.watch_kind("jobsets", functools.partial(self.custom.list_cluster_custom_object, *JOBSET_API),
+                                 self._on_jobset, self._on_jobset_list, label_selector=QUEUE_LABEL, optional=True,
+                                 recheck_s=JOBSET_RECHECK_S)
         self.informer.start()
         if not self.informer.wait_synced(sync_timeout):
             self.informer.stop()
@@ -393,7 +402,7 @@ class KubeRuntime(EngineFront):
         self._new_engine()
         self._start_history()
         with self._lock:
-            self._dirty = set(self._job_objs)
+            self._dirty = set(self._job_objs) | set(self._set_objs)  # JobSets too
         self._sync_jobs()
         self._sync_groups()
         if self.elector is not None:
@@ -454,15 +463,11 @@ class KubeRuntime(EngineFront):
             for key in [k for k in self._claimants if k not in keys]:
                 del self._claimants[key]
 
-    def _serves_jobsets(self) -> bool:
-        group, version, plural = JOBSET_API
-        try:
-            self.custom.list_cluster_custom_object(group, version, plural, limit=1, _request_timeout=(5.0, 10.0))
-        except ApiException as exc:
-            if exc.status != 404:
-                log.warning("JobSets are not read: listing them failed: %s", _api_error(exc))
-            return False
-        return True
+    @property
+    def jobsets(self) -> bool:
+        """The API server serves JobSets now (their CRD is installed): they are read as jobs of the queue. A CRD
+        installed while the control plane runs is found within ``JOBSET_RECHECK_S`` seconds."""
+        return bool(self.informer.served.get("jobsets"))
 
     def _on_jobset(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -906,7 +911,7 @@ class KubeRuntime(EngineFront):
                 rec = self.recs.get(job.id)
                 if rec is not None:
                     self._observe(job, rec, by_uid.get(rec.uid, []))
-            self.engine.set_outside_use(self._claims_outside())
+            self.engine.set_outside_use({**self._claims_outside(), **self._extras_outside(pods)})
             self.engine.run_until(t)
         if self._leading:
             self._write_notes()
@@ -941,7 +946,7 @@ class KubeRuntime(EngineFront):
             self._gathering = {}
             self._group_ended = {}
         with self._lock:
-            self._dirty = set(self._job_objs)
+            self._dirty = set(self._job_objs) | set(self._set_objs)  # JobSets too
 
     def _check_writes(self) -> None:
         left = []
@@ -1137,16 +1142,17 @@ class KubeRuntime(EngineFront):
         if job is not None and not job.done:
             if job.state == JobState.RUNNING:
                 self._group_running(job, uid, pods)
-            elif any(p.live and p.node and p.reservation.partition("/")[2].startswith(f"{job.id}-") for p in pods):
-                self._adopt_group(uid, member, pods, [p for p in pods if p.live and p.node], job)
+            else:  # queued here (a follower, or a new leader): the leader's binds, even of pods that already ended
+                mine = [p for p in pods if p.node and p.reservation.partition("/")[2].startswith(f"{job.id}-")]
+                if mine:
+                    self._adopt_group(uid, member, pods, mine, job)
             return
-        generation = 0
         if job is not None:  # it ended: only pods made since make a new job of the group
             ended = self._group_ended.setdefault(uid, {p.key for p in pods})
             pods = [p for p in pods if p.key not in ended]
-            tail = job.id.rsplit("-", 1)[-1] if job.id.count("-") > 1 else "0"
-            generation = int(tail) + 1 if tail.isdigit() else 1
-        bound = [p for p in pods if p.live and p.node and p.reservation]
+        # bound by a replica before (a restart, a new leader, a replica started later): that job, even when its
+        # pods have ended since (it is then adopted and ends at once, as a finished Job is found finished)
+        bound = [p for p in pods if p.node and p.reservation]
         if bound and job is None:
             self._adopt_group(uid, member, pods, bound)
             return
@@ -1154,7 +1160,9 @@ class KubeRuntime(EngineFront):
         if not waiting:
             self._gathering.pop(uid, None)
             return
-        new_id = group_job_id(member.namespace, member.gang, generation)
+        # named after its oldest waiting member: every replica names it alike, and a reused name gets a new id
+        oldest = str((waiting[0].obj.get("metadata") or {}).get("uid") or "")
+        new_id = group_job_id(member.namespace, member.gang, oldest)
         size, why = member.min_member, ""
         if not size and member.ref is not None:
             got = self.group_sizes.min_member(member.namespace, member.ref)
@@ -1212,9 +1220,11 @@ class KubeRuntime(EngineFront):
         rec = self.recs.get(job.id)
         if rec is None:
             return
+        self._fill_slots(rec, pods)
         slots = {s for s in rec.slots if s}
         ran = [p for p in pods if (self.cluster.aliases.get(p.key) or p.reservation) in slots]
-        failed = [p for p in ran if p.phase == "Failed"]
+        extras = [p for p in pods if p.node and p.reservation.partition("/")[2] == f"{job.id}{EXTRA_SUFFIX}"]
+        failed = [p for p in [*ran, *extras] if p.phase == "Failed"]
         if failed:
             said = "; ".join(f"pod {p.key}: {p.reason or 'Failed'}" for p in failed[:3])
             rest = [p.key for p in pods if p.live]
@@ -1222,12 +1232,43 @@ class KubeRuntime(EngineFront):
             self._observed_end(job.id, Fail(f"a pod of the group failed: {said}"))
             if rest and self._leading:
                 self.submit_write("delete", job.id, self.write_delete_pods, rest)
-        elif sum(1 for p in ran if p.phase == "Succeeded") >= job.spec.num_tasks:
+        elif sum(1 for p in ran if p.phase == "Succeeded") >= job.spec.num_tasks and not any(p.live for p in extras):
             self._group_ended[uid] = {p.key for p in pods}
-            self._observed_end(job.id, None, f"its {job.spec.num_tasks} pod(s) succeeded")
+            done = len(extras) + job.spec.num_tasks
+            self._observed_end(job.id, None, f"its {done} pod(s) succeeded" + (
+                f" ({len(extras)} beyond minMember)" if extras else ""))
         elif not any(p.live for p in pods):
             self._group_ended[uid] = {p.key for p in pods}
             self._observed_end(job.id, Cancel("its pods were deleted"))
+
+    def _fill_slots(self, rec: _Rec, pods: list[PodView]) -> None:
+        """Slots of an adopted pod group with no place here (their member was not bound yet when this replica
+        adopted the group) that another replica has bound a member into since (the new leader placed them): take
+        them from that member (its reservation names the slot), so the gang is whole here too and a later leader
+        never places them again."""
+        if "" not in rec.slots:
+            return
+        for p in pods:
+            if not p.node or not p.reservation:
+                continue
+            i = next((n for n, t in enumerate(rec.tasks) if t.key == p.reservation), -1)
+            if not 0 <= i < len(rec.slots) or rec.slots[i]:
+                continue
+            task = rec.tasks[i]
+            if not p.live:  # it ran there and ended: nothing left to hold
+                rec.slots[i] = task.key
+                continue
+            info = self.cluster.nodes.get(p.node)
+            if info is None:
+                continue
+            devices = {k: str(v) for k, v in ((p.obj.get("metadata") or {}).get("annotations") or {}).items()
+                       if k not in _NOT_SLOT}
+            try:
+                self.cluster.reserve([slot_allocation(task, Slot(p.node, devices), info.spec, self.registry)])
+            except (KubeInputError, AllocationError) as exc:
+                log.info("pod group %s: slot %d of pod %s not taken in: %s", rec.job_id, i, p.key, exc)
+                continue
+            rec.slots[i] = task.key
 
     def _adopt_group(self, uid: str, member: Member, pods: list[PodView], bound: list[PodView],
                      queued: Job | None = None) -> None:
@@ -1243,7 +1284,9 @@ class KubeRuntime(EngineFront):
                 continue
         if not runs:
             return
-        (job_id, attempt), by_slot = max(runs.items(), key=lambda kv: (len(kv[1]), kv[0][1]))
+        # the run whose pods still live (a reused name's new run beside the pods of an ended one), the fullest
+        (job_id, attempt), by_slot = max(runs.items(), key=lambda kv: (any(p.live for p in kv[1].values()),
+                                                                       len(kv[1]), kv[0][1]))
         size = member.min_member or (self.group_sizes.min_member(member.namespace, member.ref) or 0
                                      if member.ref is not None else 0)
         size = max(size, max(by_slot) + 1)
@@ -1270,6 +1313,17 @@ class KubeRuntime(EngineFront):
             job = Job(restored_submission(spec, self.now))
             self.engine.submit(job)
             self._discovered.append(job)
+        if not any(p.live for p in by_slot.values()):  # the run ended already: its devices are not held any more
+            self._group_ended[uid] = {p.key for p in pods if not p.live}
+            failed = [p for p in by_slot.values() if p.phase == "Failed"]
+            if failed:
+                said = "; ".join(f"pod {p.key}: {p.reason or 'Failed'}" for p in failed[:3])
+                self._observed_end(job.id, Fail(f"a pod of the group failed: {said}"))
+            elif sum(1 for p in by_slot.values() if p.phase == "Succeeded") >= size:
+                self._observed_end(job.id, None, f"its {size} pod(s) succeeded")
+            else:
+                self._observed_end(job.id, Cancel("its pods were deleted"))
+            return
         self._adopt(job, rec, Admission(f"recovered-{job_id}-{attempt}", "", attempt, at, slots))
 
     # ------------------------------------------------------------------ DRA: Jobs whose pods use ResourceClaims
@@ -1402,12 +1456,12 @@ class KubeRuntime(EngineFront):
 
     # ------------------------------------------------------------------ pods of admitted jobs
     def _place_waiting_slots(self) -> None:
-        """Count-only admission: try the pods that had no place again, one at a time (as kube-scheduler does)."""
-        if self.admission != "count":
-            return
+        """Slots of a running job with no place: count-only admission's, and those of a pod group adopted from
+        its bound members when a leader died before binding the rest (the dead leader's decision for them was
+        never written anywhere): try them again, one at a time (as kube-scheduler does)."""
         for job in self.engine.views.running():
             rec = self.recs.get(job.id)
-            if rec is None or "" not in rec.slots:
+            if rec is None or "" not in rec.slots or (self.admission != "count" and not rec.group):
                 continue
             for i, key in enumerate(rec.slots):
                 if key or i >= len(rec.tasks):
@@ -1435,8 +1489,11 @@ class KubeRuntime(EngineFront):
                 continue
             taken = {self.cluster.aliases.get(p.key) for p in by_uid.get(uid, []) if p.live}
             taken |= {r for k, r in self.cluster.aliases.items() if k in self._binding}
+            if rec.group:  # a member that ended keeps its slot: the gang's other members go to theirs
+                taken |= {p.reservation for p in by_uid.get(uid, []) if p.node}
             free = [s for s in rec.slots if s and s not in taken and s in self.cluster.reserved]
-            for p in sorted(waiting, key=lambda p: (p.index is None, p.index or 0, p.created, p.key)):
+            ordered = sorted(waiting, key=lambda p: (p.index is None, p.index or 0, p.created, p.key))
+            for p in ordered:
                 if not free:
                     break
                 want = rec.slots[p.index] if p.index is not None and p.index < len(rec.slots) else ""
@@ -1452,6 +1509,53 @@ class KubeRuntime(EngineFront):
                 self.cluster.alias(p.key, slot)
                 self._binding.add(p.key)
                 self.submit_write("bind", p.key, self.write_bind, p.obj, alloc, slot, plan)
+            if rec.group and not free and "" not in rec.slots:  # the gang is bound (or being bound): the rest
+                self._bind_extras(job, [p for p in ordered if p.key not in self._binding])
+
+    def _bind_extras(self, job: Job, waiting: Sequence[PodView]) -> None:
+        """Members of a running pod group beyond its ``minMember`` slots (coscheduling binds them once the group's
+        minimum runs): each placed by its own request on free devices, when its tenant's quota has room, and bound
+        under the reservation ``NAMESPACE/<job id>-extra`` (no slot of the gang: it is accounted as a bound pod);
+        its GPUs are charged to the tenant while it holds them (:meth:`_extras_outside`). One that does not fit
+        waits and is tried again at the next pass."""
+        charged: dict[str, float] = {}
+        for p in waiting:
+            try:
+                pod = parse_pod(p.obj, self.registry)
+            except KubeInputError as exc:
+                log.info("pod %s beyond minMember waits: %s", p.key, exc)
+                continue
+            pod = replace(pod, annotations={**pod.annotations, QUOTA_ADMITTED_ANNOTATION: "true"})
+            charge = pod_charge(pod)
+            ahead = {r: v + charged.get(r, 0.0) for r, v in charge.items()}
+            if self.quota.blocked_by(job.tenant, ahead) is not None:
+                continue
+            d = self.cluster.decide(pod)
+            self.quota.refund(pod.key)  # charged below as the tenant's use outside the gang, once bound
+            if not d.ok or d.allocation is None:
+                continue
+            for r, v in charge.items():
+                charged[r] = charged.get(r, 0.0) + v
+            self._binding.add(p.key)
+            self.submit_write("bind", p.key, self.write_bind, p.obj, d.allocation,
+                              f"{p.key.partition('/')[0]}/{job.id}{EXTRA_SUFFIX}")
+
+    def _extras_outside(self, pods: Mapping[str, PodView]) -> dict[str, tuple[str, dict[str, float]]]:
+        """Bound members beyond ``minMember`` of the running pod groups: each charged to the group's tenant while
+        it holds devices. Caller holds the cluster lock."""
+        state = self.cluster.state
+        out: dict[str, tuple[str, dict[str, float]]] = {}
+        for p in pods.values():
+            if not p.live or not p.node or not p.reservation.endswith(EXTRA_SUFFIX):
+                continue
+            job = self.engine.jobs.get(p.reservation.partition("/")[2][:-len(EXTRA_SUFFIX)])
+            alloc = state.allocations.get(p.key)
+            if job is None or alloc is None:
+                continue
+            out[EXTRA_KEY_PREFIX + p.key] = (job.tenant, {
+                "gpu": allocation_gpus(state, alloc), "gpumem": float(sum(g.memory_mib for g in alloc.grants)),
+                "gpucores": sum(g.core_milli for g in alloc.grants) / 10})
+        return out
 
     def _observe(self, job: Job, rec: _Rec, pods: list[PodView]) -> None:
         """A running job's message and placements from its pods: phases, restarts, the last exit code."""

@@ -51,6 +51,8 @@ class Informer:
         self._watches: list[Any] = []
         self._kinds: list[tuple[str, Callable[[], None], threading.Event]] = []
         """More kinds to list and watch (:meth:`watch_kind`): (name, loop, synced)."""
+        self.served: dict[str, bool] = {}
+        """Kinds of :meth:`watch_kind` -> whether the server served them at the last list."""
 
     @property
     def synced(self) -> bool:
@@ -64,15 +66,38 @@ class Informer:
                 and all(done.wait(timeout) for _, _, done in self._kinds))
 
     def watch_kind(self, name: str, list_call: Any, on_event: Callable[[str, Mapping[str, Any]], None],
-                   on_list: Callable[[list[Mapping[str, Any]]], None], label_selector: str | None = None) -> None:
+                   on_list: Callable[[list[Mapping[str, Any]]], None], label_selector: str | None = None,
+                   optional: bool = False, recheck_s: float = 5.0) -> None:
         """Also list and watch another kind (before :meth:`start`): ``on_list`` gets every object of each (re)list
         (a full resync), ``on_event`` each ``ADDED``/``MODIFIED``/``DELETED`` after it. ``list_call`` is a
-        client ``list_*_for_all_namespaces`` (or cluster-scoped ``list_*``) method."""
+        client ``list_*_for_all_namespaces`` (or cluster-scoped ``list_*``) method.
+
+        ``optional``: a kind the server may not serve (a custom resource whose CRD is not installed, or not
+        yet): a list answered 404 counts as an empty list (``on_list([])`` once, the kind counts as synced) and
+        the list is tried again every ``recheck_s`` seconds, so a CRD installed later is read from then on
+        (``served[name]`` says which it is now)."""
         done = threading.Event()
         extra = {"label_selector": label_selector} if label_selector else {}
 
         def relist() -> str:
-            body = raw_list(list_call, **extra)
+            while True:
+                try:
+                    body = raw_list(list_call, **extra)
+                    break
+                except ApiException as exc:
+                    if not optional or exc.status != 404:
+                        raise
+                if self.served.get(name, True):
+                    log.info("the API server does not serve %s: none are read until it does (looked for again "
+                             "every %g s)", name, recheck_s)
+                    on_list([])
+                self.served[name] = False
+                done.set()
+                if self._stop.wait(recheck_s):
+                    raise RuntimeError(f"{name}: stopped")
+            if self.served.get(name) is False:
+                log.info("the API server serves %s now: reading them", name)
+            self.served[name] = True
             on_list(list(body.get("items") or []))
             done.set()
             return str(body["metadata"]["resourceVersion"])

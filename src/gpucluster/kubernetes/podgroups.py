@@ -99,11 +99,15 @@ def group_uid(namespace: str, gang: str) -> str:
     return f"{GROUP_UID_PREFIX}{namespace}/{gang}"
 
 
-def group_job_id(namespace: str, gang: str, generation: int = 0) -> str:
-    """The job id of a pod group: ``g-`` and 12 hex digits of its namespace and name (the same on every replica
-    and after a restart); ``-N`` for the N-th group of that name after the first one ended."""
+def group_job_id(namespace: str, gang: str, first_uid: str = "") -> str:
+    """The job id of a pod group: ``g-``, 12 hex digits of its namespace and name and, when ``first_uid`` (the
+    uid of its oldest member) is given, ``-`` and 8 hex digits of that uid. The same on every replica and after
+    a restart, and a new one when the name is reused by new pods after the group's job ended (whichever replica
+    saw the old one)."""
     digest = hashlib.sha1(f"{namespace}/{gang}".encode(), usedforsecurity=False).hexdigest()[:12]
-    return f"g-{digest}" + (f"-{generation}" if generation else "")
+    if not first_uid:
+        return f"g-{digest}"
+    return f"g-{digest}-{hashlib.sha1(first_uid.encode(), usedforsecurity=False).hexdigest()[:8]}"
 
 
 def _tenant_ok(tenant: str) -> bool:
