@@ -13,8 +13,8 @@ It sits above ``simulator`` and ``monitoring`` and below ``service`` (which pick
 """
 
 from gpucluster.embedded.monitor import ClusterMonitor
-from gpucluster.embedded.runtime import EmbeddedRuntime, EmbeddedTarget, embedded_simulation
+from gpucluster.embedded.runtime import EmbeddedRuntime, EmbeddedTarget, embedded_simulation, run_steps
 from gpucluster.embedded.workload import SHAPES, Arrival, SyntheticWorkload
 
 __all__ = ["SHAPES", "Arrival", "ClusterMonitor", "EmbeddedRuntime", "EmbeddedTarget", "SyntheticWorkload",
-           "embedded_simulation"]
+           "embedded_simulation", "run_steps"]

@@ -20,7 +20,7 @@ import random
 from collections import deque
 from collections.abc import Generator
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,6 +61,20 @@ def embedded_simulation(cluster: Cluster, queue_policy: str = DEFAULT_QUEUE_POLI
     return Simulation(cluster, queue_policy, seed=seed, placement_policy=placement_policy, slowdown=False,
                       describe=describe, record_series=False, services={"quota": QuotaTree([])}, start_t=start_t,
                       quota_waits=describe, pass_budget_s=CONTROL_PLANE_PASS_BUDGET_S if describe else math.inf)
+
+
+T = TypeVar("T")
+
+
+def run_steps(steps: Generator[None, None, T]) -> T:
+    """Run a stepped operation (a generator that yields between its steps, such as
+    :meth:`EmbeddedRuntime.advance_steps`) to its end, with no pause between the steps; returns its value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            value: T = done.value
+            return value
 
 
 class EmbeddedRuntime(EngineFront):
@@ -170,13 +184,7 @@ class EmbeddedRuntime(EngineFront):
     def advance(self, t: float) -> list[JobEvent]:
         """Move the clock to ``t``: background arrivals, faults and repairs at their times, every job event up
         to ``t`` (finishes, starts, preemptions), then the alert rules and remediation at ``t``."""
-        steps = self.advance_steps(t)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                events: list[JobEvent] = done.value
-                return events
+        return run_steps(self.advance_steps(t))
 
     def advance_steps(self, t: float) -> Generator[None, None, list[JobEvent]]:
         """:meth:`advance` in steps: it yields between the scheduling passes and the monitor's evaluation, so a

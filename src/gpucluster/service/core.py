@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucluster.embedded import run_steps
 from gpucluster.jobs import Fail, JobStatus, transition
 from gpucluster.model.limits import DEFAULT_TENANT_MAX_QUEUED
 from gpucluster.monitoring import describe_record
@@ -202,13 +203,7 @@ class Service:
         next tick that can: none is lost (while nothing can be stored, a ``kill -9`` loses what the disk could
         not take, as it would any time). Raises
         :class:`~gpucluster.service.store.StoreWriteError` after the tick when something could not be stored."""
-        steps = self.tick_steps()
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                events: list[JobEvent] = done.value
-                return events
+        return run_steps(self.tick_steps())
 
     async def tick_async(self) -> list[JobEvent]:
         """:meth:`tick`, giving the event loop back between its steps (the scheduling passes, the monitor's
