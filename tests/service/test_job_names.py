@@ -148,3 +148,16 @@ def test_the_name_index_is_kept_not_rebuilt_per_tick(tmp_path: Path) -> None:
             assert r.status_code == 409, (name, r.text)
         assert held in post(ip, "held").json()["error"]
         assert post(ip, "fresh").status_code == 201
+
+
+def test_jobs_that_end_in_a_tick_leave_the_name_index(tmp_path: Path) -> None:
+    """The kept index holds live jobs only: a job that ends in a tick gives its entry back then, not when its name
+    is next looked up, so a flood of short jobs does not grow the index with every name ever used."""
+    with in_process(tmp_path / "d") as ip:
+        post(ip, "anchor")  # builds the index
+        ids = [post(ip, f"short{i}", duration_s=5).json()["id"] for i in range(4)]
+        names = ip.service._live_names
+        assert names is not None and {("team", f"short{i}") for i in range(4)} <= set(names)
+        ip.tick(10.0)
+        assert all(ip.client.get(f"/api/v1/jobs/{j}").json()["status"] == "succeeded" for j in ids)
+        assert not {("team", f"short{i}") for i in range(4)} & set(ip.service._live_names or {})
