@@ -7,9 +7,15 @@ one member. Two ways it can refuse:
 
 * every binding of that member, dry runs included: the routine's dry-run check finds it before any member binds,
   so nothing binds at all;
-* only the real binding, once (a dry run passes): the first two members are bound when the third is refused, and
-  the rollback deletes them and creates them again unbound (new uids, no node), so no member stays bound. The
-  next pass binds the whole gang.
+* only the third real binding of the gang, once (every dry run passes): the two members bound before it stay
+  bound until the refusal, and the rollback deletes them and creates them again unbound (new uids, no node), so
+  no member stays bound. The next pass binds the whole gang.
+
+The members bind in the scheduler's pending order (priority, then creation time, then name: ``run_pass``); the
+pods are created concurrently and ``creationTimestamp`` counts whole seconds, so which member binds third is not
+known before the pass (creations that straddle a second put g-b after g-c). The webhook refuses whichever member
+comes third, and the test reads from its recorded reviews which two were bound, then checks the rollback on
+exactly those.
 
 Three nodes with one whole GPU each, of a model unique to the run (the gang needs all three). The scheduler's
 passes are called by the test, so what is bound between them is what the routine left.
@@ -45,13 +51,15 @@ GANG = ("g-a", "g-b", "g-c")
 
 class BindRefuser:
     """The admission webhook: records every Binding review (pod name, dry run) and refuses the pods it is told to.
-    ``refuse_always``: every binding of these pods, dry runs too; ``refuse_real_once``: the next real (not dry-run)
-    binding of each of these pods."""
+    ``refuse_always``: every binding of these pods, dry runs too; ``refuse_real_number``: the real (not dry-run)
+    binding with this number (1, 2, ...) among the real bindings of the test's namespace, whichever pod it binds,
+    once (0: none)."""
 
     def __init__(self, namespace: str, workdir: Path) -> None:
         self.namespace = namespace
         self.refuse_always: set[str] = set()
-        self.refuse_real_once: set[str] = set()
+        self.refuse_real_number = 0
+        self._real = 0
         self.reviews: list[tuple[str, bool, bool]] = []
         """(pod, dry run, allowed) per review, in order."""
         self._lock = threading.Lock()
@@ -93,11 +101,10 @@ class BindRefuser:
         with self._lock:
             allowed = True
             if namespace == self.namespace:
-                if pod in self.refuse_always:
-                    allowed = False
-                elif pod in self.refuse_real_once and not dry_run:
-                    self.refuse_real_once.discard(pod)
-                    allowed = False
+                if not dry_run:
+                    self._real += 1
+                real_refused = not dry_run and self._real == self.refuse_real_number
+                allowed = pod not in self.refuse_always and not real_refused
             self.reviews.append((pod, dry_run, allowed))
         return allowed, f"test webhook refuses the binding of {pod}"
 
@@ -230,21 +237,28 @@ def test_a_member_refused_at_the_dry_run_binds_nothing_and_the_gang_binds_later(
 
 
 def test_a_member_refused_after_two_bound_leaves_nothing_bound_and_the_gang_is_placed_again(rig: Rig) -> None:
-    rig.webhook.refuse_real_once.add("g-c")
+    rig.webhook.refuse_real_number = 3  # the gang's third real binding, whichever member it is
     create_pods(rig.core, rig.namespace, rig.gang_pods())
     wait_until(lambda: set(GANG) <= set(rig.pending_uids()), 30, "the gang pending")
     first = _uids(rig.pods())
+    created = {n: p["metadata"]["creationTimestamp"] for n, p in rig.pods().items() if n in GANG}
     assert rig.scheduler.run_pass() == 0
     assert rig.scheduler.rollbacks == 1
-    # the API server's view right after the pass: no member bound; a and b (bound, then rolled back) are new pods
+    # the webhook's record: every member passed its dry run, then two real bindings were allowed and the third
+    # refused, in the scheduler's order (creation time, then name: the members have one priority)
+    real = [(pod, ok) for pod, dry, ok in rig.webhook.seen() if pod in GANG and not dry]
+    order = sorted(GANG, key=lambda n: (created[n], n))
+    assert real == [(order[0], True), (order[1], True), (order[2], False)], (real, created)
+    was_bound, refused = set(order[:2]), order[2]
+    # the API server's view right after the pass: no member bound; the two that were bound (then rolled back) are
+    # new pods, the refused one is the same pod
     pods = rig.pods()
     assert set(GANG) <= set(pods), sorted(pods)
     assert bound(pods.values()) == {}
     now = _uids(pods)
-    assert now["g-c"] == first["g-c"] and now["g-a"] != first["g-a"] and now["g-b"] != first["g-b"]
+    assert now[refused] == first[refused]
+    assert {n for n in GANG if now[n] != first[n]} == was_bound, (first, now)
     assert rig.held() == set() and rig.cluster.summary()["assumed"] == 0
-    real = [(pod, ok) for pod, dry, ok in rig.webhook.seen() if pod in GANG and not dry]
-    assert real == [("g-a", True), ("g-b", True), ("g-c", False)], real
     # the recreated members are pending again (the informer saw them); the next pass binds the whole gang
     wait_until(lambda: rig.pending_uids() == now, 30, "the recreated members pending")
     assert rig.scheduler.run_pass() == 3

@@ -2,7 +2,8 @@
 election.
 
 Pending pods come from the informer. Each pass (on a change, or every ``retry_interval`` seconds) takes
-them by priority, then age: a single pod is decided and bound (its Binding on a small pool of threads while the
+them by priority, then age (``creationTimestamp``, whole seconds), then namespace/name, the order in which a gang's
+members are decided and bound too: a single pod is decided and bound (its Binding on a small pool of threads while the
 next pod is decided, every bind of a pass finished before the pass ends); the pods of a gang (``gpucluster.io/gang``,
 ``gpucluster.io/gang-min-member``; or the label ``scheduling.x-k8s.io/pod-group`` with its PodGroup's
 ``minMember``; or ``spec.schedulingGroup`` with Kubernetes' PodGroup ``minCount``: :mod:`.gangs`) are decided
