@@ -13,7 +13,9 @@ default, speed-fgd, on these pods) through the experiment's fast path, and two b
 * ``must-place``: the largest allocation of a run that places every pod that fits when it arrives (the rule
   every policy of the FGD paper, and ours, follows), bounded through the first failure of the workload's key
   pods (its most common sharing shape of 500 milli or more: 810 milli on ``default``) and an LP per segment of
-  the arrival order.
+  the arrival order. Its rows use the order three ways: the pods the key shape covers are placed before the
+  last key pod ahead of the failure, the pods that cover the key shape (nearly every whole-GPU pod) fail after
+  it, and the failed key pod is never placed.
 
 ``gap closed`` = (ours - FGD) / (bound - FGD), on the must-place bound. Idle GPUs = (capacity - allocation) /
 1000. The traces are read from ``--traces`` (never copied).

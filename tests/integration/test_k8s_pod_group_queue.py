@@ -337,3 +337,70 @@ def test_members_beyond_min_member_are_bound_once_the_gang_runs_and_charged(
         _gc(core, run)
         with contextlib.suppress(client.ApiException):
             custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, group)
+
+
+@pytest.mark.usefixtures("pod_group_crd")
+def test_members_beyond_min_member_are_readopted_after_a_kill_9_not_lost_nor_bound_twice(
+        kube_control_plane: Any, kube_client: Any, run: str, fleet: list[Any], tmp_path: Path) -> None:
+    """A PodGroup of ``minMember: 2`` with 3 members of 2 GPUs runs (the third bound beyond ``minMember``); the
+    control plane is killed (-9) and started again: the restarted one adopts the group as the same running job,
+    leaves the three pods where they are (same nodes and devices, no new reservation: nothing bound twice),
+    charges the tenant the third member's GPUs again, and counts them as held: a pod group of one 4-GPU member
+    created after the restart waits (2 GPUs are free, not the 4 a lost member would leave), and runs once the
+    first group has ended. The job succeeds with all three of its pods."""
+    core = client.CoreV1Api(kube_client)
+    custom = client.CustomObjectsApi(kube_client)
+    tenant, group, late = f"t-{run}", f"extra-{run}", f"late-{run}"
+    for name, size in ((group, 2), (late, 1)):
+        custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"minMember": size}})
+    labels = {QUEUE_LABEL: tenant, POD_GROUP_LABEL: group}
+    selector = f"{POD_GROUP_LABEL}={group}"
+    first = ControlPlane(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect")
+    second: ControlPlane | None = None
+    try:
+        for i in range(3):
+            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=2, run_s=45, labels=labels))
+        before = wait_until(lambda: (b := _bound(_pods(core, selector))) and len(b) == 3 and b, 60,
+                            "the gang of 2 and the member beyond minMember to be bound")
+        running = wait_until(lambda: _status(first, group, "running"), 30, "the job to run")
+        extra = [p for p in before if p["metadata"]["annotations"][RESERVATION_ANNOTATION].endswith("-extra")]
+        assert len(extra) == 1
+        first.kill()
+
+        second = ControlPlane(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect")
+        again = wait_until(lambda: _status(second, group, "running"), 30, "the restarted control plane to adopt it")
+        assert again["id"] == running["id"] and again["replicas"] == 2
+        row = wait_until(lambda: (t := _tenant_row(second, tenant)) and t.get("gpus") == 6 and t, 30,
+                         "the tenant charged the 3 members' 6 GPUs after the restart")
+        assert row["running"] == 1
+        # the late group's one member asks for 4 GPUs: 2 are free, so it waits
+        core.create_namespaced_pod(NS, _member(f"{late}-0", run, gpus=4, run_s=1,
+                                               labels={QUEUE_LABEL: tenant, POD_GROUP_LABEL: late}))
+        waiting = wait_until(lambda: _status(second, late, "pending"), 30, "the late group queued")
+        assert not _bound(_pods(core, f"{POD_GROUP_LABEL}={late}"))
+        after = {p["metadata"]["name"]: p for p in _bound(_pods(core, selector))}
+        assert len(after) == 3
+        for p in before:  # nothing moved or bound again: the same pod on the same node with the same devices
+            now = after[p["metadata"]["name"]]
+            assert now["metadata"]["uid"] == p["metadata"]["uid"] and now["spec"]["nodeName"] == p["spec"]["nodeName"]
+            for key in (RESERVATION_ANNOTATION, "hami.io/vgpu-devices-allocated"):
+                assert now["metadata"]["annotations"][key] == p["metadata"]["annotations"][key]
+        assert waiting["id"] != running["id"]
+        done = wait_until(lambda: _status(second, group, "succeeded"), 120, "the group to succeed")
+        assert done["id"] == running["id"] and "3 pod(s) succeeded (1 beyond minMember)" in done["message"]
+        wait_until(lambda: _status(second, late, "succeeded"), 60, "the late group to run once the GPUs are free")
+    except BaseException:
+        print(first.output()[-4000:])
+        if second is not None:
+            print(second.output()[-6000:])
+        raise
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        _gc(core, run)
+        for name in (group, late):
+            with contextlib.suppress(client.ApiException):
+                custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)

@@ -3,15 +3,20 @@
 On the control plane's engine (the embedded runtime: ``describe``, ``quota_waits``, a sliced pass):
 
 * jobs of one shape and tenant are tried once per pass: one placement attempt stands for all of them;
+* a pass looks at each group of jobs it treats alike (shape, tenant, preemption rank), not at each waiting job:
+  what it costs does not grow with the jobs that cannot fit (counted, not timed);
 * a waiting job gets one ``unschedulable`` event when its reason changes, not one per pass;
-* a pass over more jobs than its budget allows stops and goes on at the next run, so every job is reached and the
-  event loop the pass shares gets control back in between.
+* a pass over more groups than its budget allows stops and goes on at the next run, so every job is reached and
+  the event loop the pass shares gets control back in between.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
+
+import pytest
 
 from gpucluster.embedded import EmbeddedRuntime
 from gpucluster.jobs import Job, JobState, job_spec
@@ -20,8 +25,8 @@ from tests.service.inproc import small_cluster
 GPU = {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100}
 
 
-def _runtime(budget: float | None = None) -> EmbeddedRuntime:
-    rt = EmbeddedRuntime(small_cluster(), background=0.0, fault_rate_per_hour=0.0)
+def _runtime(budget: float | None = None, policy: str = "default") -> EmbeddedRuntime:
+    rt = EmbeddedRuntime(small_cluster(), background=0.0, fault_rate_per_hour=0.0, queue_policy=policy)
     rt.set_quotas({"flood": 1.0})
     if budget is not None:
         rt.engine.options = dataclasses.replace(rt.engine.options, pass_budget_s=budget)
@@ -52,13 +57,78 @@ def test_one_attempt_per_shape_and_one_event_per_reason() -> None:
     assert len(waiting) == 799 and all(j.message.startswith("waiting for quota") for j in waiting)
 
 
+def _distinct(i: int, gpus: int = 1) -> dict[str, int]:
+    """A request of its own shape (a memory size no other job asks for): one group per job."""
+    return {"nvidia.com/gpu": gpus, "nvidia.com/gpucores": 100, "nvidia.com/gpumem": 1000 + i}
+
+
+class _CountingPolicy:
+    """The engine's queue policy, counting the preemption ranks asked for (a pass asks one per job it looks at
+    when the policy preempts)."""
+
+    def __init__(self, policy: Any) -> None:
+        self._policy = policy
+        self.ranks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
+
+    def rank(self, key: Any) -> Any:
+        self.ranks += 1
+        return self._policy.rank(key)
+
+
+@pytest.mark.parametrize("policy", ["default", "drf", "fifo"])
+def test_a_pass_looks_at_each_group_not_each_waiting_job(policy: str) -> None:
+    """10,000 queued jobs of 3 shapes (1, 2 and 4 GPUs) that cannot fit (their tenant's quota, 4 GPUs, is held by
+    the few that run): a pass made by another tenant's submission looks at a few jobs per shape, says nothing
+    new of the waiting ones and asks no rank per waiting job. Before the pass walked groups (main at 4aa0b73) the
+    same pass noted each of the waiting jobs (about 9,997 notes) and, for the default (preemptive) policy, asked
+    each one's rank."""
+    rt = _runtime(budget=math.inf, policy=policy)
+    rt.set_quotas({"flood": 4.0})
+    sizes = (1, 2, 4)
+    jobs = [_submit(rt, f"f{i}", "flood", {"nvidia.com/gpu": sizes[i % 3], "nvidia.com/gpucores": 100})
+            for i in range(10_000)]
+    rt.advance(rt.now + 1)
+    _submit(rt, "other-0", "other", GPU)  # a pass that starts nothing of the flood's: their reasons settle
+    rt.advance(rt.now + 1)
+    running = sum(j.state == JobState.RUNNING for j in jobs)
+    assert 1 <= running <= 4
+    assert all(j.message.startswith("waiting") for j in jobs if j.state == JobState.QUEUED)
+    engine = rt.engine
+    notes = 0
+    note = engine._note
+
+    def counting_note(job: Job, message: str) -> None:
+        nonlocal notes
+        notes += 1
+        note(job, message)
+
+    engine._note = counting_note  # type: ignore[method-assign]
+    counting = _CountingPolicy(engine.policy)
+    engine.policy = counting
+    looked = getattr(engine.totals, "looked", 0)
+    passes = engine.totals.passes
+    _submit(rt, "other-1", "other", GPU)  # something changed: another pass
+    events = rt.advance(rt.now + 1)
+    # fifo: the head of the queue (a flood job over its quota) blocks everyone behind it, the other's jobs too
+    assert rt.engine.jobs["other-0"].state == rt.engine.jobs["other-1"].state == (JobState.QUEUED if policy == "fifo" else JobState.RUNNING)
+    assert engine.totals.passes - passes >= 1
+    assert notes <= 2 * len(sizes)  # nothing new to say of the 9,999 waiting jobs
+    assert counting.ranks <= 4 * len(sizes)  # one at the submission, a few per shape
+    assert engine.totals.looked - looked <= 4 * len(sizes) * (engine.totals.passes - passes)
+    assert not [e for e in events if e.kind == "unschedulable" and e.job_id.startswith("f")]
+    assert sum(j.state == JobState.QUEUED for j in jobs) == 10_000 - running  # nothing lost, nothing started
+
+
 def test_a_pass_over_its_budget_goes_on_at_the_next_run() -> None:
-    rt = _runtime(budget=0.0)  # every pass stops at its first check (after 128 jobs)
-    jobs = [_submit(rt, f"f{i}", "flood", GPU) for i in range(1000)]
+    rt = _runtime(budget=0.0)  # every pass stops at its first check (after 128 groups)
+    jobs = [_submit(rt, f"f{i}", "flood", _distinct(i)) for i in range(1000)]
     rt.advance(rt.now + 1)
     noted = sum(j.message.startswith("waiting") for j in jobs)
     assert 0 < noted < 1000
-    for _ in range(20):  # 1000 jobs, 128 a slice, two runs an advance
+    for _ in range(20):  # 1000 groups, 128 a slice, two runs an advance
         rt.advance(rt.now + 1)
     assert all(j.message.startswith("waiting") or j.state == JobState.RUNNING for j in jobs)
     assert sum(j.state == JobState.RUNNING for j in jobs) == 1
@@ -76,14 +146,13 @@ def test_a_job_queued_ahead_of_a_pass_cut_short_is_tried_once_that_pass_ends() -
     this, the pass went on from where it stopped, ended, and no further pass ran: the job waited for an unrelated
     event (another submission, a job ending), for ever on a quiet cluster (seen under load in
     bench/queue_flood.py: the other tenant's job still pending after 200 ticks)."""
-    rt = _runtime(budget=0.0)  # every pass stops at its first check (after 128 jobs)
-    two = {"nvidia.com/gpu": 2, "nvidia.com/gpucores": 100}
+    rt = _runtime(budget=0.0)  # every pass stops at its first check (after 128 groups)
     rt.set_quotas({"flood": 2.0})
-    jobs = [_submit(rt, f"f{i}", "flood", two) for i in range(1000)]
+    jobs = [_submit(rt, f"f{i}", "flood", _distinct(i, 2)) for i in range(1000)]
     rt.advance(rt.now + 1)
-    assert rt.engine._resume is not None  # the pass over 1000 jobs was cut short
+    assert rt.engine._resume is not None  # the pass over 1000 groups was cut short
     other = _submit(rt, "other-1", "other", GPU)
-    for _ in range(40):  # 1000 jobs, 128 a slice: a few runs to the end, then one from the top
+    for _ in range(40):  # 1000 groups, 128 a slice: a few runs to the end, then one from the top
         rt.advance(rt.now + 1)
         if other.state == JobState.RUNNING:
             break

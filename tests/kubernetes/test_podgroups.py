@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.gangs import POD_GROUP_LABEL
-from gpucluster.kubernetes.podgroups import GROUP_UID_PREFIX, group_job_id, group_spec, is_labelled, member_of
+from gpucluster.kubernetes.podgroups import (
+    GROUP_UID_PREFIX,
+    MIXED_SHAPES_WHY,
+    group_job_id,
+    group_spec,
+    is_labelled,
+    member_of,
+)
 from gpucluster.kubernetes.secondary import SecondaryScheduler
 from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION, QUEUE_LABEL, TENANT_ANNOTATION
 from tests.kubernetes.helpers import pod_obj, registry
@@ -83,6 +90,23 @@ def test_what_a_group_cannot_be_is_refused_naming_where_and_why() -> None:
         group_spec("g-1", m, [member("w0")], 0, registry())
     with pytest.raises(ValueError, match=r"gpucluster.io/priority\]: not a number"):
         group_spec("g-1", m, [member("w0", annotations={"gpucluster.io/priority": "high"})], 1, registry())
+
+
+def test_a_group_of_mixed_shapes_is_refused_saying_what_each_asks_for_and_why() -> None:
+    """A launcher of 0 GPUs beside 2-GPU workers (what a training operator's MPIJob makes): the message names both
+    pods, what each asks for, and why the queue refuses instead of placing them."""
+    m = member_of(member("w0"), "gpucluster")
+    assert m is not None
+    launcher = member("w1")
+    launcher["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    with pytest.raises(ValueError) as err:
+        group_spec("g-1", m, [member("w0"), launcher], 2, registry())
+    w0 = member("w0")["spec"]["containers"][0]
+    asked = ", ".join(f"{k}={v}" for k, v in sorted(w0["resources"]["limits"].items()))
+    assert str(err.value) == (
+        f"pod group research/train: pod research/w1 asks for other resources than pod research/w0 (container "
+        f"{w0['name']}: cpu=1) where pod research/w0 asks for (container {w0['name']}: {asked}); {MIXED_SHAPES_WHY}")
+    assert "no slot per member shape" in MIXED_SHAPES_WHY
 
 
 def test_a_group_s_job_id_is_the_same_everywhere_and_new_for_a_later_generation() -> None:

@@ -4,11 +4,12 @@ no must-place policy run ever allocates more than either bound."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucluster.scheduler.plugins.baselines import node_rank
-from gpucluster.simulator.experiments.bound import MILLI, allocation_bound, dff_family, must_place_bound
+from gpucluster.simulator.experiments.bound import MILLI, allocation_bound, covers, dff_family, must_place_bound
 from gpucluster.simulator.experiments.fgd import target_workload
 from gpucluster.simulator.experiments.fgd_engine import PolicyName, run
 from gpucluster.simulator.traces.openb import OpenbNode, OpenbPod
@@ -64,3 +65,83 @@ def test_the_must_place_rule_lowers_the_bound() -> None:
     assert allocation_bound(nodes, pods).bound_milli == MILLI
     mp = must_place_bound(nodes, pods, segments=2).bound_milli
     assert 810 <= mp < MILLI
+
+
+# ------------------------------------------------------------------------ against every must-place run (brute force)
+def _best_must_place_run(nodes: list[OpenbNode], pods: list[OpenbPod]) -> int:
+    """The largest final allocation over *every* run that places each pod that fits when it arrives: at each pod,
+    every node and every choice of its GPUs that can hold it is tried (the fast path's fit test)."""
+    from itertools import combinations
+
+    def go(i: int, cpu: tuple[int, ...], mem: tuple[int, ...], gpu: tuple[tuple[int, ...], ...]) -> int:
+        if i == len(pods):
+            return 0
+        p = pods[i]
+        best = -1
+        for n, node in enumerate(nodes):
+            if cpu[n] < p.cpu_milli or mem[n] < p.memory_mib:
+                continue
+            if p.num_gpu and p.gpu_spec and node.model not in p.gpu_spec:
+                continue
+            free = [g for g in range(node.gpus) if gpu[n][g] >= p.gpu_milli] if p.num_gpu else []
+            choices = list(combinations(free, p.num_gpu)) if p.num_gpu else [()]
+            for chosen in choices:
+                left = tuple(m - p.gpu_milli if g in chosen else m for g, m in enumerate(gpu[n]))
+                rest = go(i + 1, (*cpu[:n], cpu[n] - p.cpu_milli, *cpu[n + 1:]),
+                          (*mem[:n], mem[n] - p.memory_mib, *mem[n + 1:]), (*gpu[:n], left, *gpu[n + 1:]))
+                best = max(best, p.total_gpu_milli + rest)
+        if best < 0:  # fits nowhere: the pod fails and the run goes on
+            return go(i + 1, cpu, mem, gpu)
+        return best
+
+    return go(0, tuple(n.cpu_milli for n in nodes), tuple(n.memory_mib for n in nodes),
+              tuple((MILLI,) * n.gpus for n in nodes))
+
+
+tiny_node_st = st.builds(OpenbNode, name=st.just("n"), cpu_milli=st.sampled_from([4000, 8000, 96000]),
+                         memory_mib=st.sampled_from([8192, 262144]), gpus=st.sampled_from([1, 2]),
+                         model=st.sampled_from(["G2", "T4"]))
+tiny_pod_st = st.builds(OpenbPod, name=st.just("p"), cpu_milli=st.sampled_from([0, 1000, 3152, 4000]),
+                        memory_mib=st.sampled_from([0, 4096]), num_gpu=st.sampled_from([0, 1, 1, 1, 2]),
+                        gpu_milli=st.sampled_from([160, 470, 650, 810, 1000]),
+                        gpu_spec=st.sampled_from([(), (), ("T4",)]))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(tiny_node_st, min_size=1, max_size=2), st.lists(tiny_pod_st, min_size=1, max_size=6),
+       st.sampled_from([None, 810, 470]), st.integers(1, 6))
+def test_no_must_place_run_at_all_beats_the_bound(nodes: list[OpenbNode], pods: list[OpenbPod], key_milli: int | None,
+                                                  segments: int) -> None:
+    """Not only the shipped policies: the best of every must-place run (brute force) is within both bounds, for
+    every key class and segmentation (the covering and covered-pod rows are valid whatever the order)."""
+    nodes = [OpenbNode(f"n{i}", n.cpu_milli, n.memory_mib, n.gpus, n.model) for i, n in enumerate(nodes)]
+    pods = [_fix(p, i) for i, p in enumerate(pods)]
+    best = _best_must_place_run(nodes, pods)
+    assert best <= allocation_bound(nodes, pods).bound_milli + 1e-6
+    key = None if key_milli is None else (lambda s: s[2] == 1 and s[3] == key_milli)
+    assert best <= must_place_bound(nodes, pods, segments=segments, key=key).bound_milli + 1e-6
+
+
+def test_covering_pods_fail_after_the_first_key_failure() -> None:
+    """Two one-GPU nodes of 4 cores. An 810-milli pod (3.152 cores) takes one node, a 3-core CPU pod must go to
+    the other, so the next 810-milli pod fits nowhere, and the whole-GPU pod after it (3.2 cores) cannot fit
+    either: every must-place run ends at 810. Without the covering, covered-pod and failed-pod rows the bound was
+    1810 (the LP left the CPU pod out, or counted the failed 810 as placed, and added part of the whole-GPU pod
+    after the failure) - the rows make it exact."""
+    nodes = [OpenbNode(f"n{i}", 4000, 65536, 1, "G2") for i in range(2)]
+    pods = [OpenbPod("a", 3152, 1024, 1, 810), OpenbPod("b", 3000, 1024, 0, 0),
+            OpenbPod("c", 3152, 1024, 1, 810), OpenbPod("d", 3200, 1024, 1, 1000)]
+    assert _best_must_place_run(nodes, pods) == 810
+    got = must_place_bound(nodes, pods, segments=4, key=lambda s: s[3] == 810)
+    assert got.bound_milli == pytest.approx(810, abs=1e-6)
+
+
+def test_covers_follows_the_fit_test() -> None:
+    key = (3152, 5600, 1, 810, ())
+    assert covers((4000, 8192, 1, 1000, ()), key)  # a bigger whole-GPU pod
+    assert covers((4000, 8192, 8, 1000, ("G2",)), key)  # fewer models allowed than the key: still covers
+    assert not covers((3000, 8192, 1, 1000, ()), key)  # less CPU
+    assert covers(key, (1000, 0, 0, 0, ()))  # a CPU-only pod that asks less
+    assert covers(key, (3152, 5600, 1, 590, ()))
+    assert not covers(key, (3152, 5600, 1, 590, ("T4",)))  # the key may land on a model this pod refuses
+    assert not covers(key, (3152, 5600, 2, 470, ()))

@@ -30,10 +30,11 @@ Single-threaded by contract: one driver calls it at a time.
 from __future__ import annotations
 
 import bisect
+import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,7 +47,7 @@ from gpucluster.jobs.offers import OffersAdaptor
 from gpucluster.jobs.placement import Placer
 from gpucluster.jobs.policies import Key, QueuePolicy
 from gpucluster.jobs.preemption import Running, plan_preemption, plan_reclaim
-from gpucluster.jobs.queue import JobQueue
+from gpucluster.jobs.queue import Entry, JobQueue
 from gpucluster.jobs.tally import JobTable
 from gpucluster.jobs.transitions import (
     Arrive,
@@ -149,6 +150,9 @@ class Totals:
     evictions: int = 0
     passes: int = 0
     schedule_calls: int = 0
+    looked: int = 0
+    """Queued jobs the passes looked at (a fit check, a reason each); the jobs of a group that waits in a pass
+    are not looked at one by one (:meth:`JobEngine._walk`)."""
     reclaims: int = 0
     """Jobs preempted to give a queue back its guarantee (counted in ``preemptions`` too)."""
     offers_accepted: int = 0
@@ -234,7 +238,7 @@ class JobEngine:
         """The ``offers`` policy's round."""
         self.totals = Totals(capacity=self.capacity)
         self._delay_wake: set[tuple[str, float]] = set()
-        self._queue = JobQueue()
+        self._queue = JobQueue(self._group_of, keep_fresh=self.options.describe)
         self._running: dict[str, Key] = {}
         self._running_rank: dict[str, Key] = {}
         self.views = JobViews(self.jobs, self._queue, self._running, policy, self, self.ledger, self.jobs.tally)
@@ -243,8 +247,9 @@ class JobEngine:
         self._dirty = False
         self._seen: tuple[Any, ...] = ()
         """The cluster's change stamp (and the quota tree's revision) when the last pass ended."""
-        self._shapes: dict[str, tuple[float, int, tuple[Any, ...], bool, int]] = {}
-        """Job id -> (GPU share, task GPUs, shape, whole, tasks): the pass reads these for every queued job."""
+        self._epoch = 0
+        """Counts the jobs started and stopped (and failed in placement): a pass compares it before and after a
+        job to know whether anything changed (:meth:`_walk`)."""
         self._failure: GroupDecision | None = None
         self._resume: tuple[Key, int, str] | None = None
         """Where a pass cut short by ``pass_budget_s`` stopped: the next pass goes on from this queue entry."""
@@ -333,7 +338,6 @@ class JobEngine:
         job = self.jobs.get(job_id)
         if job is not None and job.done:
             del self.jobs[job_id]
-            self._shapes.pop(job_id, None)
             self._admitted.discard(job_id)
 
     def run_until(self, t: float) -> None:
@@ -569,7 +573,6 @@ class JobEngine:
         tot.passes += 1
         pol = self.policy
         describe = self.options.describe
-        device_check = self.options.device_check
         if self.paused:
             return
         if pol.via_offers:
@@ -580,94 +583,12 @@ class JobEngine:
             if pol.dynamic:
                 with self.ledger.fixed_shares():
                     self._queue.resort(lambda jid: pol.key(self.jobs[jid], self))
-            free = tot.gpus - self.ledger.busy
-            failed: dict[tuple[Any, ...], float] = {}
-            why: dict[tuple[Any, ...], str] = {}
-            said: dict[tuple[Any, ...], str] = {}
-            """(shape, need, tasks) -> why such a job waits, while nothing started or stopped in this pass: the
-            rest of that shape share one reason instead of composing it each."""
-            budget = self.options.pass_budget_s
-            deadline = time.perf_counter() + budget if budget != math.inf else math.inf
-            worst: Key | None = None
-            stale_worst = True
-            no_victims: dict[tuple[Key, int], float] = {}
-            """(rank, task size) -> smallest need for which preemption found no victims in this pass."""
-            jobs = self.jobs
-            shapes = self._shapes
-            queued = JobState.QUEUED
-            order = list(self._queue)
-            stopped = len(order)
-            first = 0 if resume is None else bisect.bisect_left(order, resume)  # the rest of a pass cut short
-            sliced = False
-            for pos in range(first, len(order)):
-                key, _, jid = order[pos]
-                job = jobs[jid]
-                if job.state != queued:
-                    continue
-                if not pos & 127 and pos > first and time.perf_counter() > deadline:
-                    self._resume = order[pos]
-                    sliced = True
-                    stopped = pos
-                    break
-                spec = job.spec
-                info = shapes.get(jid)
-                if info is None:
-                    info = shapes[jid] = (spec.gpu_share, spec.task_gpus,
-                                          (spec.shape, spec.tenant, jid in self._admitted), spec.whole,
-                                          spec.num_tasks)
-                need, task_gpus, shape, whole, tasks = info
-                if need <= free and need < failed.get(shape, math.inf) and (
-                        not whole or not device_check or self.capacity.slots_for(task_gpus) >= tasks):
-                    if self._try_start(job, key):
-                        free -= need
-                        stale_worst = True
-                        said.clear()
-                        continue
-                    if job.state != queued:  # its placement failed outright
-                        continue
-                    failed[shape] = need
-                    if describe:
-                        why[shape] = self._failure_message(job)
-                if self._reclaim and self._reclaim_for(job, key, free):
-                    free = tot.gpus - self.ledger.busy
-                    failed.clear()
-                    said.clear()
-                    continue
-                stop = False
-                if pol.preemptive and self._running:
-                    if stale_worst:
-                        worst, stale_worst = max(self._running_rank.values()), False
-                    assert worst is not None
-                    rank = pol.rank(key)
-                    if rank < worst and need < no_victims.get((rank, task_gpus), math.inf):
-                        if self._preempt_for(job, key, free):
-                            free = tot.gpus - self.ledger.busy
-                            stale_worst = True
-                            no_victims.clear()
-                            said.clear()
-                            continue
-                        no_victims[(rank, task_gpus)] = need
-                    elif free <= 0:
-                        stop = True
-                if describe:
-                    reason = said.get((shape, need, tasks))
-                    if reason is None:
-                        reason = said[(shape, need, tasks)] = why.get(shape) or self._count_message(job, free)
-                    self._note(job, reason)
-                if stop or not pol.backfill or (free <= 0 and not pol.preemptive and not self._reclaim
-                                                and not self._queue.gpuless):
-                    stopped = pos + 1
-                    break
-            if describe and not sliced:  # the jobs the pass did not reach wait their turn
-                for ahead, (_, _, jid) in enumerate(order[stopped:], start=stopped):
-                    job = jobs[jid]
-                    if job.state == queued:
-                        self._note(job, self._count_message(job, free) if job.spec.gpu_share > free else
-                                   f"waiting its turn: {ahead} job(s) ahead in {pol.name} order")
+            self._walk(resume)
         elif describe:
             free = tot.gpus - self.ledger.busy
-            for job in self.views.queued():
-                self._note(job, self._count_message(job, free))
+            jobs = self.jobs
+            self._note_groups({g: [((), self._count_message(jobs[members[0][2]], free))]
+                               for g, members in self._queue.groups.items()})
         # what the pass itself changed (victims re-queued) waits for the next event, so stepping the clock
         # in small or large increments gives the same run; a pass cut short goes on at the next run, and one
         # that reached the end after something changed during it starts again from the top
@@ -682,6 +603,203 @@ class JobEngine:
             if last is None or (last.busy_gpus, last.queued_jobs, last.running_jobs) != (
                     point.busy_gpus, point.queued_jobs, point.running_jobs):
                 self.series.append(point)
+
+    def _group_of(self, job_id: str, key: Key) -> Hashable:
+        """The group a queued job waits in: jobs a pass treats alike (one shape, tenant, admission, size and, for
+        a preemptive policy, preemption rank), so that while nothing starts or stops in a pass the others of a
+        group that one of them could not use are not looked at (:meth:`_walk`)."""
+        spec = self.jobs[job_id].spec
+        return ((spec.shape, spec.tenant, job_id in self._admitted), spec.gpu_share, spec.task_gpus,
+                spec.num_tasks, spec.whole, self.policy.rank(key) if self.policy.preemptive else None)
+
+    def _walk(self, resume: Entry | None) -> None:
+        """One scheduling pass over the queue in policy order (from ``resume``, the rest of a pass cut short).
+
+        Every queued job is tried in order, as if one by one: a job that fits starts; one that does not may
+        preempt or reclaim (preemptive policies, reclaim), and it says why it waits. The pass stops at the first
+        job that waits for policies without backfilling (or when nothing is free and nothing could start).
+
+        What it costs does not grow with the jobs that wait: the queue keeps its jobs in groups of jobs the pass
+        treats alike (:meth:`_group_of`), each in policy order, and the pass walks the groups' heads merged in
+        policy order (a heap). Once a job of a group was looked at and nothing changed (no job started or stopped:
+        ``_epoch``), every later job of that group would be looked at under the same conditions and do the same
+        nothing (the fit check and the victims' search depend only on what the group shares, and what the pass
+        learns as it goes, ``failed`` and ``no_victims``, only ever rules more out), so the group is set aside;
+        when something changes, the groups set aside come back from their first job after that point. A pass
+        therefore looks at about (groups) x (starts + 1) jobs, never more than are queued, in the order and
+        with the outcome of a job-by-job walk."""
+        tot = self.totals
+        pol = self.policy
+        describe = self.options.describe
+        device_check = self.options.device_check
+        jobs = self.jobs
+        queue = self._queue
+        groups = queue.groups
+        queued = JobState.QUEUED
+        limit = queue.seq  # jobs queued during this pass (victims sent back) wait for the next one
+        free = tot.gpus - self.ledger.busy
+        failed: dict[tuple[Any, ...], float] = {}
+        why: dict[tuple[Any, ...], str] = {}
+        said: dict[tuple[Any, ...], str] = {}
+        """(shape, need, tasks) -> why such a job waits, while nothing started or stopped in this pass: the
+        rest of that shape share one reason instead of composing it each."""
+        budget = self.options.pass_budget_s
+        deadline = time.perf_counter() + budget if budget != math.inf else math.inf
+        worst: Key | None = None
+        stale_worst = True
+        no_victims: dict[tuple[Key, int], float] = {}
+        """(rank, task size) -> smallest need for which preemption found no victims in this pass."""
+
+        def after(members: list[Entry], i: int) -> Entry | None:
+            """The first entry from index ``i`` that was queued before this pass began."""
+            while i < len(members):
+                if members[i][1] < limit:
+                    return members[i]
+                i += 1
+            return None
+
+        heap: list[tuple[Entry, Hashable]] = []
+
+        def push_next(group: Hashable, past: Entry) -> None:
+            """Put ``group``'s first job after ``past`` on the heap (if it has one)."""
+            members = groups.get(group)
+            if members is not None:
+                nxt = after(members, bisect.bisect_right(members, past))
+                if nxt is not None:
+                    heapq.heappush(heap, (nxt, group))
+
+        for g, members in groups.items():
+            head = after(members, 0 if resume is None else bisect.bisect_left(members, resume))
+            if head is not None:
+                heap.append((head, g))
+        heapq.heapify(heap)
+        parked: list[Hashable] = []
+        """Groups set aside: the last job looked at did nothing, and nothing changed since."""
+        reasons: dict[Hashable, list[tuple[tuple[Any, ...], str]]] = {}
+        """Group -> [(first entry it applies to, why the group's jobs from there wait)] (describe)."""
+        stop_at: Entry | None = None
+        sliced = False
+        looked = 0
+        while heap:
+            entry, g = heapq.heappop(heap)
+            if looked and not looked & 127 and time.perf_counter() > deadline:
+                self._resume = entry
+                sliced = True
+                break
+            looked += 1
+            tot.looked += 1
+            key, _, jid = entry
+            job = jobs[jid]
+            epoch = self._epoch
+            reason: str | None = None
+            stop = False
+            if job.state == queued:
+                spec = job.spec
+                need, task_gpus, tasks = spec.gpu_share, spec.task_gpus, spec.num_tasks
+                shape = g[0]  # type: ignore[index]
+                started = False
+                if need <= free and need < failed.get(shape, math.inf) and (
+                        not spec.whole or not device_check or self.capacity.slots_for(task_gpus) >= tasks):
+                    if self._try_start(job, key):
+                        free -= need
+                        stale_worst = True
+                        said.clear()
+                        started = True
+                    elif job.state == queued:
+                        failed[shape] = need
+                        if describe:
+                            why[shape] = self._failure_message(job)
+                    else:
+                        started = True  # its placement failed outright: it is gone, nothing to say
+                if started:
+                    pass
+                elif self._reclaim and self._reclaim_for(job, key, free):
+                    free = tot.gpus - self.ledger.busy
+                    failed.clear()
+                    said.clear()
+                else:
+                    preempted = False
+                    if pol.preemptive and self._running:
+                        if stale_worst:
+                            worst, stale_worst = max(self._running_rank.values()), False
+                        assert worst is not None
+                        rank = pol.rank(key)
+                        if rank < worst and need < no_victims.get((rank, task_gpus), math.inf):
+                            if self._preempt_for(job, key, free):
+                                free = tot.gpus - self.ledger.busy
+                                stale_worst = True
+                                no_victims.clear()
+                                said.clear()
+                                preempted = True
+                            else:
+                                no_victims[(rank, task_gpus)] = need
+                        elif free <= 0:
+                            stop = True
+                    if not preempted:
+                        if describe:
+                            reason = said.get((shape, need, tasks))
+                            if reason is None:
+                                reason = said[(shape, need, tasks)] = why.get(shape) or self._count_message(job, free)
+                        if stop or not pol.backfill or (free <= 0 and not pol.preemptive and not self._reclaim
+                                                        and not queue.gpuless):
+                            stop = True
+            if reason is not None:
+                said_g = reasons.setdefault(g, [])
+                if not said_g or said_g[-1][1] != reason:  # a group's reasons change only where the words do
+                    said_g.append((entry if said_g else (), reason))
+            if stop:
+                stop_at = entry
+                break
+            if self._epoch != epoch:
+                # something started or stopped: the groups set aside are looked at again after this job
+                for other in parked:
+                    push_next(other, entry)
+                parked.clear()
+                push_next(g, entry)
+            elif job.state == queued:
+                parked.append(g)
+            else:  # not queued (cannot happen: the queue holds queued jobs only): go on with the next of its group
+                push_next(g, entry)
+        if describe:
+            if stop_at is not None and not sliced:  # the jobs after the one the pass stopped at wait their turn
+                bound = (stop_at[0], stop_at[1] + 0.5)  # after stop_at, before any later entry
+                turn = f"waiting its turn: {pol.name} order stops at job {stop_at[2]}, which waits"
+                for g, members in groups.items():
+                    if members[-1] > stop_at:
+                        said_g = reasons.setdefault(g, [])
+                        if not said_g or said_g[-1][1] != turn:
+                            said_g.append((bound if said_g else (), turn))
+            self._note_groups(reasons)
+
+    def _note_groups(self, reasons: Mapping[Hashable, list[tuple[tuple[Any, ...], str]]]) -> None:
+        """Say why the jobs of each group in ``reasons`` wait: ``[(first entry, why)]``, each from its entry on
+        (``()``: from the group's first job). Only a group whose reasons changed (or were last said
+        ``NOTE_REPEAT_S`` ago) has all its jobs noted; otherwise only the jobs that joined it since."""
+        queue = self._queue
+        jobs = self.jobs
+        now = self.now
+        queued = JobState.QUEUED
+        for g, said in reasons.items():
+            members = queue.groups.get(g)
+            fresh = queue.fresh.pop(g, None)
+            if not members:
+                continue
+            sig = tuple(said)
+            last = queue.noted.get(g)
+            targets: list[str]
+            if last is None or last[0] != sig or now - last[1] >= NOTE_REPEAT_S:
+                queue.noted[g] = (sig, now)
+                targets = [e[2] for e in members]
+            elif fresh:
+                targets = fresh
+            else:
+                continue
+            bounds = [b for b, _ in said]
+            for jid in targets:
+                job = jobs.get(jid)
+                if job is None or job.state != queued or jid not in queue or queue.group_of(jid) != g:
+                    continue
+                self._note(job, said[bisect.bisect_right(bounds, queue.entry(jid)) - 1][1])
 
     def _count_message(self, job: Job, free: float) -> str:
         """Why a job the pass did not try waits (:func:`gpucluster.jobs.views.count_message`)."""
@@ -773,6 +891,7 @@ class JobEngine:
             group = self.placer.place(job, pods)
         except Exception as exc:  # a plugin (or the API server) failed on this job: it fails, the pass goes on
             log.exception("placing job %s failed", job.job_id)
+            self._epoch += 1
             self._dequeue(job)
             self._apply(job, Fail(f"placement failed: {type(exc).__name__}: {exc}"))
             self._failure = None
@@ -796,6 +915,7 @@ class JobEngine:
     def _begin(self, job: Job, attempt: int, pods: Sequence[Pod], names: tuple[str, ...],
                devices: list[tuple[int, int]], run_start: float | None = None) -> None:
         """The job's tasks hold their resources: start it (transition, finish timer, bookkeeping)."""
+        self._epoch += 1
         spec = job.spec
         state = self.state
         moved = 0
@@ -827,6 +947,7 @@ class JobEngine:
 
     def _release(self, job: Job) -> None:
         """Give back what the running job holds (its pods, its quota, its share of the counts)."""
+        self._epoch += 1
         self.placer.release(job, job.pod_keys)
         if self.quota is not None:
             for key in job.pod_keys:

@@ -1,32 +1,56 @@
-"""The job engine's queue: queued job ids kept in the queue policy's order.
+"""The job engine's queue: queued job ids kept in the queue policy's order, and grouped.
 
 An entry is ``(key, seq, job id)``: the policy's key, then arrival order among equal keys (``seq`` counts every
 insertion). :class:`JobQueue` keeps the entries sorted and counts the queued jobs that ask for no GPU (they may
 start while every GPU is busy).
+
+It also keeps the entries grouped by what the engine's ``grouper`` says of each job (the engine groups jobs that
+a scheduling pass treats alike: one shape, one tenant, one preemption rank), each group's entries sorted too, so
+a pass can take a group that waits as a whole instead of looking at each of its jobs (``groups``), and note the
+reason of only the jobs that joined a group since (``fresh``).
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
 
 from gpucluster.jobs.model import Job
 from gpucluster.jobs.policies import Key
 
 Entry = tuple[Key, int, str]
 """(policy key, insertion sequence, job id)."""
+Grouper = Callable[[str, Key], Hashable]
+"""(job id, policy key) -> the group the queued job belongs to."""
+
+
+def _no_group(job_id: str, key: Key) -> Hashable:
+    return None
 
 
 class JobQueue:
-    """Queued jobs in policy order (iterate for the entries, best first)."""
+    """Queued jobs in policy order (iterate for the entries, best first), and in groups."""
 
-    __slots__ = ("_entries", "_entry", "_seq", "gpuless", "gpus")
+    __slots__ = ("_entries", "_entry", "_group", "_grouper", "fresh", "gpuless", "gpus", "groups", "keep_fresh",
+                 "noted", "seq")
 
-    def __init__(self) -> None:
+    def __init__(self, grouper: Grouper = _no_group, *, keep_fresh: bool = False) -> None:
         self._entries: list[Entry] = []
         self._entry: dict[str, Entry] = {}
-        self._seq = itertools.count()
+        self._grouper = grouper
+        self._group: dict[str, Hashable] = {}
+        self.seq = 0
+        """The sequence number the next insertion gets (entries with a smaller one were queued before)."""
+        self.groups: dict[Hashable, list[Entry]] = {}
+        """Group -> its entries, best first (a group with no entry left is dropped)."""
+        self.keep_fresh = keep_fresh
+        """Keep ``fresh`` (an engine that notes why jobs wait)."""
+        self.fresh: dict[Hashable, list[str]] = {}
+        """Group -> the job ids that joined it since the engine last took them (to note their reason); empty
+        unless ``keep_fresh``."""
+        self.noted: dict[Hashable, tuple[Any, float]] = {}
+        """Group -> (what the engine last said of its jobs, when): kept here so it goes with the group."""
         self.gpuless = 0
         """Queued jobs that ask for no GPU."""
         self.gpus = 0.0
@@ -47,6 +71,14 @@ class JobQueue:
     def key(self, job_id: str) -> Key:
         """The key ``job_id`` is queued under."""
         return self._entry[job_id][0]
+
+    def entry(self, job_id: str) -> Entry:
+        """The entry ``job_id`` is queued under."""
+        return self._entry[job_id]
+
+    def group_of(self, job_id: str) -> Hashable:
+        """The group ``job_id`` is queued in."""
+        return self._group[job_id]
 
     def ids(self) -> list[str]:
         """Queued job ids, best first."""
@@ -75,17 +107,49 @@ class JobQueue:
 
     def resort(self, key: Callable[[str], Key]) -> None:
         """Key every queued job again with ``key`` (a dynamic policy's keys move with the cluster); jobs
-        keep their insertion order among equal keys."""
+        keep their insertion order among equal keys, and their groups are formed again."""
         self._entries = sorted((key(jid), s, jid) for _, s, jid in self._entries)
         self._entry = {e[2]: e for e in self._entries}
+        groups: dict[Hashable, list[Entry]] = {}
+        for e in self._entries:  # in order: each group's list comes out sorted
+            g = self._grouper(e[2], e[0])
+            old = self._group[e[2]]
+            if g != old and self.keep_fresh:
+                self.fresh.setdefault(g, []).append(e[2])
+            self._group[e[2]] = g
+            groups.setdefault(g, []).append(e)
+        for g in [g for g in self.noted if g not in groups]:
+            del self.noted[g]
+        for g in [g for g in self.fresh if g not in groups]:
+            del self.fresh[g]
+        self.groups = groups
 
     def _insert(self, key: Key, job_id: str) -> None:
-        entry = (key, next(self._seq), job_id)
+        entry = (key, self.seq, job_id)
+        self.seq += 1
         bisect.insort(self._entries, entry)
         self._entry[job_id] = entry
+        g = self._grouper(job_id, key)
+        self._group[job_id] = g
+        members = self.groups.get(g)
+        if members is None:
+            self.groups[g] = [entry]
+        else:
+            bisect.insort(members, entry)
+        if self.keep_fresh:
+            self.fresh.setdefault(g, []).append(job_id)
 
     def _unlink(self, job_id: str) -> None:
         entry = self._entry.pop(job_id)
         i = bisect.bisect_left(self._entries, entry)
         assert self._entries[i] == entry
         del self._entries[i]
+        g = self._group.pop(job_id)
+        members = self.groups[g]
+        k = bisect.bisect_left(members, entry)
+        assert members[k] == entry
+        del members[k]
+        if not members:
+            del self.groups[g]
+            self.noted.pop(g, None)
+            self.fresh.pop(g, None)

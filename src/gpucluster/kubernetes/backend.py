@@ -21,6 +21,11 @@ The API server is the source of truth; the one job engine (:class:`gpucluster.jo
   (:func:`~gpucluster.kubernetes.workloads.jobset_as_job`: the sum of its replicated Jobs' pods is the gang),
   admitted, written and unsuspended the same way; its child Jobs' pods are filed under the JobSet's uid (their
   ``jobset.sigs.k8s.io/jobset-name``) and bound into its slots; the child Jobs are never queued themselves.
+* **PyTorchJobs are jobs too** (``kubeflow.org/v1``, the Kubeflow training operator's, once served, looked for
+  like JobSets): read as one Job (:func:`~gpucluster.kubernetes.workloads.pytorchjob_as_job`: Master and Workers
+  are one gang), admitted and written the same way, released by ``spec.runPolicy.suspend: false`` (suspended
+  again when preempted); the pods the operator makes (owned by the PyTorchJob) are filed under its uid, each in
+  its replica's slot (Master first, then the Workers by ``training.kubeflow.org/replica-index``).
 * **Pod groups are jobs too.** Bare pods for our scheduler name that name a gang (the
   ``scheduling.x-k8s.io/pod-group`` label and its PodGroup's ``minMember``, or ``gpucluster.io/gang``) are one
   job of their tenant (:mod:`.podgroups`): gathered until ``minMember`` exist, admitted all or nothing by the
@@ -114,6 +119,7 @@ from gpucluster.kubernetes.workloads import (
     DEFAULT_IMAGE,
     JOBSET_API,
     JOBSET_NAME_LABEL,
+    PYTORCHJOB_API,
     Admission,
     PodView,
     QueueJob,
@@ -125,6 +131,9 @@ from gpucluster.kubernetes.workloads import (
     jobset_as_job,
     parse_queue_job,
     pod_view,
+    pytorchjob_as_job,
+    pytorchjob_owner,
+    replica_slot,
     slot_allocation,
 )
 from gpucluster.model import Allocation, AllocationError, ClusterState, Pod, views
@@ -155,7 +164,10 @@ EXTRA_SUFFIX = "-extra"
 EXTRA_KEY_PREFIX = "extra:"
 """A pod group's member beyond its ``minMember`` slots is bound with the reservation ``NAMESPACE/<job id>-extra``."""
 JOBSET_RECHECK_S = 5.0
-"""How often the JobSet list is tried again while the API server does not serve JobSets (no CRD yet)."""
+"""How often the JobSet (and PyTorchJob) list is tried again while the API server does not serve them (no CRD
+yet)."""
+CUSTOM_KINDS: Mapping[str, tuple[str, str, str]] = {"JobSet": JOBSET_API, "PyTorchJob": PYTORCHJOB_API}
+"""The workload kinds read as jobs of the queue besides batch/v1 Jobs: kind -> (group, version, plural)."""
 _NOT_SLOT = frozenset({VGPU_NODE_ANNOTATION, VGPU_TIME_ANNOTATION, BIND_TIME_ANNOTATION, BIND_PHASE_ANNOTATION,
                        RESERVATION_ANNOTATION})
 
@@ -367,6 +379,10 @@ class KubeRuntime(EngineFront):
         """JobSet uid -> the queued JobSet as last reported, read as a Job (:func:`jobset_as_job`)."""
         self._set_uids: dict[str, str] = {}
         """``namespace/name`` -> uid of the queued JobSets (their child Jobs' pods are filed under it)."""
+        self._ptj_objs: dict[str, Mapping[str, Any]] = {}
+        """PyTorchJob uid -> the queued PyTorchJob as last reported, read as a Job (:func:`pytorchjob_as_job`)."""
+        self._ptj_uids: dict[str, str] = {}
+        """``namespace/name`` -> uid of the queued PyTorchJobs."""
         self.informer.pod_listeners.append(self._on_pod)
         self.informer.pod_resync_listeners.append(self._on_pod_resync)
         self.informer.watch_kind("jobs", self.batch.list_job_for_all_namespaces, self._on_job, self._on_job_list,
@@ -374,6 +390,10 @@ class KubeRuntime(EngineFront):
         self.informer.watch_kind("jobsets", functools.partial(self.custom.list_cluster_custom_object, *JOBSET_API),
                                  self._on_jobset, self._on_jobset_list, label_selector=QUEUE_LABEL, optional=True,
                                  recheck_s=JOBSET_RECHECK_S)
+        self.informer.watch_kind("pytorchjobs",
+                                 functools.partial(self.custom.list_cluster_custom_object, *PYTORCHJOB_API),
+                                 self._on_pytorchjob, self._on_pytorchjob_list, label_selector=QUEUE_LABEL,
+                                 optional=True, recheck_s=JOBSET_RECHECK_S)
         self.informer.start()
         if not self.informer.wait_synced(sync_timeout):
             self.informer.stop()
@@ -402,7 +422,7 @@ class KubeRuntime(EngineFront):
         self._new_engine()
         self._start_history()
         with self._lock:
-            self._dirty = set(self._job_objs) | set(self._set_objs)  # JobSets too
+            self._dirty = set(self._job_objs) | set(self._set_objs) | set(self._ptj_objs)  # JobSets, PyTorchJobs
         self._sync_jobs()
         self._sync_groups()
         if self.elector is not None:
@@ -439,10 +459,18 @@ class KubeRuntime(EngineFront):
             where = f"{key.partition('/')[0]}/{jobset}"
             with self._lock:
                 view.job_uid = self._set_uids.get(where) or f"jobset:{where}"
+        owner = pytorchjob_owner(obj) if view is not None and not view.job_uid else ""
+        if owner:  # the training operator made it: its queued PyTorchJob's pod, in its replica's slot
+            with self._lock:
+                ptj = self._ptj_objs.get(owner)
+            if ptj is not None and view is not None:
+                view.job_uid, view.index = owner, replica_slot(obj, ptj.get("offsets") or {})
         if view is not None and not view.job_uid:
             member = member_of(obj, self.scheduler_name, self.pod_groups)
             if member is not None:
                 view.job_uid = member.uid
+            elif owner:  # a PyTorchJob not known (yet): kept, so that its list files the pod when it comes
+                view.job_uid = owner
         claimant = claim_tenant(obj) if kind != "DELETED" else None
         with self._lock:
             if view is None or not view.job_uid:
@@ -499,23 +527,70 @@ class KubeRuntime(EngineFront):
                     p.job_uid = self._set_uids[p.job_uid[7:]]
             self._dirty |= set(fresh) | self._gone
 
-    def _kind_of(self, namespace: str, name: str) -> str:
+    def _on_pytorchjob(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        where = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
         with self._lock:
-            return "JobSet" if f"{namespace}/{name}" in self._set_uids else "Job"
+            if kind == "DELETED":
+                self._ptj_objs.pop(uid, None)
+                self._ptj_uids.pop(where, None)
+                self._gone.add(uid)
+            else:
+                self._ptj_objs[uid] = pytorchjob_as_job(obj)
+                self._ptj_uids[where] = uid
+                self._gone.discard(uid)
+                self._file_ptj_pods({uid})
+            self._dirty.add(uid)
+
+    def _on_pytorchjob_list(self, items: list[Mapping[str, Any]]) -> None:
+        with self._lock:
+            fresh = {str((o.get("metadata") or {}).get("uid") or ""): o for o in items}
+            self._gone |= set(self._ptj_objs) - set(fresh)
+            self._ptj_objs = {u: pytorchjob_as_job(o) for u, o in fresh.items()}
+            self._ptj_uids = {f"{(o.get('metadata') or {}).get('namespace') or 'default'}/"
+                              f"{(o.get('metadata') or {}).get('name') or ''}": u for u, o in fresh.items()}
+            self._file_ptj_pods(set(fresh))
+            self._dirty |= set(fresh) | self._gone
+
+    def _file_ptj_pods(self, uids: set[str]) -> None:
+        """Pods seen before their PyTorchJob (filed as its pods from now on, each in its replica's slot). Caller
+        holds ``_lock``."""
+        for p in self._pods.values():
+            owner = pytorchjob_owner(p.obj)
+            if owner in uids:
+                p.job_uid, p.index = owner, replica_slot(p.obj, self._ptj_objs[owner].get("offsets") or {})
+
+    def _kind_of(self, namespace: str, name: str) -> str:
+        where = f"{namespace}/{name}"
+        with self._lock:
+            return "JobSet" if where in self._set_uids else "PyTorchJob" if where in self._ptj_uids else "Job"
+
+    def _suspend_body(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
+        """The patch that suspends (or releases) the queued object: ``spec.runPolicy.suspend`` on a PyTorchJob,
+        ``spec.suspend`` on a Job or JobSet."""
+        if self._kind_of(namespace, name) == "PyTorchJob":
+            return {"runPolicy": {"suspend": suspend}}
+        return {"suspend": suspend}
 
     def _patch(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
-        """Patch the queued Job or JobSet ``namespace/name``."""
-        if self._kind_of(namespace, name) == "JobSet":
-            group, version, plural = JOBSET_API
+        """Patch the queued Job, JobSet or PyTorchJob ``namespace/name``."""
+        api = CUSTOM_KINDS.get(self._kind_of(namespace, name))
+        if api is not None:
+            group, version, plural = api
             self.custom.patch_namespaced_custom_object(group, version, namespace, plural, name, body)
         else:
             self.batch.patch_namespaced_job(name, namespace, body)
 
     def _read(self, namespace: str, name: str) -> dict[str, Any]:
-        if self._kind_of(namespace, name) == "JobSet":
-            group, version, plural = JOBSET_API
-            return raw_get(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
-        return raw_get(self.batch.read_namespaced_job, name, namespace)
+        """The queued object ``namespace/name`` read as a Job (``spec.suspend`` says whether it is suspended)."""
+        kind = self._kind_of(namespace, name)
+        api = CUSTOM_KINDS.get(kind)
+        if api is None:
+            return raw_get(self.batch.read_namespaced_job, name, namespace)
+        group, version, plural = api
+        obj = raw_get(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+        return pytorchjob_as_job(obj) if kind == "PyTorchJob" else obj
 
     def _on_job(self, kind: str, obj: Mapping[str, Any]) -> None:
         if ((obj.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL):
@@ -578,7 +653,8 @@ class KubeRuntime(EngineFront):
             if not self.leading:
                 return "lost"
             body = {"metadata": {"resourceVersion": rv, "annotations": {
-                ADMISSION_ANNOTATION: admission.to_json(), MESSAGE_ANNOTATION: None}}, "spec": {"suspend": False}}
+                ADMISSION_ANNOTATION: admission.to_json(), MESSAGE_ANNOTATION: None}},
+                "spec": self._suspend_body(namespace, name, False)}
             try:
                 self._patch(namespace, name, body)
                 self._job_event(namespace, name, "Normal", "Admitted",
@@ -669,7 +745,8 @@ class KubeRuntime(EngineFront):
         ResourceClaims."""
         if not self.leading:
             return "lost"
-        body = {"metadata": {"annotations": {ADMISSION_ANNOTATION: None}}, "spec": {"suspend": True}}
+        body = {"metadata": {"annotations": {ADMISSION_ANNOTATION: None}},
+                "spec": self._suspend_body(namespace, name, True)}
         try:
             self._patch(namespace, name, body)
         except ApiException as exc:
@@ -728,8 +805,9 @@ class KubeRuntime(EngineFront):
 
     def write_delete(self, namespace: str, name: str) -> str:
         try:
-            if self._kind_of(namespace, name) == "JobSet":
-                group, version, plural = JOBSET_API
+            api = CUSTOM_KINDS.get(self._kind_of(namespace, name))
+            if api is not None:
+                group, version, plural = api
                 self.custom.delete_namespaced_custom_object(group, version, namespace, plural, name,
                                                             propagation_policy="Background")
             else:
@@ -774,13 +852,15 @@ class KubeRuntime(EngineFront):
 
     def _job_event(self, namespace: str, name: str, kind: str, reason: str, message: str) -> None:
         uid = ""
-        jobset = self._kind_of(namespace, name) == "JobSet"
+        what = self._kind_of(namespace, name)
         with self._lock:
-            for u, obj in (self._set_objs if jobset else self._job_objs).items():
+            objs = {"JobSet": self._set_objs, "PyTorchJob": self._ptj_objs}.get(what, self._job_objs)
+            for u, obj in objs.items():
                 m = obj.get("metadata") or {}
                 if m.get("name") == name and m.get("namespace") == namespace:
                     uid = u
-        involved = ("/".join(JOBSET_API[:2]), "JobSet") if jobset else ("batch/v1", "Job")
+        api = CUSTOM_KINDS.get(what)
+        involved = ("/".join(api[:2]), what) if api is not None else ("batch/v1", "Job")
         self._event(involved, namespace, name, uid, kind, reason, message)
 
     # ------------------------------------------------------------------ jobs: API side
@@ -946,7 +1026,7 @@ class KubeRuntime(EngineFront):
             self._gathering = {}
             self._group_ended = {}
         with self._lock:
-            self._dirty = set(self._job_objs) | set(self._set_objs)  # JobSets too
+            self._dirty = set(self._job_objs) | set(self._set_objs) | set(self._ptj_objs)  # JobSets, PyTorchJobs
 
     def _check_writes(self) -> None:
         left = []
@@ -1019,8 +1099,8 @@ class KubeRuntime(EngineFront):
             dirty, self._dirty = self._dirty, set()
             gone = self._gone & dirty
             self._gone -= gone
-            objs = [self._job_objs.get(u) or self._set_objs[u] for u in dirty
-                    if u in self._job_objs or u in self._set_objs]
+            objs = [self._job_objs.get(u) or self._set_objs.get(u) or self._ptj_objs[u] for u in dirty
+                    if u in self._job_objs or u in self._set_objs or u in self._ptj_objs]
         with self.cluster.lock:
             for uid in gone:
                 self._claim_waits.pop(uid, None)

@@ -291,8 +291,11 @@ UP_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": ["scheduling.x-k8s.io", "scheduling.k8s.io"], "resources": ["podgroups"],
      "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch", "patch", "delete"]},
+    {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"],
+     "verbs": ["get", "list", "watch", "patch", "delete"]},
 )
-"""``gpucluster up``: runs jobs as batch/v1 Jobs (and admits users' Jobs and JobSets labelled with a queue, and
+"""``gpucluster up``: runs jobs as batch/v1 Jobs (and admits users' Jobs, JobSets and PyTorchJobs labelled with a
+queue, and
 pod groups), binds their pods,
 reads their logs, cordons and drains nodes (remediation); reads DRA devices, claims, claim templates and
 PodGroups, creates the claim templates of its API's jobs with ``claims``, and allocates and releases the claims

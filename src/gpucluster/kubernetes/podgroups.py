@@ -3,8 +3,9 @@
 
 A pod is a **member of a queued pod group** when
 
-* no Job made it (a Job's pods are the Job's: :mod:`.workloads`); a pod owned by another controller (a training
-  operator's PyTorchJob, a Volcano Job) is a member like a bare pod;
+* no Job made it (a Job's pods are the Job's: :mod:`.workloads`), nor the training operator for a queued
+  PyTorchJob (that PyTorchJob's); a pod owned by another controller (an unqueued PyTorchJob, a Volcano Job) is a
+  member like a bare pod;
 * its ``spec.schedulerName`` is the control plane's (``gpucluster``);
 * it names a gang: our ``gpucluster.io/gang`` (+ ``gpucluster.io/gang-min-member``) annotations, the
   ``scheduling.x-k8s.io/pod-group`` label (the PodGroup's ``spec.minMember``), or 1.37's
@@ -115,6 +116,24 @@ def _tenant_ok(tenant: str) -> bool:
             and not tenant.startswith("-") and not tenant.endswith("-"))
 
 
+MIXED_SHAPES_WHY = ("the queue admits a pod group as minMember slots of one shape (the engine places a gang of one "
+                    "pod template: it has no slot per member shape), so a group whose members ask for different "
+                    "resources is refused, not placed by a guess; give the other pods their own scheduler or group, "
+                    "or make them ask alike")
+"""Why a pod group of mixed shapes is refused (the end of its ``Refused`` message)."""
+
+
+def _asks(obj: Mapping[str, Any]) -> str:
+    """What a pod's containers ask for, as a user wrote it: ``container train: nvidia.com/gpu=8, cpu=4``."""
+    parts = []
+    for c in (obj.get("spec") or {}).get("containers") or []:
+        res = (c.get("resources") or {}) if isinstance(c, Mapping) else {}
+        asked = dict(res.get("limits") or res.get("requests") or {})
+        parts.append(f"container {c.get('name')}: " + (", ".join(f"{k}={v}" for k, v in sorted(asked.items()))
+                                                        or "nothing"))
+    return "; ".join(parts) or "no containers"
+
+
 def _shape(obj: Mapping[str, Any], registry: VendorRegistry) -> Any:
     pod = parse_pod(obj, registry)
     return tuple((c.cpu_milli, c.memory_mib, c.devices) for c in pod.containers), pod
@@ -135,10 +154,13 @@ def group_spec(job_id: str, member: Member, objs: Sequence[Mapping[str, Any]], m
     except KubeInputError as exc:
         raise ValueError(f"{where}: {exc}") from None
     first_key, first_shape, first = shapes[0]
-    for key, shape, _pod in shapes[1:]:
+    for i, (key, shape, _pod) in enumerate(shapes[1:], 1):
         if shape != first_shape:
-            raise ValueError(f"{where}: pod {key} asks for other resources than pod {first_key}; the queue admits a "
-                             "pod group whose members ask for the same resources")
+            mine, theirs = _asks(objs[i]), _asks(objs[0])
+            said = (f"({mine}) where pod {first_key} asks for ({theirs})" if mine != theirs
+                    else "(other device requests in its annotations)")
+            raise ValueError(f"{where}: pod {key} asks for other resources than pod {first_key} {said}; "
+                             f"{MIXED_SHAPES_WHY}")
     labelled = {str(((o.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL) or "") for o in objs} - {""}
     if len(labelled) > 1:
         raise ValueError(f"{where}: metadata.labels[{QUEUE_LABEL}]: members are charged to different tenants: "
@@ -162,5 +184,5 @@ def group_spec(job_id: str, member: Member, objs: Sequence[Mapping[str, Any]], m
                    replicas=min_member, resources=limits, submitted_at=created, workload=workload)
 
 
-__all__ = ["GROUP_UID_PREFIX", "POD_GROUP_MODES", "Member", "group_job_id", "group_spec", "group_uid",
-           "is_labelled", "member_of"]
+__all__ = ["GROUP_UID_PREFIX", "MIXED_SHAPES_WHY", "POD_GROUP_MODES", "Member", "group_job_id", "group_spec",
+           "group_uid", "is_labelled", "member_of"]

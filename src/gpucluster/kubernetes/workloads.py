@@ -63,6 +63,14 @@ JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 """JobSet: group, version, plural."""
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 """On a JobSet's child Jobs and their pods: the JobSet's name (same namespace)."""
+PYTORCHJOB_API = ("kubeflow.org", "v1", "pytorchjobs")
+"""PyTorchJob (the Kubeflow training operator's): group, version, plural."""
+PYTORCH_REPLICA_TYPES = ("Master", "Worker")
+"""The replica types of a PyTorchJob, in slot order (the Master's pod takes slot 0)."""
+TRAINING_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+TRAINING_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+TRAINING_REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+"""On the pods the training operator makes: the job's name, the replica type (lower case) and index."""
 CONTROLLER_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 DEFAULT_IMAGE = "busybox:1.36"
 MAIN_CONTAINER = "main"
@@ -313,7 +321,8 @@ class QueueJob:
     """The leader's last word on why it waits (``gpucluster.io/message``)."""
     annotations: Mapping[str, str] = field(default_factory=dict)
     kind: str = "Job"
-    """``Job`` (batch/v1) or ``JobSet`` (read as one, :func:`jobset_as_job`)."""
+    """``Job`` (batch/v1), ``JobSet`` or ``PyTorchJob`` (read as one, :func:`jobset_as_job`,
+    :func:`pytorchjob_as_job`)."""
 
     @property
     def key(self) -> str:
@@ -353,7 +362,7 @@ def parse_queue_job(obj: Mapping[str, Any], registry: VendorRegistry, scheduler_
             finished = str(cond["type"])
             finish_message = ": ".join(x for x in (str(cond.get("reason") or ""), str(cond.get("message") or ""))
                                        if x)
-    kind = "JobSet" if obj.get("kind") == "JobSet" else "Job"
+    kind = str(obj.get("kind")) if obj.get("kind") in ("JobSet", "PyTorchJob") else "Job"
     q = QueueJob(uid, namespace, name, job_id, tenant, REQUEST_ANNOTATION in annotations, None,
                  suspended=bool(spec.get("suspend")), finished=finished, finish_message=finish_message,
                  active=int(status.get("active") or 0), succeeded=int(status.get("succeeded") or 0),
@@ -362,7 +371,7 @@ def parse_queue_job(obj: Mapping[str, Any], registry: VendorRegistry, scheduler_
                  refused=annotations.get(REFUSED_ANNOTATION, ""), message=annotations.get(MESSAGE_ANNOTATION, ""),
                  annotations=annotations, kind=kind)
     where = f"{kind} {q.key}"
-    if obj.get("error"):  # a JobSet that is no gang of one shape (jobset_as_job)
+    if obj.get("error"):  # a JobSet or PyTorchJob that is no gang of one shape (jobset_as_job, pytorchjob_as_job)
         q.error = str(obj["error"])
         return q
     if ADMISSION_ANNOTATION in annotations:
@@ -426,7 +435,8 @@ def _spec_of(q: QueueJob, obj: Mapping[str, Any], registry: VendorRegistry, sche
     tspec = template.get("spec") or {}
     got = str(tspec.get("schedulerName") or "default-scheduler")
     if got != scheduler_name:
-        raise ValueError(f"{where}: spec.template.spec.schedulerName: must be {scheduler_name!r} for the queue to "
+        field_ = str(obj.get("templateField") or "spec.template")
+        raise ValueError(f"{where}: {field_}.spec.schedulerName: must be {scheduler_name!r} for the queue to "
                          f"place its pods, got {got!r}")
     parallelism = spec.get("parallelism")
     replicas = 1 if parallelism is None else int(parallelism)
@@ -438,7 +448,7 @@ def _spec_of(q: QueueJob, obj: Mapping[str, Any], registry: VendorRegistry, sche
     tmeta = template.get("metadata") or {}
     manifest = {"kind": "Pod", "metadata": {**tmeta, "name": "task", "namespace": q.namespace}, "spec": tspec}
     try:
-        pod = registry.parse_pod(manifest, f"{where}: spec.template")
+        pod = registry.parse_pod(manifest, f"{where}: {obj.get('templateField') or 'spec.template'}")
     except DeviceInputError as exc:
         raise ValueError(str(exc)) from None
     selector = {str(k): str(v) for k, v in (tspec.get("nodeSelector") or {}).items()}
@@ -505,6 +515,119 @@ def jobset_as_job(obj: Mapping[str, Any]) -> dict[str, Any]:
     if error:
         out["error"] = error
     return out
+
+
+# ---------------------------------------------------------------------------------------------- PyTorchJobs
+def _count(value: Any, where: str, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{where}: must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{where}: must be an integer, got {value!r}") from None
+
+
+def pytorchjob_as_job(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A PyTorchJob (``kubeflow.org/v1``, the Kubeflow training operator's) read as the batch/v1 Job the queue
+    knows (``kind: PyTorchJob`` kept): its metadata; ``spec.runPolicy.suspend`` as ``spec.suspend``; one gang of
+    all its replicas, ``spec.pytorchReplicaSpecs.Master.replicas`` (1 when given without a count) plus
+    ``Worker.replicas``, the Master's pod in slot 0 (``offsets``: the first slot of each replica type, by the
+    lower-case name the operator puts in ``training.kubeflow.org/replica-type``); the replicas' pod template
+    (Master and Workers must ask for the same resources, on the same scheduler and nodes: the engine admits a
+    gang of one shape); its ``Succeeded``/``Failed`` condition as ``Complete``/``Failed``.
+
+    Refused (``error`` says where and why): no replica spec, a replica type the training operator does not
+    know for PyTorch, more than one Master, a count that is no integer, replica types of different shapes,
+    ``runPolicy.schedulingPolicy.minAvailable`` outside 1..all replicas, a ``schedulingPolicy.queue`` other
+    than the ``gpucluster.io/queue`` label, and an ``elasticPolicy`` (the gang's size is fixed here)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    where = f"PyTorchJob {meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    run_policy = spec.get("runPolicy") or {}
+    sched = run_policy.get("schedulingPolicy") or {}
+    rspecs = spec.get("pytorchReplicaSpecs")
+    total, template, field_, first, error = 0, None, "", "", ""
+    offsets: dict[str, int] = {}
+    try:
+        if not isinstance(rspecs, Mapping) or not rspecs:
+            raise ValueError(f"{where}: spec.pytorchReplicaSpecs: a Master or Worker replica spec is required")
+        unknown = sorted(str(k) for k in rspecs if k not in PYTORCH_REPLICA_TYPES)
+        if unknown:
+            raise ValueError(f"{where}: spec.pytorchReplicaSpecs.{unknown[0]}: not a replica type of a PyTorchJob "
+                             f"(Master, Worker)")
+        for rtype in PYTORCH_REPLICA_TYPES:
+            rs = rspecs.get(rtype)
+            if rs is None:
+                continue
+            at = f"spec.pytorchReplicaSpecs.{rtype}"
+            rs = rs if isinstance(rs, Mapping) else {}
+            replicas = _count(rs.get("replicas"), f"{where}: {at}.replicas", 1)
+            if replicas < 0 or (rtype == "Master" and replicas > 1):
+                raise ValueError(f"{where}: {at}.replicas: " + (
+                    "a PyTorchJob has one Master" if replicas > 1 else f"must not be negative, got {replicas}"))
+            offsets[rtype.lower()] = total
+            total += replicas
+            tmpl = rs.get("template") or {}
+            tspec = tmpl.get("spec") or {}
+            shape = json.dumps([[c.get("resources") for c in tspec.get("containers") or [] if isinstance(c, Mapping)],
+                                tspec.get("schedulerName"), tspec.get("nodeSelector")], sort_keys=True)
+            if template is None:
+                template, field_, first = tmpl, f"{at}.template", shape
+            elif shape != first:
+                raise ValueError(f"{where}: {at}.template: asks for other resources (or scheduler, or nodes) than "
+                                 f"{field_}; the queue admits a PyTorchJob whose Master and Workers are alike")
+        if total < 1:
+            raise ValueError(f"{where}: spec.pytorchReplicaSpecs: no replicas (Master and Worker replicas are 0)")
+        if sched.get("minAvailable") is not None:
+            least = _count(sched["minAvailable"], f"{where}: spec.runPolicy.schedulingPolicy.minAvailable", 0)
+            if not 1 <= least <= total:
+                raise ValueError(f"{where}: spec.runPolicy.schedulingPolicy.minAvailable: must be within 1..{total} "
+                                 f"(its replicas), got {least}")
+        label = str((meta.get("labels") or {}).get(QUEUE_LABEL) or "")
+        if sched.get("queue") and str(sched["queue"]) != label:
+            raise ValueError(f"{where}: spec.runPolicy.schedulingPolicy.queue: {sched['queue']!r} is not its "
+                             f"{QUEUE_LABEL} label {label!r} (the label names the tenant; leave queue out or the same)")
+        if spec.get("elasticPolicy") is not None:
+            raise ValueError(f"{where}: spec.elasticPolicy: an elastic PyTorchJob is not queued (the gang's size is "
+                             "fixed: all its replicas are admitted together)")
+    except ValueError as exc:
+        error = str(exc)
+    conditions = []
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        kind = {"Succeeded": "Complete", "Failed": "Failed"}.get(str(cond.get("type") or ""))
+        if kind:
+            conditions.append({**cond, "type": kind})
+    out: dict[str, Any] = {"apiVersion": "/".join(PYTORCHJOB_API[:2]), "kind": "PyTorchJob", "metadata": meta,
+                           "spec": {"suspend": bool(run_policy.get("suspend")), "parallelism": total,
+                                    "completions": total, "template": template or {}},
+                           "status": {"conditions": conditions}, "templateField": field_ or "spec.pytorchReplicaSpecs",
+                           "offsets": offsets}
+    if error:
+        out["error"] = error
+    return out
+
+
+def pytorchjob_owner(obj: Mapping[str, Any]) -> str:
+    """The uid of the PyTorchJob that made this pod (its controller ``ownerReference``), "" for any other pod."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "PyTorchJob" and str(ref.get("apiVersion") or "").startswith(
+                f"{PYTORCHJOB_API[0]}/") and ref.get("controller"):
+            return str(ref.get("uid") or "")
+    return ""
+
+
+def replica_slot(obj: Mapping[str, Any], offsets: Mapping[str, int]) -> int | None:
+    """The slot of a PyTorchJob's pod: its replica type's first slot (``offsets``, :func:`pytorchjob_as_job`) plus
+    its ``training.kubeflow.org/replica-index``; None when its labels do not say."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    rtype = str(labels.get(TRAINING_REPLICA_TYPE_LABEL) or "").lower()
+    try:
+        index = int(str(labels.get(TRAINING_REPLICA_INDEX_LABEL)))
+    except ValueError:
+        return None
+    return offsets[rtype] + index if rtype in offsets and index >= 0 else None
 
 
 # ---------------------------------------------------------------------------------------------- pods
@@ -600,8 +723,13 @@ __all__ = [
     "JOBSET_NAME_LABEL",
     "JOB_ID_ANNOTATION",
     "MESSAGE_ANNOTATION",
+    "PYTORCHJOB_API",
+    "PYTORCH_REPLICA_TYPES",
     "QUEUE_LABEL",
     "REFUSED_ANNOTATION",
+    "TRAINING_JOB_NAME_LABEL",
+    "TRAINING_REPLICA_INDEX_LABEL",
+    "TRAINING_REPLICA_TYPE_LABEL",
     "Admission",
     "PodView",
     "QueueJob",
@@ -617,6 +745,9 @@ __all__ = [
     "parse_queue_job",
     "pod_job_uid",
     "pod_view",
+    "pytorchjob_as_job",
+    "pytorchjob_owner",
+    "replica_slot",
     "request_of",
     "slot_allocation",
     "spec_from_request",

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from gpucluster.simulator.traces.openb import OpenbNode, OpenbPod
 
@@ -141,6 +142,21 @@ def _fits(p: PodShape, t: NodeType) -> bool:
     return g >= k and (not spec or model in spec)
 
 
+def covers(big: PodShape, small: PodShape) -> bool:
+    """Whether every node state that can hold a pod of shape ``big`` can also hold one of shape ``small`` (the
+    fast path's fit test: CPU, memory, and for a GPU pod ``k`` GPUs of an allowed model with ``m`` milli free
+    each; a CPU-only pod ignores GPUs and models)."""
+    bc, bmem, bk, bm, bspec = big
+    sc, smem, sk, sm, sspec = small
+    if sc > bc or smem > bmem:
+        return False
+    if sk == 0:
+        return True
+    if bk < sk or bm < sm:
+        return False
+    return not sspec or (bool(bspec) and set(bspec) <= set(sspec))
+
+
 def allocation_bound(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], *, integral: bool = False,
                      time_limit: float = 60.0) -> Bound:
     """The LP (or integer) bound of the module docstring for ``pods`` on ``nodes``."""
@@ -224,11 +240,26 @@ placed; at T the pod did not fit anywhere. Split the arrival order into segments
   GPU items of ``yg``, those touched by sharing items at most ``S_t`` (a GPU that held a sharing item stays a
   sharing GPU: pods only arrive).
 
+Two more rows use the order through *cover*: a shape P covers a shape Q when every node state that can hold a
+P pod can hold a Q pod (``covers``: Q asks no more CPU, memory, GPUs or milli, and allows every model P allows).
+Pods only arrive, so a node's free CPU, memory and per-GPU milli only fall; hence:
+
+* *covered pods are forced*: let L be the last key pod before the segment (L < T, so it was placed: it fitted
+  at L, and at every earlier time). A pod before L whose shape is covered by every key shape fitted when it
+  arrived, so it was placed: those pods join ``xa`` (equality). (The key pods before the segment are forced
+  for the same reason they always were.)
+* *the failed pod stays out*: of the segment's key pods (all optional in ``xb``) at most all but one are placed.
+* *covering pods fail after T*: a pod arriving after T whose shape covers the pseudo-pod q (so the failed pod)
+  cannot fit: if it fitted on some node, the failed pod would fit there then, so also at T. Their ``xc`` is 0.
+  On the Alibaba workloads nearly every whole-GPU pod covers the 810-milli key pod, so the final packing
+  cannot be completed with whole-GPU pods after the first key failure.
+
 Every must-place run is a feasible point of the LP of the segment holding its first key failure (or, when no key
-pod fails, of the LP where every key pod is placed and no blocking row applies), so its allocation is at most
-the largest of those LPs' optima. Dropping the
-blocking rows gives an LP whose optimum can only fall as j grows (more pods forced), so the scan over segments
-stops once that relaxed optimum is below the best found."""
+pod fails, of the LP where every key pod and every covered pod before the last key pod is placed and no blocking
+row applies), so its allocation is at most the largest of those LPs' optima. Dropping the blocking rows and the
+covering rows gives an LP (``pre <= X <= total`` and the packing rows) whose optimum can only fall as j grows
+(``pre`` only grows: covered pods are those covered by *every* key shape, whatever the key pod at L), so the scan
+over segments stops once that relaxed optimum is below the best found."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,13 +348,27 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
         counts[k] = np.bincount(seq[:cut], minlength=len(plist))
     total = np.bincount(seq, minlength=len(plist))
     in_class = np.array([bool(key(p)) for p in plist], np.int64)
+    key_shapes = [p for p, c in zip(plist, in_class, strict=True) if c]
+    # shapes (outside the key class) covered by every key shape: forced before the last key pod
+    covered = np.array([not c and bool(key_shapes) and all(covers(k, p) for k in key_shapes)
+                        for p, c in zip(plist, in_class, strict=True)], np.int64)
+    key_idx = np.flatnonzero(in_class[seq])
+
+    def forced(cut: int) -> npt.NDArray[np.int64]:
+        """Pods of each shape that every must-place run whose first key failure is at ``cut`` or later placed:
+        the key pods before ``cut``, and the covered pods before the last key pod before ``cut``."""
+        pre = np.bincount(seq[:cut], minlength=len(plist)) * in_class
+        before = key_idx[key_idx < cut]
+        if before.size:
+            pre = pre + np.bincount(seq[: int(before[-1])], minlength=len(plist)) * covered
+        return pre.astype(np.int64)
 
     def solve(j: int, blocking: bool) -> float | None:
         rows[:], cols[:], vals[:], rhs[:] = list(base_rows), list(base_cols), list(base_vals), list(base_rhs)
-        if j >= segments:  # no key pod fails: every key pod is placed, the others are optional
-            pre, upto = total * in_class, total
+        if j >= segments:  # no key pod fails: every key pod is placed, covered ones before the last too
+            pre, upto = forced(len(order)), total
         else:
-            pre, upto = counts[j] * in_class, counts[j + 1]
+            pre, upto = forced(int(cuts[j])), counts[j + 1]
         seg, post = upto - pre, total - upto  # out-of-class pods before the cut are optional, with the segment's
         eq_rows: list[int] = []
         eq_cols: list[int] = []
@@ -355,6 +400,14 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
             for p in gpu_members:
                 if p[4]:
                     allowed = set(p[4]) if allowed is None else allowed & set(p[4])
+            q: PodShape = (c_q, mem_q, k_q, m_q, tuple(sorted(allowed)) if allowed is not None else ())
+            if allowed is not None and not allowed:
+                q = (c_q, mem_q, k_q, m_q, ("",))  # no model allowed: nothing covers it through models
+            # pods after the segment that cover q cannot fit after the failure at T: no xc for them
+            fixed_zero.update(xc + v for i, vs in by_shape.items() if covers(plist[i], q) for v in vs)
+            # the failed key pod is one of the segment's and is never placed
+            row([(xb + v, 1.0) for i, vs in by_shape.items() if in_class[i] for v in vs],
+                float(((upto - counts[j]) * in_class).sum() - 1))
             for j2, vs in by_type.items():
                 (c_t, m_t, g_t, model), n = tlist[j2], types[tlist[j2]]
                 if c_q > c_t or mem_q > m_t or (k_q and (g_t < k_q or (allowed is not None and model not in allowed))):
@@ -391,8 +444,11 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
         a_eq = coo_array((eq_vals, (eq_rows, eq_cols)), shape=(len(eq_rhs), nv)).tocsr() if eq_rhs else None
         bnd = [(0.0, 0.0) if c in fixed_zero or (c >= yc_off and c not in open_vars) else bounds[c]
                for c in range(nv)]
-        res = linprog(-gain, A_ub=a, b_ub=np.asarray(rhs), A_eq=a_eq,
-                      b_eq=np.asarray(eq_rhs) if eq_rhs else None, bounds=bnd, method="highs")
+        for method in ("highs", "highs-ipm", "highs-ds"):  # on numerical trouble (status 4) try the others
+            res = linprog(-gain, A_ub=a, b_ub=np.asarray(rhs), A_eq=a_eq,
+                          b_eq=np.asarray(eq_rhs) if eq_rhs else None, bounds=bnd, method=method)
+            if res.status in (0, 2):
+                break
         if res.status == 2:  # infeasible: the first failure cannot be in this segment
             return None
         if res.status != 0:
