@@ -35,15 +35,17 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 -m "not integration" -p no:cacheprovider
 
-## make integration [K8S=v1.35.4] [INTEGRATION_WORKERS=2]: the integration tests; every Kubernetes test runs once
-## per version (default: each version scripts/test-deps.sh builds, v1.37.2 and v1.35.4), in one process.
-## INTEGRATION_WORKERS=2 (not yet the default, docs/testing.md): two pytest-xdist workers, all tests of one
-## Kubernetes version in one worker on its own control plane, other tests with their module (tests/conftest.py).
+## make integration [K8S=v1.35.4] [INTEGRATION_WORKERS=1]: the integration tests; every Kubernetes test runs once
+## per version (default: each version scripts/test-deps.sh builds, v1.37.2 and v1.35.4). By default in two
+## pytest-xdist workers (docs/testing.md): all tests of one Kubernetes version in one worker on its own control
+## plane, other tests with their module (tests/conftest.py). INTEGRATION_WORKERS=1 (or empty, or 0): one process,
+## one test at a time.
 K8S ?=
-INTEGRATION_WORKERS ?=
+INTEGRATION_WORKERS ?= 2
 integration: $(STAMP)
-	$(if $(K8S),K8S="$(K8S)") $(BIN)/pytest -q -m integration -p no:cacheprovider$(if $(INTEGRATION_WORKERS), \
-	  -n $(INTEGRATION_WORKERS) --dist loadscope --durations=15)
+	$(if $(K8S),K8S="$(K8S)") $(BIN)/pytest -q -m integration -p no:cacheprovider$(if \
+	  $(filter-out 0 1,$(strip $(INTEGRATION_WORKERS))), -n $(strip $(INTEGRATION_WORKERS)) --dist loadscope \
+	  --durations=15)
 
 ## make mutation: break the product one curated line at a time (tests/mutation/mutants.yaml) and check that the
 ## tests named for each mutant fail; on demand, not part of make test. ARGS="--section engine", "-j 2" ...

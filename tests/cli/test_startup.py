@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import typer.main
@@ -152,3 +153,91 @@ def test_deferred_coercion_still_converts_and_refuses() -> None:
                               env={**os.environ, "COLUMNS": "200"})
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and ("--output" in proc.stderr or "--interval" in proc.stderr)
+
+
+# ------------------------------------------------------------------ completing any command's options (issue 32)
+# What building a command's parameters must not import, whichever command it is: completing `gpucluster simulate
+# --<TAB>` used to import the whole engine (numpy, pydantic, the simulator: about 1 s of CPU per Tab).
+ENGINE = ("numpy", "pandas", "pydantic", "pydantic_core", "fastapi", "starlette", "uvicorn", "scipy", "matplotlib",
+          "kubernetes", "prometheus_client", "highspy", "httpx", "yaml", "rich", "gpucluster.model",
+          "gpucluster.spec", "gpucluster.devices", "gpucluster.scheduler", "gpucluster.jobs", "gpucluster.simulator",
+          "gpucluster.design", "gpucluster.whatif", "gpucluster.monitoring", "gpucluster.service",
+          "gpucluster.kubernetes", "gpucluster.embedded", "gpucluster.inputfile")
+
+
+def _commands() -> list[tuple[list[str], Any]]:
+    """Every command and command group of the whole app (``[]`` is the root), with its click command: a command
+    added later is covered without touching this test."""
+    found: list[tuple[list[str], Any]] = []
+    todo: list[tuple[list[str], Any]] = [([], typer.main.get_command(cli_main.app))]
+    while todo:
+        path, cmd = todo.pop(0)
+        found.append((path, cmd))
+        todo += [([*path, name], sub) for name, sub in getattr(cmd, "commands", {}).items()]
+    return found
+
+
+COMMAND_PATHS = _commands()
+
+
+def _complete(path: list[str], *words: str) -> tuple[list[str], list[str]]:
+    """Tab completion (bash) of ``gpucluster PATH WORDS``, the last word being completed: (the candidates it
+    printed, the engine modules the process imported)."""
+    line = " ".join(["gpucluster", *path, *(w or "''" for w in words)])
+    out, imported = probe([], _GPUCLUSTER_COMPLETE="complete_bash", COMP_WORDS=line,
+                          COMP_CWORD=str(len(path) + len(words)))
+    return out.split(), sorted(m for m in imported if m.split(".")[0] in ENGINE or m.startswith(ENGINE))
+
+
+def _options(cmd: Any) -> list[Any]:
+    """The options a person sees (``--help`` included); typer carries its own click, hence no isinstance."""
+    ctx = cmd.context_class(cmd, info_name=cmd.name)
+    return [p for p in cmd.get_params(ctx) if p.param_type_name == "option" and not p.hidden]
+
+
+def _option_names(cmd: Any) -> set[str]:
+    return {o for p in _options(cmd) for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
+
+
+@pytest.mark.parametrize(("path", "cmd"), COMMAND_PATHS, ids=[" ".join(p) or "(root)" for p, _ in COMMAND_PATHS])
+def test_completing_any_commands_options_imports_no_engine(path: list[str], cmd: Any) -> None:
+    """``gpucluster CMD --<TAB>`` lists the command's options and imports none of numpy, pydantic, fastapi, scipy,
+    matplotlib, kubernetes, YAML, rich or the engine's packages. Fails on 4aa0b73, where `schedule`, `demo`,
+    `design`, `whatif`, `simulate`, `up`, `submit`, `agent`, `spec`, `experiment`, `k8s`, `monitor` and `analyze`
+    imported them at their modules' top (0.3 to 1.1 s of CPU per Tab); timing is bench/cli_startup.py's."""
+    shown, loaded = _complete(path, "--")
+    assert set(shown) == _option_names(cmd), f"gpucluster {' '.join(path)} --<TAB> printed {shown}"
+    assert loaded == [], f"completing gpucluster {' '.join(path)} --<TAB> imported {loaded[:12]}"
+
+
+def _values(cmd: Any, option: Any) -> list[str]:
+    """What completing the option's value offers, asked in this process (where everything is imported)."""
+    return [str(item.value) for item in option.shell_complete(cmd.context_class(cmd, info_name=cmd.name), "")]
+
+
+CHOICES = [(path, option.opts[0], _values(cmd, option))
+           for path, cmd in COMMAND_PATHS for option in _options(cmd) if _values(cmd, option)]
+
+
+@pytest.mark.parametrize(("path", "option", "values"), CHOICES,
+                         ids=[" ".join([*p, o]) for p, o, _ in CHOICES])
+def test_completing_an_options_value_imports_no_engine(path: list[str], option: str, values: list[str]) -> None:
+    """``gpucluster CMD --OPTION <TAB>`` for every option with values to offer (``schedule --node-policy``,
+    ``up --log-format``, ``get -o`` ...) lists them, and imports no engine either."""
+    assert {" ".join([*p, o]) for p, o, _ in CHOICES} >= {"schedule --node-policy", "up --log-format"}
+    shown, loaded = _complete(path, option, "")
+    assert shown == values
+    assert loaded == [], f"completing gpucluster {' '.join(path)} {option} <TAB> imported {loaded[:12]}"
+
+
+def test_the_values_signatures_show_are_the_engines() -> None:
+    """``cli/shown.py`` holds copies of the engine's values that commands' signatures show (so that building the
+    parameters imports no engine): each copy is the engine's own."""
+    from gpucluster import design, jobs, model, whatif
+    from gpucluster.cli import shown
+
+    assert shown.DEFAULT_QUEUE_POLICY == jobs.DEFAULT_QUEUE_POLICY
+    assert shown.DESIGN_PRESETS == design.PRESETS
+    assert shown.WHATIF_YEARS == whatif.DEFAULT_YEARS
+    assert shown.WHATIF_JCT_TOLERANCE_PCT == whatif.DEFAULT_TOLERANCE_PCT
+    assert [(p.name, p.value) for p in shown.Policy] == [(p.name, p.value) for p in model.Policy]

@@ -4,7 +4,8 @@
   Kubernetes version the suite runs on: v1.37.2 and v1.35.4 (``scripts/test-deps.sh versions``), or the ones the
   environment variable ``K8S`` names (``K8S=v1.35.4``, ``K8S="v1.37.2 v1.35.4"``). Every test that uses it runs
   on each version (test ids end in ``[v1.37.2]``); one control plane runs at a time per process (``make
-  integration INTEGRATION_WORKERS=2`` runs one worker per version: ``integration_scope`` in ``tests/conftest.py``).
+  integration``, two workers by default, runs one worker per version: ``integration_scope`` in
+  ``tests/conftest.py``; ``INTEGRATION_WORKERS=1``: one process).
 * ``kube_client``: a ``kubernetes.client.ApiClient`` for it (admin token).
 * ``kube_scheduler_factory``: start kube-scheduler(s) of the same version against it with a given
   KubeSchedulerConfiguration (``kubescheduler.config.k8s.io/v1``).

@@ -159,3 +159,35 @@ def test_a_job_queued_ahead_of_a_pass_cut_short_is_tried_once_that_pass_ends() -
     assert other.state == JobState.RUNNING, other.message
     assert sum(j.state == JobState.RUNNING for j in jobs) == 1  # the flood's quota: one 2-GPU job
     assert all(j.state == JobState.QUEUED for j in jobs if j.state != JobState.RUNNING)  # nothing lost
+
+
+def test_a_reason_that_changes_for_thousands_of_jobs_is_told_over_several_passes() -> None:
+    """3,000 waiting jobs of one group whose reason is new: a pass past its budget notes ``NOTE_SLICE`` of them and
+    leaves the rest to the next passes (made at the next runs, nothing else happening), so no pass holds the event
+    loop for all of them; in the end each job is told once. Before (main at 77195cc) one pass noted all 3,000."""
+    from gpucluster.jobs.engine import NOTE_SLICE
+
+    rt = _runtime(budget=0.0)  # every pass is past its budget at once
+    engine = rt.engine
+    per_pass: dict[int, int] = {}
+    note = engine._note
+
+    def counting_note(job: Job, message: str) -> None:
+        per_pass[engine.totals.passes] = per_pass.get(engine.totals.passes, 0) + 1
+        note(job, message)
+
+    engine._note = counting_note  # type: ignore[method-assign]
+    jobs = [_submit(rt, f"f{i}", "flood", GPU) for i in range(3000)]
+
+    def told() -> int:
+        return sum(j.message.startswith("waiting for quota") for j in jobs)
+
+    rt.advance(rt.now + 1)
+    assert 0 < told() < 2999
+    for _ in range(30):
+        if told() == 2999:
+            break
+        rt.advance(rt.now + 1)
+    assert told() == 2999  # one runs (its quota), all others told
+    assert max(per_pass.values()) <= NOTE_SLICE + 1
+    assert sum(per_pass.values()) <= 2999 + 2 * NOTE_SLICE  # each told about once, not once per pass

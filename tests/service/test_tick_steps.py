@@ -68,3 +68,37 @@ def test_a_tick_cancelled_between_its_steps_is_finished_first(tmp_path: Path) ->
         assert ip.client.get(f"/api/v1/jobs/{jid}").json()["status"] == "running"
     with in_process(tmp_path / "d") as ip:
         assert ip.client.get(f"/api/v1/jobs/{jid}").json()["status"] == "running"
+
+
+def test_a_tick_with_many_events_stores_them_over_several_steps(tmp_path: Path) -> None:
+    """A tick whose events outnumber ``RECORD_CHUNK`` (here: 1,200 jobs queued at once, each with its
+    ``unschedulable`` event) stores them in chunks, one step each, so the event loop is given back in
+    between; every event is stored. Before, one step stored a tick's events however many there were (main at
+    77195cc: the same tick took as many steps as one with a single event)."""
+    from gpucluster.service.core import RECORD_CHUNK
+
+    with in_process(tmp_path / "d") as ip:
+        ip.tenant("flood", quota_gpus=1, max_queued_jobs=2000)
+
+        def steps_of_a_tick() -> int:
+            ip.service.clock_origin += 1.0
+            steps = ip.service.tick_steps()
+            n = 0
+            while True:
+                try:
+                    next(steps)
+                except StopIteration:
+                    return n
+                n += 1
+
+        ip.client.post("/api/v1/jobs", json={"name": "one", "tenant": "flood", "resources": GPU})
+        few = steps_of_a_tick()
+        ids = [ip.client.post("/api/v1/jobs", json={"name": f"f{i}", "tenant": "flood", "resources": GPU}).json()["id"]
+               for i in range(1200)]
+        assert len(ip.service.unrecorded) == 0
+        many = steps_of_a_tick()
+        assert many >= few + 1200 // RECORD_CHUNK  # 1,200 events or more: a store step per chunk
+        assert not ip.service.unrecorded
+        for jid in ids[:: 97] + ids[-1:]:  # stored, events and job rows: what each job waits for
+            kinds = [e["kind"] for e in ip.service.store.job_events(jid)]
+            assert "unschedulable" in kinds, (jid, kinds)

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
-from rich.progress import Progress
 
-from gpucluster.cli.common import (
-    cluster_option_help,
-    console,
-    deprecated_option,
-    load_cluster_or_fail,
-    print_json,
-    renamed,
-)
+from gpucluster.cli import common
+from gpucluster.cli.common import cluster_option_help, deprecated_option, load_cluster_or_fail, print_json, renamed
 from gpucluster.cli.output import print_table
-from gpucluster.model import ContainerRequest, DeviceRequest, Pod
-from gpucluster.scheduler import PROFILES, Scheduler, profile_for
+
+if TYPE_CHECKING:  # the engine is imported where a command runs, never to build its parameters (cli/shown.py)
+    from gpucluster.model import Pod
 
 # Shares of pod shapes in Alibaba's 2023 GPU-sharing trace (default pod list: 8,152 pods): 13% CPU-only,
 # 38% sharing a fraction of one GPU, 48% one whole GPU, 1% 2-8 whole GPUs.
@@ -36,6 +29,10 @@ _FRACTIONS = (100, 250, 300, 500, 500, 800)
 
 
 def synthetic_pods(n: int, seed: int) -> list[Pod]:
+    import numpy as np
+
+    from gpucluster.model import ContainerRequest, DeviceRequest, Pod
+
     rng = np.random.default_rng(seed)
     weights = np.array([s[0] for s in _SHAPES])
     picks = rng.choice(len(_SHAPES), size=n, p=weights / weights.sum())
@@ -67,6 +64,11 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     ) -> None:
         """Place a synthetic GPU-sharing workload on the cluster with each policy; print a summary table."""
+        from rich.progress import Progress
+
+        from gpucluster.scheduler import PROFILES, Scheduler, profile_for
+
+        console = common.console
         pods: int = renamed(pod_count, old_pods, "--pod-count", "--pods") or 12000
         policies = renamed(policies, old_policies, "--placement-policy", "--policy")
         c = load_cluster_or_fail(cluster)

@@ -5,23 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
-from gpucluster import inputfile
 from gpucluster.cli.output import print_table
-from gpucluster.design import (
-    PRESETS,
-    DesignError,
-    RequirementsError,
-    design,
-    load_price_catalog,
-    parse_requirements,
-    to_dict,
-)
-from gpucluster.design.presets import preset_data
+from gpucluster.cli.shown import DESIGN_PRESETS
+
+if TYPE_CHECKING:  # rich and the engine are imported where the command runs, not to build its parameters
+    from rich.console import Console
 
 # requirement field -> the flag that sets it, so errors name what the user typed
 _FLAG_FOR = {
@@ -78,7 +70,7 @@ def _design_command(
         Path | None, typer.Option("--export-spec", help="Write a ClusterSpec YAML for schedule/simulate.")
     ] = None,
     preset: Annotated[
-        str | None, typer.Option("--preset", help=f"Reference design: {' | '.join(PRESETS)}.")
+        str | None, typer.Option("--preset", help=f"Reference design: {' | '.join(DESIGN_PRESETS)}.")
     ] = None,
     scalable_units: Annotated[
         int, typer.Option("--scalable-units", help="Scalable units (32 node slots) for --preset.")
@@ -105,6 +97,19 @@ def _design_command(
     ] = None,
 ) -> None:
     """Turn requirements into a checked cluster design (compute, network, storage, power, cost)."""
+    from rich.console import Console
+
+    from gpucluster import inputfile
+    from gpucluster.design import (
+        DesignError,
+        RequirementsError,
+        design,
+        load_price_catalog,
+        parse_requirements,
+        to_dict,
+    )
+    from gpucluster.design.presets import preset_data
+
     source: str | None = None
     given: set[str] = set()
     data: dict[str, Any]
@@ -182,6 +187,8 @@ def _design_command(
 
 
 def _print_summary(d: Any, console: Console) -> None:
+    from gpucluster.design import to_dict
+
     x = to_dict(d)
     n, p, c = x["network"], x["power"], x["cost"]
     rows = [

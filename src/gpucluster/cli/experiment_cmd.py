@@ -5,28 +5,39 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from gpucluster.cli.common import console, deprecated_option, err_console, fail, print_json, renamed
+from gpucluster.cli import common
+from gpucluster.cli.common import deprecated_option, fail, print_json, renamed
 from gpucluster.cli.output import print_table
-from gpucluster.simulator.experiments import fgd
-from gpucluster.simulator.experiments.executor import ExecutorError, executor_for
-from gpucluster.simulator.experiments.fgd_engine import PolicyName
-from gpucluster.simulator.traces import TraceError
-from gpucluster.simulator.traces.openb import load_nodes, load_pods
+
+if TYPE_CHECKING:  # rich and the engine are imported where a command runs, not to build its parameters
+    from rich.progress import Progress
+
+    from gpucluster.simulator.experiments.fgd_engine import PolicyName
 
 app = typer.Typer(help="Placement experiments (FGD reproduction and policy comparisons).", no_args_is_help=True)
 
 
 def _progress() -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), console=err_console, transient=True)
+                    TimeRemainingColumn(), console=common.err_console, transient=True)
 
 
 def _seeds(text: str) -> list[int]:
+    from gpucluster.simulator.experiments import fgd
+
     try:
         return fgd.parse_seeds(text)
     except ValueError as exc:
@@ -34,6 +45,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def _policy(name: str) -> PolicyName:
+    from gpucluster.simulator.experiments import fgd
+
     try:
         return fgd.resolve_policy(name)
     except ValueError as exc:
@@ -58,6 +71,10 @@ def fgd_cmd(
     out: Annotated[Path | None, typer.Option("--out", help="Write peer-shaped CSVs, PNG plots, result.json.")] = None,
 ) -> None:
     """Replay a pod list on a node list with one policy over seeds (the FGD paper's method)."""
+    from gpucluster.simulator.experiments import fgd
+    from gpucluster.simulator.traces import TraceError
+    from gpucluster.simulator.traces.openb import load_nodes, load_pods
+
     pol = _policy(renamed(policy, old_policy, "--placement-policy", "--policy") or "fgd")
     seed_list = _seeds(seeds)
     if not 0 < inflation <= 10:
@@ -91,9 +108,9 @@ def fgd_cmd(
                  for k in (50, 80, 90, 100, 110, 120, 130) if k in alloc],
                 title=f"{workload}: {pol.value}, seeds {seed_list[0]}..{seed_list[-1]} ({len(seed_list)})",
                 right=(0, 1, 2))
-    console.print(f"unallocated GPUs at 130%: {result.unallocated_gpus_at(130):.1f} of {result.total_gpus}")
+    common.console.print(f"unallocated GPUs at 130%: {result.unallocated_gpus_at(130):.1f} of {result.total_gpus}")
     if out is not None:
-        console.print(f"wrote {out}")
+        common.console.print(f"wrote {out}")
 
 
 @app.command("fgd-sweep")
@@ -117,6 +134,11 @@ def fgd_sweep_cmd(
 ) -> None:
     """Every (workload, policy, seed) in parallel (local processes or a Ray cluster), resumable; then comparison
     figures and a summary table."""
+    from gpucluster.simulator.experiments import fgd
+    from gpucluster.simulator.experiments.executor import ExecutorError, executor_for
+    from gpucluster.simulator.traces import TraceError
+    from gpucluster.simulator.traces.openb import load_nodes, load_pods
+
     pols = [_policy(p.strip()).value for p in policies.split(",") if p.strip()]
     wls = [w.strip() for w in workloads.split(",") if w.strip()] or list(fgd.PUBLISHED_WORKLOADS)
     seed_list = _seeds(seeds)
@@ -138,7 +160,7 @@ def fgd_sweep_cmd(
         executor = executor_for(jobs, ray_address, len(todo))
     except ExecutorError as exc:
         fail(f"--ray-address: {exc}")
-    err_console.print(f"sweep: {len(todo)} runs to do ({len(tasks) - len(todo)} already done) on "
+    common.err_console.print(f"sweep: {len(todo)} runs to do ({len(tasks) - len(todo)} already done) on "
                       f"{executor.description}", highlight=False)
     try:
         with _progress() as prog:
@@ -168,7 +190,7 @@ def fgd_sweep_cmd(
         cols["vs_fgd_130"] = "VS-FGD@130"
     print_table(list(cols.values()), [[("" if r.get(c) is None else str(r.get(c))) for c in cols] for r in rows],
                 title=f"mean GPU allocation %, seeds {seed_list[0]}..{seed_list[-1]}", right=range(2, len(cols)))
-    console.print(f"wrote {out / 'summary.csv'}, {out / 'summary.md'} and {figures}/")
+    common.console.print(f"wrote {out / 'summary.csv'}, {out / 'summary.md'} and {figures}/")
 
 
 def _write_summary(rows: list[dict[str, Any]], out: Path) -> None:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpucluster import inputfile
 from gpucluster.cli.common import (
     DeviceConfigOpt,
     cluster_option_help,
@@ -21,7 +20,6 @@ from gpucluster.cli.common import (
     registry_or_fail,
     renamed,
 )
-from gpucluster.devices import VendorRegistry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -252,6 +250,8 @@ def register(app: typer.Typer) -> None:
         """Print the YAML to deploy gpucluster: ServiceAccounts, least-privilege RBAC, the scheduler
         (ConfigMap, Deployment, Service), the agent DaemonSet and, on request, `up`, a twin's registration and
         the monitoring objects. The Helm chart charts/gpucluster renders the same objects."""
+        from gpucluster import inputfile
+        from gpucluster.devices import VendorRegistry
         from gpucluster.kubernetes.manifests import DeployOptions, KubeVersionError, build, to_yaml
 
         if mode not in ("extender", "scheduler"):

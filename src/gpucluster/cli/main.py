@@ -5,6 +5,14 @@ Start-up is lazy. ``main()`` (the console script) imports only the module of the
 help lists the commands from :data:`COMMANDS`), so they start in a fraction of a second instead of importing numpy,
 the scheduler and the spec loader, nor pydantic (:func:`_lazy_coercion`). ``app`` (what tests and ``python -m`` use)
 is the whole app, built on first use.
+
+Completing a command's options (``gpucluster simulate --<TAB>``) and its ``--help`` import that command's module,
+whose parameters click must build; so every command module keeps the same rule: at its top it imports only typer,
+the standard library and the CLI's light modules (``common``, ``output``, ``client``, ``get_cmd``, ``shown``), and
+imports numpy, pydantic, rich, YAML, the engine and the server inside the function that needs them. A value a
+signature shows from the engine (a default, a set of choices) is copied in ``shown`` (a test checks each copy).
+``tests/cli/test_startup.py`` completes every command's options in a fresh interpreter and fails if it loaded any
+of them.
 """
 
 from __future__ import annotations

@@ -8,15 +8,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
-from prometheus_client import CollectorRegistry
 
+from gpucluster.cli import common
 from gpucluster.cli.common import (
     cluster_option_help,
-    console,
     deprecated_option,
     fail,
     load_cluster_or_fail,
@@ -24,34 +22,12 @@ from gpucluster.cli.common import (
     renamed,
 )
 from gpucluster.cli.output import print_table, write
-from gpucluster.model import ClusterState, Pod
-from gpucluster.model.labels import JOB_LABEL
-from gpucluster.monitoring import (
-    AuditLog,
-    ControlPlaneMetrics,
-    DeviceSource,
-    EmbeddedMonitor,
-    JobAnalysis,
-    JobSample,
-    MetricsInputError,
-    MetricsServer,
-    NvmlSource,
-    NvmlUnavailableError,
-    QueueStats,
-    Remediator,
-    SimSource,
-    SimTarget,
-    analyze,
-    build_registry,
-    default_rules,
-    describe_record,
-    load_metrics,
-    lost_pods,
-    rule_file,
-)
-from gpucluster.monitoring.collectors import nvml_device_count
-from gpucluster.scheduler import PROFILES, Decision, Outcome, Scheduler, profile_for
-from gpucluster.spec import SpecError, load_pods
+
+if TYPE_CHECKING:  # numpy, prometheus_client and the engine are imported where a command runs, never to build
+    # its parameters (--help, Tab completion: cli/shown.py)
+    from gpucluster.model import ClusterState, Pod
+    from gpucluster.monitoring import DeviceSource, JobAnalysis, JobSample
+    from gpucluster.scheduler import Decision, Scheduler
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -80,6 +56,8 @@ def parse_fault(text: str, state: ClusterState) -> tuple[str, int, int, float]:
 
 
 def _load_pods_or_fail(path: Path) -> list[Pod]:
+    from gpucluster.spec import SpecError, load_pods
+
     try:
         return load_pods(path)
     except SpecError as exc:
@@ -89,12 +67,16 @@ def _load_pods_or_fail(path: Path) -> list[Pod]:
 
 
 def _check_policy(policy: str) -> None:
+    from gpucluster.scheduler import PROFILES
+
     if policy not in PROFILES:
         fail(f"--placement-policy {policy!r}: unknown; known: {', '.join(sorted(PROFILES))}")
 
 
 def _place(state: ClusterState, pods: list[Pod], policy: str,
            on_decision: Callable[[Decision, float], None] | None = None) -> tuple[Scheduler, list[Pod]]:
+    from gpucluster.scheduler import Outcome, Scheduler, profile_for
+
     sched = Scheduler(state, profile_for(policy))
     sched.on_decision = on_decision
     pending = [p for p in pods if sched.schedule_and_bind(p).outcome != Outcome.SCHEDULED]
@@ -159,6 +141,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve device metrics (dcgm-exporter's names, HAMi's host names) and allocation metrics (ours and
         HAMi's scheduler names) for Prometheus."""
+        from prometheus_client import CollectorRegistry
+
+        from gpucluster.monitoring import (
+            ControlPlaneMetrics,
+            MetricsServer,
+            NvmlSource,
+            NvmlUnavailableError,
+            QueueStats,
+            SimSource,
+            build_registry,
+        )
+        from gpucluster.monitoring.collectors import nvml_device_count
+
         try:
             host, port = parse_listen(listen)
         except ValueError as exc:
@@ -232,6 +227,8 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[bool, typer.Option("--json", help="List the rules as JSON instead.")] = False,
     ) -> None:
         """Write the Prometheus alert rule file (checked by promtool in the tests)."""
+        from gpucluster.monitoring import default_rules, rule_file
+
         if json_out:
             print_json({"rules": [
                 {"alert": r.name, "expr": r.expr.promql(), "for_s": r.for_s, "severity": str(r.severity),
@@ -268,6 +265,19 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[bool, typer.Option("--json", help="Print the drill's result as JSON.")] = False,
     ) -> None:
         """Fault drill on the embedded cluster: a GPU reports an XID; watch alerts fire and remediation act."""
+        import numpy as np
+
+        from gpucluster.monitoring import (
+            AuditLog,
+            EmbeddedMonitor,
+            Remediator,
+            SimSource,
+            SimTarget,
+            build_registry,
+            describe_record,
+            lost_pods,
+        )
+
         c = load_cluster_or_fail(cluster)
         state = c.state()
         if node is not None and node not in state.node_index:
@@ -332,6 +342,8 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[bool, typer.Option("--json", help="Print the analysis as JSON.")] = False,
     ) -> None:
         """Say what limits a job (compute, input, communication, memory, idle) and what would help."""
+        from gpucluster.monitoring import MetricsInputError, analyze, load_metrics
+
         source = source or ("sim" if pods is not None and metrics is None else "file")
         if source == "file":
             if metrics is None:
@@ -363,10 +375,15 @@ def register(app: typer.Typer) -> None:
 
 
 def _job_of(pod: Pod) -> set[str]:
+    from gpucluster.model.labels import JOB_LABEL
+
     return {pod.name, pod.gang, pod.labels.get("job-name", ""), pod.labels.get(JOB_LABEL, "")} - {""}
 
 
 def _sim_job_samples(job_id: str, state: ClusterState, pods: list[Pod], seconds: float) -> list[JobSample]:
+    from gpucluster.model.labels import JOB_LABEL
+    from gpucluster.monitoring import JobSample, SimSource
+
     mine = {p.key for p in pods if job_id in _job_of(p)}
     if not mine:
         fail(f"job {job_id!r}: no pod named so or labelled job-name / {JOB_LABEL} / gang {job_id!r}")
@@ -405,6 +422,7 @@ def _sim_job_samples(job_id: str, state: ClusterState, pods: list[Pod], seconds:
 
 
 def _print_analysis(r: JobAnalysis) -> None:
+    console = common.console
     console.print(f"job [bold]{r.job}[/]: [bold]{r.verdict}[/] ({r.gpus} GPUs on {len(r.nodes)} node(s), "
                   f"{r.samples} samples)")
     console.print(f"why: {r.why}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,17 +18,11 @@ from gpucluster.cli.common import (
     renamed,
 )
 from gpucluster.cli.output import print_table, write
-from gpucluster.model import ClusterState, Policy, views
-from gpucluster.scheduler import (
-    DEFAULT_PLACEMENT_POLICY,
-    PROFILES,
-    Decision,
-    Scheduler,
-    binpack_spread_profile,
-    profile_for,
-)
-from gpucluster.scheduler.feasibility import unknown_resource
-from gpucluster.spec import SpecError, load_pods
+from gpucluster.cli.shown import Policy
+
+if TYPE_CHECKING:  # the engine is imported where a command runs, never to build its parameters (cli/shown.py)
+    from gpucluster.model import ClusterState
+    from gpucluster.scheduler import Decision
 
 EXIT_UNPLACED = 3
 """``schedule`` exits with this code when at least one pod was not placed (2 stays "bad input")."""
@@ -37,6 +31,8 @@ EXIT_UNPLACED = 3
 def _with_shares(state: ClusterState, d: Decision, init: bool = False) -> list[list[dict[str, Any]]]:
     """``Decision.devices_json`` plus, per device, its index on the node, the share held (0..1,
     ``model.share``) and whether that is the whole device."""
+    from gpucluster.model import views
+
     out = d.devices_json(init)
     if d.allocation is None:
         return out
@@ -98,6 +94,17 @@ def register(app: typer.Typer) -> None:
 
         Exit status: 0 when every pod was placed, 3 when at least one was not (the JSON says which: "node" is
         null and "why" holds the counted reasons), 2 for bad input."""
+        from gpucluster.model import Policy as Preference
+        from gpucluster.scheduler import (
+            DEFAULT_PLACEMENT_POLICY,
+            PROFILES,
+            Scheduler,
+            binpack_spread_profile,
+            profile_for,
+        )
+        from gpucluster.scheduler.feasibility import unknown_resource
+        from gpucluster.spec import SpecError, load_pods
+
         policy = renamed(policy, old_policy, "--placement-policy", "--policy")
         registry = registry_or_fail(device_config)
         c = load_cluster_or_fail(cluster, registry)
@@ -110,9 +117,10 @@ def register(app: typer.Typer) -> None:
         if node_policy is not None or gpu_policy is not None:
             if policy is not None:
                 fail("--placement-policy cannot be combined with --node-policy/--gpu-policy")
-            node_policy, gpu_policy = node_policy or Policy.BINPACK, gpu_policy or Policy.SPREAD
-            profile = binpack_spread_profile(node_policy, gpu_policy, seed)
-            label = f"node {node_policy}, gpu {gpu_policy}"
+            node_pref = Preference(node_policy or Policy.BINPACK)
+            gpu_pref = Preference(gpu_policy or Policy.SPREAD)
+            profile = binpack_spread_profile(node_pref, gpu_pref, seed)
+            label = f"node {node_pref}, gpu {gpu_pref}"
         else:
             name = policy or "default"
             if name not in PROFILES:

@@ -9,11 +9,11 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpucluster import inputfile
+from gpucluster.cli import common
 from gpucluster.cli.client import ContextOpt, ServerOpt, TokenOpt, call, client, resolve
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
@@ -21,7 +21,6 @@ from gpucluster.cli.common import (
     DeviceConfigOpt,
     check_placement_policy,
     check_queue_policies,
-    console,
     deprecated_option,
     device_settings_or_fail,
     fail,
@@ -31,13 +30,13 @@ from gpucluster.cli.common import (
 )
 from gpucluster.cli.get_cmd import VIEWS, Resource
 from gpucluster.cli.output import print_table
-from gpucluster.devices.quantity import finite_number
-from gpucluster.model.labels import QUEUE_LABEL
-from gpucluster.monitoring import Action, RemediationPolicy
+
+if TYPE_CHECKING:  # the engine is imported where a command runs, never to build its parameters (cli/shown.py)
+    from gpucluster.monitoring import RemediationPolicy
 
 PORT_ENV = "GPUCLUSTER_PORT"
-REMEDIATE_NAMES = {"drain": Action.DRAIN, "defragment": Action.DEFRAGMENT, "migrate": Action.DEFRAGMENT,
-                   "release": Action.RELEASE}
+REMEDIATE_NAMES = {"drain": "drain", "defragment": "defragment", "migrate": "defragment", "release": "release"}
+"""``--remediate`` words -> the ``gpucluster.monitoring.Action`` each carries out (by its value)."""
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
@@ -65,16 +64,18 @@ class LogFormat(enum.StrEnum):
 def parse_remediate(text: str) -> RemediationPolicy:
     """``--remediate``: comma-separated disruptive actions to carry out (drain, defragment or its alias
     migrate, release; ``all``), or ``none`` to plan every action, cordons included. Unlisted ones are dry-run."""
+    from gpucluster.monitoring import Action, RemediationPolicy
+
     words = [w.strip().lower() for w in text.split(",") if w.strip()]
     if words == ["none"]:
         return RemediationPolicy.opt_in([], observe_only=True)
     if words == ["all"]:
-        return RemediationPolicy.opt_in(set(REMEDIATE_NAMES.values()))
+        return RemediationPolicy.opt_in({Action(a) for a in REMEDIATE_NAMES.values()})
     bad = [w for w in words if w not in REMEDIATE_NAMES]
     if bad:
         raise ValueError(f"--remediate: unknown action {bad[0]!r}; expected a comma-separated list of "
                          f"{', '.join(REMEDIATE_NAMES)}, or all, or none")
-    return RemediationPolicy.opt_in({REMEDIATE_NAMES[w] for w in words})
+    return RemediationPolicy.opt_in({Action(REMEDIATE_NAMES[w]) for w in words})
 
 
 def _remediation_line(policy: RemediationPolicy) -> str:
@@ -193,7 +194,8 @@ def up(
     """Run the control plane: REST API (OpenAPI at /docs) and the dashboard."""
     import uvicorn
 
-    from gpucluster import web
+    from gpucluster import inputfile, web
+    from gpucluster.model.labels import QUEUE_LABEL
     from gpucluster.service import (
         DataDirLock,
         DataDirLockedError,
@@ -346,6 +348,8 @@ def submit(
                                              "models; added to the file's speedup).")] = None,
 ) -> None:
     """Submit a job to a running control plane."""
+    from gpucluster import inputfile
+
     try:
         doc = inputfile.load_yaml(job_file)
     except inputfile.InputFileError as exc:
@@ -359,13 +363,15 @@ def submit(
     if as_json:
         print_json(job)
     else:
-        console.print(f"job [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']}): {job['status']}",
+        common.console.print(f"job [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']}): {job['status']}",
                       soft_wrap=True)
 
 
 def with_speed_flags(doc: dict[str, Any], ref_gpu: str | None, work_class: str | None, tokens: float | None,
                      speedup: list[str]) -> dict[str, Any]:
     """The job body with the speed flags of ``gpucluster submit`` applied (a flag wins over the file's field)."""
+    from gpucluster.devices.quantity import finite_number
+
     out = dict(doc)
     for key, value in (("ref_gpu", ref_gpu), ("work_class", work_class), ("tokens", tokens)):
         if value is not None:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpucluster import inputfile
+from gpucluster.cli import common
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
     QUEUE_HELP,
@@ -19,7 +17,6 @@ from gpucluster.cli.common import (
     check_placement_policy,
     check_queue_policies,
     cluster_option_help,
-    console,
     deprecated_option,
     fail,
     load_cluster_or_fail,
@@ -29,10 +26,15 @@ from gpucluster.cli.common import (
     training_share_rows,
 )
 from gpucluster.cli.output import print_table
-from gpucluster.jobs import DEFAULT_QUEUE_POLICY, JOB_PLACEMENT, JobSpec
-from gpucluster.scheduler.plugins.quota import QueueSpec, QuotaTree
-from gpucluster.simulator import Simulation, TraceError, load_trace, with_ref_gpu
-from gpucluster.spec import Cluster
+from gpucluster.cli.shown import DEFAULT_QUEUE_POLICY
+
+if TYPE_CHECKING:  # rich and the engine are imported where the command runs, not to build its parameters
+    from rich.progress import Progress
+
+    from gpucluster.jobs import JobSpec
+    from gpucluster.scheduler.plugins.quota import QueueSpec
+    from gpucluster.simulator import Simulation
+    from gpucluster.spec import Cluster
 
 _KEYS = ("jobs", "jobs_completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
          "gpu_utilization", "gpu_utilization_window", "avg_queue_len_window", "gpu_speed", "jain_fairness",
@@ -44,46 +46,12 @@ REF_GPU_HELP = ("GPU model the work of jobs that name no ref_gpu is measured on 
                 "ones the cluster's main model; default for the rest: none (the same speed on every model)")
 
 
-class _QueueArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1)
-    parent: str = ""
-    guarantee: float = Field(default=0.0, ge=0)
-    limit: dict[Literal["gpu", "gpumem", "gpucores"], float] = Field(default_factory=dict)
-    weight: float = Field(default=1.0, gt=0)
-
-
-class _QuotaFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    queues: list[_QueueArgs] = Field(min_length=1)
-
-
-def load_quota(path: Path) -> list[QueueSpec]:
-    """A queue tree file (YAML: ``queues: [{name, parent, guarantee, limit: {gpu, gpumem, gpucores}, weight}]``;
-    a job's tenant names its queue) -> queue specs; raises TraceError saying where and why."""
-    try:
-        raw = inputfile.load_yaml(path)
-    except inputfile.InputFileError as exc:
-        raise TraceError(f"--quota {exc}") from None
-    try:
-        spec = _QuotaFile.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise TraceError(f"--quota {path}: {where}: {err['msg']}") from None
-    queues = [QueueSpec(q.name, q.parent, q.guarantee, {str(k): v for k, v in q.limit.items()}, q.weight)
-              for q in spec.queues]
-    try:
-        QuotaTree(queues)
-    except ValueError as exc:
-        raise TraceError(f"--quota {path}: {exc}") from None
-    return queues
-
-
 def _run_one(cluster: Cluster, jobs: list[JobSpec], policy: str, seed: int, progress: Progress | None,
              quota: list[QueueSpec] | None = None, placement: str | None = None) -> tuple[Simulation, dict[str, Any]]:
+    from gpucluster.jobs import JOB_PLACEMENT
+    from gpucluster.scheduler.plugins.quota import QuotaTree
+    from gpucluster.simulator import Simulation
+
     # a fresh tree per run (it tracks usage); the Quota plugin enforces limits, the policy reads guarantees
     services = None if quota is None else {"quota": QuotaTree(quota)}
     sim = Simulation(cluster, policy, seed=seed, placement_policy=placement, services=services)
@@ -128,6 +96,13 @@ def simulate(
     device_config: DeviceConfigOpt = None,
 ) -> None:
     """Replay a job trace: queueing, gang + topology placement, preemption; print JCT, utilisation, fairness."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpucluster.cli.quota_file import load_quota
+    from gpucluster.jobs import JOB_PLACEMENT
+    from gpucluster.simulator import TraceError, load_trace, with_ref_gpu
+
+    console = common.console
     policy = renamed(policy, old_policy, "--queue-policy", "--policy") or DEFAULT_QUEUE_POLICY
     names = check_queue_policies(policy, allow_all=True)
     check_placement_policy(placement)

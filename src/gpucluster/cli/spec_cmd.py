@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from gpucluster import inputfile
-from gpucluster.cli.common import console, fail, load_cluster_or_fail, print_json
+from gpucluster.cli import common
+from gpucluster.cli.common import fail, load_cluster_or_fail, print_json
 from gpucluster.cli.output import print_table, write
-from gpucluster.spec import default_spec_text
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +27,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json({"valid": True, **summary})
         else:
-            console.print(
+            common.console.print(
                 f"[green]valid[/]: {file}: {summary['nodes']} nodes, {summary['gpus']} devices "
                 f"({', '.join(f'{n} x {m}' for m, n in summary['gpu_models'].items()) or 'none'})"
             )
@@ -42,6 +41,9 @@ def register(app: typer.Typer) -> None:
                           "and edit.")] = False,
     ) -> None:
         """Summarise a cluster: nodes, devices by model, racks, leaves, fabric."""
+        from gpucluster import inputfile
+        from gpucluster.spec import default_spec_text
+
         if raw:  # the text itself, unwrapped whatever the terminal: `spec show --raw > f.yaml` round-trips
             if file is None:
                 write(default_spec_text())

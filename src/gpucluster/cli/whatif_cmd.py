@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
@@ -28,23 +27,8 @@ from gpucluster.cli.common import (
     training_share_rows,
 )
 from gpucluster.cli.output import print_table
+from gpucluster.cli.shown import DEFAULT_QUEUE_POLICY, WHATIF_JCT_TOLERANCE_PCT, WHATIF_YEARS
 from gpucluster.cli.simulate_cmd import REF_GPU_HELP
-from gpucluster.design.work_cost import SpotRisk
-from gpucluster.jobs import DEFAULT_QUEUE_POLICY, JOB_PLACEMENT
-from gpucluster.simulator import TraceError, load_trace, main_gpu_model, with_ref_gpu
-from gpucluster.simulator.experiments.executor import ExecutorError
-from gpucluster.whatif import (
-    DEFAULT_TOLERANCE_PCT,
-    DEFAULT_YEARS,
-    FIELDS,
-    HOURS_PER_YEAR,
-    DesignInputError,
-    evaluate_all,
-    hours,
-    load_candidate,
-    unique_names,
-    verdict,
-)
 
 
 def _fail(lines: list[str]) -> NoReturn:
@@ -74,6 +58,8 @@ _ROWS: tuple[tuple[str, str], ...] = (
 
 
 def _cell(key: str, v: Any) -> str:
+    from gpucluster.whatif import hours
+
     if key.endswith("_usd") or key.startswith("usd_") or "_usd_" in key:
         return _money(v)
     if v is None:
@@ -91,6 +77,8 @@ def _cell(key: str, v: Any) -> str:
 
 
 def _print_table(rows: list[dict[str, Any]], v: dict[str, Any], title: str, years: float) -> None:
+    from rich.console import Console
+
     console = Console()
     table = [["GPU", *(str(r["gpu"]) for r in rows)]]
     table += [[label, *(_cell(key, r[key]) for r in rows)] for key, label in _ROWS]
@@ -110,6 +98,8 @@ def _print_table(rows: list[dict[str, Any]], v: dict[str, Any], title: str, year
 
 def write_out(out: Path, rows: list[dict[str, Any]], v: dict[str, Any], title: str) -> list[Path]:
     """``whatif.csv`` (one row per design) and ``whatif.png`` (cost per unit of work vs avg JCT)."""
+    from gpucluster.whatif import FIELDS
+
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -186,9 +176,9 @@ def whatif(
     old_policy: Annotated[str | None, deprecated_option("--policy", "--queue-policy")] = None,
     placement: Annotated[str | None, typer.Option(
         "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
-    years: Annotated[float, typer.Option("--years", help="Years to amortise capex over")] = DEFAULT_YEARS,
+    years: Annotated[float, typer.Option("--years", help="Years to amortise capex over")] = WHATIF_YEARS,
     tolerance: Annotated[float, typer.Option("--jct-tolerance", help="Verdict: percent above the best avg JCT "
-                                                                     "a design may be")] = DEFAULT_TOLERANCE_PCT,
+                                                                     "a design may be")] = WHATIF_JCT_TOLERANCE_PCT,
     seed: Annotated[int, typer.Option(help="Random seed (synthetic traces, tie-breaks)")] = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N jobs (by arrival)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {designs, verdict} as JSON")] = False,
@@ -217,6 +207,14 @@ def whatif(
              "without it.")] = None,
 ) -> None:
     """Simulate each design on the same workload; print cost against utilisation and JCT, and which to buy."""
+    from rich.console import Console
+
+    from gpucluster.design.work_cost import SpotRisk
+    from gpucluster.jobs import JOB_PLACEMENT
+    from gpucluster.simulator import TraceError, load_trace, main_gpu_model, with_ref_gpu
+    from gpucluster.simulator.experiments.executor import ExecutorError
+    from gpucluster.whatif import HOURS_PER_YEAR, DesignInputError, evaluate_all, load_candidate, unique_names, verdict
+
     policy = renamed(policy, old_policy, "--queue-policy", "--policy") or DEFAULT_QUEUE_POLICY
     [policy] = check_queue_policies(policy)
     check_placement_policy(placement)

@@ -86,6 +86,9 @@ NOTE_REPEAT_S = 60.0
 """A waiting job whose reason did not change is reported again (``unschedulable``, folded into the one event by
 whoever records them) after this many clock seconds, so its last-seen time stays fresh without an event per
 scheduling pass."""
+NOTE_SLICE = 256
+"""A pass past its budget still notes this many waiting jobs (and checks the time every this many) before the rest
+of its notes wait for the next pass (:meth:`JobEngine._note_groups`)."""
 CONTROL_PLANE_PASS_BUDGET_S = 0.02
 """A control plane's scheduling pass runs this long at most, then goes on at the next tick (``pass_budget_s``):
 the API it shares the event loop with answers in between, however many jobs are queued. Checked every 128 jobs,
@@ -247,6 +250,8 @@ class JobEngine:
         self._dirty = False
         self._seen: tuple[Any, ...] = ()
         """The cluster's change stamp (and the quota tree's revision) when the last pass ended."""
+        self._notes_left = False
+        """The last pass left reasons untold (past its budget): the next run begins with a pass."""
         self._epoch = 0
         """Counts the jobs started and stopped (and failed in placement): a pass compares it before and after a
         job to know whether anything changed (:meth:`_walk`)."""
@@ -344,8 +349,9 @@ class JobEngine:
         """Run every event up to time ``t`` and leave the clock at ``t`` (or at the last event for inf).
 
         Changes made since the last call (submit, cancel, and any change of the cluster or the quota tree) are
-        scheduled first, at the current time."""
-        if self._dirty or self._resume is not None or self._moved():
+        scheduled first, at the current time; so are the reasons the last pass had no time to tell (the driver
+        gives its event loop back between two runs, not inside one)."""
+        if self._dirty or self._resume is not None or self._notes_left or self._moved():
             self._pass()
         while True:
             nxt = self.kernel.peek()
@@ -566,6 +572,7 @@ class JobEngine:
 
     def _pass(self) -> None:
         resume, self._resume = self._resume, None
+        self._notes_left = False
         if resume is not None and (self._dirty or self._moved()):
             self._revisit = True  # the part of the queue this pass already went through is out of date
         self._dirty = False
@@ -587,8 +594,10 @@ class JobEngine:
         elif describe:
             free = tot.gpus - self.ledger.busy
             jobs = self.jobs
+            budget = self.options.pass_budget_s
             self._note_groups({g: [((), self._count_message(jobs[members[0][2]], free))]
-                               for g, members in self._queue.groups.items()})
+                               for g, members in self._queue.groups.items()},
+                              time.perf_counter() + budget if budget != math.inf else math.inf)
         # what the pass itself changed (victims re-queued) waits for the next event, so stepping the clock
         # in small or large increments gives the same run; a pass cut short goes on at the next run, and one
         # that reached the end after something changed during it starts again from the top
@@ -769,37 +778,61 @@ class JobEngine:
                         said_g = reasons.setdefault(g, [])
                         if not said_g or said_g[-1][1] != turn:
                             said_g.append((bound if said_g else (), turn))
-            self._note_groups(reasons)
+            self._note_groups(reasons, deadline)
 
-    def _note_groups(self, reasons: Mapping[Hashable, list[tuple[tuple[Any, ...], str]]]) -> None:
+    def _note_groups(self, reasons: Mapping[Hashable, list[tuple[tuple[Any, ...], str]]],
+                     deadline: float = math.inf) -> None:
         """Say why the jobs of each group in ``reasons`` wait: ``[(first entry, why)]``, each from its entry on
         (``()``: from the group's first job). Only a group whose reasons changed (or were last said
-        ``NOTE_REPEAT_S`` ago) has all its jobs noted; otherwise only the jobs that joined it since."""
+        ``NOTE_REPEAT_S`` ago) has all its jobs noted; otherwise only the jobs that joined it since.
+
+        Past ``deadline`` (the pass's budget), after at least ``NOTE_SLICE`` notes, the rest waits for the next
+        pass (the next run begins with one): a reason that changed for thousands of waiting jobs is told over a
+        few passes, never in one hold of the event loop."""
         queue = self._queue
         jobs = self.jobs
         now = self.now
         queued = JobState.QUEUED
+        spent = 0
         for g, said in reasons.items():
             members = queue.groups.get(g)
-            fresh = queue.fresh.pop(g, None)
             if not members:
+                queue.fresh.pop(g, None)
                 continue
             sig = tuple(said)
             last = queue.noted.get(g)
+            whole = last is None or last[0] != sig or now - last[1] >= NOTE_REPEAT_S
+            if whole and spent >= NOTE_SLICE and time.perf_counter() > deadline:
+                self._notes_left = True  # this group at the next pass (its fresh jobs kept for it)
+                continue
+            fresh = queue.fresh.pop(g, None)
             targets: list[str]
-            if last is None or last[0] != sig or now - last[1] >= NOTE_REPEAT_S:
-                queue.noted[g] = (sig, now)
+            if whole:
                 targets = [e[2] for e in members]
             elif fresh:
                 targets = fresh
             else:
                 continue
             bounds = [b for b, _ in said]
+            done = True
             for jid in targets:
+                if spent >= NOTE_SLICE and not spent % NOTE_SLICE and time.perf_counter() > deadline:
+                    done = False
+                    break
                 job = jobs.get(jid)
                 if job is None or job.state != queued or jid not in queue or queue.group_of(jid) != g:
                     continue
-                self._note(job, said[bisect.bisect_right(bounds, queue.entry(jid)) - 1][1])
+                reason = said[bisect.bisect_right(bounds, queue.entry(jid)) - 1][1]
+                if job.message == reason and now - job.noted_s < NOTE_REPEAT_S:
+                    continue  # told already (by an earlier pass cut short): only a comparison
+                spent += 1
+                self._note(job, reason)
+            if not done:  # the group again at the next pass: its jobs noted already cost a comparison then
+                self._notes_left = True
+                if fresh:
+                    queue.fresh[g] = fresh + queue.fresh.get(g, [])
+            elif whole:
+                queue.noted[g] = (sig, now)
 
     def _count_message(self, job: Job, free: float) -> str:
         """Why a job the pass did not try waits (:func:`gpucluster.jobs.views.count_message`)."""

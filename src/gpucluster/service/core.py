@@ -40,6 +40,9 @@ CLOCK_LEASE_S = 5.0
 """Wall-clock seconds of runtime clock stored ahead of the clock: the clock is written once per lease, not once
 per tick (every write is a WAL frame), and a restart resumes at the stored value, at or after any time a client
 has seen."""
+RECORD_CHUNK = 500
+"""Job events stored per step of a tick (:meth:`Service.tick_steps`): a tick with more (a reason that changed for
+thousands of waiting jobs) stores them over several steps, giving the event loop back in between."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,8 +251,12 @@ class Service:
         yield
         try:
             self.adopt_discovered()
-            self.record(self.unrecorded)
-            self.unrecorded = []
+            while self.unrecorded:
+                chunk = self.unrecorded[:RECORD_CHUNK]
+                self.record(chunk)
+                del self.unrecorded[:len(chunk)]
+                if self.unrecorded:
+                    yield  # the rest in the next step: a request is served in between
             self.persist_remediation()
         except StoreWriteError as exc:
             failed = failed or exc
