@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kubelet import FakeKubelet
 from test_k8s_workloads import _events_of, _gc_jobs, _kubectl, job_yaml
-from up_process import ControlPlane, gpu_nodes, new_run, registered, wait_until
+from up_process import ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
 
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, Admission
 
@@ -101,8 +100,7 @@ def test_kill_9_of_the_leader_while_it_admits_loses_no_job_and_admits_none_twice
     args = ("--lease-name", f"lease-{run}", "--lease-duration", str(LEASE_S))
     names: list[str] = []
     takeovers: list[float] = []
-    with registered(kube_client, gpu_nodes(run, 2, 4)) as nodes, \
-            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path):
         watch = AdmissionWatch(kube_client, tenant)
         replicas = [ControlPlane(cp.kubeconfig, tmp_path, *args, "--identity", f"r{i}", data=f"r{i}")
                     for i in range(2)]

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kubelet import FakeKubelet
 from kubernetes import client, watch
 from test_k8s_failover import LEASE_S, _leader
 from test_k8s_jobset import GROUP as JS_GROUP
@@ -33,7 +32,7 @@ from test_k8s_pod_group import PLURAL as PG_PLURAL
 from test_k8s_pod_group import VERSION as PG_VERSION
 from test_k8s_pod_group import pod_group_crd  # noqa: F401 (a fixture)
 from test_k8s_pod_group_queue import _member
-from up_process import ControlPlane, gpu_nodes, new_run, registered, wait_until
+from up_process import ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
 
 from gpucluster.kubernetes.gangs import POD_GROUP_LABEL
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, JOBSET_NAME_LABEL, QUEUE_LABEL, Admission
@@ -171,8 +170,7 @@ def test_kill_9_of_the_leader_while_it_admits_pod_groups_and_jobsets_loses_none_
     groups: list[str] = []
     jobsets: list[str] = []
     takeovers: list[float] = []
-    with registered(kube_client, gpu_nodes(run, 2, 4)) as nodes, \
-            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path):
         watcher = Watcher(kube_client, tenant)
         replicas = [ControlPlane(cp.kubeconfig, tmp_path, *args, "--identity", f"r{i}", data=f"r{i}")
                     for i in range(2)]

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kubelet import FakeKubelet
 from k8s_helpers import installed_crd
 from kubernetes import client
-from up_process import ControlPlane, gpu_nodes, new_run, registered, wait_until
+from up_process import ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
 
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, JOBSET_NAME_LABEL, QUEUE_LABEL, Admission
 
@@ -84,8 +83,7 @@ def _complete(batch: Any, name: str) -> bool:
 @pytest.fixture
 def fleet(kube_client: Any, tmp_path: Path) -> Iterator[tuple[str, list[Any]]]:
     run = new_run()
-    with registered(kube_client, gpu_nodes(run, 2, 4)) as nodes, \
-            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path) as nodes:
         yield run, nodes
 
 

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kubelet import FakeKubelet
 from k8s_helpers import GPUCLUSTER, Process
 from kubernetes import client
 from test_k8s_pod_group import GROUP, PLURAL, VERSION, pod_group_crd  # noqa: F401 (a fixture)
-from up_process import ADMIN, ControlPlane, gpu_nodes, new_run, registered, wait_until
+from up_process import ADMIN, ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
 
 from gpucluster.kubernetes.gangs import POD_GROUP_LABEL
 from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION, QUEUE_LABEL, RESERVATION_ANNOTATION
@@ -42,8 +41,7 @@ def run() -> str:
 @pytest.fixture
 def fleet(kube_client: Any, run: str, tmp_path: Path) -> Iterator[list[Any]]:
     """2 nodes x 4 A100 with a kubelet stand-in."""
-    with registered(kube_client, gpu_nodes(run, 2, 4)) as nodes, \
-            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path) as nodes:
         yield nodes
 
 

@@ -13,9 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_kubelet import FakeKubelet
 from k8s_helpers import core_api
-from up_process import ControlPlane, gpu_nodes, new_run, registered, wait_until
+from up_process import ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
 
 from gpucluster.model import NodeSpec
 from gpucluster.model.labels import JOB_LABEL, MANAGED_BY, MANAGED_BY_LABEL, QUEUE_LABEL
@@ -30,8 +29,7 @@ NAMESPACE = "default"
 @pytest.fixture
 def fleet(kube_client: Any, tmp_path: Path) -> Iterator[list[NodeSpec]]:
     """Simulated GPU nodes whose device-plugin handshakes stay fresh, and a kubelet stand-in for them."""
-    with registered(kube_client, gpu_nodes(new_run(), NODES, GPUS, model="A100-80GB")) as nodes, \
-            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+    with kubelet_fleet(kube_client, gpu_nodes(new_run(), NODES, GPUS, model="A100-80GB"), tmp_path) as nodes:
         yield nodes
 
 

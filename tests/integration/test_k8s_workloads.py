@@ -22,9 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
-from fake_kubelet import FakeKubelet
 from k8s_helpers import GPUCLUSTER
-from up_process import ADMIN, ControlPlane, gpu_nodes, new_run, registered, wait_until
+from up_process import ADMIN, ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
 
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, Admission
 
@@ -121,8 +120,7 @@ def _api_job(server: ControlPlane, name: str) -> dict[str, Any] | None:
 @pytest.fixture
 def fleet(kube_client: Any, run: str, tmp_path: Path) -> Iterator[list[Any]]:
     """2 nodes x 4 A100 with a kubelet stand-in."""
-    with registered(kube_client, gpu_nodes(run, 2, 4)) as nodes, \
-            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path) as nodes:
         yield nodes
 
 
@@ -372,8 +370,7 @@ def test_fragmented_admission_count_only_hangs_ours_waits_and_admits_the_next(
     batch = client.BatchV1Api(kube_client)
     tenant = f"g-{run}"
     blocker = f"blocker-{run}"
-    with registered(kube_client, gpu_nodes(run, 4, 4)) as nodes, \
-            FakeKubelet(kube_client, [n.name for n in nodes], tmp_path / "kubelet"):
+    with kubelet_fleet(kube_client, gpu_nodes(run, 4, 4), tmp_path) as nodes:
         count_cp = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect", "--admission", "count",
                                 data="count")
         ours: ControlPlane | None = None

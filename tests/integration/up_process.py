@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from fake_kubelet import FakeKubelet
 from k8s_helpers import GPUCLUSTER, free_port, registry
 from polling import wait_until
 
@@ -112,6 +113,14 @@ def registered(api: Any, nodes: list[NodeSpec]) -> Iterator[list[NodeSpec]]:
         refresher.join(10)
         reg.delete()
 
+
+
+@contextlib.contextmanager
+def kubelet_fleet(api: Any, nodes: list[NodeSpec], workdir: Path) -> Iterator[list[NodeSpec]]:
+    """The nodes registered (:func:`registered`) and a kubelet stand-in playing their kubelets (:class:`FakeKubelet`,
+    its files under ``workdir/kubelet``); both gone afterwards."""
+    with registered(api, nodes) as fleet, FakeKubelet(api, [n.name for n in fleet], workdir / "kubelet"):
+        yield fleet
 
 def new_run() -> str:
     """A short run id for names and label values; it starts with a letter, so no YAML reader takes it for a
