@@ -20,10 +20,9 @@ best comparative advantage lies on those models bring a larger share of the subm
 ``duration_s``) than those models' share of the cluster's GPUs -- a job that gains little would hold a fast GPU
 that the later work gaining much will want (on a cluster of half H100 where 80 % of the work prefers H100, a
 recommendation job goes to the L40S; on one of 87 % H100, the same job with the same mix still takes an idle
-H100). It skips -- and the profile is
-exactly the speed-blind one -- on a cluster of one GPU model, for a pod whose job runs the same everywhere (no job,
-or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a speed service, and when every candidate's model
-is within the tolerance anyway.
+H100). It skips -- and the profile is exactly the speed-blind one -- on a cluster of one GPU model, for a pod
+whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
+speed service, and when every candidate's model is within the tolerance anyway.
 """
 
 from __future__ import annotations
@@ -183,7 +182,7 @@ class GpuSpeedTier:
             return fastest  # the fastest models are also where the job's advantage is: nothing to leave to others
         idle = np.bincount(snap.dev_model[snap.dev_idle & (snap.dev_model >= 0)], minlength=len(snap.models))
         if self.mix.queued_gpus() <= float(idle[fastest[:-1]].sum()) and not self._scarce(snap, fastest):
-            return fastest  # the fast models hold every GPU that waits, and the work to come fits: nobody to leave
+            return fastest  # nothing waits beyond the idle fast GPUs, nor is the work preferring them too much for them
         best = float(per_model[by_adv].max())
         return by_adv & (per_model >= (1.0 - self.tolerance) * best)
 
