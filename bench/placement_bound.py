@@ -87,12 +87,13 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
     key = key_shape(order)
     got["key_shape"] = list(key) if key is not None else None
     bshapes = class_b_shapes(order, key, class_b) if two_class and key is not None else []
+    t0 = time.perf_counter()
+
+    def say(line: str) -> None:
+        print(f"[{workload} {seed} {time.perf_counter() - t0:7.1f} s] {line}", file=sys.stderr, flush=True)
+
     if bshapes:
         got["class_b"] = [list(b) for b in bshapes]
-        t0 = time.perf_counter()
-
-        def say(line: str) -> None:
-            print(f"[{workload} {seed} {time.perf_counter() - t0:7.1f} s] {line}", file=sys.stderr, flush=True)
 
         cb = class_bound(nodes, order, lambda s: s == key, lambda s: s in bshapes, segments, progress=say)
         got["must_place_idle_gpus"] = (cb.capacity_milli - cb.one_class_a_milli) / MILLI
@@ -102,7 +103,7 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
         got["pairs"] = cb.pairs_solved
         got["lps"] = cb.lps_solved + 1
     else:
-        mp = must_place_bound(nodes, order, segments, (lambda s: s == key) if key is not None else None)
+        mp = must_place_bound(nodes, order, segments, (lambda s: s == key) if key is not None else None, say)
         got["must_place_idle_gpus"] = mp.idle_gpus
         got["bound_segment"] = mp.segment
         got["lps"] = mp.lps_solved + 1

@@ -274,10 +274,12 @@ class MustPlaceBound(_BoundFigures):
 
 
 def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segments: int = 40,
-                     key: Callable[[PodShape], bool] | None = None) -> MustPlaceBound:
+                     key: Callable[[PodShape], bool] | None = None,
+                     progress: Callable[[str], None] | None = None) -> MustPlaceBound:
     """The must-place bound (``MUST_PLACE_DOC``) for ``order`` (the arrival order) on ``nodes``, over the first
     failure among the pods whose shape ``key`` selects (default: all). Only those pods are forced before the
-    segment and make the pseudo-pod; the others are optional everywhere. Valid for every ``key``."""
+    segment and make the pseudo-pod; the others are optional everywhere. Valid for every ``key``. ``progress``
+    is called with a line after every LP."""
     key = key or (lambda _p: True)
     from scipy.optimize import linprog
     from scipy.sparse import coo_array
@@ -458,15 +460,23 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
         return -float(res.fun)
 
     best, where, solved = -1.0, -2, 0
+
+    def say(what: str, v: float | None) -> None:
+        if progress is not None:
+            progress(f"LP {solved}: {what}: " + (f"{(capacity - v) / MILLI:.1f} idle GPUs" if v is not None
+                                                 else "no run"))
+
     for j in range(segments):
         relaxed = solve(j, blocking=False)
         solved += 1
+        say(f"segment {j} relaxed", relaxed)
         if relaxed is None:
             continue
         if relaxed <= best:
             break  # every later segment's LP, and the no-failure one, is at most this relaxed optimum
         got = solve(j, blocking=True)
         solved += 1
+        say(f"segment {j}", got)
         if got is not None and got > best:
             best, where = got, j
     else:  # no break: the runs where no key pod fails (all placed, the rest optional)
