@@ -71,7 +71,7 @@ def class_b_shapes(order: list[Any], key: PodShape | None, spec: str) -> list[Po
 
 
 def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bool = False,
-            class_b: str = "auto") -> dict[str, Any]:
+            class_b: str = "auto", lp_time_limit: float | None = None) -> dict[str, Any]:
     nodes = load_nodes(traces / "openb_node_list_gpu_node.csv")
     pods = load_pods(traces / f"openb_pod_list_{workload}.csv")
     tgt = target_workload(pods)
@@ -95,7 +95,8 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
     if bshapes:
         got["class_b"] = [list(b) for b in bshapes]
 
-        cb = class_bound(nodes, order, lambda s: s == key, lambda s: s in bshapes, segments, progress=say)
+        cb = class_bound(nodes, order, lambda s: s == key, lambda s: s in bshapes, segments, progress=say,
+                         time_limit=lp_time_limit)
         got["must_place_idle_gpus"] = (cb.capacity_milli - cb.one_class_a_milli) / MILLI
         got["class_b_alone_idle_gpus"] = (cb.capacity_milli - cb.one_class_b_milli) / MILLI
         got["two_class_idle_gpus"] = cb.idle_gpus
@@ -123,6 +124,8 @@ def main() -> None:
     ap.add_argument("--traces", type=Path, default=TRACES, help="the alibaba-gpu-v2023 trace directory")
     ap.add_argument("--two-class", action="store_true", help="also bound over a second key class's first failure")
     ap.add_argument("--class-b", default="auto", help="class B shapes, CPU:MEM:MILLI[,...] (default: auto)")
+    ap.add_argument("--lp-time-limit", type=float, default=None,
+                    help="with --two-class: seconds per HiGHS try; an LP that runs longer gets a valid looser value")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not (a.traces / "openb_node_list_gpu_node.csv").is_file():
@@ -130,7 +133,7 @@ def main() -> None:
     rows = []
     for w in a.workloads.split(","):
         for seed in (int(s) for s in a.seeds.split(",")):
-            r = measure(a.traces, w, seed, a.segments, a.two_class, a.class_b)
+            r = measure(a.traces, w, seed, a.segments, a.two_class, a.class_b, a.lp_time_limit)
             rows.append(r)
             print(json.dumps(r), file=sys.stderr, flush=True)
     if a.json:

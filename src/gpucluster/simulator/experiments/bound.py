@@ -594,7 +594,8 @@ class _OrderLP:
     def _shape(self, v: int) -> PodShape:
         return self.plist[self.pairs[v][0]]
 
-    def solve(self, assign: dict[int, int | None], failure_rows: bool = True) -> float | None:
+    def solve(self, assign: dict[int, int | None], failure_rows: bool = True,
+              time_limit: float | None = None) -> float | None:
         """The optimum of the LP for ``assign`` (class -> segment of its first failure, None: it never fails);
         None when no run has that assignment (no class pod in a segment, or the LP is infeasible)."""
         from scipy.optimize import linprog
@@ -726,7 +727,8 @@ class _OrderLP:
                else bnd[c] for c in range(nv)]
         a = coo_array((lp.vals, (lp.rows, lp.cols)), shape=(len(lp.rhs), nv)).tocsr()
         for method in ("highs", "highs-ipm", "highs-ds"):  # on numerical trouble (status 4) try the others
-            res = linprog(-gain, A_ub=a, b_ub=np.asarray(lp.rhs), bounds=bnd, method=method)
+            res = linprog(-gain, A_ub=a, b_ub=np.asarray(lp.rhs), bounds=bnd, method=method,
+                          options={"time_limit": time_limit} if time_limit else None)
             if res.status in (0, 2):
                 break
         if res.status == 2:
@@ -742,9 +744,11 @@ class _LPTroubleError(RuntimeError):
 
 def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Callable[[PodShape], bool],
                 key_b: Callable[[PodShape], bool], segments: int = 40,
-                progress: Callable[[str], None] | None = None) -> ClassBound:
+                progress: Callable[[str], None] | None = None, time_limit: float | None = None) -> ClassBound:
     """The two-class must-place bound (``CLASSES_DOC``) for ``order`` on ``nodes``; ``key_a`` and ``key_b``
-    select two disjoint sets of shapes. ``progress`` is called with a line after every LP."""
+    select two disjoint sets of shapes. ``progress`` is called with a line after every LP. ``time_limit``
+    (seconds per solver try) turns an LP that runs longer into HiGHS trouble, answered with the valid larger
+    value of ``CLASSES_DOC`` (so the bound stays valid, and may be looser)."""
     lp = _OrderLP(nodes, order, segments, [key_a, key_b])
     cands: list[int | None] = [*range(segments), None]
     solved = 0
@@ -757,8 +761,9 @@ def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Ca
     for c in (0, 1):
         for s in cands:
             try:
-                v = lp.solve({c: s})
+                v = lp.solve({c: s}, time_limit=time_limit)
             except _LPTroubleError:
+                say(f"class {'AB'[c]} alone, segment {s}: HiGHS gave up; the LP without the failure rows")
                 v = lp.solve({c: s}, failure_rows=False)
             solved += 1
             if v is not None:
@@ -776,8 +781,9 @@ def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Ca
             if one[1][j] <= best:
                 break
             try:
-                got = lp.solve({0: i, 1: j})
+                got = lp.solve({0: i, 1: j}, time_limit=time_limit)
             except _LPTroubleError:
+                say(f"pair A {i}, B {j}: HiGHS gave up; the smaller one-class optimum")
                 got = min(one[0][i], one[1][j])
             solved += 1
             pairs += 1
