@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,3 +132,68 @@ def test_an_open_ended_job_counts_the_gpu_seconds_it_has_run() -> None:
     sim.run_until(400.0)
     share = sim.placement_report()["training_share_by_model"]
     assert all(0.0 <= v <= 1.0 for v in share.values()) and sum(share.values()) == 1.0
+
+
+def _rec_then_transformers(h100: int, l40s: int, scarcity: bool = True) -> Simulation:
+    """A 1.2x job submitted first and alone, and three 3x jobs that arrive once it has started: 75 % of the
+    submitted work prefers H100."""
+    rec = JobSpec("rec", 0.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/recommendation")
+    tfm = [JobSpec(f"tfm{i}", 600.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
+           for i in range(3)]
+    return _run(h100, l40s, [rec, *tfm], "default", tier_args=None if scarcity else {"scarcity": False})
+
+
+def test_when_the_work_that_prefers_h100_outgrows_its_share_the_1_2x_job_leaves_it_with_nothing_waiting() -> None:
+    """Half the GPUs are H100 and 75 % of the submitted work gains most there: the 1.2x job, alone in the queue
+    with every H100 idle, goes to L40S (the scarcity test), so the 3x jobs that come later all find an H100
+    (two nodes) or the L40S node left. Without the test (the rule before) it took an idle H100."""
+    sim = _rec_then_transformers(2, 2)
+    assert _model(sim, "rec") == "l40s" and sim.job("rec").first_start_s == 0.0
+    assert sorted(_model(sim, f"tfm{i}") for i in range(3)) == ["h100", "h100", "l40s"]
+    before = _rec_then_transformers(2, 2, scarcity=False)
+    assert _model(before, "rec") == "h100"
+
+
+def test_when_h100_is_the_large_majority_the_same_job_and_mix_still_take_an_idle_h100() -> None:
+    """Seven H100 nodes of eight (87.5 %, like the reference cluster's 87 %): 75 % of the work preferring H100
+    is below H100's share of the GPUs, so the fast model is not scarce and speed decides, as before."""
+    sim = _rec_then_transformers(7, 1)
+    assert _model(sim, "rec") == "h100"
+    assert _placements(sim) == _placements(_rec_then_transformers(7, 1, scarcity=False))
+
+
+_CLASSES = ("training/recommendation", "training/transformer", "training/cnn", "training/rl", "")
+
+
+@settings(max_examples=25, deadline=None)
+@given(jobs=st.lists(st.tuples(st.sampled_from(_CLASSES), st.integers(1, 16),
+                               st.one_of(st.floats(1.0, 20_000.0), st.just(float("inf"))), st.booleans(),
+                               st.floats(0.0, 5_000.0)), min_size=1, max_size=25),
+       steps=st.lists(st.floats(0.0, 30_000.0), max_size=4))
+def test_the_kept_work_per_preferred_model_equals_a_recomputation(
+        jobs: list[tuple[str, int, float, bool, float]], steps: list[float]) -> None:
+    """``preferred_work`` (work kept per job description on submit, split by preferred model on demand) equals the
+    same figure computed from scratch over every submitted job, whatever ran or finished in between."""
+    sim = Simulation(mixed_cluster(1, 1), "fifo", placement_policy="default")
+    names = ("H100", "L40S")
+    submitted: list[JobSpec] = []
+    for i, (work_class, gpus, duration, speed, at) in enumerate(jobs):
+        spec = JobSpec(f"j{i}", sim.now + at, gpus, duration, kind=JobKind.TRAIN,
+                       ref_gpu="H100" if speed or work_class else "", work_class=work_class)
+        sim.submit(spec)
+        submitted.append(spec)
+        if steps:
+            sim.run_until(sim.now + steps[i % len(steps)])
+    with_speed = [s for s in submitted if s.ref_gpu]
+    found = sim.speeds.preferred_work(names)
+    if not with_speed:
+        assert found is None
+        return
+    normalized = [sim.speeds.normalized(s, names) for s in with_speed]
+    mix = [sum(n[m] for n in normalized) / len(normalized) for m in range(len(names))]
+    expected = [0.0] * len(names)
+    for spec, norm in zip(with_speed, normalized, strict=True):
+        adv = [n / m for n, m in zip(norm, mix, strict=True)]
+        if spec.gpu_share * spec.duration_s < float("inf"):
+            expected[adv.index(max(adv))] += spec.gpu_share * spec.duration_s
+    assert found == pytest.approx(expected, rel=1e-9, abs=1e-6)

@@ -92,6 +92,9 @@ class GpuSpeeds:
         self._mix_specs: dict[SpeedKey, JobSpec] = {}
         self._scores: dict[tuple[SpeedKey, tuple[str, ...]], list[float]] = {}
         self._mixes: dict[tuple[str, ...], list[float]] = {}
+        self._work: dict[SpeedKey, float] = {}
+        """Submitted reference work (GPUs x ``duration_s``) per speed key, summed on :meth:`note`."""
+        self._preferred: dict[tuple[str, ...], list[float]] = {}
 
     @property
     def unknown(self) -> set[str]:
@@ -152,8 +155,12 @@ class GpuSpeeds:
         if key is not None:
             self._mix[key] = self._mix.get(key, 0) + 1
             self._mix_specs.setdefault(key, spec)
+            work = spec.gpu_share * spec.duration_s
+            if math.isfinite(work):  # an open-ended job (no duration) brings no known work
+                self._work[key] = self._work.get(key, 0.0) + work
             self._scores.clear()
             self._mixes.clear()
+            self._preferred.clear()
 
     def normalized(self, spec: JobSpec, models: Sequence[str]) -> list[float]:
         """The job's speed on each model over its speed on the best of them (1.0 = its best option)."""
@@ -209,6 +216,27 @@ class GpuSpeeds:
         found = self._mixes.get(names)
         if found is None:
             found = self._mixes[names] = self._mix_mean(names)
+        return found
+
+    def preferred_work(self, models: Sequence[str]) -> list[float] | None:
+        """The submitted reference work (GPUs x ``duration_s`` per job, open-ended jobs left out) summed by the
+        model of ``models`` where each job's comparative advantage against :meth:`mix_speeds` is highest (its
+        normalised speed there over the mix's; the first such model on a tie): the ``GpuSpeedTier`` plugin's
+        measure of how much of the work prefers each model. The work is kept per job description as jobs are
+        noted; only its split by preferred model is recomputed, once per set of models after each note. None
+        before any job with a speed was noted."""
+        mix = self.mix_speeds(models)
+        if mix is None:
+            return None
+        names = tuple(models)
+        found = self._preferred.get(names)
+        if found is None:
+            found = [0.0] * len(names)
+            for key, work in self._work.items() if names else ():
+                adv = [n / m if m > 0 else n for n, m in zip(self.normalized(self._mix_specs[key], names), mix,
+                                                             strict=True)]
+                found[adv.index(max(adv))] += work
+            self._preferred[names] = found
         return found
 
     def _mix_mean(self, models: tuple[str, ...]) -> list[float]:

@@ -94,7 +94,9 @@ def speed_fgd_profile(seed: int = 0, fgd_args: Mapping[str, Any] | None = None) 
     """``speed-fgd``, the default: ``stranding-fgd`` with GPU speed first (``GpuSpeedTier``). On a cluster of
     several GPU models a job goes to the models where it runs within 10 % of its best speed among those that can
     hold it now -- or, while the queued jobs ask for more GPUs than those
-    models have idle, where its comparative advantage over the job mix is within 10 % of its best; stranding-FGD
+    models have idle or those models are scarce for the work that prefers them (the submitted jobs whose
+    comparative advantage lies there bring a larger share of the submitted work than those models' share of the
+    GPUs), where its comparative advantage over the job mix is within 10 % of its best; stranding-FGD
     chooses the node and GPUs among them. Exactly ``stranding-fgd`` on a cluster of
     one model, for pods whose job runs the same everywhere (the Alibaba trace's), and without a speed service."""
     base = stranding_fgd_profile(seed, fgd_args)

@@ -14,10 +14,15 @@ and scores the others 0; with a weight above every other score's range the fragm
 among the kept models. Under contention -- the queued jobs ask for more GPUs than those fastest models have idle --
 it weighs the job's speed-up against the submitted job mix's (comparative advantage, as ``GpuSpeed``): it keeps
 instead the models where the job's advantage is within ``tolerance`` of its best (the fastest of them), so a job
-that gains little from the fast model leaves it to the queued jobs that gain much. It skips -- and the profile is
-exactly the speed-blind one -- on a cluster of one GPU model, for a pod whose job runs the same everywhere (no job,
-or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a speed service, and when every candidate's model
-is within the tolerance anyway.
+that gains little from the fast model leaves it to the queued jobs that gain much. It does the same, with nothing
+waiting, when the fast models are scarce for the work that prefers them (``scarcity``): the submitted jobs whose
+best comparative advantage lies on those models bring a larger share of the submitted reference work (GPUs x
+``duration_s``) than those models' share of the cluster's GPUs -- a job that gains little would hold a fast GPU
+that the later work gaining much will want (on a cluster of half H100 where 80 % of the work prefers H100, a
+recommendation job goes to the L40S; on one of 87 % H100, the same job with the same mix still takes an idle
+H100). It skips -- and the profile is exactly the speed-blind one -- on a cluster of one GPU model, for a pod
+whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
+speed service, and when every candidate's model is within the tolerance anyway.
 """
 
 from __future__ import annotations
@@ -76,6 +81,15 @@ class MixTable(Protocol):
         ...
 
 
+class WorkTable(Protocol):
+    """How the submitted work splits by the GPU model its jobs prefer (``GpuSpeedTier``'s scarcity test)."""
+
+    def preferred_work(self, models: Sequence[str]) -> Sequence[float] | None:
+        """Per model of ``models``, the submitted reference work (GPUs x duration) of the jobs whose comparative
+        advantage against ``mix_speeds`` is highest there, or None when no job with a speed is known."""
+        ...
+
+
 class GpuSpeed:
     name = NAME
 
@@ -119,12 +133,16 @@ class GpuSpeedTier:
 
     name = TIER_NAME
 
-    def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True) -> None:
+    def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True,
+                 scarcity: bool = True) -> None:
         self.table = table
         self.tolerance = tolerance
         self.mix: MixTable | None = None
         if comparative and hasattr(table, "mix_speeds") and hasattr(table, "queued_gpus"):
             self.mix = table  # type: ignore[assignment]
+        self.work: WorkTable | None = None
+        if self.mix is not None and scarcity and hasattr(table, "preferred_work"):
+            self.work = table  # type: ignore[assignment]
 
     def pre_score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> Status:
         if self.table is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
@@ -148,9 +166,10 @@ class GpuSpeedTier:
 
     def _by_advantage(self, snap: Snapshot, per_model: FloatArray, present: BoolArray, fastest: BoolArray) -> BoolArray:
         """Stage one under contention: when the queued jobs ask for more GPUs than the pod's fastest models have
-        idle, keep the models where the job's comparative advantage (its speed there over its best, against the
-        job mix's mean of the same: Gavel's) is within the tolerance of its best, and among those the fastest.
-        Otherwise (or when the fastest models are also the best by advantage) ``fastest`` stands."""
+        idle, or those models are scarce for the work that prefers them (:meth:`_scarce`), keep the models where
+        the job's comparative advantage (its speed there over its best, against the job mix's mean of the same:
+        Gavel's) is within the tolerance of its best, and among those the fastest. Otherwise (or when the fastest
+        models are also the best by advantage) ``fastest`` stands."""
         assert self.mix is not None
         mix = self.mix.mix_speeds(snap.models)
         if mix is None:
@@ -162,10 +181,27 @@ class GpuSpeedTier:
         if bool((by_adv & fastest).any()):
             return fastest  # the fastest models are also where the job's advantage is: nothing to leave to others
         idle = np.bincount(snap.dev_model[snap.dev_idle & (snap.dev_model >= 0)], minlength=len(snap.models))
-        if self.mix.queued_gpus() <= float(idle[fastest[:-1]].sum()):
-            return fastest  # the fast models hold every GPU that waits: nobody to leave them to
+        if self.mix.queued_gpus() <= float(idle[fastest[:-1]].sum()) and not self._scarce(snap, fastest):
+            return fastest  # nothing waits beyond the idle fast GPUs, nor is the work preferring them too much for them
         best = float(per_model[by_adv].max())
         return by_adv & (per_model >= (1.0 - self.tolerance) * best)
+
+    def _scarce(self, snap: Snapshot, fastest: BoolArray) -> bool:
+        """Whether the submitted jobs whose best comparative advantage lies on the ``fastest`` models bring a
+        larger share of the submitted reference work than those models' share of the cluster's GPUs (the work
+        table keeps the sums as jobs are submitted; here only a few per-model figures are added)."""
+        if self.work is None:
+            return False
+        found = self.work.preferred_work(snap.models)
+        if found is None:
+            return False
+        work = np.asarray(found, np.float64)
+        total = float(work.sum())
+        if total <= 0.0:
+            return False
+        gpus = np.bincount(snap.dev_model[snap.dev_model >= 0], minlength=len(snap.models))
+        fast = fastest[:-1]
+        return float(work[fast].sum()) / total > float(gpus[fast].sum()) / float(gpus.sum())
 
     def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
         per_model: np.ndarray[Any, np.dtype[np.float64]] = state.read(TIER_NAME)
@@ -180,6 +216,10 @@ class _TierArgs(PluginArgs):
     """While the queued jobs ask for more GPUs than the job's fastest models have idle, weigh the job's speed-up
     against the job mix's (comparative advantage; needs a service with ``mix_speeds`` and ``queued_gpus``).
     False: absolute speed only."""
+    scarcity: bool = True
+    """Also weigh it (with nothing waiting) when the submitted jobs whose comparative advantage is highest on the
+    job's fastest models bring a larger share of the submitted reference work than those models' share of the
+    cluster's GPUs (needs ``preferred_work`` as well). False: only while jobs wait (the rule before)."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
@@ -187,7 +227,7 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
     table = handle.services.get(SERVICE)
     if table is not None and not hasattr(table, "model_speeds"):
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
-    return GpuSpeedTier(table, parsed.tolerance, parsed.comparative)
+    return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity)
 
 
 def register(reg: PluginRegistry) -> None:
