@@ -62,7 +62,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -210,6 +210,44 @@ class _Rec:
     """Count-only admission: why the last pod tried found no place."""
     group: bool = False
     """A pod group (bare pods, :mod:`.podgroups`), not a Job: ``uid`` is the group's pseudo uid."""
+
+
+@dataclass(slots=True)
+class _Queued:
+    """The queued objects of one custom kind (JobSets, PyTorchJobs) as the informer last reported them: uid ->
+    the object read as a Job (``convert``), and ``namespace/name`` -> uid (their pods are filed under it)."""
+
+    convert: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+    objs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    uids: dict[str, str] = field(default_factory=dict)
+
+    def event(self, kind: str, obj: Mapping[str, Any], gone: set[str]) -> tuple[str, str]:
+        """Take in one watch event; returns the object's (uid, ``namespace/name``). A deleted object's uid joins
+        ``gone``."""
+        uid, where = _uid_where(obj)
+        if kind == "DELETED":
+            self.objs.pop(uid, None)
+            self.uids.pop(where, None)
+            gone.add(uid)
+        else:
+            self.objs[uid] = self.convert(obj)
+            self.uids[where] = uid
+            gone.discard(uid)
+        return uid, where
+
+    def relist(self, items: Sequence[Mapping[str, Any]], gone: set[str]) -> set[str]:
+        """Take in a whole list; the uids no longer listed join ``gone``. Returns the uids listed."""
+        fresh = {_uid_where(o)[0]: o for o in items}
+        gone |= set(self.objs) - set(fresh)
+        self.objs = {u: self.convert(o) for u, o in fresh.items()}
+        self.uids = {_uid_where(o)[1]: u for u, o in fresh.items()}
+        return set(fresh)
+
+
+def _uid_where(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """An object's uid and ``namespace/name``."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("uid") or ""), f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
 
 
 def _api_error(exc: BaseException) -> str:
@@ -375,14 +413,10 @@ class KubeRuntime(EngineFront):
         """Pod group uid -> the pods of its last job that ended (refused, finished, failed, cancelled): only pods
         made after it make a new job of the group."""
         self.group_sizes = GroupSizes.from_api(self.api)
-        self._set_objs: dict[str, Mapping[str, Any]] = {}
-        """JobSet uid -> the queued JobSet as last reported, read as a Job (:func:`jobset_as_job`)."""
-        self._set_uids: dict[str, str] = {}
-        """``namespace/name`` -> uid of the queued JobSets (their child Jobs' pods are filed under it)."""
-        self._ptj_objs: dict[str, Mapping[str, Any]] = {}
-        """PyTorchJob uid -> the queued PyTorchJob as last reported, read as a Job (:func:`pytorchjob_as_job`)."""
-        self._ptj_uids: dict[str, str] = {}
-        """``namespace/name`` -> uid of the queued PyTorchJobs."""
+        self._sets = _Queued(jobset_as_job)
+        """The queued JobSets, read as Jobs (:func:`jobset_as_job`); their child Jobs' pods are filed under them."""
+        self._ptjs = _Queued(pytorchjob_as_job)
+        """The queued PyTorchJobs, read as Jobs (:func:`pytorchjob_as_job`)."""
         self.informer.pod_listeners.append(self._on_pod)
         self.informer.pod_resync_listeners.append(self._on_pod_resync)
         self.informer.watch_kind("jobs", self.batch.list_job_for_all_namespaces, self._on_job, self._on_job_list,
@@ -422,7 +456,7 @@ class KubeRuntime(EngineFront):
         self._new_engine()
         self._start_history()
         with self._lock:
-            self._dirty = set(self._job_objs) | set(self._set_objs) | set(self._ptj_objs)  # JobSets, PyTorchJobs
+            self._dirty = set(self._job_objs) | set(self._sets.objs) | set(self._ptjs.objs)  # JobSets, PyTorchJobs
         self._sync_jobs()
         self._sync_groups()
         if self.elector is not None:
@@ -458,11 +492,11 @@ class KubeRuntime(EngineFront):
         if view is not None and view.job_uid and jobset:  # a JobSet's child Job made it: the JobSet's pod
             where = f"{key.partition('/')[0]}/{jobset}"
             with self._lock:
-                view.job_uid = self._set_uids.get(where) or f"jobset:{where}"
+                view.job_uid = self._sets.uids.get(where) or f"jobset:{where}"
         owner = pytorchjob_owner(obj) if view is not None and not view.job_uid else ""
         if owner:  # the training operator made it: its queued PyTorchJob's pod, in its replica's slot
             with self._lock:
-                ptj = self._ptj_objs.get(owner)
+                ptj = self._ptjs.objs.get(owner)
             if ptj is not None and view is not None:
                 view.job_uid, view.index = owner, replica_slot(obj, ptj.get("offsets") or {})
         if view is not None and not view.job_uid:
@@ -498,18 +532,9 @@ class KubeRuntime(EngineFront):
         return bool(self.informer.served.get("jobsets"))
 
     def _on_jobset(self, kind: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
-        where = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
         with self._lock:
-            if kind == "DELETED":
-                self._set_objs.pop(uid, None)
-                self._set_uids.pop(where, None)
-                self._gone.add(uid)
-            else:
-                self._set_objs[uid] = jobset_as_job(obj)
-                self._set_uids[where] = uid
-                self._gone.discard(uid)
+            uid, where = self._sets.event(kind, obj, self._gone)
+            if kind != "DELETED":
                 for p in self._pods.values():  # pods seen before their JobSet
                     if p.job_uid == f"jobset:{where}":
                         p.job_uid = uid
@@ -517,41 +542,24 @@ class KubeRuntime(EngineFront):
 
     def _on_jobset_list(self, items: list[Mapping[str, Any]]) -> None:
         with self._lock:
-            fresh = {str((o.get("metadata") or {}).get("uid") or ""): o for o in items}
-            self._gone |= set(self._set_objs) - set(fresh)
-            self._set_objs = {u: jobset_as_job(o) for u, o in fresh.items()}
-            self._set_uids = {f"{(o.get('metadata') or {}).get('namespace') or 'default'}/"
-                              f"{(o.get('metadata') or {}).get('name') or ''}": u for u, o in fresh.items()}
+            fresh = self._sets.relist(items, self._gone)
             for p in self._pods.values():
-                if p.job_uid.startswith("jobset:") and p.job_uid[7:] in self._set_uids:
-                    p.job_uid = self._set_uids[p.job_uid[7:]]
-            self._dirty |= set(fresh) | self._gone
+                if p.job_uid.startswith("jobset:") and p.job_uid[7:] in self._sets.uids:
+                    p.job_uid = self._sets.uids[p.job_uid[7:]]
+            self._dirty |= fresh | self._gone
 
     def _on_pytorchjob(self, kind: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
-        where = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
         with self._lock:
-            if kind == "DELETED":
-                self._ptj_objs.pop(uid, None)
-                self._ptj_uids.pop(where, None)
-                self._gone.add(uid)
-            else:
-                self._ptj_objs[uid] = pytorchjob_as_job(obj)
-                self._ptj_uids[where] = uid
-                self._gone.discard(uid)
+            uid, _where = self._ptjs.event(kind, obj, self._gone)
+            if kind != "DELETED":
                 self._file_ptj_pods({uid})
             self._dirty.add(uid)
 
     def _on_pytorchjob_list(self, items: list[Mapping[str, Any]]) -> None:
         with self._lock:
-            fresh = {str((o.get("metadata") or {}).get("uid") or ""): o for o in items}
-            self._gone |= set(self._ptj_objs) - set(fresh)
-            self._ptj_objs = {u: pytorchjob_as_job(o) for u, o in fresh.items()}
-            self._ptj_uids = {f"{(o.get('metadata') or {}).get('namespace') or 'default'}/"
-                              f"{(o.get('metadata') or {}).get('name') or ''}": u for u, o in fresh.items()}
-            self._file_ptj_pods(set(fresh))
-            self._dirty |= set(fresh) | self._gone
+            fresh = self._ptjs.relist(items, self._gone)
+            self._file_ptj_pods(fresh)
+            self._dirty |= fresh | self._gone
 
     def _file_ptj_pods(self, uids: set[str]) -> None:
         """Pods seen before their PyTorchJob (filed as its pods from now on, each in its replica's slot). Caller
@@ -559,12 +567,12 @@ class KubeRuntime(EngineFront):
         for p in self._pods.values():
             owner = pytorchjob_owner(p.obj)
             if owner in uids:
-                p.job_uid, p.index = owner, replica_slot(p.obj, self._ptj_objs[owner].get("offsets") or {})
+                p.job_uid, p.index = owner, replica_slot(p.obj, self._ptjs.objs[owner].get("offsets") or {})
 
     def _kind_of(self, namespace: str, name: str) -> str:
         where = f"{namespace}/{name}"
         with self._lock:
-            return "JobSet" if where in self._set_uids else "PyTorchJob" if where in self._ptj_uids else "Job"
+            return "JobSet" if where in self._sets.uids else "PyTorchJob" if where in self._ptjs.uids else "Job"
 
     def _suspend_body(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
         """The patch that suspends (or releases) the queued object: ``spec.runPolicy.suspend`` on a PyTorchJob,
@@ -854,7 +862,7 @@ class KubeRuntime(EngineFront):
         uid = ""
         what = self._kind_of(namespace, name)
         with self._lock:
-            objs = {"JobSet": self._set_objs, "PyTorchJob": self._ptj_objs}.get(what, self._job_objs)
+            objs = {"JobSet": self._sets.objs, "PyTorchJob": self._ptjs.objs}.get(what, self._job_objs)
             for u, obj in objs.items():
                 m = obj.get("metadata") or {}
                 if m.get("name") == name and m.get("namespace") == namespace:
@@ -1026,7 +1034,7 @@ class KubeRuntime(EngineFront):
             self._gathering = {}
             self._group_ended = {}
         with self._lock:
-            self._dirty = set(self._job_objs) | set(self._set_objs) | set(self._ptj_objs)  # JobSets, PyTorchJobs
+            self._dirty = set(self._job_objs) | set(self._sets.objs) | set(self._ptjs.objs)  # JobSets, PyTorchJobs
 
     def _check_writes(self) -> None:
         left = []
@@ -1099,8 +1107,8 @@ class KubeRuntime(EngineFront):
             dirty, self._dirty = self._dirty, set()
             gone = self._gone & dirty
             self._gone -= gone
-            objs = [self._job_objs.get(u) or self._set_objs.get(u) or self._ptj_objs[u] for u in dirty
-                    if u in self._job_objs or u in self._set_objs or u in self._ptj_objs]
+            objs = [self._job_objs.get(u) or self._sets.objs.get(u) or self._ptjs.objs[u] for u in dirty
+                    if u in self._job_objs or u in self._sets.objs or u in self._ptjs.objs]
         with self.cluster.lock:
             for uid in gone:
                 self._claim_waits.pop(uid, None)
