@@ -411,6 +411,22 @@ def gpu_node_factory(kube_client: Any) -> Iterator[Callable[..., Any]]:
 
 
 @pytest.fixture
+def run() -> str:
+    """This test's run id (``up_process.new_run``): names and labels of what the test makes carry it."""
+    from up_process import new_run
+    return new_run()
+
+
+@pytest.fixture
+def fleet(kube_client: Any, run: str, tmp_path: Path) -> Iterator[list[Any]]:
+    """2 nodes x 4 A100 with a kubelet stand-in (``up_process.kubelet_fleet``); modules that need another fleet
+    define their own ``fleet``."""
+    from up_process import gpu_nodes, kubelet_fleet
+    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path) as nodes:
+        yield nodes
+
+
+@pytest.fixture
 def namespace(kube_client: Any) -> Iterator[str]:
     """A fresh namespace, deleted after the test (without a controller-manager it stays Terminating)."""
     from kubernetes import client

@@ -23,7 +23,7 @@ import pytest
 from k8s_helpers import GPUCLUSTER, Process
 from kubernetes import client
 from test_k8s_pod_group import GROUP, PLURAL, VERSION, pod_group_crd  # noqa: F401 (a fixture)
-from up_process import ADMIN, ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
+from up_process import ADMIN, ControlPlane, wait_until
 
 from gpucluster.kubernetes.gangs import POD_GROUP_LABEL
 from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION, QUEUE_LABEL, RESERVATION_ANNOTATION
@@ -31,18 +31,6 @@ from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION, QUEUE_
 pytestmark = pytest.mark.integration
 
 NS = "default"
-
-
-@pytest.fixture
-def run() -> str:
-    return new_run()
-
-
-@pytest.fixture
-def fleet(kube_client: Any, run: str, tmp_path: Path) -> Iterator[list[Any]]:
-    """2 nodes x 4 A100 with a kubelet stand-in."""
-    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path) as nodes:
-        yield nodes
 
 
 def _member(name: str, run: str, *, gpus: int, run_s: int, labels: dict[str, str] | None = None,

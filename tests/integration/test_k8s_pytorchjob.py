@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from k8s_helpers import installed_crd
 from kubernetes import client
-from up_process import ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
+from up_process import ControlPlane, ticking, wait_until
 
 from gpucluster.kubernetes.workloads import (
     ADMISSION_ANNOTATION,
@@ -64,18 +64,6 @@ def pytorchjob_crd(kube_client: Any) -> Iterator[None]:
     with installed_crd(kube_client, GROUP, VERSION, {"plural": PLURAL, "singular": "pytorchjob", "kind": "PyTorchJob"},
                        PYTORCHJOB_SPEC_SCHEMA):
         yield
-
-
-@pytest.fixture
-def run() -> str:
-    return new_run()
-
-
-@pytest.fixture
-def fleet(kube_client: Any, run: str, tmp_path: Path) -> Iterator[list[Any]]:
-    """2 nodes x 4 A100 with a kubelet stand-in."""
-    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path) as nodes:
-        yield nodes
 
 
 def _pod_template(run: str, gpus: int, run_s: str) -> dict[str, Any]:
@@ -254,11 +242,7 @@ def test_preemption_suspends_a_pytorchjob_again_and_frees_its_gpus(kube_control_
     rt = KubeRuntime(kube_control_plane.kubeconfig, queue_policy="tiresias", namespace=NS, identity=f"test-{run}")
     rt.engine.policy.min_run_s = 0.0  # type: ignore[misc]
 
-    def tick(what: Any) -> Any:
-        def step() -> Any:
-            rt.advance(rt.now + 0.25)
-            return what()
-        return step
+    tick = ticking(rt)
 
     def released(name: str) -> dict[str, Any] | None:
         ptj = custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)

@@ -23,18 +23,13 @@ from typing import Any
 import pytest
 import yaml
 from k8s_helpers import GPUCLUSTER
-from up_process import ADMIN, ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
+from up_process import ADMIN, ControlPlane, gpu_nodes, kubelet_fleet, ticking, wait_until
 
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, Admission
 
 pytestmark = pytest.mark.integration
 
 NS = "default"
-
-
-@pytest.fixture
-def run() -> str:
-    return new_run()
 
 
 @pytest.fixture
@@ -115,13 +110,6 @@ def _api_job(server: ControlPlane, name: str) -> dict[str, Any] | None:
     jobs = server.get("/api/v1/jobs", params={"q": name})["jobs"]
     same = [j for j in jobs if j["name"] == name]
     return same[0] if same else None
-
-
-@pytest.fixture
-def fleet(kube_client: Any, run: str, tmp_path: Path) -> Iterator[list[Any]]:
-    """2 nodes x 4 A100 with a kubelet stand-in."""
-    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path) as nodes:
-        yield nodes
 
 
 @pytest.fixture
@@ -441,11 +429,7 @@ def test_preemption_suspends_the_job_again_and_frees_its_gpus(cp_with_jobs: Any,
     rt = KubeRuntime(cp_with_jobs.kubeconfig, queue_policy="tiresias", namespace=NS, identity=f"test-{run}")
     rt.engine.policy.min_run_s = 0.0  # type: ignore[misc]
 
-    def tick(what: Any) -> Any:
-        def step() -> Any:
-            rt.advance(rt.now + 0.25)
-            return what()
-        return step
+    tick = ticking(rt)
 
     def submit(name: str, priority: int, replicas: int) -> str:
         job = Job(job_spec(f"j-{name}-{run}", name=name, tenant=tenant, replicas=replicas,

@@ -128,4 +128,15 @@ def new_run() -> str:
     return "r" + uuid.uuid4().hex[:5]
 
 
+def ticking(rt: Any, step_s: float = 0.25) -> Any:
+    """``tick(what)``: a poll that first advances ``rt``'s clock by ``step_s`` (a runtime driven by the test, with
+    no loop of its own), then calls ``what``."""
+    def tick(what: Any) -> Any:
+        def step() -> Any:
+            rt.advance(rt.now + step_s)
+            return what()
+        return step
+    return tick
+
+
 __all__ = ["ADMIN", "ControlPlane", "gpu_nodes", "new_run", "registered", "wait_until"]
