@@ -1,7 +1,7 @@
 """Upper bounds on GPU allocation at 130 % arrived on the Alibaba openb workloads, against FGD and ours.
 
     .venv/bin/python bench/placement_bound.py [--workloads default,cpu200,gpushare40,gpuspec25,multigpu20] \
-        [--seeds 42] [--segments 40] [--json]
+        [--seeds 42] [--segments 40] [--two-class [--class-b CPU:MEM:MILLI,...]] [--json]
 
 Per workload and seed: the FGD experiment's arrival order (1.3x inflation), FGD and stranding-fgd (= the
 default, speed-fgd, on these pods) through the experiment's fast path, and two bounds solved with HiGHS
@@ -17,8 +17,14 @@ default, speed-fgd, on these pods) through the experiment's fast path, and two b
   last key pod ahead of the failure, the pods that cover the key shape (nearly every whole-GPU pod) fail after
   it, and the failed key pod is never placed.
 
-``gap closed`` = (ours - FGD) / (bound - FGD), on the must-place bound. Idle GPUs = (capacity - allocation) /
-1000. The traces are read from ``--traces`` (never copied).
+* ``--two-class``: the must-place bound over the first failures of two key classes at once (``class_bound``): A =
+  the key shape above, B = ``--class-b`` (default: the most common other one-GPU sharing shape of 300 milli or
+  more: the 11.9-core 470-milli pod on ``default``), each forced before its own first failure, with its own
+  blocking, covering and failed-pod rows; the LPs of A alone (= ``must-place``) and B alone, then the pairs of
+  segments in decreasing order of those optima until they fall below the best pair. One line per LP on stderr.
+
+``gap closed`` = (ours - FGD) / (bound - FGD), on the must-place bound (the two-class one with ``--two-class``).
+Idle GPUs = (capacity - allocation) / 1000. The traces are read from ``--traces`` (never copied).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from gpucluster.scheduler.plugins.baselines import node_rank
-from gpucluster.simulator.experiments.bound import MILLI, PodShape, allocation_bound, must_place_bound
+from gpucluster.simulator.experiments.bound import MILLI, PodShape, allocation_bound, class_bound, must_place_bound
 from gpucluster.simulator.experiments.fgd import arrival_order, target_workload
 from gpucluster.simulator.experiments.fgd_engine import PolicyName, run
 from gpucluster.simulator.traces.openb import load_nodes, load_pods
@@ -50,7 +56,22 @@ def key_shape(order: list[Any]) -> PodShape | None:
     return shapes.most_common(1)[0][0] if shapes else None
 
 
-def measure(traces: Path, workload: str, seed: int, segments: int) -> dict[str, Any]:
+def class_b_shapes(order: list[Any], key: PodShape | None, spec: str) -> list[PodShape]:
+    """``auto``: the most common one-GPU sharing shape of 300 milli or more other than ``key``; else the listed
+    ``CPU:MEM:MILLI`` one-GPU shapes (no model constraint)."""
+    shapes = Counter((p.cpu_milli, p.memory_mib, 1, p.gpu_milli, ()) for p in order
+                     if p.num_gpu == 1 and 300 <= p.gpu_milli < MILLI and not p.gpu_spec)
+    if spec == "auto":
+        return [s for s, _ in shapes.most_common() if s != key][:1]
+    got: list[PodShape] = []
+    for part in spec.split(","):
+        cpu, mem, milli = (int(x) for x in part.split(":"))
+        got.append((cpu, mem, 1, milli, ()))
+    return got
+
+
+def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bool = False,
+            class_b: str = "auto") -> dict[str, Any]:
     nodes = load_nodes(traces / "openb_node_list_gpu_node.csv")
     pods = load_pods(traces / f"openb_pod_list_{workload}.csv")
     tgt = target_workload(pods)
@@ -65,12 +86,29 @@ def measure(traces: Path, workload: str, seed: int, segments: int) -> dict[str, 
     got["any_placement_idle_gpus"] = anyp.idle_gpus
     key = key_shape(order)
     got["key_shape"] = list(key) if key is not None else None
-    mp = must_place_bound(nodes, order, segments, (lambda s: s == key) if key is not None else None)
-    got["must_place_idle_gpus"] = mp.idle_gpus
-    got["bound_segment"] = mp.segment
-    got["lps"] = mp.lps_solved + 1
+    bshapes = class_b_shapes(order, key, class_b) if two_class and key is not None else []
+    if bshapes:
+        got["class_b"] = [list(b) for b in bshapes]
+        t0 = time.perf_counter()
+
+        def say(line: str) -> None:
+            print(f"[{workload} {seed} {time.perf_counter() - t0:7.1f} s] {line}", file=sys.stderr, flush=True)
+
+        cb = class_bound(nodes, order, lambda s: s == key, lambda s: s in bshapes, segments, progress=say)
+        got["must_place_idle_gpus"] = (cb.capacity_milli - cb.one_class_a_milli) / MILLI
+        got["class_b_alone_idle_gpus"] = (cb.capacity_milli - cb.one_class_b_milli) / MILLI
+        got["two_class_idle_gpus"] = cb.idle_gpus
+        got["bound_segments"] = [cb.segment_a, cb.segment_b]
+        got["pairs"] = cb.pairs_solved
+        got["lps"] = cb.lps_solved + 1
+    else:
+        mp = must_place_bound(nodes, order, segments, (lambda s: s == key) if key is not None else None)
+        got["must_place_idle_gpus"] = mp.idle_gpus
+        got["bound_segment"] = mp.segment
+        got["lps"] = mp.lps_solved + 1
     got["bound_s"] = round(time.perf_counter() - t, 1)
-    fgd, ours, bound = got["fgd_idle_gpus"], got["ours_idle_gpus"], got["must_place_idle_gpus"]
+    fgd, ours = got["fgd_idle_gpus"], got["ours_idle_gpus"]
+    bound = got.get("two_class_idle_gpus", got["must_place_idle_gpus"])
     got["gap_closed"] = (fgd - ours) / (fgd - bound) if fgd > bound else None
     return got
 
@@ -82,6 +120,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="42", help="comma-separated seeds")
     ap.add_argument("--segments", type=int, default=40, help="segments of the arrival order (more: tighter)")
     ap.add_argument("--traces", type=Path, default=TRACES, help="the alibaba-gpu-v2023 trace directory")
+    ap.add_argument("--two-class", action="store_true", help="also bound over a second key class's first failure")
+    ap.add_argument("--class-b", default="auto", help="class B shapes, CPU:MEM:MILLI[,...] (default: auto)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not (a.traces / "openb_node_list_gpu_node.csv").is_file():
@@ -89,19 +129,20 @@ def main() -> None:
     rows = []
     for w in a.workloads.split(","):
         for seed in (int(s) for s in a.seeds.split(",")):
-            r = measure(a.traces, w, seed, a.segments)
+            r = measure(a.traces, w, seed, a.segments, a.two_class, a.class_b)
             rows.append(r)
             print(json.dumps(r), file=sys.stderr, flush=True)
     if a.json:
         print(json.dumps(rows, indent=1))
         return
-    print("| workload | seed | FGD idle GPUs | ours idle GPUs | bound, must-place | bound, any placement | "
-          "gap closed | LPs | bound s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| workload | seed | FGD idle GPUs | ours idle GPUs | bound, must-place | bound, two classes | "
+          "bound, any placement | gap closed | LPs | bound s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         gap = f"{100 * r['gap_closed']:.0f} %" if r["gap_closed"] is not None else "-"
+        two = f"{r['two_class_idle_gpus']:.1f}" if "two_class_idle_gpus" in r else "-"
         print(f"| {r['workload']} | {r['seed']} | {r['fgd_idle_gpus']:.1f} | {r['ours_idle_gpus']:.1f} | "
-              f"{r['must_place_idle_gpus']:.1f} | {r['any_placement_idle_gpus']:.1f} | {gap} | {r['lps']} | "
+              f"{r['must_place_idle_gpus']:.1f} | {two} | {r['any_placement_idle_gpus']:.1f} | {gap} | {r['lps']} | "
               f"{r['bound_s']} |")
 
 

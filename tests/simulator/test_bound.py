@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucluster.scheduler.plugins.baselines import node_rank
-from gpucluster.simulator.experiments.bound import MILLI, allocation_bound, covers, dff_family, must_place_bound
+from gpucluster.simulator.experiments.bound import (
+    MILLI,
+    allocation_bound,
+    class_bound,
+    covers,
+    dff_family,
+    must_place_bound,
+)
 from gpucluster.simulator.experiments.fgd import target_workload
 from gpucluster.simulator.experiments.fgd_engine import PolicyName, run
 from gpucluster.simulator.traces.openb import OpenbNode, OpenbPod
@@ -145,3 +152,50 @@ def test_covers_follows_the_fit_test() -> None:
     assert covers(key, (3152, 5600, 1, 590, ()))
     assert not covers(key, (3152, 5600, 1, 590, ("T4",)))  # the key may land on a model this pod refuses
     assert not covers(key, (3152, 5600, 2, 470, ()))
+
+
+# ------------------------------------------------------------------------------- two key classes (class_bound)
+def _is_a(s: tuple[int, int, int, int, tuple[str, ...]]) -> bool:
+    return s[2] == 1 and s[3] == 810
+
+
+def _is_b(s: tuple[int, int, int, int, tuple[str, ...]]) -> bool:
+    return s[2] == 1 and s[3] == 470
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(tiny_node_st, min_size=1, max_size=2), st.lists(tiny_pod_st, min_size=0, max_size=4),
+       st.sampled_from([1000, 3152, 4000]), st.sampled_from([1000, 3152, 4000]), st.integers(0, 4), st.integers(0, 5),
+       st.integers(1, 5))
+def test_no_must_place_run_beats_the_two_class_bound(nodes: list[OpenbNode], pods: list[OpenbPod], cpu_a: int,
+                                                     cpu_b: int, at_a: int, at_b: int, segments: int) -> None:
+    """Every must-place run (brute force) is within the two-class bound, with an 810-milli pod (class A) and a
+    470-milli one (class B, which may hold several shapes: other 470-milli pods of the draw, with other CPU and
+    models) somewhere in the order; and class A's one-class figure is ``must_place_bound``'s."""
+    nodes = [OpenbNode(f"n{i}", n.cpu_milli, n.memory_mib, n.gpus, n.model) for i, n in enumerate(nodes)]
+    pods = list(pods)
+    pods.insert(min(at_a, len(pods)), OpenbPod("a", cpu_a, 4096, 1, 810))
+    pods.insert(min(at_b, len(pods)), OpenbPod("b", cpu_b, 0, 1, 470))
+    pods = [_fix(p, i) for i, p in enumerate(pods)]
+    best = _best_must_place_run(nodes, pods)
+    got = class_bound(nodes, pods, _is_a, _is_b, segments=segments)
+    assert best <= got.bound_milli + 1e-6
+    assert got.bound_milli <= min(got.one_class_a_milli, got.one_class_b_milli) + 1e-6
+    one = must_place_bound(nodes, pods, segments=segments, key=_is_a).bound_milli
+    assert got.one_class_a_milli == pytest.approx(one, abs=1e-6)
+
+
+def test_two_classes_are_tighter_than_either_alone() -> None:
+    """Nodes of 4 and 8 cores, one GPU each. The 8-core 470-milli pod (B) only fits the 8-core node, the 810-milli
+    pod (A) then takes the other, and neither the CPU pod nor the whole-GPU pod after them fits: every run ends at
+    1,280 milli. With A alone the LP may leave B out (1,810: A and the whole-GPU pod); with B alone, A (1,470);
+    with both forced before their own failures it is exact."""
+    nodes = [OpenbNode("n0", 4000, 65536, 1, "G2"), OpenbNode("n1", 8000, 65536, 1, "G2")]
+    pods = [OpenbPod("b", 8000, 1024, 1, 470), OpenbPod("a", 3152, 1024, 1, 810),
+            OpenbPod("c", 4000, 1024, 0, 0), OpenbPod("d", 4000, 1024, 1, 1000)]
+    assert _best_must_place_run(nodes, pods) == 1280
+    got = class_bound(nodes, pods, _is_a, _is_b, segments=4)
+    assert got.bound_milli == pytest.approx(1280, abs=1e-6)
+    assert got.one_class_a_milli == pytest.approx(1810, abs=1e-6)
+    assert got.one_class_b_milli == pytest.approx(1470, abs=1e-6)
+    assert must_place_bound(nodes, pods, segments=4, key=_is_a).bound_milli == pytest.approx(1810, abs=1e-6)

@@ -475,3 +475,307 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
         if none is not None and none > best:
             best, where = none, -1
     return MustPlaceBound(min(best, float(capacity)), capacity, arrived, where, segments, solved)
+
+
+# ------------------------------------------------------------------------------------ two key classes (issue 30)
+CLASSES_DOC = """The must-place bound over the first failures of *several* key classes at once (``class_bound``).
+
+``must_place_bound`` forces only the key class (the 810-milli pods on ``default``) before its first failure; the
+pods of other sharing shapes (the 470- and 650-milli pods ask 8-12 cores, more than the key pod's 3.152) are
+optional, and the LP fills their GPUs with whole-GPU pods. A class made of several shapes loosens the bound
+(its pseudo-pod grows). Here each class c (disjoint sets of shapes) has its own first failure: every must-place
+run has, for each class, a first failed pod T_c in some segment s_c of the arrival order, or none. For one
+assignment (one s_c or "none" per class) the LP below holds every run whose first failures fall there, so the
+largest optimum over the assignments bounds every run.
+
+Variables: the order is cut at the end e_c of every failing class's segment (and at the end of the order) into
+*ranges*; ``x[r, p, t]`` = the pods of shape p from range r on nodes of type t in the final state, with
+``S_t`` as in ``must_place_bound``. Rows, and why each holds for every run of the assignment:
+
+* *packing* (over X = sum_r x[r]): per type CPU, memory, the DFF rows with ``S_t`` and
+  ``whole + S_t <= n_t G_t`` - the final state is a packing (``MUST_PLACE_DOC``).
+* *counts*: per range and shape, ``x[r, p, .] <= pods of p in r`` (a pod runs at most once).
+* *forced*: per range and shape, ``x[r, p, .] >= pods of p in r that arrive before P_p``, where P_p is the
+  largest over the classes c of: the start of s_c (the end of the order for a class that never fails) when p is
+  in class c - every class-c pod before T_c was placed, since T_c is the class's first failure; and L_c when p
+  is outside class c and covered by every shape of c, with L_c the last class-c pod before the start of s_c -
+  L_c < T_c was placed, so it fitted at L_c and at every earlier time (pods only arrive: free CPU, memory and
+  per-GPU milli only fall), and an earlier pod of a shape it covers fitted when it arrived, so it was placed.
+  Per shape the forced pods of every class are a prefix of that shape's pods, so their union is the longest one.
+* per failing class c, with q_c its segment's pseudo-pod (``MUST_PLACE_DOC``: the largest CPU, memory, GPU count
+  and milli of the segment's class-c pods, the models all of them allow, so a node that cannot hold the failed pod
+  cannot hold q_c and every shape that covers q_c covers the failed pod):
+  - *the failed pod stays out*: the class-c pods of the range ending at e_c (which holds T_c) placed are at most
+    their number minus one;
+  - *covering pods fail after T_c*: in the ranges after e_c (arrived after T_c) the shapes that cover q_c have
+    x = 0: such a pod that fitted somewhere would leave room for the failed pod there, then and so at T_c;
+  - *blocking at T_c*: the rows of ``MUST_PLACE_DOC`` with their own variables (blocked-node counts bc, bm, bg,
+    the pods y on them, the touched GPUs St <= S_t and W), where the pods placed by T_c are bounded by the
+    final pods of the ranges up to e_c (``y_c + y_m + y_g <= sum_{r <= e_c} x[r]``): a pod placed by T_c arrived
+    before e_c and stays placed.
+  Each class's rows involve only what held at its own failure, so they hold together for a run that has both.
+
+A class that never fails only adds its forced pods. Pruning: the LP of an assignment has every row of the LP
+of one class alone at the same segment (aggregate the ranges: the forced prefixes only grow, the
+stay-out row on a shorter range implies the one on the longer range, the covering and blocking sums are the
+same), so its optimum is at most the smallest of the one-class optima. ``class_bound`` solves the one-class
+LPs of every segment of both classes first, then the pairs in decreasing order of their one-class optima, and
+stops a row (and the scan) once those optima are no larger than the best pair found. The one-class optima of
+class A are exactly ``must_place_bound``'s LPs for A, so the largest of them is the one-class bound, reported
+alongside. When HiGHS gives up on an LP (numerical trouble after three solvers) a valid larger value is used:
+for one class, its LP without the failure rows; for a pair, the smaller of the two one-class optima."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassBound(_BoundFigures):
+    bound_milli: float
+    capacity_milli: int
+    arrived_milli: int
+    segment_a: int
+    """Segment of class A's first failure in the LP that gave the bound; -1: A never fails."""
+    segment_b: int
+    segments: int
+    lps_solved: int
+    pairs_solved: int
+    one_class_a_milli: float
+    """The one-class bound of class A alone (``must_place_bound`` with key A), from the same LPs."""
+    one_class_b_milli: float
+
+
+class _OrderLP:
+    """The LPs of ``CLASSES_DOC`` for one arrival order on one set of nodes, for any subset of the classes."""
+
+    def __init__(self, nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segments: int,
+                 classes: Sequence[Callable[[PodShape], bool]]) -> None:
+        self.types = Counter((n.cpu_milli, n.memory_mib, n.gpus, n.model) for n in nodes)
+        self.tlist = list(self.types)
+        keys = [(p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli if p.num_gpu else 0, tuple(p.gpu_spec))
+                for p in order]
+        self.plist: list[PodShape] = list(dict.fromkeys(keys))
+        pid = {p: i for i, p in enumerate(self.plist)}
+        self.seq = np.array([pid[k] for k in keys], np.int64)
+        self.n = len(order)
+        self.pairs = [(i, j) for i, p in enumerate(self.plist) for j, t in enumerate(self.tlist) if _fits(p, t)]
+        self.family = dff_family(sorted({p[3] for p in self.plist if p[2] > 0}))
+        self.capacity = sum(n.gpus for n in nodes) * MILLI
+        self.arrived = sum(p.total_gpu_milli for p in order)
+        self.cuts = np.linspace(0, self.n, segments + 1).round().astype(np.int64)
+        self.segments = segments
+        ns = len(self.plist)
+        onehot = np.zeros((self.n + 1, ns), np.int64)
+        onehot[np.arange(1, self.n + 1), self.seq] = 1
+        self.prefix = np.cumsum(onehot, axis=0)  # prefix[k, s] = pods of shape s before index k
+        self.in_class = [np.array([bool(c(p)) for p in self.plist]) for c in classes]
+        for a in range(len(classes)):
+            for b in range(a + 1, len(classes)):
+                assert not (self.in_class[a] & self.in_class[b]).any(), "key classes must be disjoint"
+        self.covered = []
+        for member in self.in_class:
+            ks = [p for p, m in zip(self.plist, member, strict=True) if m]
+            self.covered.append(np.array([not m and bool(ks) and all(covers(k, p) for k in ks)
+                                          for p, m in zip(self.plist, member, strict=True)]))
+        self.class_idx = [np.flatnonzero(m[self.seq]) for m in self.in_class]
+        self.by_type: dict[int, list[int]] = {}
+        self.by_shape: dict[int, list[int]] = {}
+        for v, (i, j) in enumerate(self.pairs):
+            self.by_type.setdefault(j, []).append(v)
+            self.by_shape.setdefault(i, []).append(v)
+
+    def _shape(self, v: int) -> PodShape:
+        return self.plist[self.pairs[v][0]]
+
+    def solve(self, assign: dict[int, int | None], failure_rows: bool = True) -> float | None:
+        """The optimum of the LP for ``assign`` (class -> segment of its first failure, None: it never fails);
+        None when no run has that assignment (no class pod in a segment, or the LP is infeasible)."""
+        from scipy.optimize import linprog
+        from scipy.sparse import coo_array
+
+        ns, npair, nt = len(self.plist), len(self.pairs), len(self.tlist)
+        reach = np.zeros(ns, np.int64)  # P_p: pods of shape p before it are forced
+        failing: list[tuple[int, int]] = []
+        for c, seg in assign.items():
+            cut = self.n if seg is None else int(self.cuts[seg])
+            reach = np.maximum(reach, np.where(self.in_class[c], cut, 0))
+            before = self.class_idx[c][self.class_idx[c] < cut]
+            if before.size:
+                reach = np.maximum(reach, np.where(self.covered[c], int(before[-1]), 0))
+            if seg is not None:
+                if not ((self.prefix[self.cuts[seg + 1]] - self.prefix[self.cuts[seg]]) * self.in_class[c]).any():
+                    return None  # no class pod in the segment: the class's first failure is elsewhere
+                if failure_rows:
+                    failing.append((c, seg))
+        ends = sorted({int(self.cuts[s + 1]) for _c, s in failing} | {self.n})
+        starts = [0, *ends[:-1]]
+        nr = len(ends)
+        x_off = [r * npair for r in range(nr)]
+        s_off = nr * npair
+        nv = s_off + nt
+        blk: list[dict[str, int]] = []
+        for _ in failing:  # per failing class: St, W, bc, bm, bg (nt each), yc, ym, yg (npair each)
+            o = {"st": nv, "w": nv + nt, "bc": nv + 2 * nt, "bm": nv + 3 * nt, "bg": nv + 4 * nt}
+            o |= {"yc": nv + 5 * nt, "ym": nv + 5 * nt + npair, "yg": nv + 5 * nt + 2 * npair}
+            blk.append(o)
+            nv += 5 * nt + 3 * npair
+        gain = np.zeros(nv)
+        for v in range(npair):
+            p = self._shape(v)
+            for r in range(nr):
+                gain[x_off[r] + v] = p[2] * p[3]
+        bnd: list[tuple[float, float | None]] = [(0.0, None)] * nv
+        for j, t in enumerate(self.tlist):
+            bnd[s_off + j] = (0.0, float(self.types[t] * t[2]))
+        lp = _SparseRows()
+        row = lp.add
+        shp = np.arange(ns)
+        for r in range(nr):
+            count = self.prefix[ends[r]] - self.prefix[starts[r]]
+            forced = self.prefix[np.clip(reach, starts[r], ends[r]), shp] - self.prefix[starts[r]]
+            for i, vs in self.by_shape.items():
+                row([(x_off[r] + v, 1.0) for v in vs], float(count[i]))
+                if forced[i]:
+                    row([(x_off[r] + v, -1.0) for v in vs], -float(forced[i]))
+            for i in range(ns):  # a forced shape that fits no node type: no run has this assignment
+                if forced[i] and i not in self.by_shape:
+                    return None
+
+        def xs(v: int, val: float, upto: int = nr) -> list[tuple[int, float]]:
+            return [(x_off[r] + v, val) for r in range(upto)]
+
+        for j, vs in self.by_type.items():
+            (c_t, m_t, g_t, _model), n = self.tlist[j], self.types[self.tlist[j]]
+            row([e for v in vs for e in xs(v, float(self._shape(v)[0]))], float(n * c_t))
+            row([e for v in vs for e in xs(v, float(self._shape(v)[1]))], float(n * m_t))
+            sh = [v for v in vs if self._shape(v)[2] > 0 and self._shape(v)[3] < MILLI]
+            wh = [v for v in vs if self._shape(v)[2] > 0 and self._shape(v)[3] >= MILLI]
+            if g_t:
+                for f in self.family:
+                    row([e for v in sh for e in xs(v, self._shape(v)[2] * f(self._shape(v)[3]))]
+                        + [(s_off + j, -float(MILLI))], 0.0)
+                row([e for v in wh for e in xs(v, float(self._shape(v)[2]))] + [(s_off + j, 1.0)], float(n * g_t))
+        fixed_zero: set[int] = set()
+        open_vars: set[int] = set()
+        for (c, seg), o in zip(failing, blk, strict=True):
+            lo, hi = int(self.cuts[seg]), int(self.cuts[seg + 1])
+            rc = ends.index(hi)  # the range ending at e_c
+            members = [self.plist[i] for i in np.flatnonzero((self.prefix[hi] - self.prefix[lo]) * self.in_class[c])]
+            gpu_members = [p for p in members if p[2] > 0]
+            c_q, mem_q = max(p[0] for p in members), max(p[1] for p in members)
+            k_q = max((p[2] for p in gpu_members), default=0)
+            m_q = max((p[3] for p in gpu_members), default=0)
+            allowed: set[str] | None = None
+            for p in gpu_members:
+                if p[4]:
+                    allowed = set(p[4]) if allowed is None else allowed & set(p[4])
+            q: PodShape = (c_q, mem_q, k_q, m_q, tuple(sorted(allowed)) if allowed is not None else ())
+            if allowed is not None and not allowed:
+                q = (c_q, mem_q, k_q, m_q, ("",))  # no model allowed: nothing covers it through models
+            # covering pods fail after T_c
+            for i, vs in self.by_shape.items():
+                if covers(self.plist[i], q):
+                    fixed_zero.update(x_off[r] + v for r in range(rc + 1, nr) for v in vs)
+            # the failed pod stays out
+            n_rc = int(((self.prefix[ends[rc]] - self.prefix[starts[rc]]) * self.in_class[c]).sum())
+            row([(x_off[rc] + v, 1.0) for i, vs in self.by_shape.items() if self.in_class[c][i] for v in vs],
+                float(n_rc - 1))
+            # blocking at T_c
+            for j2, vs in self.by_type.items():
+                (c_t, m_t, g_t, model), n = self.tlist[j2], self.types[self.tlist[j2]]
+                if c_q > c_t or mem_q > m_t or (k_q and (g_t < k_q or (allowed is not None and model not in allowed))):
+                    continue  # q never fits there: no row
+                bnd[o["st"] + j2] = bnd[o["w"] + j2] = (0.0, float(n * g_t))
+                bnd[o["bc"] + j2] = bnd[o["bm"] + j2] = bnd[o["bg"] + j2] = (0.0, float(n))
+                row([(o["bc"] + j2, -1.0), (o["bm"] + j2, -1.0), (o["bg"] + j2, -1.0)], -float(n))
+                for v in vs:
+                    row([(o["yc"] + v, 1.0), (o["ym"] + v, 1.0), (o["yg"] + v, 1.0), *xs(v, -1.0, rc + 1)], 0.0)
+                    open_vars.update((o["yc"] + v, o["ym"] + v, o["yg"] + v))
+                for y, b in (("yc", "bc"), ("ym", "bm"), ("yg", "bg")):
+                    row([(o[b] + j2, -float(c_t))] + [(o[y] + v, float(self._shape(v)[0])) for v in vs], 0.0)
+                    row([(o[b] + j2, -float(m_t))] + [(o[y] + v, float(self._shape(v)[1])) for v in vs], 0.0)
+                    row([(o[b] + j2, -float(MILLI * g_t))]
+                        + [(o[y] + v, float(self._shape(v)[2] * self._shape(v)[3])) for v in vs], 0.0)
+                row([(o["bc"] + j2, float(c_t - c_q + 1))] + [(o["yc"] + v, -float(self._shape(v)[0])) for v in vs],
+                    0.0)
+                row([(o["bm"] + j2, float(m_t - mem_q + 1))]
+                    + [(o["ym"] + v, -float(self._shape(v)[1])) for v in vs], 0.0)
+                if not k_q:
+                    row([(o["bg"] + j2, 1.0)], 0.0)
+                    continue
+                span = g_t - k_q + 1
+                row([(o["bg"] + j2, float(span * (MILLI + 1 - m_q)))]
+                    + [(o["yg"] + v, -float(self._shape(v)[2] * self._shape(v)[3])) for v in vs], 0.0)
+                row([(o["bg"] + j2, float(span)), (o["st"] + j2, -1.0), (o["w"] + j2, -1.0)], 0.0)
+                row([(o["st"] + j2, 1.0), (s_off + j2, -1.0)], 0.0)
+                sh = [v for v in vs if 0 < self._shape(v)[3] < MILLI and self._shape(v)[2] > 0]
+                wh = [v for v in vs if self._shape(v)[3] >= MILLI and self._shape(v)[2] > 0]
+                row([(o["st"] + j2, 1.0)] + [(o["yg"] + v, -float(self._shape(v)[2])) for v in sh], 0.0)
+                row([(o["w"] + j2, 1.0)] + [(o["yg"] + v, -float(self._shape(v)[2])) for v in wh], 0.0)
+        # blocking variables of types where q never fits (and their y) stay 0
+        blocking_vars = {c for o in blk for c in range(o["st"], o["yc"])}
+        bnd = [(0.0, 0.0) if c in fixed_zero or (c >= s_off + nt and c not in open_vars
+                                                   and not (c in blocking_vars and bnd[c][1] is not None))
+               else bnd[c] for c in range(nv)]
+        a = coo_array((lp.vals, (lp.rows, lp.cols)), shape=(len(lp.rhs), nv)).tocsr()
+        for method in ("highs", "highs-ipm", "highs-ds"):  # on numerical trouble (status 4) try the others
+            res = linprog(-gain, A_ub=a, b_ub=np.asarray(lp.rhs), bounds=bnd, method=method)
+            if res.status in (0, 2):
+                break
+        if res.status == 2:
+            return None
+        if res.status != 0:
+            raise _LPTroubleError(str(res.message))
+        return -float(res.fun)
+
+
+class _LPTroubleError(RuntimeError):
+    """HiGHS gave up on an LP (neither optimal nor infeasible, after three solvers)."""
+
+
+def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Callable[[PodShape], bool],
+                key_b: Callable[[PodShape], bool], segments: int = 40,
+                progress: Callable[[str], None] | None = None) -> ClassBound:
+    """The two-class must-place bound (``CLASSES_DOC``) for ``order`` on ``nodes``; ``key_a`` and ``key_b``
+    select two disjoint sets of shapes. ``progress`` is called with a line after every LP."""
+    lp = _OrderLP(nodes, order, segments, [key_a, key_b])
+    cands: list[int | None] = [*range(segments), None]
+    solved = 0
+
+    def say(msg: str) -> None:
+        if progress is not None:
+            progress(f"LP {solved}: {msg}")
+
+    one: list[dict[int | None, float]] = [{}, {}]
+    for c in (0, 1):
+        for s in cands:
+            try:
+                v = lp.solve({c: s})
+            except _LPTroubleError:
+                v = lp.solve({c: s}, failure_rows=False)
+            solved += 1
+            if v is not None:
+                one[c][s] = v
+            say(f"class {'AB'[c]} alone, segment {s if s is not None else 'none'}: "
+                + (f"{(lp.capacity - v) / MILLI:.1f} idle GPUs" if v is not None else "no run"))
+    if not one[0] or not one[1]:  # cannot happen (the LP of a real run is feasible); keep the bound valid
+        return ClassBound(float(lp.capacity), lp.capacity, lp.arrived, -1, -1, segments, solved, 0,
+                          float(lp.capacity), float(lp.capacity))
+    best, where, pairs = -1.0, (-1, -1), 0
+    for i in sorted(one[0], key=lambda s: -one[0][s]):
+        if one[0][i] <= best:
+            break
+        for j in sorted(one[1], key=lambda s: -one[1][s]):
+            if one[1][j] <= best:
+                break
+            try:
+                got = lp.solve({0: i, 1: j})
+            except _LPTroubleError:
+                got = min(one[0][i], one[1][j])
+            solved += 1
+            pairs += 1
+            if got is not None and got > best:
+                best, where = got, (-1 if i is None else i, -1 if j is None else j)
+            say(f"pair A {i if i is not None else 'none'}, B {j if j is not None else 'none'}: "
+                + (f"{(lp.capacity - got) / MILLI:.1f}" if got is not None else "no run")
+                + f" (best so far {(lp.capacity - best) / MILLI:.1f} idle GPUs)")
+    cap = float(lp.capacity)
+    return ClassBound(min(best, cap), lp.capacity, lp.arrived, where[0], where[1], segments, solved, pairs,
+                      min(max(one[0].values()), cap), min(max(one[1].values()), cap))
