@@ -8,7 +8,7 @@ after remediation, 3: storing the events, one step per ``RECORD_CHUNK``, then th
 seconds of this process (``time.process_time``), which other work on a shared machine inflates far less than wall
 time. A step is what holds the event loop of ``up`` in one piece. Prints figures, asserts nothing.
 
-    PYTHONPATH=. .venv/bin/python bench/flood_steps.py [--jobs 10000]
+    PYTHONPATH=. .venv/bin/python bench/flood_steps.py [--jobs 10000] [--queue-policy default]
 """
 
 from __future__ import annotations
@@ -48,10 +48,11 @@ def show(name: str, holds: dict[int, list[float]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10_000, help="jobs the flooding tenant queues")
+    ap.add_argument("--queue-policy", default="default", help="the runtime's queue policy (up --queue-policy)")
     args = ap.parse_args()
     flood: dict[int, list[float]] = {}
     queued: dict[int, list[float]] = {}
-    with in_process(Path(tempfile.mkdtemp()) / "d") as ip:
+    with in_process(Path(tempfile.mkdtemp()) / "d", queue_policy=args.queue_policy) as ip:
         r = ip.client.post("/api/v1/tenants", json={"name": "flood", "quota_gpus": 8,
                                                       "max_queued_jobs": args.jobs + 10})
         r.raise_for_status()

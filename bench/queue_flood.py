@@ -9,7 +9,8 @@ the bench polls it until it runs. Prints (and with ``--json`` writes) the time f
 latency, and the machine's load average. Figures, not assertions: goals are another tenant's job running within
 0.5 s and an overview p99 under 100 ms.
 
-    .venv/bin/python bench/queue_flood.py [--jobs 10000] [--clients 8] [--json out.json] [--profile up.prof]
+    .venv/bin/python bench/queue_flood.py [--jobs 10000] [--clients 8] [--queue-policy default] [--json out.json]
+        [--profile up.prof]
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(data: Path, profile: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(data: Path, profile: Path | None = None,
+                 queue_policy: str = "default") -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "GPUCLUSTER_ADMIN_TOKEN": ADMIN}
     log = (data.parent / "up.log").open("wb")
     profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     proc = subprocess.Popen([sys.executable, *profiler, "-m", "gpucluster.cli.main", "up", "--port", str(port),
-                             "--data-dir", str(data), "--background", "0", "--faults-per-hour", "0"], env=env,
+                             "--data-dir", str(data), "--background", "0", "--faults-per-hour", "0",
+                             "--queue-policy", queue_policy], env=env,
                             stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -191,6 +194,7 @@ async def run(url: str, jobs: int, clients: int, probe_in: str = "process") -> d
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10000)
+    ap.add_argument("--queue-policy", default="default", help="the server's queue policy (up --queue-policy)")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--profile", type=Path, default=None,
@@ -202,7 +206,7 @@ def main() -> None:
     args = ap.parse_args()
     load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="queue-flood-") as tmp:
-        proc, url = start_server(Path(tmp) / "data", args.profile)
+        proc, url = start_server(Path(tmp) / "data", args.profile, args.queue_policy)
         try:
             result = asyncio.run(run(url, args.jobs, args.clients, args.probe))
         finally:
@@ -212,6 +216,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
     result["load_average_before"] = load_before
+    result["queue_policy"] = args.queue_policy
     print(json.dumps(result, indent=2))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

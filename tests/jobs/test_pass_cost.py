@@ -191,3 +191,68 @@ def test_a_reason_that_changes_for_thousands_of_jobs_is_told_over_several_passes
     assert told() == 2999  # one runs (its quota), all others told
     assert max(per_pass.values()) <= NOTE_SLICE + 1
     assert sum(per_pass.values()) <= 2999 + 2 * NOTE_SLICE  # each told about once, not once per pass
+
+
+class _CountingKeys:
+    """The engine's queue policy, counting its key evaluations (whole keys, queue keys, tenant parts: each reads a
+    job or a tenant's standing) and the keys it composes from their parts."""
+
+    def __init__(self, policy: Any) -> None:
+        self._policy = policy
+        self.evaluations = 0
+        self.composed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
+
+    def key(self, job: Any, view: Any) -> Any:
+        self.evaluations += 1
+        return self._policy.key(job, view)
+
+    def queue_key(self, job: Any, view: Any) -> Any:
+        self.evaluations += 1
+        return self._policy.queue_key(job, view)
+
+    def tenant_key(self, tenant: str, view: Any) -> Any:
+        self.evaluations += 1
+        return self._policy.tenant_key(tenant, view)
+
+    def compose(self, queue_key: Any, tenant_key: Any) -> Any:
+        self.composed += 1
+        return self._policy.compose(queue_key, tenant_key)
+
+
+def _drf_pass_cost(queued: int) -> tuple[float, float, float]:
+    """(key evaluations, composed keys, jobs looked at) per pass of a drf pass made by another tenant's submission
+    while ``queued`` jobs of one tenant and one shape wait for their tenant's quota (held by the one that runs)."""
+    rt = _runtime(budget=math.inf, policy="drf")
+    jobs = [_submit(rt, f"f{i}", "flood", GPU) for i in range(queued + 1)]
+    rt.advance(rt.now + 1)
+    _submit(rt, "other-0", "other", GPU)  # a pass that starts nothing of the flood's: their reasons settle
+    rt.advance(rt.now + 1)
+    assert sum(j.state == JobState.RUNNING for j in jobs) == 1
+    engine = rt.engine
+    counting = _CountingKeys(engine.policy)
+    engine.policy = counting
+    passes, looked = engine.totals.passes, engine.totals.looked
+    other = _submit(rt, "other-1", "other", GPU)
+    rt.advance(rt.now + 1)
+    assert other.state == JobState.RUNNING
+    assert sum(j.state == JobState.QUEUED for j in jobs) == queued  # nothing lost, nothing started
+    n = engine.totals.passes - passes
+    assert n >= 1
+    return counting.evaluations / n, counting.composed / n, (engine.totals.looked - looked) / n
+
+
+def test_a_drf_pass_keys_no_waiting_job() -> None:
+    """Issue 28's dynamic policies: a drf pass reads each tenant's standing once and composes the keys of the few
+    jobs it looks at; it neither re-keys nor re-sorts the queued jobs, so what it costs is the same with 2,000 and
+    with 8,000 waiting (counted, not timed): 5 key evaluations and 2 jobs looked at a pass either way, and 14 and
+    16 composed keys (a bisection of the flood's group when it comes back after the other's job started: log of
+    the queue). Before (main at 14a2c54) every drf pass keyed every queued job again (2,003 and 8,003 key
+    evaluations a pass) and sorted them all."""
+    small = _drf_pass_cost(2_000)
+    large = _drf_pass_cost(8_000)
+    assert large[0] == small[0] and large[0] <= 8  # the submission's keys, two tenants' parts, the start's key
+    assert large[2] == small[2] and large[2] <= 4  # one job per group (a flood job, the other's), and a revisit
+    assert large[1] <= 32 and small[1] <= 32  # a few per group looked at (a bisection when a group comes back)

@@ -19,7 +19,7 @@ from gpucluster.jobs.model import JobSpec
 from gpucluster.scheduler.plugins.quota import QuotaTree
 
 _NO_CACHE: dict[str, float] = {}
-"""Sentinel: tenant shares are not cached (outside a re-sort of the queue)."""
+"""Sentinel: tenant shares are not cached (outside ``fixed_shares``)."""
 
 
 @dataclass(slots=True)
@@ -79,8 +79,8 @@ class TenantLedger:
     # ------------------------------------------------------------------ fair shares
     @contextlib.contextmanager
     def fixed_shares(self) -> Iterator[None]:
-        """Inside the block each tenant's share is computed once (a re-sort of the queue keys every job by
-        the same shares; nothing starts or stops meanwhile)."""
+        """Inside the block each tenant's share is computed once (a view of the queue order keys many jobs by the
+        same shares; nothing starts or stops meanwhile)."""
         self._share_cache = {}
         try:
             yield

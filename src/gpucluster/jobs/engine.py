@@ -241,7 +241,19 @@ class JobEngine:
         """The ``offers`` policy's round."""
         self.totals = Totals(capacity=self.capacity)
         self._delay_wake: set[tuple[str, float]] = set()
+        assert not (policy.dynamic and policy.preemptive), "a dynamic policy's rank would move its jobs' groups"
         self._queue = JobQueue(self._group_of, keep_fresh=self.options.describe)
+        self._order: dict[Hashable, Key] | None = None
+        """A dynamic policy's group -> its tenant's part of the key, as of when the last pass began (the queue's
+        entries hold the other part: :meth:`_whole`); None before the first pass and for other policies."""
+        self._late: dict[Hashable, dict[str, Entry]] = {}
+        """A dynamic policy's group -> job id -> whole entry, of the jobs queued since the last pass began (victims,
+        arrivals): keyed as of their queueing until the next pass, as when every pass re-keyed the queue."""
+        self._firsts: dict[Hashable, tuple[Entry, list[Entry]]] = {}
+        """A dynamic policy's group -> (its first whole entry, its entries) when the last pass began (describe):
+        the order the pass tells the groups why they wait in (:meth:`_in_pass_order`)."""
+        self._firsts_sorted: list[Hashable] | None = None
+        """The groups of ``_firsts`` by their first entry (sorted when first needed)."""
         self._running: dict[str, Key] = {}
         self._running_rank: dict[str, Key] = {}
         self.views = JobViews(self.jobs, self._queue, self._running, policy, self, self.ledger, self.jobs.tally)
@@ -534,14 +546,26 @@ class JobEngine:
 
     # ---------------------------------------------------------------------------- queue
     def _enqueue(self, job: Job) -> None:
-        self._queue.push(job, self.policy.key(job, self))
+        self._queue.push(job, self._queue_key(job))
+        self._keep_late(job)
         t = self.policy.queued_change_at(job, self.now)
         if t != math.inf:
             self.kernel.schedule(t, _Rekey(job.job_id, job.queued_since_s, False), PRIO_REKEY)
         self._dirty = True
 
     def _dequeue(self, job: Job) -> None:
+        if self._late:
+            late = self._late.get(self._queue.group_of(job.job_id))
+            if late is not None:
+                late.pop(job.job_id, None)
         self._queue.remove(job)
+
+    def _keep_late(self, job: Job) -> None:
+        """A dynamic policy's job just (re)queued: its whole key as of now, until the next pass (``_late``)."""
+        pol = self.policy
+        if pol.dynamic:
+            jid = job.job_id
+            self._late.setdefault(self._queue.group_of(jid), {})[jid] = (pol.key(job, self), self._queue.seq - 1, jid)
 
     def _rekey(self, ev: _Rekey) -> None:
         job = self.jobs.get(ev.job_id)
@@ -558,7 +582,8 @@ class JobEngine:
         else:
             if job.state != JobState.QUEUED or job.queued_since_s != ev.stamp:
                 return
-            self._queue.rekey(job.job_id, self.policy.key(job, self))
+            self._queue.rekey(job.job_id, self._queue_key(job))
+            self._keep_late(job)
         self._dirty = True
 
     # ---------------------------------------------------------------------------- the pass
@@ -587,16 +612,14 @@ class JobEngine:
                 self._offers_pass()
         elif self._queue and (pol.preemptive or self._reclaim or tot.gpus - self.ledger.busy > 0
                               or self._queue.gpuless):
-            if pol.dynamic:
-                with self.ledger.fixed_shares():
-                    self._queue.resort(lambda jid: pol.key(self.jobs[jid], self))
+            self._fix_order()
             self._walk(resume)
         elif describe:
             free = tot.gpus - self.ledger.busy
             jobs = self.jobs
             budget = self.options.pass_budget_s
             self._note_groups({g: [((), self._count_message(jobs[members[0][2]], free))]
-                               for g, members in self._queue.groups.items()},
+                               for g, members in self._in_pass_order(self._queue.groups)},
                               time.perf_counter() + budget if budget != math.inf else math.inf)
         # what the pass itself changed (victims re-queued) waits for the next event, so stepping the clock
         # in small or large increments gives the same run; a pass cut short goes on at the next run, and one
@@ -612,6 +635,75 @@ class JobEngine:
             if last is None or (last.busy_gpus, last.queued_jobs, last.running_jobs) != (
                     point.busy_gpus, point.queued_jobs, point.running_jobs):
                 self.series.append(point)
+
+    def _queue_key(self, job: Job) -> Key:
+        """What the queue sorts ``job`` by: the policy's key, or a dynamic policy's part of it that does not move
+        (:meth:`~gpucluster.jobs.policies.QueuePolicy.queue_key`)."""
+        pol = self.policy
+        return pol.queue_key(job, self) if pol.dynamic else pol.key(job, self)
+
+    def _fix_order(self) -> None:
+        """At the start of a dynamic policy's pass: each group's tenant part of the key, as of now (one standing
+        read per tenant: nothing is re-keyed or re-sorted; the pass composes the whole keys of the jobs it looks
+        at, :meth:`_whole`)."""
+        pol = self.policy
+        if pol.dynamic:
+            self._order = self._queue.parts(self.jobs, lambda tenant: pol.tenant_key(tenant, self))
+            self._late = {}
+
+    def _whole(self, group: Hashable, entry: Entry) -> Entry:
+        """``entry`` of ``group`` with its whole key as the last pass ordered the queue: a dynamic policy's entry
+        composed with its tenant's part as of then, or as of its queueing if it came since (``_late``); any other
+        policy's unchanged."""
+        late = self._late.get(group)
+        if late:
+            whole = late.get(entry[2])
+            if whole is not None and whole[1] == entry[1]:
+                return whole
+        order = self._order
+        if order is None:
+            return entry
+        return (self.policy.compose(entry[0], order[group]), entry[1], entry[2])
+
+    def _lates(self, group: Hashable) -> list[Entry]:
+        """The whole entries of ``group``'s jobs queued since the last pass began (``_late``)."""
+        late = self._late.get(group)
+        if not late:
+            return []
+        queue = self._queue
+        return [e for jid, e in late.items() if jid in queue and queue.entry(jid)[1] == e[1]]
+
+    def _in_order(self, group: Hashable, members: list[Entry]) -> list[Entry]:
+        """``group``'s entries (``members``) by their whole keys (:meth:`_whole`): as queued, unless jobs queued
+        since the last pass began (keyed as of then) are among them."""
+        if not self._lates(group):
+            return members
+        return sorted(members, key=lambda e: self._whole(group, e))
+
+    def _in_pass_order(self, groups: dict[Hashable, list[Entry]]) -> list[tuple[Hashable, list[Entry]]]:
+        """The groups (``groups.items()``) in the order a pass tells them why they wait: for a dynamic policy, the
+        groups there when the last pass began by their first job then (``_firsts``), then those formed since (as
+        when every pass re-sorted the queue and formed its groups again); for others as they were formed."""
+        firsts = self._firsts
+        if self._order is None or not firsts:
+            return list(groups.items())
+        if self._firsts_sorted is None:  # once per pass that fixed them, however many passes read them
+            self._firsts_sorted = sorted(firsts, key=lambda g: firsts[g][0])
+        kept = [(g, m) for g in self._firsts_sorted if (m := groups.get(g)) is firsts[g][1]]
+        return kept + [(g, m) for g, m in groups.items() if g not in firsts or firsts[g][1] is not m]
+
+    def _last_whole(self, group: Hashable, members: list[Entry]) -> Entry:
+        """The last of ``group``'s entries (``members``) by whole key (:meth:`_whole`)."""
+        late = self._lates(group)
+        if not late:
+            return self._whole(group, members[-1])
+        seqs = {e[1] for e in late}
+        i = len(members) - 1
+        while i >= 0 and members[i][1] in seqs:  # the others keep their order
+            i -= 1
+        if i >= 0:
+            late.append(self._whole(group, members[i]))
+        return max(late)
 
     def _group_of(self, job_id: str, key: Key) -> Hashable:
         """The group a queued job waits in: jobs a pass treats alike (one shape, tenant, admission, size and, for
@@ -636,7 +728,11 @@ class JobEngine:
         learns as it goes, ``failed`` and ``no_victims``, only ever rules more out), so the group is set aside;
         when something changes, the groups set aside come back from their first job after that point. A pass
         therefore looks at about (groups) x (starts + 1) jobs, never more than are queued, in the order and
-        with the outcome of a job-by-job walk."""
+        with the outcome of a job-by-job walk.
+
+        A dynamic policy's queue holds the part of each key that does not move; its groups' tenant parts were
+        fixed when the pass began (:meth:`_fix_order`), and the heap holds whole keys: the pass composes one per
+        job it looks at (and a few per bisection), as if every queued job had been re-keyed and re-sorted."""
         tot = self.totals
         pol = self.policy
         describe = self.options.describe
@@ -669,18 +765,42 @@ class JobEngine:
 
         heap: list[tuple[Entry, Hashable]] = []
 
+        order = self._order
+        compose = pol.compose
+
+        def whole_of(group: Hashable) -> Callable[[Entry], Entry]:
+            """A dynamic policy's queue entry of ``group`` -> its entry with the whole key in this pass."""
+            assert order is not None
+            part = order[group]
+            return lambda e: (compose(e[0], part), e[1], e[2])
+
         def push_next(group: Hashable, past: Entry) -> None:
             """Put ``group``'s first job after ``past`` on the heap (if it has one)."""
             members = groups.get(group)
             if members is not None:
-                nxt = after(members, bisect.bisect_right(members, past))
+                if order is None:
+                    nxt = after(members, bisect.bisect_right(members, past))
+                else:
+                    whole = whole_of(group)
+                    nxt = after(members, bisect.bisect_right(members, past, key=whole))
+                    nxt = None if nxt is None else whole(nxt)
                 if nxt is not None:
                     heapq.heappush(heap, (nxt, group))
 
+        firsts: dict[Hashable, tuple[Entry, list[Entry]]] = {}
         for g, members in groups.items():
-            head = after(members, 0 if resume is None else bisect.bisect_left(members, resume))
+            if order is None:
+                head = after(members, 0 if resume is None else bisect.bisect_left(members, resume))
+            else:
+                whole = whole_of(g)
+                head = after(members, 0 if resume is None else bisect.bisect_left(members, resume, key=whole))
+                head = None if head is None else whole(head)
+                if describe:
+                    firsts[g] = (whole(members[0]), members)
             if head is not None:
                 heap.append((head, g))
+        if order is not None and describe:
+            self._firsts, self._firsts_sorted = firsts, None
         heapq.heapify(heap)
         parked: list[Hashable] = []
         """Groups set aside: the last job looked at did nothing, and nothing changed since."""
@@ -773,8 +893,8 @@ class JobEngine:
             if stop_at is not None and not sliced:  # the jobs after the one the pass stopped at wait their turn
                 bound = (stop_at[0], stop_at[1] + 0.5)  # after stop_at, before any later entry
                 turn = f"waiting its turn: {pol.name} order stops at job {stop_at[2]}, which waits"
-                for g, members in groups.items():
-                    if members[-1] > stop_at:
+                for g, members in self._in_pass_order(groups):
+                    if self._last_whole(g, members) > stop_at:
                         said_g = reasons.setdefault(g, [])
                         if not said_g or said_g[-1][1] != turn:
                             said_g.append((bound if said_g else (), turn))
@@ -808,7 +928,7 @@ class JobEngine:
             fresh = queue.fresh.pop(g, None)
             targets: list[str]
             if whole:
-                targets = [e[2] for e in members]
+                targets = [e[2] for e in self._in_order(g, members)]
             elif fresh:
                 targets = fresh
             else:
@@ -822,7 +942,7 @@ class JobEngine:
                 job = jobs.get(jid)
                 if job is None or job.state != queued or jid not in queue or queue.group_of(jid) != g:
                     continue
-                reason = said[bisect.bisect_right(bounds, queue.entry(jid)) - 1][1]
+                reason = said[bisect.bisect_right(bounds, self._whole(g, queue.entry(jid))) - 1][1]
                 if job.message == reason and now - job.noted_s < NOTE_REPEAT_S:
                     continue  # told already (by an earlier pass cut short): only a comparison
                 spent += 1

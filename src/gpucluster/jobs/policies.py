@@ -3,7 +3,10 @@
 A policy gives each job a sort ``key`` (lower runs first). Keys of queued jobs only change at times the policy
 announces (``queued_change_at``: starvation promotion), and running jobs change priority at
 ``running_change_at`` (2D-LAS demotion), so the runner keeps the queue sorted and re-keys a job only then.
-``dynamic`` policies (DRF) depend on the whole cluster and are re-sorted at every scheduling pass.
+``dynamic`` policies (DRF) depend on the whole cluster, but only through a part of the key that is the same for
+every job of a tenant (``tenant_key``: its standing): the queue keeps their jobs sorted by the rest
+(``queue_key``, which does not move), and a scheduling pass composes the two (``compose``) for the few jobs it
+looks at, with each tenant's part fixed when the pass begins, instead of re-keying and re-sorting every queued job.
 
 Preemptive policies let a queued job evict running jobs whose key is strictly worse (larger); preempted jobs
 save a checkpoint and return to the queue with their progress.
@@ -58,7 +61,8 @@ class QueuePolicy(Protocol):
     """Try jobs behind one that does not fit (otherwise the head of the queue blocks everyone)."""
     preemptive: bool
     dynamic: bool
-    """Keys depend on cluster state: re-sort the queue at every pass."""
+    """Keys depend on cluster state, through each tenant's part of the key (:meth:`tenant_key`): a pass fixes the
+    tenants' parts when it begins and merges the queue (kept in :meth:`queue_key` order) by the composed keys."""
     topology_aware: bool
     """Place through the gang + topology profile (else plain binpack with gangs)."""
     min_run_s: float
@@ -71,6 +75,22 @@ class QueuePolicy(Protocol):
     theirs (never below), over-quota usage per weight first."""
 
     def key(self, job: Job, view: PolicyView) -> Key: ...
+
+    def queue_key(self, job: Job, view: PolicyView) -> Key:
+        """A ``dynamic`` policy's part of ``key`` that does not move while the job waits: the queue sorts by it
+        (a policy that is not dynamic is queued by its whole ``key``)."""
+        ...
+
+    def tenant_key(self, tenant: str, view: PolicyView) -> Key:
+        """A ``dynamic`` policy's part of the key that moves with the cluster: the same for every job of
+        ``tenant`` (``()`` for a policy that is not dynamic)."""
+        ...
+
+    def compose(self, queue_key: Key, tenant_key: Key) -> Key:
+        """The whole key from its parts: ``key(job, view) == compose(queue_key(job, view),
+        tenant_key(job.spec.tenant, view))``; for one ``tenant_key`` it keeps the ``queue_key`` order (a tenant's
+        jobs keep their order whatever its standing)."""
+        ...
 
     def rank(self, key: Key) -> Key:
         """The part of a key preemption compares: a queued job may preempt a running one only when its rank
@@ -98,6 +118,18 @@ class _Flags:
     min_run_s: float = 0.0
     via_offers: bool = False
     reclaim: bool = False
+
+    def key(self, job: Job, view: PolicyView) -> Key:
+        raise NotImplementedError  # every policy says its order
+
+    def queue_key(self, job: Job, view: PolicyView) -> Key:
+        return self.key(job, view)
+
+    def tenant_key(self, tenant: str, view: PolicyView) -> Key:
+        return ()
+
+    def compose(self, queue_key: Key, tenant_key: Key) -> Key:
+        return queue_key
 
 
 @dataclass(slots=True)
@@ -230,6 +262,15 @@ class DominantResourceFairness(_StaticKey):
     def key(self, job: Job, view: PolicyView) -> Key:
         under, share = view.tenant_standing(job.spec.tenant)
         return (-job.spec.priority, under, share, job.spec.submit_s)
+
+    def queue_key(self, job: Job, view: PolicyView) -> Key:
+        return (-job.spec.priority, job.spec.submit_s)
+
+    def tenant_key(self, tenant: str, view: PolicyView) -> Key:
+        return view.tenant_standing(tenant)
+
+    def compose(self, queue_key: Key, tenant_key: Key) -> Key:
+        return (queue_key[0], tenant_key[0], tenant_key[1], queue_key[1])
 
 
 @dataclass(slots=True)

@@ -1,19 +1,26 @@
 """The job engine's queue: queued job ids kept in the queue policy's order, and grouped.
 
-An entry is ``(key, seq, job id)``: the policy's key, then arrival order among equal keys (``seq`` counts every
-insertion). :class:`JobQueue` keeps the entries sorted and counts the queued jobs that ask for no GPU (they may
-start while every GPU is busy).
+An entry is ``(key, seq, job id)``: the policy's queue key (its whole key, or for a ``dynamic`` policy the part
+that does not move: :meth:`~gpucluster.jobs.policies.QueuePolicy.queue_key`), then arrival order among equal keys
+(``seq`` counts every insertion). :class:`JobQueue` keeps the entries sorted and counts the queued jobs that ask
+for no GPU (they may start while every GPU is busy).
 
 It also keeps the entries grouped by what the engine's ``grouper`` says of each job (the engine groups jobs that
 a scheduling pass treats alike: one shape, one tenant, one preemption rank), each group's entries sorted too, so
 a pass can take a group that waits as a whole instead of looking at each of its jobs (``groups``), and note the
 reason of only the jobs that joined a group since (``fresh``).
+
+A dynamic policy's order moves with its tenants' standing, never inside a tenant: the engine's groups hold one
+tenant each, so each group stays sorted by its whole keys too, and the policy's order is the groups merged by
+their whole keys (``compose(queue key, the group's tenant part)``): :meth:`JobQueue.parts` and
+:meth:`JobQueue.ordered`, with one standing read per tenant and no re-sort.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Hashable, Iterator
+import heapq
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any
 
 from gpucluster.jobs.model import Job
@@ -30,7 +37,8 @@ def _no_group(job_id: str, key: Key) -> Hashable:
 
 
 class JobQueue:
-    """Queued jobs in policy order (iterate for the entries, best first), and in groups."""
+    """Queued jobs in queue-key order (iterate for the entries, best first: the policy's order unless it is
+    dynamic, :meth:`ordered`), and in groups."""
 
     __slots__ = ("_entries", "_entry", "_group", "_grouper", "fresh", "gpuless", "gpus", "groups", "keep_fresh",
                  "noted", "seq")
@@ -81,7 +89,7 @@ class JobQueue:
         return self._group[job_id]
 
     def ids(self) -> list[str]:
-        """Queued job ids, best first."""
+        """Queued job ids, best first (by queue key)."""
         return [jid for _, _, jid in self._entries]
 
     def push(self, job: Job, key: Key) -> None:
@@ -105,24 +113,24 @@ class JobQueue:
         self._unlink(job_id)
         self._insert(key, job_id)
 
-    def resort(self, key: Callable[[str], Key]) -> None:
-        """Key every queued job again with ``key`` (a dynamic policy's keys move with the cluster); jobs
-        keep their insertion order among equal keys, and their groups are formed again."""
-        self._entries = sorted((key(jid), s, jid) for _, s, jid in self._entries)
-        self._entry = {e[2]: e for e in self._entries}
-        groups: dict[Hashable, list[Entry]] = {}
-        for e in self._entries:  # in order: each group's list comes out sorted
-            g = self._grouper(e[2], e[0])
-            old = self._group[e[2]]
-            if g != old and self.keep_fresh:
-                self.fresh.setdefault(g, []).append(e[2])
-            self._group[e[2]] = g
-            groups.setdefault(g, []).append(e)
-        for g in [g for g in self.noted if g not in groups]:
-            del self.noted[g]
-        for g in [g for g in self.fresh if g not in groups]:
-            del self.fresh[g]
-        self.groups = groups
+    def parts(self, jobs: Mapping[str, Job], part: Callable[[str], Key]) -> dict[Hashable, Key]:
+        """Group -> ``part(tenant)`` of the tenant its jobs belong to (a dynamic policy's tenant part of the key;
+        the grouper keeps one tenant per group), asked once per tenant."""
+        of_tenant: dict[str, Key] = {}
+        out: dict[Hashable, Key] = {}
+        for g, members in self.groups.items():
+            tenant = jobs[members[0][2]].spec.tenant
+            p = of_tenant.get(tenant)
+            if p is None:
+                p = of_tenant[tenant] = part(tenant)
+            out[g] = p
+        return out
+
+    def ordered(self, parts: Mapping[Hashable, Key], compose: Callable[[Key, Key], Key]) -> Iterator[Entry]:
+        """The entries with their whole keys ``(compose(queue key, parts[group]), seq, job id)``, best first: each
+        group's entries in their order, the groups merged (a dynamic policy's order, without a sort)."""
+        return heapq.merge(*[[(compose(k, part), s, jid) for k, s, jid in self.groups[g]]
+                             for g, part in parts.items()])
 
     def _insert(self, key: Key, job_id: str) -> None:
         entry = (key, self.seq, job_id)

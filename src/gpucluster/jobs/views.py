@@ -10,12 +10,12 @@ while the reason does (one reason, one event).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from gpucluster.jobs.accounting import TenantLedger
 from gpucluster.jobs.model import STATUSES, Job, JobSpec, JobState
 from gpucluster.jobs.policies import Key, PolicyView, QueuePolicy
-from gpucluster.jobs.queue import JobQueue
+from gpucluster.jobs.queue import Entry, JobQueue
 from gpucluster.jobs.tally import JobTally
 from gpucluster.scheduler import GroupDecision
 from gpucluster.scheduler.plugins.quota import QuotaTree
@@ -37,8 +37,18 @@ class JobViews:
         self._ledger = ledger
 
     def queued(self) -> list[Job]:
-        """Queued jobs in the policy's order."""
-        return [self._jobs[jid] for _, _, jid in self._queue]
+        """Queued jobs in the policy's order (a dynamic policy's as of now)."""
+        return [self._jobs[jid] for _, _, jid in self._entries()]
+
+    def _entries(self) -> Iterable[Entry]:
+        """The queue's entries with their whole keys, in the policy's order: as queued, or for a dynamic policy
+        each group's with its tenant's part of the key as of now, the groups merged (one standing read per
+        tenant, no per-job key)."""
+        pol, queue = self._policy, self._queue
+        if not pol.dynamic:
+            return queue
+        view = self._view
+        return queue.ordered(queue.parts(self._jobs, lambda tenant: pol.tenant_key(tenant, view)), pol.compose)
 
     def queue_length(self) -> int:
         """How many jobs are queued (without listing them)."""
@@ -53,12 +63,10 @@ class JobViews:
 
     def queue_order(self) -> list[str]:
         """Ids of the jobs waiting to run, the next to be tried first: the queued ones in the policy's order (a
-        dynamic policy's as its next pass re-sorts them), then those not yet arrived, keyed as they will be."""
+        dynamic policy's as its next pass will compose them), then those not yet arrived, keyed as they will be."""
         pol, view, jobs = self._policy, self._view, self._jobs
-        entries = list(self._queue)
         with self._ledger.fixed_shares():
-            if pol.dynamic:
-                entries = sorted((pol.key(jobs[jid], view), s, jid) for _, s, jid in entries)
+            entries = list(self._entries())
             arriving = sorted((j for j in jobs.values() if j.state == JobState.NEW),
                               key=lambda j: (j.spec.submit_s, j.job_id))
             late = [(pol.key(j, view), n, j.job_id) for n, j in enumerate(arriving, start=1 << 62)]
