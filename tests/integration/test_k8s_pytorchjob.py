@@ -173,7 +173,8 @@ def test_kubectl_apply_a_pytorchjob_admitted_as_one_gang_released_bound_and_succ
                                          if j["name"] == name and j["status"] == "running"), None), 30,
                            "the PyTorchJob running under its tenant in get jobs")
         assert shown["tenant"] == tenant and shown["replicas"] == 4 and shown["gpus"] == 8
-        assert "Admitted" in [e["reason"] for e in _events(core, name)]
+        wait_until(lambda: "Admitted" in [e["reason"] for e in _events(core, name)], 30,
+                   "the Admitted event (written after the release)")
 
         # the other one can never be one gang: refused, with the field named, and never released
         refused = wait_until(lambda: next((j for j in server.get("/api/v1/jobs", params={"q": mixed})["jobs"]
@@ -270,7 +271,8 @@ def test_preemption_suspends_a_pytorchjob_again_and_frees_its_gpus(kube_control_
         assert ADMISSION_ANNOTATION not in (again["metadata"].get("annotations") or {})
         wait_until(tick(lambda: not [p for p in _pods(core, low) if not p["metadata"].get("deletionTimestamp")]), 30,
                    "its pods deleted")
-        assert "Preempted" in [e["reason"] for e in _events(core, low)]
+        wait_until(lambda: "Preempted" in [e["reason"] for e in _events(core, low)], 30,
+                   "the Preempted event (written after the suspend)")
         _play_training_operator(core, custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, high))
         wait_until(tick(lambda: [p for p in _pods(core, high) if p["spec"].get("nodeName")]), 30,
                    "the high-priority PyTorchJob's Master bound")

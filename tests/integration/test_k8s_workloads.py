@@ -210,8 +210,9 @@ def test_an_over_quota_job_waits_and_says_why(cp_with_jobs: Any, kube_client: An
         job = wait_until(lambda: (j := _job(batch, second))["metadata"]["annotations"].get(
             "gpucluster.io/message", "").startswith("waiting for quota") and j, 30, "the reason on the Job")
         assert job["spec"]["suspend"] is True and not _pods_of(kube_client, second)
-        events = [e for e in _events_of(kube_client, second) if e["reason"] == "Waiting"]
-        assert events and why in events[-1]["message"]
+        # the Event is written right after the annotation (two writes): wait for it too
+        wait_until(lambda: [e for e in _events_of(kube_client, second)
+                            if e["reason"] == "Waiting" and why in e["message"]], 30, "the Waiting event on the Job")
         # once the first is done, the second runs
         wait_until(lambda: _status(server, second, "succeeded"), 90, "the waiting job to run after the first")
     finally:
@@ -454,7 +455,8 @@ def test_preemption_suspends_the_job_again_and_frees_its_gpus(cp_with_jobs: Any,
         assert ADMISSION_ANNOTATION not in job["metadata"]["annotations"]
         wait_until(tick(lambda: not [p for p in _pods_of(kube_client, low)
                                      if not p["metadata"].get("deletionTimestamp")]), 30, "its pods deleted")
-        assert "Preempted" in [e["reason"] for e in _events_of(kube_client, low)]
+        wait_until(lambda: "Preempted" in [e["reason"] for e in _events_of(kube_client, low)], 30,
+                   "the Preempted event (written after the suspend)")
         wait_until(tick(lambda: [p for p in _pods_of(kube_client, high) if p["spec"].get("nodeName")]), 30,
                    "the high-priority job's pod bound")
         # its GPUs were freed at once: the fleet holds exactly the high-priority job's 4
