@@ -157,6 +157,23 @@ def covers(big: PodShape, small: PodShape) -> bool:
     return not sspec or (bool(bspec) and set(bspec) <= set(sspec))
 
 
+def _pseudo_pod(members: Sequence[PodShape]) -> PodShape:
+    """The shape that stands for a segment's key pods at their first failure: the most CPU, memory, GPUs and milli
+    any of them asks for, and the models all of their GPU pods allow (``("",)`` when none is allowed by all: then
+    nothing covers it through models). Every pod that covers it covers each of them."""
+    gpu_members = [p for p in members if p[2] > 0]
+    c_q, mem_q = max(p[0] for p in members), max(p[1] for p in members)
+    k_q = max((p[2] for p in gpu_members), default=0)
+    m_q = max((p[3] for p in gpu_members), default=0)
+    allowed: set[str] | None = None
+    for p in gpu_members:
+        if p[4]:
+            allowed = set(p[4]) if allowed is None else allowed & set(p[4])
+    if allowed is not None and not allowed:
+        return (c_q, mem_q, k_q, m_q, ("",))
+    return (c_q, mem_q, k_q, m_q, tuple(sorted(allowed)) if allowed is not None else ())
+
+
 def allocation_bound(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], *, integral: bool = False,
                      time_limit: float = 60.0) -> Bound:
     """The LP (or integer) bound of the module docstring for ``pods`` on ``nodes``."""
@@ -393,18 +410,9 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
             members = [plist[i] for i in np.flatnonzero((upto - counts[j]) * in_class)]
             if not members:
                 return None  # no pod of the class in the segment: its first failure is elsewhere
-            gpu_members = [p for p in members if p[2] > 0]
-            c_q = max(p[0] for p in members)
-            mem_q = max(p[1] for p in members)
-            k_q = max((p[2] for p in gpu_members), default=0)
-            m_q = max((p[3] for p in gpu_members), default=0)
-            allowed: set[str] | None = None
-            for p in gpu_members:
-                if p[4]:
-                    allowed = set(p[4]) if allowed is None else allowed & set(p[4])
-            q: PodShape = (c_q, mem_q, k_q, m_q, tuple(sorted(allowed)) if allowed is not None else ())
-            if allowed is not None and not allowed:
-                q = (c_q, mem_q, k_q, m_q, ("",))  # no model allowed: nothing covers it through models
+            q = _pseudo_pod(members)
+            c_q, mem_q, k_q, m_q, models_q = q
+            allowed: set[str] | None = set(models_q) if models_q else None  # {""}: no model allowed
             # pods after the segment that cover q cannot fit after the failure at T: no xc for them
             fixed_zero.update(xc + v for i, vs in by_shape.items() if covers(plist[i], q) for v in vs)
             # the failed key pod is one of the segment's and is never placed
@@ -669,17 +677,9 @@ class _OrderLP:
             lo, hi = int(self.cuts[seg]), int(self.cuts[seg + 1])
             rc = ends.index(hi)  # the range ending at e_c
             members = [self.plist[i] for i in np.flatnonzero((self.prefix[hi] - self.prefix[lo]) * self.in_class[c])]
-            gpu_members = [p for p in members if p[2] > 0]
-            c_q, mem_q = max(p[0] for p in members), max(p[1] for p in members)
-            k_q = max((p[2] for p in gpu_members), default=0)
-            m_q = max((p[3] for p in gpu_members), default=0)
-            allowed: set[str] | None = None
-            for p in gpu_members:
-                if p[4]:
-                    allowed = set(p[4]) if allowed is None else allowed & set(p[4])
-            q: PodShape = (c_q, mem_q, k_q, m_q, tuple(sorted(allowed)) if allowed is not None else ())
-            if allowed is not None and not allowed:
-                q = (c_q, mem_q, k_q, m_q, ("",))  # no model allowed: nothing covers it through models
+            q = _pseudo_pod(members)
+            c_q, mem_q, k_q, m_q, models_q = q
+            allowed: set[str] | None = set(models_q) if models_q else None  # {""}: no model allowed
             # covering pods fail after T_c
             for i, vs in self.by_shape.items():
                 if covers(self.plist[i], q):
