@@ -43,7 +43,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from gpucluster.simulator.traces.openb import OpenbNode, OpenbPod
 
@@ -276,7 +275,11 @@ pod fails, of the LP where every key pod and every covered pod before the last k
 row applies), so its allocation is at most the largest of those LPs' optima. Dropping the blocking rows and the
 covering rows gives an LP (``pre <= X <= total`` and the packing rows) whose optimum can only fall as j grows
 (``pre`` only grows: covered pods are those covered by *every* key shape, whatever the key pod at L), so the scan
-over segments stops once that relaxed optimum is below the best found."""
+over segments stops once that relaxed optimum is below the best found.
+
+``must_place_bound`` solves these LPs as ``class_bound``'s with one class (``_OrderLP``, ``CLASSES_DOC``): the
+order is cut at the end of the segment into two ranges, ``xa + xb`` is the first (at least the forced pods, at
+most the pods there) and ``xc`` the second; the rows are the ones above."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,176 +301,17 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
     segment and make the pseudo-pod; the others are optional everywhere. Valid for every ``key``. ``progress``
     is called with a line after every LP."""
     key = key or (lambda _p: True)
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_array
-
-    types = Counter((n.cpu_milli, n.memory_mib, n.gpus, n.model) for n in nodes)
-    tlist = list(types)
-    keys = [(p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli if p.num_gpu else 0, tuple(p.gpu_spec))
-            for p in order]
-    plist = list(dict.fromkeys(keys))
-    pid = {p: i for i, p in enumerate(plist)}
-    seq = np.array([pid[k] for k in keys], np.int64)
-    pairs = [(i, j) for i, p in enumerate(plist) for j, t in enumerate(tlist) if _fits(p, t)]
-    npair, nt = len(pairs), len(tlist)
-    family = dff_family(sorted({p[3] for p in plist if p[2] > 0}))
-    capacity = sum(n.gpus for n in nodes) * MILLI
-    arrived = sum(p.total_gpu_milli for p in order)
-    # variables: xa, xb, xc (npair each), S_t, St_t, W_t (nt each)
-    xa, xb, xc, s_off, st_off, w_off = 0, npair, 2 * npair, 3 * npair, 3 * npair + nt, 3 * npair + 2 * nt
-    bc_off, bm_off, bg_off = 3 * npair + 3 * nt, 3 * npair + 4 * nt, 3 * npair + 5 * nt  # blocked-node counts
-    # the pods (of xa + xb) on the nodes blocked by CPU, by memory, by GPUs
-    yc_off, ym_off, yg_off = 3 * npair + 6 * nt, 4 * npair + 6 * nt, 5 * npair + 6 * nt
-    nv = 6 * npair + 6 * nt
-    gain = np.zeros(nv)
-    for v, (i, _j) in enumerate(pairs):
-        g = plist[i][2] * plist[i][3]
-        gain[xa + v] = gain[xb + v] = gain[xc + v] = g
-
-    by_type: dict[int, list[int]] = {}
-    by_shape: dict[int, list[int]] = {}
-    for v, (i, j) in enumerate(pairs):
-        by_type.setdefault(j, []).append(v)
-        by_shape.setdefault(i, []).append(v)
-
-    # the rows shared by every segment's LP: final packing (ub)
-    lp = _SparseRows()
-    rows, cols, vals, rhs, row = lp.rows, lp.cols, lp.vals, lp.rhs, lp.add
-
-    def all3(v: int, val: float) -> list[tuple[int, float]]:
-        return [(xa + v, val), (xb + v, val), (xc + v, val)]
-
-    for j, vs in by_type.items():
-        (c_t, m_t, g_t, _model), n = tlist[j], types[tlist[j]]
-        row([e for v in vs for e in all3(v, float(plist[pairs[v][0]][0]))], float(n * c_t))
-        row([e for v in vs for e in all3(v, float(plist[pairs[v][0]][1]))], float(n * m_t))
-        sh = [v for v in vs if plist[pairs[v][0]][2] > 0 and plist[pairs[v][0]][3] < MILLI]
-        wh = [v for v in vs if plist[pairs[v][0]][2] > 0 and plist[pairs[v][0]][3] >= MILLI]
-        if g_t:
-            for f in family:
-                row([e for v in sh for e in all3(v, plist[pairs[v][0]][2] * f(plist[pairs[v][0]][3]))]
-                    + [(s_off + j, -float(MILLI))], 0.0)
-            row([e for v in wh for e in all3(v, float(plist[pairs[v][0]][2]))] + [(s_off + j, 1.0)],
-                float(n * g_t))
-            # at T: sharing-touched <= sharing items of xa+xb and <= S_t; whole-touched <= whole items of xa+xb
-            row([(st_off + j, 1.0)] + [(c, -float(plist[pairs[v][0]][2])) for v in sh for c in (xa + v, xb + v)],
-                0.0)
-            row([(st_off + j, 1.0), (s_off + j, -1.0)], 0.0)
-            row([(w_off + j, 1.0)] + [(c, -float(plist[pairs[v][0]][2])) for v in wh for c in (xa + v, xb + v)],
-                0.0)
-    base_rows, base_cols, base_vals, base_rhs = list(rows), list(cols), list(vals), list(rhs)
-    bounds: list[tuple[float, float | None]] = [(0.0, None)] * nv
-    for j, t in enumerate(tlist):
-        bounds[s_off + j] = bounds[st_off + j] = bounds[w_off + j] = (0.0, float(types[t] * t[2]))
-        bounds[bc_off + j] = bounds[bm_off + j] = bounds[bg_off + j] = (0.0, float(types[t]))
-
-    cuts = np.linspace(0, len(order), segments + 1).round().astype(np.int64)
-    counts = np.zeros((segments + 2, len(plist)), np.int64)  # counts[k] = pods of each shape before cut k
-    for k, cut in enumerate(cuts):
-        counts[k] = np.bincount(seq[:cut], minlength=len(plist))
-    total = np.bincount(seq, minlength=len(plist))
-    in_class = np.array([bool(key(p)) for p in plist], np.int64)
-    key_shapes = [p for p, c in zip(plist, in_class, strict=True) if c]
-    # shapes (outside the key class) covered by every key shape: forced before the last key pod
-    covered = np.array([not c and bool(key_shapes) and all(covers(k, p) for k in key_shapes)
-                        for p, c in zip(plist, in_class, strict=True)], np.int64)
-    key_idx = np.flatnonzero(in_class[seq])
-
-    def forced(cut: int) -> npt.NDArray[np.int64]:
-        """Pods of each shape that every must-place run whose first key failure is at ``cut`` or later placed:
-        the key pods before ``cut``, and the covered pods before the last key pod before ``cut``."""
-        pre = np.bincount(seq[:cut], minlength=len(plist)) * in_class
-        before = key_idx[key_idx < cut]
-        if before.size:
-            pre = pre + np.bincount(seq[: int(before[-1])], minlength=len(plist)) * covered
-        return pre.astype(np.int64)
-
-    def solve(j: int, blocking: bool) -> float | None:
-        rows[:], cols[:], vals[:], rhs[:] = list(base_rows), list(base_cols), list(base_vals), list(base_rhs)
-        if j >= segments:  # no key pod fails: every key pod is placed, covered ones before the last too
-            pre, upto = forced(len(order)), total
-        else:
-            pre, upto = forced(int(cuts[j])), counts[j + 1]
-        seg, post = upto - pre, total - upto  # out-of-class pods before the cut are optional, with the segment's
-        eq_rows: list[int] = []
-        eq_cols: list[int] = []
-        eq_vals: list[float] = []
-        eq_rhs: list[float] = []
-        for i, vs in by_shape.items():
-            if pre[i]:
-                r = len(eq_rhs)
-                eq_rows += [r] * len(vs)
-                eq_cols += [xa + v for v in vs]
-                eq_vals += [1.0] * len(vs)
-                eq_rhs.append(float(pre[i]))
-            row([(xb + v, 1.0) for v in vs], float(seg[i]))
-            row([(xc + v, 1.0) for v in vs], float(post[i]))
-        ub = [(xa + v, 0.0) for i, vs in by_shape.items() if not pre[i] for v in vs]
-        fixed_zero = {c for c, _ in ub}
-        open_vars: set[int] = set()
-        # shapes with no pod before the cut cannot be in xa: fix those xa to 0 via bounds
-        if blocking:
-            members = [plist[i] for i in np.flatnonzero((upto - counts[j]) * in_class)]
-            if not members:
-                return None  # no pod of the class in the segment: its first failure is elsewhere
-            q = _pseudo_pod(members)
-            c_q, mem_q, k_q, m_q, models_q = q
-            allowed: set[str] | None = set(models_q) if models_q else None  # {""}: no model allowed
-            # pods after the segment that cover q cannot fit after the failure at T: no xc for them
-            fixed_zero.update(xc + v for i, vs in by_shape.items() if covers(plist[i], q) for v in vs)
-            # the failed key pod is one of the segment's and is never placed
-            row([(xb + v, 1.0) for i, vs in by_shape.items() if in_class[i] for v in vs],
-                float(((upto - counts[j]) * in_class).sum() - 1))
-            for j2, vs in by_type.items():
-                (c_t, m_t, g_t, model), n = tlist[j2], types[tlist[j2]]
-                if c_q > c_t or mem_q > m_t or (k_q and (g_t < k_q or (allowed is not None and model not in allowed))):
-                    continue  # q never fits there: no row
-                # each node is blocked by CPU, memory or GPUs (at least one; put it in the first group that
-                # applies): bc, bm, bg nodes; y* = the pods on them, which fit those nodes and block them
-                row([(bc_off + j2, -1.0), (bm_off + j2, -1.0), (bg_off + j2, -1.0)], -float(n))
-                for v in vs:
-                    row([(yc_off + v, 1.0), (ym_off + v, 1.0), (yg_off + v, 1.0), (xa + v, -1.0), (xb + v, -1.0)],
-                        0.0)
-                    open_vars.update((yc_off + v, ym_off + v, yg_off + v))
-                for off, boff in ((yc_off, bc_off), (ym_off, bm_off), (yg_off, bg_off)):
-                    row([(boff + j2, -float(c_t))] + [(off + v, float(plist[pairs[v][0]][0])) for v in vs], 0.0)
-                    row([(boff + j2, -float(m_t))] + [(off + v, float(plist[pairs[v][0]][1])) for v in vs], 0.0)
-                    row([(boff + j2, -float(MILLI * g_t))]
-                        + [(off + v, float(plist[pairs[v][0]][2] * plist[pairs[v][0]][3])) for v in vs], 0.0)
-                row([(bc_off + j2, float(c_t - c_q + 1))] + [(yc_off + v, -float(plist[pairs[v][0]][0])) for v in vs],
-                    0.0)
-                row([(bm_off + j2, float(m_t - mem_q + 1))]
-                    + [(ym_off + v, -float(plist[pairs[v][0]][1])) for v in vs], 0.0)
-                if not k_q:
-                    row([(bg_off + j2, 1.0)], 0.0)
-                    continue
-                span = g_t - k_q + 1
-                row([(bg_off + j2, float(span * (MILLI + 1 - m_q)))]
-                    + [(yg_off + v, -float(plist[pairs[v][0]][2] * plist[pairs[v][0]][3])) for v in vs], 0.0)
-                # touched GPUs of the GPU-blocked nodes: sharing ones (<= S_t, they stay sharing) + whole ones
-                row([(bg_off + j2, float(span)), (st_off + j2, -1.0), (w_off + j2, -1.0)], 0.0)
-                sh = [v for v in vs if 0 < plist[pairs[v][0]][3] < MILLI]
-                wh = [v for v in vs if plist[pairs[v][0]][3] >= MILLI]
-                row([(st_off + j2, 1.0)] + [(yg_off + v, -float(plist[pairs[v][0]][2])) for v in sh], 0.0)
-                row([(w_off + j2, 1.0)] + [(yg_off + v, -float(plist[pairs[v][0]][2])) for v in wh], 0.0)
-        a = coo_array((vals, (rows, cols)), shape=(len(rhs), nv)).tocsr()
-        a_eq = coo_array((eq_vals, (eq_rows, eq_cols)), shape=(len(eq_rhs), nv)).tocsr() if eq_rhs else None
-        bnd = [(0.0, 0.0) if c in fixed_zero or (c >= yc_off and c not in open_vars) else bounds[c]
-               for c in range(nv)]
-        for method in ("highs", "highs-ipm", "highs-ds"):  # on numerical trouble (status 4) try the others
-            res = linprog(-gain, A_ub=a, b_ub=np.asarray(rhs), A_eq=a_eq,
-                          b_eq=np.asarray(eq_rhs) if eq_rhs else None, bounds=bnd, method=method)
-            if res.status in (0, 2):
-                break
-        if res.status == 2:  # infeasible: the first failure cannot be in this segment
-            return None
-        if res.status != 0:
-            if blocking:  # HiGHS gave up on the blocking rows: the relaxed optimum still bounds this segment
-                return solve(j, blocking=False)
-            raise RuntimeError(f"HiGHS: segment {j}: {res.message}")
-        return -float(res.fun)
-
+    lp = _OrderLP(nodes, order, segments, [key])
+    capacity = lp.capacity
     best, where, solved = -1.0, -2, 0
+
+    def solve(j: int | None, blocking: bool) -> float | None:
+        try:
+            return lp.solve({0: j}, failure_rows=blocking)
+        except _LPTroubleError as exc:
+            if blocking:  # HiGHS gave up on the failure rows: the relaxed optimum still bounds this segment
+                return solve(j, blocking=False)
+            raise RuntimeError(f"HiGHS: segment {j}: {exc}") from None
 
     def say(what: str, v: float | None) -> None:
         if progress is not None:
@@ -488,11 +332,11 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
         if got is not None and got > best:
             best, where = got, j
     else:  # no break: the runs where no key pod fails (all placed, the rest optional)
-        none = solve(segments, blocking=False)
+        none = solve(None, blocking=False)
         solved += 1
         if none is not None and none > best:
             best, where = none, -1
-    return MustPlaceBound(min(best, float(capacity)), capacity, arrived, where, segments, solved)
+    return MustPlaceBound(min(best, float(capacity)), capacity, lp.arrived, where, segments, solved)
 
 
 # ------------------------------------------------------------------------------------ two key classes (issue 30)
