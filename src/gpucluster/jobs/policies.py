@@ -260,8 +260,7 @@ class DominantResourceFairness(_StaticKey):
     reclaim: bool = True
 
     def key(self, job: Job, view: PolicyView) -> Key:
-        under, share = view.tenant_standing(job.spec.tenant)
-        return (-job.spec.priority, under, share, job.spec.submit_s)
+        return self.compose(self.queue_key(job, view), self.tenant_key(job.spec.tenant, view))
 
     def queue_key(self, job: Job, view: PolicyView) -> Key:
         return (-job.spec.priority, job.spec.submit_s)
