@@ -467,6 +467,17 @@ def _spec_of(q: QueueJob, obj: Mapping[str, Any], registry: VendorRegistry, sche
 
 
 # ---------------------------------------------------------------------------------------------- JobSets
+def _job_conditions(obj: Mapping[str, Any], done: str) -> list[dict[str, Any]]:
+    """A workload's status conditions read as a batch/v1 Job's: its ``done`` condition (a JobSet's ``Completed``,
+    a PyTorchJob's ``Succeeded``) as ``Complete``, ``Failed`` as it is, the others left out."""
+    out = []
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        kind = {done: "Complete", "Failed": "Failed"}.get(str(cond.get("type") or ""))
+        if kind:
+            out.append({**cond, "type": kind})
+    return out
+
+
 def jobset_as_job(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A JobSet (``jobset.x-k8s.io/v1alpha2``) read as the batch/v1 Job the queue knows (``kind: JobSet`` kept):
     its metadata; ``spec.suspend``; one gang of ``parallelism = completions =`` the sum over
@@ -503,11 +514,7 @@ def jobset_as_job(obj: Mapping[str, Any]) -> dict[str, Any]:
         elif shape != first and not error:
             error = (f"{where}: spec.replicatedJobs[{i}].template.spec.template: asks for other resources (or "
                      f"scheduler, or nodes) than replicatedJobs[0]; the queue admits a JobSet whose pods are alike")
-    conditions = []
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        kind = {"Completed": "Complete", "Failed": "Failed"}.get(str(cond.get("type") or ""))
-        if kind:
-            conditions.append({**cond, "type": kind})
+    conditions = _job_conditions(obj, "Completed")
     out: dict[str, Any] = {"apiVersion": "/".join(JOBSET_API[:2]), "kind": "JobSet", "metadata": meta,
                            "spec": {"suspend": bool(spec.get("suspend")), "parallelism": total, "completions": total,
                                     "template": template or {}},
@@ -594,11 +601,7 @@ def pytorchjob_as_job(obj: Mapping[str, Any]) -> dict[str, Any]:
                              "fixed: all its replicas are admitted together)")
     except ValueError as exc:
         error = str(exc)
-    conditions = []
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        kind = {"Succeeded": "Complete", "Failed": "Failed"}.get(str(cond.get("type") or ""))
-        if kind:
-            conditions.append({**cond, "type": kind})
+    conditions = _job_conditions(obj, "Succeeded")
     out: dict[str, Any] = {"apiVersion": "/".join(PYTORCHJOB_API[:2]), "kind": "PyTorchJob", "metadata": meta,
                            "spec": {"suspend": bool(run_policy.get("suspend")), "parallelism": total,
                                     "completions": total, "template": template or {}},
