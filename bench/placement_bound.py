@@ -25,6 +25,10 @@ default, speed-fgd, on these pods) through the experiment's fast path, and two b
   order of those optima until they fall below the best pair. Never looser than ``must-place``. One line per LP
   on stderr; ``--lp-time-limit`` gives an LP that runs longer a valid looser value.
 
+Both must-place bounds add GPU-packing rows found from the binding LP's optimum (``bound.CONFIG_CUTS_DOC``: every
+dual-feasible function on the workload's sharing sizes, not only the fixed family) and scan again, up to three
+times; ``--config-cuts 0`` gives the bounds without them.
+
 ``gap closed`` = (ours - FGD) / (bound - FGD), on the two-class bound (the one-class one with ``--no-two-class``).
 Idle GPUs = (capacity - allocation) / 1000. The traces are read from ``--traces`` (never copied).
 """
@@ -74,7 +78,7 @@ def class_b_shapes(order: list[Any], key: PodShape | None, spec: str) -> list[Po
 
 
 def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bool = False,
-            class_b: str = "auto", lp_time_limit: float | None = None) -> dict[str, Any]:
+            class_b: str = "auto", lp_time_limit: float | None = None, config_cuts: int = 30) -> dict[str, Any]:
     nodes = load_nodes(traces / "openb_node_list_gpu_node.csv")
     pods = load_pods(traces / f"openb_pod_list_{workload}.csv")
     tgt = target_workload(pods)
@@ -99,7 +103,7 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
         got["class_b"] = [list(b) for b in bshapes]
 
         cb = class_bound(nodes, order, lambda s: s == key, lambda s: s in bshapes, segments, progress=say,
-                         time_limit=lp_time_limit)
+                         time_limit=lp_time_limit, config_cuts=config_cuts)
         got["must_place_idle_gpus"] = (cb.capacity_milli - cb.one_class_a_milli) / MILLI
         got["class_b_alone_idle_gpus"] = (cb.capacity_milli - cb.one_class_b_milli) / MILLI
         got["two_class_idle_gpus"] = cb.idle_gpus
@@ -107,7 +111,8 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
         got["pairs"] = cb.pairs_solved
         got["lps"] = cb.lps_solved + 1
     else:
-        mp = must_place_bound(nodes, order, segments, (lambda s: s == key) if key is not None else None, say)
+        mp = must_place_bound(nodes, order, segments, (lambda s: s == key) if key is not None else None, say,
+                              config_cuts=config_cuts)
         got["must_place_idle_gpus"] = mp.idle_gpus
         got["bound_segment"] = mp.segment
         got["lps"] = mp.lps_solved + 1
@@ -131,6 +136,8 @@ def main() -> None:
     ap.add_argument("--class-b", default="auto", help="class B shapes, CPU:MEM:MILLI[,...] (default: auto)")
     ap.add_argument("--lp-time-limit", type=float, default=None,
                     help="with --two-class: seconds per HiGHS try; an LP that runs longer gets a valid looser value")
+    ap.add_argument("--config-cuts", type=int, default=30,
+                    help="rounds of GPU-packing rows (bound.CONFIG_CUTS_DOC) per pass; 0: the DFF family's rows alone")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not (a.traces / "openb_node_list_gpu_node.csv").is_file():
@@ -138,7 +145,7 @@ def main() -> None:
     rows = []
     for w in a.workloads.split(","):
         for seed in (int(s) for s in a.seeds.split(",")):
-            r = measure(a.traces, w, seed, a.segments, a.two_class, a.class_b, a.lp_time_limit)
+            r = measure(a.traces, w, seed, a.segments, a.two_class, a.class_b, a.lp_time_limit, a.config_cuts)
             rows.append(r)
             print(json.dumps(r), file=sys.stderr, flush=True)
     if a.json:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gpucluster.scheduler.plugins.baselines import node_rank
 from gpucluster.simulator.experiments.bound import (
     MILLI,
+    _GpuKnapsack,
     allocation_bound,
     class_bound,
     covers,
@@ -181,8 +182,11 @@ def test_no_must_place_run_beats_the_two_class_bound(nodes: list[OpenbNode], pod
     got = class_bound(nodes, pods, _is_a, _is_b, segments=segments)
     assert best <= got.bound_milli + 1e-6
     assert got.bound_milli <= min(got.one_class_a_milli, got.one_class_b_milli) + 1e-6
-    one = must_place_bound(nodes, pods, segments=segments, key=_is_a).bound_milli
-    assert got.one_class_a_milli == pytest.approx(one, abs=1e-6)
+    # without the GPU-packing rows (each bound adds its own, from its own binding LP) the same LPs
+    plain = class_bound(nodes, pods, _is_a, _is_b, segments=segments, config_cuts=0)
+    assert best <= plain.bound_milli + 1e-6
+    one = must_place_bound(nodes, pods, segments=segments, key=_is_a, config_cuts=0).bound_milli
+    assert plain.one_class_a_milli == pytest.approx(one, abs=1e-6)
 
 
 def test_two_classes_are_tighter_than_either_alone() -> None:
@@ -199,3 +203,79 @@ def test_two_classes_are_tighter_than_either_alone() -> None:
     assert got.one_class_a_milli == pytest.approx(1810, abs=1e-6)
     assert got.one_class_b_milli == pytest.approx(1470, abs=1e-6)
     assert must_place_bound(nodes, pods, segments=4, key=_is_a).bound_milli == pytest.approx(1810, abs=1e-6)
+
+
+# ------------------------------------------------------------------ GPU-packing rows (bound.CONFIG_CUTS_DOC)
+def _fillings(sizes: list[int], room: int = MILLI) -> list[list[int]]:
+    """Every multiset of ``sizes`` (sorted, any number of each) whose milli sum to at most ``room``."""
+    if not sizes:
+        return [[]]
+    m, rest = sizes[0], sizes[1:]
+    out = []
+    for k in range(room // m + 1):
+        out += [[m] * k + tail for tail in _fillings(rest, room - k * m)]
+    return out
+
+
+def test_the_knapsack_finds_the_heaviest_filling() -> None:
+    sizes = [110, 230, 320, 470, 650, 810]
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        weights = {m: int(w) for m, w in zip(sizes, rng.integers(0, 1000, len(sizes)), strict=True)}
+        best, filling = _GpuKnapsack.best_filling(weights)
+        assert best == max(sum(weights[m] for m in f) for f in _fillings(sizes))
+        assert sum(m * k for m, k in filling.items()) <= MILLI
+        assert sum(weights[m] * k for m, k in filling.items()) == best
+
+
+def test_the_gpu_packing_rows_are_dual_feasible() -> None:
+    """Every row found for a GPU's worth of the sizes keeps every filling of one GPU within 1000."""
+    sizes = [230, 320, 470, 650, 810]
+    knap = _GpuKnapsack(sizes)
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        items = {m: float(n) for m, n in zip(sizes, rng.integers(0, 6, len(sizes)), strict=True) if n}
+        knap.separate([items], [sum(m * n for m, n in items.items()) / MILLI])
+    assert knap.functions
+    for f in knap.functions:
+        for filling in _fillings(sizes):
+            assert sum(f(m) for m in filling) <= MILLI + 1e-9
+
+
+sharing_pod_st = st.builds(OpenbPod, name=st.just("p"), cpu_milli=st.sampled_from([0, 1000, 3152]),
+                           memory_mib=st.just(1024), num_gpu=st.sampled_from([1, 1, 1, 1, 0, 2]),
+                           gpu_milli=st.sampled_from([230, 320, 470, 470, 650, 810, 1000]), gpu_spec=st.just(()))
+sharing_node_st = st.builds(OpenbNode, name=st.just("n"), cpu_milli=st.sampled_from([4000, 8000, 96000]),
+                            memory_mib=st.just(262144), gpus=st.sampled_from([1, 2]), model=st.just("G2"))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(sharing_node_st, min_size=1, max_size=2), st.lists(sharing_pod_st, min_size=2, max_size=7),
+       st.sampled_from([None, 810, 470]), st.integers(1, 4))
+def test_no_must_place_run_beats_the_gpu_packing_rows(nodes: list[OpenbNode], pods: list[OpenbPod],
+                                                      key_milli: int | None, segments: int) -> None:
+    """Sharing-heavy orders (230, 320, 470, 650, 810 milli), where the GPU-packing rows bite: the best of every
+    must-place run is within both bounds with the rows, and the rows never loosen either bound."""
+    nodes = [OpenbNode(f"n{i}", n.cpu_milli, n.memory_mib, n.gpus, n.model) for i, n in enumerate(nodes)]
+    pods = [_fix(p, i) for i, p in enumerate(pods)]
+    best = _best_must_place_run(nodes, pods)
+    key = None if key_milli is None else (lambda s: s[2] == 1 and s[3] == key_milli)
+    got = must_place_bound(nodes, pods, segments=segments, key=key).bound_milli
+    assert best <= got + 1e-6
+    assert got <= must_place_bound(nodes, pods, segments=segments, key=key, config_cuts=0).bound_milli + 1e-6
+    two = class_bound(nodes, pods, _is_a, _is_b, segments=segments)
+    assert best <= two.bound_milli + 1e-6
+    assert two.bound_milli <= class_bound(nodes, pods, _is_a, _is_b, segments=segments,
+                                          config_cuts=0).bound_milli + 1e-6
+
+
+def test_gpu_packing_rows_make_a_two_gpu_case_exact() -> None:
+    """One node, two GPUs, plenty of CPU; pods of 470, 470, 470, 320 and 230 milli in that order. Two 470s share
+    a GPU (940), the third takes the other, the 320 joins it (790), and the 230 fits neither: every run ends at
+    1,730. The family's rows let the LP spread the 1,960 milli over the two GPUs (bound 1,960); the
+    configuration LP of these sizes needs 2.08 GPUs for all five, and the rows make the bound exact."""
+    nodes = [OpenbNode("n0", 96000, 262144, 2, "G2")]
+    pods = [OpenbPod(f"p{i}", 1000, 1024, 1, m) for i, m in enumerate([470, 470, 470, 320, 230])]
+    assert _best_must_place_run(nodes, pods) == 1730
+    assert must_place_bound(nodes, pods, segments=2, config_cuts=0).bound_milli == pytest.approx(1960, abs=1e-6)
+    assert must_place_bound(nodes, pods, segments=2).bound_milli == pytest.approx(1730, abs=1e-3)

@@ -39,7 +39,7 @@ multi-GPU pod's GPUs are not forced onto one node, and the DFF family is finite.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -295,15 +295,18 @@ class MustPlaceBound(_BoundFigures):
 
 def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segments: int = 40,
                      key: Callable[[PodShape], bool] | None = None,
-                     progress: Callable[[str], None] | None = None) -> MustPlaceBound:
+                     progress: Callable[[str], None] | None = None, config_cuts: int = 30,
+                     config_passes: int = 3) -> MustPlaceBound:
     """The must-place bound (``MUST_PLACE_DOC``) for ``order`` (the arrival order) on ``nodes``, over the first
     failure among the pods whose shape ``key`` selects (default: all). Only those pods are forced before the
     segment and make the pseudo-pod; the others are optional everywhere. Valid for every ``key``. ``progress``
-    is called with a line after every LP."""
+    is called with a line after every LP. ``config_cuts``: up to that many rounds of ``CONFIG_CUTS_DOC`` on the
+    LP that gave the bound, then the scan again with the rows found, up to ``config_passes`` times (0: the
+    family's rows alone)."""
     key = key or (lambda _p: True)
     lp = _OrderLP(nodes, order, segments, [key])
     capacity = lp.capacity
-    best, where, solved = -1.0, -2, 0
+    solved = 0
 
     def solve(j: int | None, blocking: bool) -> float | None:
         try:
@@ -318,24 +321,36 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
             progress(f"LP {solved}: {what}: " + (f"{(capacity - v) / MILLI:.1f} idle GPUs" if v is not None
                                                  else "no run"))
 
-    for j in range(segments):
-        relaxed = solve(j, blocking=False)
-        solved += 1
-        say(f"segment {j} relaxed", relaxed)
-        if relaxed is None:
-            continue
-        if relaxed <= best:
-            break  # every later segment's LP, and the no-failure one, is at most this relaxed optimum
-        got = solve(j, blocking=True)
-        solved += 1
-        say(f"segment {j}", got)
-        if got is not None and got > best:
-            best, where = got, j
-    else:  # no break: the runs where no key pod fails (all placed, the rest optional)
-        none = solve(None, blocking=False)
-        solved += 1
-        if none is not None and none > best:
-            best, where = none, -1
+    def scan() -> tuple[float, int]:
+        nonlocal solved
+        best, where = -1.0, -2
+        for j in range(segments):
+            relaxed = solve(j, blocking=False)
+            solved += 1
+            say(f"segment {j} relaxed", relaxed)
+            if relaxed is None:
+                continue
+            if relaxed <= best:
+                break  # every later segment's LP, and the no-failure one, is at most this relaxed optimum
+            got = solve(j, blocking=True)
+            solved += 1
+            say(f"segment {j}", got)
+            if got is not None and got > best:
+                best, where = got, j
+        else:  # no break: the runs where no key pod fails (all placed, the rest optional)
+            none = solve(None, blocking=False)
+            solved += 1
+            if none is not None and none > best:
+                best, where = none, -1
+        return best, where
+
+    best, where = scan()
+    for _ in range(config_passes if config_cuts > 0 else 0):
+        if where == -2 or not lp.refine({0: where if where >= 0 else None}, config_cuts):
+            break
+        if progress is not None:
+            progress(f"{len(lp.knapsack.functions)} GPU-packing rows; the scan again")
+        best, where = scan()
     return MustPlaceBound(min(best, float(capacity)), capacity, lp.arrived, where, segments, solved)
 
 
@@ -404,6 +419,132 @@ class ClassBound(_BoundFigures):
     one_class_b_milli: float
 
 
+CONFIG_CUTS_DOC = """GPU-packing rows found from an LP's own optimum (``config_cuts``; issue 30).
+
+The DFF rows (``MUST_PLACE_DOC``) hold for every f of a finite family. Every function that is dual-feasible on
+the workload's sharing sizes gives a valid row of the same form, and the family misses some that matter: on
+``default`` (seed 42) the optimum of the binding one-class LP (segment 29) puts 885 470-milli, 350.5 320-milli,
+126 460-milli and 82.8 650-milli items (its counts are fractional; among others) with 995.4 810-milli ones on
+1,760.4 sharing GPUs of the 8-GPU G2 nodes, and no packing of those items into GPUs of 1000 milli takes fewer
+than 1,803.9; over all node types 61.3 GPUs are missing.
+(No single function of the family charges a 470 half a GPU and a 320 a third at once.)
+
+Rows: for integer weights ``W(m) >= 0`` on the sharing sizes, let ``K`` be the largest ``sum W(m_i)`` over the
+multisets of sizes with ``sum m_i <= 1000`` (an unbounded knapsack over integer milli, solved exactly by dynamic
+programming over 0..1000). Then ``f(m) = 1000 W(m) / K`` (0 for sizes without a weight) is dual-feasible on
+these sizes: the sharing items on one GPU form such a multiset (less the sizes without a weight), so their
+f-values sum to at most 1000. So ``sum_sharing k f(m) X <= 1000 S_t`` holds for every placement, as the family's
+rows do, whatever the order, the segment or the classes: added to any of the LPs it leaves every run feasible.
+
+Separation: per node type t, with ``n_m`` the GPUs holding a sharing item of m milli in the LP's optimum (``k x``
+over shapes and ranges), the configuration LP ``min sum_c z_c`` s.t. ``sum_c a_cm z_c >= n_m`` (c: a multiset of
+sizes that fits one GPU, ``a_cm`` its items of size m) is the fewest GPUs that hold those items; its dual optimum
+w (column generation, priced by the same knapsack in floats) has ``sum_m w_m n_m`` equal to that number. When it
+exceeds ``S_t`` by more than 0.01 GPU, w scaled to integers (``W = floor(2^20 w)``) with its exact ``K`` gives a
+row that the optimum violates; it is added for every type, in this LP and every later LP of the same order
+(``_OrderLP.refine``: solve, separate, again, until no type's items need more GPUs than ``S_t`` by 0.01, or
+``config_cuts`` rounds). ``must_place_bound`` and ``class_bound`` refine the LP that gave the bound, then run
+their whole scan again with the rows found (up to ``config_passes`` times, stopping when the binding LP yields
+no row): the rows change only between scans, so each scan prunes exactly as before, and every row is valid for
+every LP, so the last scan's figure bounds every run. What is still relaxed: a type's items are packed per GPU
+only fractionally (the configuration LP), and CPU and memory stay pooled per type."""
+
+
+def _weight_function(weights: dict[int, int], k: int) -> Callable[[int], float]:
+    """``f(m) = 1000 W(m) / K`` of ``CONFIG_CUTS_DOC``."""
+
+    def f(m: int) -> float:
+        return MILLI * weights.get(m, 0) / k
+
+    return f
+
+
+class _GpuKnapsack:
+    """The rows of ``CONFIG_CUTS_DOC``: dual-feasible functions on the sharing sizes, found by separation."""
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        assert all(isinstance(m, int) and 0 < m < MILLI for m in sizes), "sharing sizes are integer milli"
+        self.functions: list[Callable[[int], float]] = []
+        self._seen: set[tuple[tuple[int, int], ...]] = set()
+        self._configs: set[tuple[tuple[int, int], ...]] = set()  # GPU fillings met so far, (milli, count) pairs
+
+    @staticmethod
+    def best_filling(weights: Mapping[int, float]) -> tuple[float, dict[int, int]]:
+        """The heaviest multiset of sizes (any number of each) with milli summing to at most 1000, and its weight.
+        Exact for integer weights (Python ints add exactly)."""
+        items = [(m, w) for m, w in weights.items() if w > 0]
+        best: list[float] = [0] * (MILLI + 1)
+        last = [0] * (MILLI + 1)  # the size added at this capacity, 0: none (capacity - 1 instead)
+        for c in range(1, MILLI + 1):
+            b, which = best[c - 1], 0
+            for m, w in items:
+                if m <= c and best[c - m] + w > b:
+                    b, which = best[c - m] + w, m
+            best[c], last[c] = b, which
+        filling: dict[int, int] = {}
+        c = MILLI
+        while c > 0:
+            if last[c]:
+                filling[last[c]] = filling.get(last[c], 0) + 1
+                c -= last[c]
+            else:
+                c -= 1
+        return best[MILLI], filling
+
+    def fewest_gpus(self, items: dict[int, float]) -> tuple[float, dict[int, float]]:
+        """The configuration LP of ``CONFIG_CUTS_DOC`` for ``items`` (milli -> GPUs): its optimum and the dual
+        weights (per milli, a GPU = 1)."""
+        from scipy.optimize import linprog
+
+        sizes = sorted(items)
+        need = np.array([items[m] for m in sizes])
+        cols: set[tuple[tuple[int, int], ...]] = {((m, MILLI // m),) for m in sizes}
+        cols |= {tuple((m, k) for m, k in cfg if m in items) for cfg in self._configs}
+        cols.discard(())
+        cols_l: list[tuple[tuple[int, int], ...]] = list(cols)
+        while True:
+            a = np.zeros((len(sizes), len(cols_l)))
+            pos = {m: i for i, m in enumerate(sizes)}
+            for c, cfg in enumerate(cols_l):
+                for m, k in cfg:
+                    a[pos[m], c] = k
+            res = linprog(np.ones(len(cols_l)), A_ub=-a, b_ub=-need, bounds=(0, None), method="highs")
+            if res.status != 0:
+                raise _LPTroubleError(f"configuration LP: {res.message}")
+            w = {m: max(0.0, -float(d)) for m, d in zip(sizes, res.ineqlin.marginals, strict=True)}
+            price, filling = self.best_filling(w)
+            new = tuple(sorted(filling.items()))
+            if price <= 1 + 1e-9 or new in cols:
+                return float(res.fun), w
+            cols.add(new)
+            cols_l.append(new)
+            self._configs.add(new)
+
+    def separate(self, items: list[dict[int, float]], sharing_gpus: list[float]) -> bool:
+        """Add the rows that the LP optimum with these sharing items (per type) and ``S_t`` violates; whether any
+        was added."""
+        added = False
+        for got, s_t in zip(items, sharing_gpus, strict=True):
+            if not got:
+                continue
+            gpus, w = self.fewest_gpus(got)
+            if gpus <= s_t + 0.01:
+                continue
+            weights = {m: int(v * (1 << 20)) for m, v in w.items() if v > 0}
+            k, _ = self.best_filling(weights)  # exact: integer weights
+            if k <= 0:
+                continue
+            if sum(weights.get(m, 0) * n for m, n in got.items()) / k <= s_t + 0.01:
+                continue  # lost to the rounding
+            key = (*sorted(weights.items()), (0, int(k)))
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            self.functions.append(_weight_function(weights, int(k)))
+            added = True
+        return added
+
+
 class _OrderLP:
     """The LPs of ``CLASSES_DOC`` for one arrival order on one set of nodes, for any subset of the classes."""
 
@@ -419,6 +560,7 @@ class _OrderLP:
         self.n = len(order)
         self.pairs = [(i, j) for i, p in enumerate(self.plist) for j, t in enumerate(self.tlist) if _fits(p, t)]
         self.family = dff_family(sorted({p[3] for p in self.plist if p[2] > 0}))
+        self.knapsack = _GpuKnapsack(sorted({p[3] for p in self.plist if p[2] > 0 and 0 < p[3] < MILLI}))
         self.capacity = sum(n.gpus for n in nodes) * MILLI
         self.arrived = sum(p.total_gpu_milli for p in order)
         self.cuts = np.linspace(0, self.n, segments + 1).round().astype(np.int64)
@@ -450,6 +592,28 @@ class _OrderLP:
               time_limit: float | None = None) -> float | None:
         """The optimum of the LP for ``assign`` (class -> segment of its first failure, None: it never fails);
         None when no run has that assignment (no class pod in a segment, or the LP is infeasible)."""
+        got = self._solve_once(assign, failure_rows, time_limit)
+        return None if got is None else got[0]
+
+    def refine(self, assign: dict[int, int | None], rounds: int, failure_rows: bool = True,
+               time_limit: float | None = None) -> bool:
+        """Up to ``rounds`` rounds of ``CONFIG_CUTS_DOC`` on the LP for ``assign``: solve it, add the GPU-packing
+        rows its optimum violates (for every later LP of this object), again. Whether any row was added."""
+        added = False
+        for _ in range(rounds):
+            try:
+                got = self._solve_once(assign, failure_rows, time_limit)
+                if got is None or not self.knapsack.separate(got[1], got[2]):
+                    break
+            except _LPTroubleError:  # no optimum to separate: the rows found so far stay (each is valid)
+                break
+            added = True
+        return added
+
+    def _solve_once(self, assign: dict[int, int | None], failure_rows: bool,
+                    time_limit: float | None) -> tuple[float, list[dict[int, float]], list[float]] | None:
+        """One LP of ``solve``: its optimum, and per node type the sharing items (milli -> GPUs) and ``S_t`` of
+        the optimal point."""
         from scipy.optimize import linprog
         from scipy.sparse import coo_array
 
@@ -511,7 +675,7 @@ class _OrderLP:
             sh = [v for v in vs if self._shape(v)[2] > 0 and self._shape(v)[3] < MILLI]
             wh = [v for v in vs if self._shape(v)[2] > 0 and self._shape(v)[3] >= MILLI]
             if g_t:
-                for f in self.family:
+                for f in (*self.family, *self.knapsack.functions):
                     row([e for v in sh for e in xs(v, self._shape(v)[2] * f(self._shape(v)[3]))]
                         + [(s_off + j, -float(MILLI))], 0.0)
                 row([e for v in wh for e in xs(v, float(self._shape(v)[2]))] + [(s_off + j, 1.0)], float(n * g_t))
@@ -579,7 +743,14 @@ class _OrderLP:
             return None
         if res.status != 0:
             raise _LPTroubleError(str(res.message))
-        return -float(res.fun)
+        items: list[dict[int, float]] = [{} for _ in range(nt)]
+        for v, (i, j) in enumerate(self.pairs):
+            k, m = self.plist[i][2], self.plist[i][3]
+            if k and 0 < m < MILLI:
+                got = float(sum(res.x[x_off[r] + v] for r in range(nr)))
+                if got > 1e-9:
+                    items[j][m] = items[j].get(m, 0.0) + k * got
+        return -float(res.fun), items, [float(res.x[s_off + j]) for j in range(nt)]
 
 
 class _LPTroubleError(RuntimeError):
@@ -588,54 +759,68 @@ class _LPTroubleError(RuntimeError):
 
 def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Callable[[PodShape], bool],
                 key_b: Callable[[PodShape], bool], segments: int = 40,
-                progress: Callable[[str], None] | None = None, time_limit: float | None = None) -> ClassBound:
+                progress: Callable[[str], None] | None = None, time_limit: float | None = None,
+                config_cuts: int = 30, config_passes: int = 3) -> ClassBound:
     """The two-class must-place bound (``CLASSES_DOC``) for ``order`` on ``nodes``; ``key_a`` and ``key_b``
     select two disjoint sets of shapes. ``progress`` is called with a line after every LP. ``time_limit``
     (seconds per solver try) turns an LP that runs longer into HiGHS trouble, answered with the valid larger
-    value of ``CLASSES_DOC`` (so the bound stays valid, and may be looser)."""
+    value of ``CLASSES_DOC`` (so the bound stays valid, and may be looser). ``config_cuts``, ``config_passes``:
+    as in ``must_place_bound``, on the pair's LP that gave the bound (and the one-class figures come from the
+    last scan)."""
     lp = _OrderLP(nodes, order, segments, [key_a, key_b])
     cands: list[int | None] = [*range(segments), None]
     solved = 0
+    cap = float(lp.capacity)
 
     def say(msg: str) -> None:
         if progress is not None:
             progress(f"LP {solved}: {msg}")
 
-    one: list[dict[int | None, float]] = [{}, {}]
-    for c in (0, 1):
-        for s in cands:
-            try:
-                v = lp.solve({c: s}, time_limit=time_limit)
-            except _LPTroubleError:
-                say(f"class {'AB'[c]} alone, segment {s}: HiGHS gave up; the LP without the failure rows")
-                v = lp.solve({c: s}, failure_rows=False)
-            solved += 1
-            if v is not None:
-                one[c][s] = v
-            say(f"class {'AB'[c]} alone, segment {s if s is not None else 'none'}: "
-                + (f"{(lp.capacity - v) / MILLI:.1f} idle GPUs" if v is not None else "no run"))
-    if not one[0] or not one[1]:  # cannot happen (the LP of a real run is feasible); keep the bound valid
-        return ClassBound(float(lp.capacity), lp.capacity, lp.arrived, -1, -1, segments, solved, 0,
-                          float(lp.capacity), float(lp.capacity))
-    best, where, pairs = -1.0, (-1, -1), 0
-    for i in sorted(one[0], key=lambda s: -one[0][s]):
-        if one[0][i] <= best:
-            break
-        for j in sorted(one[1], key=lambda s: -one[1][s]):
-            if one[1][j] <= best:
+    def scan() -> tuple[ClassBound, dict[int, int | None] | None]:
+        nonlocal solved
+        one: list[dict[int | None, float]] = [{}, {}]
+        for c in (0, 1):
+            for s in cands:
+                try:
+                    v = lp.solve({c: s}, time_limit=time_limit)
+                except _LPTroubleError:
+                    say(f"class {'AB'[c]} alone, segment {s}: HiGHS gave up; the LP without the failure rows")
+                    v = lp.solve({c: s}, failure_rows=False)
+                solved += 1
+                if v is not None:
+                    one[c][s] = v
+                say(f"class {'AB'[c]} alone, segment {s if s is not None else 'none'}: "
+                    + (f"{(lp.capacity - v) / MILLI:.1f} idle GPUs" if v is not None else "no run"))
+        if not one[0] or not one[1]:  # cannot happen (the LP of a real run is feasible); keep the bound valid
+            return ClassBound(cap, lp.capacity, lp.arrived, -1, -1, segments, solved, 0, cap, cap), None
+        best, where, pairs = -1.0, (-1, -1), 0
+        best_assign: dict[int, int | None] | None = None
+        for i in sorted(one[0], key=lambda s: -one[0][s]):
+            if one[0][i] <= best:
                 break
-            try:
-                got = lp.solve({0: i, 1: j}, time_limit=time_limit)
-            except _LPTroubleError:
-                say(f"pair A {i}, B {j}: HiGHS gave up; the smaller one-class optimum")
-                got = min(one[0][i], one[1][j])
-            solved += 1
-            pairs += 1
-            if got is not None and got > best:
-                best, where = got, (-1 if i is None else i, -1 if j is None else j)
-            say(f"pair A {i if i is not None else 'none'}, B {j if j is not None else 'none'}: "
-                + (f"{(lp.capacity - got) / MILLI:.1f}" if got is not None else "no run")
-                + f" (best so far {(lp.capacity - best) / MILLI:.1f} idle GPUs)")
-    cap = float(lp.capacity)
-    return ClassBound(min(best, cap), lp.capacity, lp.arrived, where[0], where[1], segments, solved, pairs,
-                      min(max(one[0].values()), cap), min(max(one[1].values()), cap))
+            for j in sorted(one[1], key=lambda s: -one[1][s]):
+                if one[1][j] <= best:
+                    break
+                try:
+                    got = lp.solve({0: i, 1: j}, time_limit=time_limit)
+                except _LPTroubleError:
+                    say(f"pair A {i}, B {j}: HiGHS gave up; the smaller one-class optimum")
+                    got = min(one[0][i], one[1][j])
+                solved += 1
+                pairs += 1
+                if got is not None and got > best:
+                    best, where = got, (-1 if i is None else i, -1 if j is None else j)
+                    best_assign = {0: i, 1: j}
+                say(f"pair A {i if i is not None else 'none'}, B {j if j is not None else 'none'}: "
+                    + (f"{(lp.capacity - got) / MILLI:.1f}" if got is not None else "no run")
+                    + f" (best so far {(lp.capacity - best) / MILLI:.1f} idle GPUs)")
+        return ClassBound(min(best, cap), lp.capacity, lp.arrived, where[0], where[1], segments, solved, pairs,
+                          min(max(one[0].values()), cap), min(max(one[1].values()), cap)), best_assign
+
+    got, assign = scan()
+    for _ in range(config_passes if config_cuts > 0 else 0):
+        if assign is None or not lp.refine(assign, config_cuts, time_limit=time_limit):
+            break
+        say(f"{len(lp.knapsack.functions)} GPU-packing rows; the scan again")
+        got, assign = scan()
+    return got
