@@ -112,7 +112,7 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
         got["lps"] = cb.lps_solved + 1
     else:
         mp = must_place_bound(nodes, order, segments, (lambda s: s == key) if key is not None else None, say,
-                              config_cuts=config_cuts)
+                              config_cuts=config_cuts, time_limit=lp_time_limit)
         got["must_place_idle_gpus"] = mp.idle_gpus
         got["bound_segment"] = mp.segment
         got["lps"] = mp.lps_solved + 1
@@ -135,7 +135,7 @@ def main() -> None:
                     "one-class figure as well); --no-two-class: the one-class scan alone")
     ap.add_argument("--class-b", default="auto", help="class B shapes, CPU:MEM:MILLI[,...] (default: auto)")
     ap.add_argument("--lp-time-limit", type=float, default=None,
-                    help="with --two-class: seconds per HiGHS try; an LP that runs longer gets a valid looser value")
+                    help="seconds per HiGHS try; an LP that runs longer gets a valid looser value")
     ap.add_argument("--config-cuts", type=int, default=30,
                     help="rounds of GPU-packing rows (bound.CONFIG_CUTS_DOC) per pass; 0: the DFF family's rows alone")
     ap.add_argument("--json", action="store_true")

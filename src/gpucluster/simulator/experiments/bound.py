@@ -296,13 +296,14 @@ class MustPlaceBound(_BoundFigures):
 def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segments: int = 40,
                      key: Callable[[PodShape], bool] | None = None,
                      progress: Callable[[str], None] | None = None, config_cuts: int = 30,
-                     config_passes: int = 3) -> MustPlaceBound:
+                     config_passes: int = 3, time_limit: float | None = None) -> MustPlaceBound:
     """The must-place bound (``MUST_PLACE_DOC``) for ``order`` (the arrival order) on ``nodes``, over the first
     failure among the pods whose shape ``key`` selects (default: all). Only those pods are forced before the
     segment and make the pseudo-pod; the others are optional everywhere. Valid for every ``key``. ``progress``
     is called with a line after every LP. ``config_cuts``: up to that many rounds of ``CONFIG_CUTS_DOC`` on the
     LP that gave the bound, then the scan again with the rows found, up to ``config_passes`` times (0: the
-    family's rows alone)."""
+    family's rows alone). ``time_limit`` (seconds per solver try) turns a segment's LP that runs longer into
+    HiGHS trouble, answered with its LP without the failure rows (valid, and looser)."""
     key = key or (lambda _p: True)
     lp = _OrderLP(nodes, order, segments, [key])
     capacity = lp.capacity
@@ -310,7 +311,7 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
 
     def solve(j: int | None, blocking: bool) -> float | None:
         try:
-            return lp.solve({0: j}, failure_rows=blocking)
+            return lp.solve({0: j}, failure_rows=blocking, time_limit=time_limit if blocking else None)
         except _LPTroubleError as exc:
             if blocking:  # HiGHS gave up on the failure rows: the relaxed optimum still bounds this segment
                 return solve(j, blocking=False)
@@ -346,7 +347,7 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
 
     best, where = scan()
     for _ in range(config_passes if config_cuts > 0 else 0):
-        if where == -2 or not lp.refine({0: where if where >= 0 else None}, config_cuts):
+        if where == -2 or not lp.refine({0: where if where >= 0 else None}, config_cuts, time_limit=time_limit):
             break
         if progress is not None:
             progress(f"{len(lp.knapsack.functions)} GPU-packing rows; the scan again")
