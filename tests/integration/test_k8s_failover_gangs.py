@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 from test_k8s_failover import LEASE_S, _leader
+from test_k8s_gang_bind import BindRefuser, register_webhook
 from test_k8s_jobset import GROUP as JS_GROUP
 from test_k8s_jobset import PLURAL as JS_PLURAL
 from test_k8s_jobset import VERSION as JS_VERSION
@@ -223,7 +224,12 @@ def test_kill_9_of_the_leader_while_it_admits_pod_groups_and_jobsets_loses_none_
                         return False
                     jobs = r.get("/api/v1/jobs", params={"tenant": tenant, "limit": 500})["jobs"]
                     names = [j["name"] for j in jobs if j["status"] == "succeeded"]
-                    return sorted(names) == sorted(groups + jobsets)
+                    # the difference goes into the timeout's message: what is missing, doubled or not succeeded
+                    assert sorted(names) == sorted(groups + jobsets), [
+                        (j["name"], j["id"], j["status"], j["message"]) for j in jobs
+                        if j["status"] != "succeeded" or names.count(j["name"]) != 1] + [
+                        n for n in groups + jobsets if n not in names]
+                    return True
                 wait_until(listed, 60, f"{r.log.name}: every gang listed once, as succeeded")
             follower = next(r for r in replicas if r is not leader)
             assert not follower.leading()
@@ -255,5 +261,87 @@ def test_kill_9_of_the_leader_while_it_admits_pod_groups_and_jobsets_loses_none_
             for name in groups:
                 with contextlib.suppress(client.ApiException):
                     custom.delete_namespaced_custom_object(PG_GROUP, PG_VERSION, NS, PG_PLURAL, name)
+            subprocess.run([str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), "delete", "lease",
+                            f"lease-{run}", "--ignore-not-found"], capture_output=True, check=False, timeout=60)
+
+
+def test_a_group_whose_leader_died_between_binds_is_finished_by_a_replica_started_after_its_bound_member_ended(
+        kube_control_plane: Any, kube_controller_manager: Any, kube_client: Any, pod_group_crd: None,  # noqa: F811
+        tmp_path: Path) -> None:
+    """The leader binds the first member of a two-pod group and dies while the API server holds the second
+    member's binding (a Binding webhook that hangs, then refuses it); the first member runs and succeeds. A replica
+    started only then finds a group with one member ended and one waiting: it is the same admission, not over (it
+    was read as cancelled, and the waiting member was never bound): the new replica binds the waiting member into
+    the dead leader's run, and the group succeeds, listed once."""
+    cp = kube_control_plane
+    run = new_run()
+    tenant = f"hb-{run}"
+    group = f"pg-{run}"
+    custom = client.CustomObjectsApi(kube_client)
+    core = client.CoreV1Api(kube_client)
+    args = ("--lease-name", f"lease-{run}", "--lease-duration", str(LEASE_S))
+    refuser = BindRefuser(NS, tmp_path)
+    refuser.hold_prefix, refuser.hold_real_number = f"{group}-", 2  # the group's second real binding
+    replicas: list[ControlPlane] = []
+    webhook = ""
+    with kubelet_fleet(kube_client, gpu_nodes(run, 2, 4), tmp_path) as fleet:
+        try:
+            webhook = register_webhook(kube_client, refuser, fleet[0].name, "gpucluster", run)
+            first = ControlPlane(cp.kubeconfig, tmp_path, *args, "--identity", "r0", data="r0")
+            replicas.append(first)
+            wait_until(first.leading, 60, "the only replica to lead")
+            custom.create_namespaced_custom_object(PG_GROUP, PG_VERSION, NS, PG_PLURAL, {
+                "apiVersion": f"{PG_GROUP}/{PG_VERSION}", "kind": "PodGroup", "metadata": {"name": group},
+                "spec": {"minMember": 2}})
+            for i in range(2):
+                core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=1, run_s=1, labels={
+                    QUEUE_LABEL: tenant, POD_GROUP_LABEL: group}))
+            assert refuser.holding.wait(60), "the leader never bound the group's second member"
+            first.kill()
+            refuser.release.set()  # the held binding is refused: its pod stays unbound
+            selector = f"{POD_GROUP_LABEL}={group}"
+
+            def one_ended_one_waiting() -> list[dict[str, Any]]:
+                pods = core.list_namespaced_pod(NS, label_selector=selector).items
+                done = [p for p in pods if p.spec.node_name and p.status.phase == "Succeeded"]
+                waiting = [p for p in pods if not p.spec.node_name]
+                return done if len(done) == 1 and len(waiting) == 1 else []
+
+            done = wait_until(one_ended_one_waiting, 60, "the bound member to succeed, the other to stay unbound")
+            reservation = done[0].metadata.annotations[RESERVATION_ANNOTATION]
+            fresh = ControlPlane(cp.kubeconfig, tmp_path, *args, "--identity", "r1", data="r1")
+            replicas.append(fresh)
+
+            def both_succeeded() -> bool:
+                pods = core.list_namespaced_pod(NS, label_selector=selector).items
+                return len(pods) == 2 and all(p.status.phase == "Succeeded" for p in pods)
+
+            wait_until(both_succeeded, 90, "the new replica to bind the waiting member and the group to succeed")
+            pods = core.list_namespaced_pod(NS, label_selector=selector).items
+            runs = {p.metadata.annotations[RESERVATION_ANNOTATION].rsplit("-", 1)[0] for p in pods}
+            assert runs == {reservation.rsplit("-", 1)[0]}, runs  # the dead leader's admission, its two slots
+
+            def listed() -> bool:
+                jobs = fresh.get("/api/v1/jobs", params={"tenant": tenant, "limit": 50})["jobs"]
+                assert [(j["name"], j["status"]) for j in jobs] == [(group, "succeeded")], jobs
+                return True
+
+            wait_until(listed, 60, "the group listed once, as succeeded")
+        except BaseException:
+            for r in replicas:
+                print(f"---- {r.log.name}\n{r.output()[-4000:]}")
+            print("webhook reviews:", refuser.seen())
+            raise
+        finally:
+            refuser.release.set()
+            for r in replicas:
+                r.stop()
+            if webhook:
+                client.AdmissionregistrationV1Api(kube_client).delete_validating_webhook_configuration(webhook)
+            refuser.close()
+            core.delete_collection_namespaced_pod(NS, label_selector=f"gpucluster.io/run={run}",
+                                                  grace_period_seconds=0)
+            with contextlib.suppress(client.ApiException):
+                custom.delete_namespaced_custom_object(PG_GROUP, PG_VERSION, NS, PG_PLURAL, group)
             subprocess.run([str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), "delete", "lease",
                             f"lease-{run}", "--ignore-not-found"], capture_output=True, check=False, timeout=60)

@@ -62,6 +62,13 @@ class BindRefuser:
         self._real = 0
         self.reviews: list[tuple[str, bool, bool]] = []
         """(pod, dry run, allowed) per review, in order."""
+        self.hold_prefix = ""
+        self.hold_real_number = 0
+        """``hold_real_number``: the real binding with this number among those of pods named ``hold_prefix...``
+        is held (``holding`` is set) until ``release`` is set or 30 s pass, then refused."""
+        self._held_real = 0
+        self.holding = threading.Event()
+        self.release = threading.Event()
         self._lock = threading.Lock()
         cert, key = workdir / "webhook.crt", workdir / "webhook.key"
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
@@ -98,6 +105,7 @@ class BindRefuser:
         self.thread.start()
 
     def decide(self, namespace: str, pod: str, dry_run: bool) -> tuple[bool, str]:
+        hold = False
         with self._lock:
             allowed = True
             if namespace == self.namespace:
@@ -105,7 +113,14 @@ class BindRefuser:
                     self._real += 1
                 real_refused = not dry_run and self._real == self.refuse_real_number
                 allowed = pod not in self.refuse_always and not real_refused
+                if self.hold_prefix and not dry_run and pod.startswith(self.hold_prefix):
+                    self._held_real += 1
+                    hold = self._held_real == self.hold_real_number
+                    allowed = allowed and not hold
             self.reviews.append((pod, dry_run, allowed))
+        if hold:  # the binding hangs in the API server (the binder waits on it) until the test lets it fail
+            self.holding.set()
+            self.release.wait(30)
         return allowed, f"test webhook refuses the binding of {pod}"
 
     def seen(self) -> list[tuple[str, bool, bool]]:
@@ -115,6 +130,43 @@ class BindRefuser:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def register_webhook(kube_client: Any, refuser: BindRefuser, node: str, scheduler: str, run: str) -> str:
+    """Register ``refuser`` for Bindings in its namespace and return once the API server calls it (it loads webhook
+    configurations asynchronously: a dry-run binding of a probe pod to ``node`` is tried until the refusal comes
+    back). Returns the configuration's name (delete it afterwards)."""
+    name = f"bind-refuser-{run}.gpucluster.io"
+    client.AdmissionregistrationV1Api(kube_client).create_validating_webhook_configuration({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": name,
+            "clientConfig": {"url": f"https://127.0.0.1:{refuser.port}/validate", "caBundle": refuser.ca_bundle},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["bindings", "pods/binding"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": refuser.namespace}},
+            "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+        }],
+    })
+    core = core_api(kube_client)
+    probe = f"probe-{run}"
+    create_pods(core, refuser.namespace, [gpu_pod(probe, scheduler, run=run)])
+    refuser.refuse_always.add(probe)
+    binding = client.V1Binding(metadata=client.V1ObjectMeta(name=probe),
+                               target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
+
+    def refused() -> bool:
+        try:
+            core.create_namespaced_binding(refuser.namespace, binding, dry_run="All")
+        except client.ApiException as exc:
+            return exc.status == 403 and "test webhook refuses" in (exc.body or "")
+        return False
+
+    wait_until(refused, 30, "the admission webhook to be called")
+    core.delete_namespaced_pod(probe, refuser.namespace, grace_period_seconds=0)
+    return name
 
 
 class Rig:
@@ -129,22 +181,6 @@ class Rig:
         self.registrar = NodeRegistrar(kube_client, specs, registry())
         self.registrar.register()
         self.webhook = BindRefuser(namespace, workdir)
-        self.admission = client.AdmissionregistrationV1Api(kube_client)
-        self.webhook_name = f"bind-refuser-{self.run}.gpucluster.io"
-        self.admission.create_validating_webhook_configuration({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": self.webhook_name},
-            "webhooks": [{
-                "name": self.webhook_name,
-                "clientConfig": {"url": f"https://127.0.0.1:{self.webhook.port}/validate",
-                                 "caBundle": self.webhook.ca_bundle},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                           "resources": ["bindings", "pods/binding"], "scope": "Namespaced"}],
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
-                "timeoutSeconds": 5,
-            }],
-        })
         opts = RunOptions(scheduler_name=self.name, handshake_timeout=3600, assume_ttl=3600, sync_timeout=30)
         self.cluster, binder, self.informer = build(kube_client, registry(), opts, identity=self.name)
         self.scheduler = SecondaryScheduler(self.cluster, binder, self.name)
@@ -153,26 +189,7 @@ class Rig:
         assert self.informer.wait_synced(30), "the informer did not sync"
         wait_until(lambda: set(self.nodes) <= set(self.cluster.state.node_index), 30, "the three nodes")
         self.core = core_api(kube_client)
-        self._wait_webhook_active()
-
-    def _wait_webhook_active(self) -> None:
-        """The API server loads webhook configurations asynchronously: probe with a dry-run binding of a pod the
-        webhook refuses until the refusal comes back."""
-        create_pods(self.core, self.namespace, [gpu_pod("probe", self.name, run=self.run)])
-        self.webhook.refuse_always.add("probe")
-        binding = client.V1Binding(metadata=client.V1ObjectMeta(name="probe"),
-                                   target=client.V1ObjectReference(api_version="v1", kind="Node",
-                                                                   name=self.nodes[0]))
-
-        def refused() -> bool:
-            try:
-                self.core.create_namespaced_binding(self.namespace, binding, dry_run="All")
-            except client.ApiException as exc:
-                return exc.status == 403 and "test webhook refuses" in (exc.body or "")
-            return False
-
-        wait_until(refused, 30, "the admission webhook to be called")
-        self.core.delete_namespaced_pod("probe", self.namespace, grace_period_seconds=0)
+        self.webhook_name = register_webhook(kube_client, self.webhook, self.nodes[0], self.name, self.run)
 
     def gang_pods(self) -> list[dict[str, Any]]:
         gang = {GANG_ANNOTATION: "train", GANG_MIN_ANNOTATION: str(len(GANG)),
@@ -192,7 +209,8 @@ class Rig:
     def close(self) -> None:
         self.informer.stop()
         try:
-            self.admission.delete_validating_webhook_configuration(self.webhook_name)
+            client.AdmissionregistrationV1Api(self.core.api_client).delete_validating_webhook_configuration(
+                self.webhook_name)
         finally:
             self.webhook.close()
             self.registrar.delete()

@@ -1401,9 +1401,14 @@ class KubeRuntime(EngineFront):
             job = Job(restored_submission(spec, self.now))
             self.engine.submit(job)
             self._discovered.append(job)
-        if not any(p.live for p in by_slot.values()):  # the run ended already: its devices are not held any more
+        # members of this run still waiting for their slot (created before it was bound: a leader died between
+        # the binds) keep it running even when every bound member has ended already; pods made after a finished
+        # run are a new run of the group (a reused name), not this one's
+        unbound = [p for p in pods if p.live and not p.node and _epoch(p.created) <= at]
+        failed = [p for p in by_slot.values() if p.phase == "Failed"]
+        if not any(p.live for p in by_slot.values()) and (failed or len(by_slot) >= size or not unbound):
+            # the run ended already: its devices are not held any more
             self._group_ended[uid] = {p.key for p in pods if not p.live}
-            failed = [p for p in by_slot.values() if p.phase == "Failed"]
             if failed:
                 said = "; ".join(f"pod {p.key}: {p.reason or 'Failed'}" for p in failed[:3])
                 self._observed_end(job.id, Fail(f"a pod of the group failed: {said}"))
