@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # rich and the engine are imported where the command runs, no
     from gpucluster.spec import Cluster
 
 _KEYS = ("jobs", "jobs_completed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
-         "gpu_utilization", "gpu_utilization_window", "avg_queue_len_window", "gpu_speed", "jain_fairness",
+         "gpu_utilization", "gpu_utilization_window", "avg_queue_len_window", "idle_gpus_while_waiting",
+         "idle_gpu_h_while_waiting_per_h", "gpu_speed", "jain_fairness",
          "bytes_moved", "preemptions", "jobs_lost")
 
 

@@ -188,11 +188,7 @@ def never_fits(spec: JobSpec, state: ClusterState, quota: QuotaTree | None = Non
     if found is not None:
         return Infeasible(found.where, f"can never fit the cluster: {found.why}")
     if quota is not None and quota.chain(spec.tenant):
-        snap = state.snapshot()
-        total: dict[str, float] = {}
-        for p in pods:
-            for r, v in pod_charge(p, snap).items():
-                total[r] = total.get(r, 0.0) + v
+        total = job_charge(spec, state)
         if not quota.could_ever_fit(spec.tenant, total):
             limits = [quota.queues[q].limit["gpu"] for q in quota.chain(spec.tenant) if "gpu" in quota.queues[q].limit]
             limit = f"tenant {spec.tenant}'s quota is {min(limits):g} GPUs" if limits else \
@@ -201,6 +197,17 @@ def never_fits(spec: JobSpec, state: ClusterState, quota: QuotaTree | None = Non
                                        f"{total.get('gpu', 0.0):g} GPUs (each device counts max(compute share, "
                                        f"memory share)); {limit}")
     return None
+
+
+def job_charge(spec: JobSpec, state: ClusterState) -> dict[str, float]:
+    """What the whole job charges its tenant's queues before devices are chosen (the ``Quota`` plugin's
+    estimate, :func:`~gpucluster.scheduler.plugins.quota.pod_charge`, summed over its tasks)."""
+    snap = state.snapshot()
+    total: dict[str, float] = {}
+    for p in task_pods(spec, 0):
+        for r, v in pod_charge(p, snap).items():
+            total[r] = total.get(r, 0.0) + v
+    return total
 
 
 def least_gpus(spec: JobSpec, state: ClusterState) -> float:

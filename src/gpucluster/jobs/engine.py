@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpucluster.jobs.accounting import TenantLedger
-from gpucluster.jobs.admission import least_gpus
+from gpucluster.jobs.admission import job_charge, least_gpus
 from gpucluster.jobs.capacity import CapacityView
 from gpucluster.jobs.kernel import Kernel
 from gpucluster.jobs.model import Job, JobEvent, JobSpec, JobState, task_pods
@@ -134,10 +134,18 @@ def no_slowdown(job: Job, devices: list[tuple[int, int]]) -> tuple[float, float 
 
 @dataclass(slots=True)
 class SeriesPoint:
+    """The engine after a scheduling pass (a point is kept when any field but ``time`` changed)."""
+
     time: float
     busy_gpus: float
+    """GPU shares the running jobs hold."""
     queued_jobs: int
     running_jobs: int
+    waiting_jobs: int = 0
+    """Queued jobs that wait for GPUs (:meth:`JobEngine.waiting_for_gpus`): while one does, the GPUs no job holds
+    are idle while work waits."""
+    gpus: int = 0
+    """Usable GPUs (healthy, on schedulable nodes) at that time."""
 
 
 @dataclass(slots=True)
@@ -259,6 +267,9 @@ class JobEngine:
         self.views = JobViews(self.jobs, self._queue, self._running, policy, self, self.ledger, self.jobs.tally)
         """What the control plane reads: queued and running jobs, queue order, counts, usage, queue stats."""
         self._finish_seq: dict[str, int] = {}
+        self._charges: dict[tuple[Hashable, Any], dict[str, float]] = {}
+        """(queue group, cluster layout) -> what one job of the group charges its tenant's queues
+        (:meth:`waiting_for_gpus`)."""
         self._dirty = False
         self._seen: tuple[Any, ...] = ()
         """The cluster's change stamp (and the quota tree's revision) when the last pass ended."""
@@ -630,11 +641,42 @@ class JobEngine:
             self._dirty = True
         self._seen = self.capacity.stamp()
         if self.record_series:
-            point = SeriesPoint(self.now, self.ledger.busy, len(self._queue), len(self._running))
+            point = SeriesPoint(self.now, self.ledger.busy, len(self._queue), len(self._running),
+                                self.waiting_for_gpus(), tot.gpus)
             last = self.series[-1] if self.series else None
-            if last is None or (last.busy_gpus, last.queued_jobs, last.running_jobs) != (
-                    point.busy_gpus, point.queued_jobs, point.running_jobs):
+            if last is None or (last.busy_gpus, last.queued_jobs, last.running_jobs, last.waiting_jobs,
+                                last.gpus) != (point.busy_gpus, point.queued_jobs, point.running_jobs,
+                                               point.waiting_jobs, point.gpus):
                 self.series.append(point)
+
+    def waiting_for_gpus(self) -> int:
+        """Queued jobs that wait for GPUs: every queued job that asks for a GPU share, except those a limit of
+        their tenant's queues holds back (charging the whole job now would break a limit on its queue chain, as
+        the ``Quota`` plugin's PreFilter checks; a job admitted before, not held to limits, counts). A job held
+        back by a quota does not make the free GPUs waste: it could not have them. Counted: jobs that do not
+        fit the free devices (too few, or on the wrong nodes or models: stranding), jobs waiting their turn in
+        the queue order, jobs held for data locality (delay scheduling), preempted and evicted jobs waiting to
+        restart. A job's tasks are one gang (all or none), and no job waits on another job in this engine, so
+        there is no dependency to exclude.
+
+        Cost: without a quota limit, two counters of the queue; with one, one check per queue group (jobs of one
+        shape, tenant and size: :meth:`_group_of`), each group's charge computed once per cluster layout."""
+        queue = self._queue
+        n = len(queue) - queue.gpuless
+        quota = self.quota
+        if n <= 0 or quota is None or not any(q.limit for q in quota.queues.values()):
+            return n
+        layout = self.state.layout
+        for g, members in queue.groups.items():
+            (_, tenant, admitted), share = g[0], g[1]  # type: ignore[index]
+            if share <= 0 or admitted or not quota.chain(tenant):
+                continue
+            charge = self._charges.get((g, layout))
+            if charge is None:
+                charge = self._charges[(g, layout)] = job_charge(self.jobs[members[0][2]].spec, self.state)
+            if quota.blocked_by(tenant, charge) is not None:
+                n -= len(members)
+        return n
 
     def _queue_key(self, job: Job) -> Key:
         """What the queue sorts ``job`` by: the policy's key, or a dynamic policy's part of it that does not move

@@ -9,7 +9,15 @@ while the trace is still offering work:
   is what ``synthetic:N:PROFILE:LOAD`` keeps at ``LOAD``.
 * :func:`step_mean`: the time average of a step series (e.g. busy GPUs recorded at each change) over a window;
   divided by the GPUs it is the utilisation over the window.
-* :func:`window_figures`: both, plus the window, for a run's summary.
+* :func:`idle_while_waiting`: the GPUs no job holds while at least one job waits for GPUs, over the window:
+  their time average over the periods when one waits, and the GPU-hours they come to per hour of the window.
+* :func:`window_figures`: these, plus the window, for a run's summary.
+
+Idle GPUs over the window (``gpus x (1 - gpu_utilization_window)``) count every GPU no job holds: a placement
+that finishes the same work sooner leaves more of them, which is not waste. Idle GPUs **while work waits** count
+them only while a queued job waits for GPUs (the engine's ``waiting_jobs``: a job held back only by its
+tenant's quota does not count), so what they measure is capacity that queued work could not get: stranded by
+fragmentation or the wrong models, or left by the admission order.
 """
 
 from __future__ import annotations
@@ -53,15 +61,48 @@ def step_mean(times: Sequence[float], values: Sequence[float], start: float, end
     return float(np.dot(v, np.diff(edges)) / (end - start))
 
 
+def idle_while_waiting(times: Sequence[float], busy: Sequence[float], capacity: Sequence[float],
+                       waiting: Sequence[float], start: float, end: float) -> dict[str, float]:
+    """Idle GPUs while work waits, over [start, end], from step series (each value holds from its time on; 0
+    before the first point; ``times`` sorted): at each time the idle GPUs are ``max(capacity - busy, 0)``, and
+    they count while ``waiting > 0``.
+
+    * ``idle_gpus_while_waiting``: their time average over the periods when a job waits (0.0 when none does);
+    * ``idle_gpu_h_while_waiting_per_h``: the GPU-hours they come to, per hour of the window (the same average
+      over the whole window, so never above the window's mean idle GPUs, nor above the first figure);
+    * ``waiting_share_window``: the share of the window during which a job waits."""
+    zero = {"idle_gpus_while_waiting": 0.0, "idle_gpu_h_while_waiting_per_h": 0.0, "waiting_share_window": 0.0}
+    if end <= start or not len(times):
+        return zero
+    t = np.asarray(times, np.float64)
+    dt = np.diff(np.clip(np.append(t, np.inf), start, end))
+    idle = np.maximum(np.asarray(capacity, np.float64) - np.asarray(busy, np.float64), 0.0)
+    waits = np.asarray(waiting, np.float64) > 0
+    waited = float(dt[waits].sum())
+    idle_s = float(np.dot(idle[waits], dt[waits]))
+    return {
+        "idle_gpus_while_waiting": idle_s / waited if waited > 0 else 0.0,
+        "idle_gpu_h_while_waiting_per_h": idle_s / (end - start),
+        "waiting_share_window": waited / (end - start),
+    }
+
+
 def window_figures(jobs: Sequence[JobSpec], gpus: int, times: Sequence[float], busy: Sequence[float],
-                   queued: Sequence[float]) -> dict[str, float]:
+                   queued: Sequence[float], waiting: Sequence[float] | None = None,
+                   capacity: Sequence[float] | None = None) -> dict[str, float]:
     """``arrival_window_s``, ``offered_load`` and, from a run's series of busy GPUs and queued jobs,
-    ``gpu_utilization_window`` and ``avg_queue_len_window`` over the arrival window."""
+    ``gpu_utilization_window`` and ``avg_queue_len_window`` over the arrival window; with the series of jobs
+    waiting for GPUs (and of usable GPUs; default ``gpus`` throughout) also the idle GPUs while work waits
+    (:func:`idle_while_waiting`)."""
     start, end = arrival_window(jobs)
     util = step_mean(times, busy, start, end) / gpus if gpus > 0 else 0.0
-    return {
+    out = {
         "arrival_window_s": end - start,
         "offered_load": offered_load(jobs, gpus, (start, end)),
         "gpu_utilization_window": min(util, 1.0),
         "avg_queue_len_window": step_mean(times, queued, start, end),
     }
+    if waiting is not None:
+        cap = capacity if capacity is not None else [float(gpus)] * len(times)
+        out.update(idle_while_waiting(times, busy, cap, waiting, start, end))
+    return out

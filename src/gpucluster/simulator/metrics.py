@@ -13,6 +13,13 @@ Definitions:
   or running when the run ended early (``run_until``); a complete run must report 0.
 * ``arrival_window_s``, ``offered_load``, ``gpu_utilization_window``, ``avg_queue_len_window``: over the arrival
   window (first to last submission; :mod:`gpucluster.simulator.load`), when the run recorded its series.
+* ``idle_gpus_while_waiting``, ``idle_gpu_h_while_waiting_per_h``, ``waiting_share_window``: over the same
+  window, the usable GPUs no job holds while at least one queued job waits for GPUs (a job held back only by
+  its tenant's quota does not count: :meth:`gpucluster.jobs.JobEngine.waiting_for_gpus`), as a time average over
+  the periods when one waits, as GPU-hours per hour of the window, and the share of the window with one
+  waiting (:func:`gpucluster.simulator.load.idle_while_waiting`). Unlike ``gpus x (1 -
+  gpu_utilization_window)``, a placement that finishes work sooner does not raise them; stranding and admission
+  order do.
 * ``avg_placement_slowdown`` = mean over completed jobs of the network model's factor (>= 1) of their last run.
 * ``work_ref_gpu_h`` = work of the completed jobs in reference-GPU-hours (GPUs x ``duration_s``, which is seconds
   on the job's ``ref_gpu``); ``gpu_speed`` = that work over the GPU-hours it took at the speeds the jobs ran
@@ -128,7 +135,8 @@ def _window(sim: Run, jobs: list[Job]) -> dict[str, float]:
 
     series = sim.series
     return window_figures([j.spec for j in jobs], sim.totals.gpus, [p.time for p in series],
-                          [p.busy_gpus for p in series], [p.queued_jobs for p in series])
+                          [p.busy_gpus for p in series], [p.queued_jobs for p in series],
+                          [p.waiting_jobs for p in series], [p.gpus for p in series])
 
 
 CSV_FIELDS = (
