@@ -83,6 +83,25 @@ def test_a_job_held_back_only_by_its_tenants_quota_does_not_count() -> None:
     assert s["idle_gpu_h_while_waiting_per_h"] == pytest.approx(2.0 * 200 / 300)
 
 
+def test_a_quota_held_job_stays_uncounted_when_a_node_is_added_while_it_waits() -> None:
+    """The per-group charge the count reads is kept for one cluster layout: a node added at 50 s (elastic scale-up)
+    gives 4 more free GPUs, and q's second job still waits for its quota, not for GPUs; a job of another tenant
+    that arrives at 60 s asking for more than is free (8 of 6) counts from then until q1 ends at 100 s, with the
+    6 GPUs idle."""
+    tree = QuotaTree([QueueSpec("q", limit={"gpu": 2})])
+    jobs = [JobSpec("q1", 0, 2, 100, tenant="q"), JobSpec("q2", 0, 2, 100, tenant="q"),
+            JobSpec("big", 60, 8, 10, tenant="r", gpus_per_task=4), JobSpec("end", 300, 1, 1)]
+    sim = Simulation(make_cluster(nodes=1, gpus=4), "fifo", services={"quota": tree})
+    extra = make_cluster(nodes=1, gpus=4, name="extra").nodes[0]
+    sim.at(50, lambda: sim.add_node(extra))
+    sim.submit_many(jobs)
+    sim.run()
+    s = sim.summary()
+    assert sim.job("q2").first_start_s == 100 and sim.job("big").first_start_s >= 100
+    assert s["waiting_share_window"] == pytest.approx((sim.job("big").first_start_s - 60) / 300)
+    assert s["idle_gpus_while_waiting"] > 0
+
+
 def test_a_faster_placement_raises_plain_idle_gpus_but_not_idle_while_waiting() -> None:
     """The same training job pinned to H100 or to L40S (what a speed-aware and a speed-blind placement would
     choose): on H100 it finishes sooner, so over the same window more GPUs are idle, but nothing ever waits."""

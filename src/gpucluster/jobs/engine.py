@@ -267,9 +267,10 @@ class JobEngine:
         self.views = JobViews(self.jobs, self._queue, self._running, policy, self, self.ledger, self.jobs.tally)
         """What the control plane reads: queued and running jobs, queue order, counts, usage, queue stats."""
         self._finish_seq: dict[str, int] = {}
-        self._charges: dict[tuple[Hashable, Any], dict[str, float]] = {}
-        """(queue group, cluster layout) -> what one job of the group charges its tenant's queues
-        (:meth:`waiting_for_gpus`)."""
+        self._charges: dict[Hashable, dict[str, float]] = {}
+        """Queue group -> what one job of the group charges its tenant's queues (:meth:`waiting_for_gpus`), for
+        the cluster layout ``_charges_layout`` only (emptied when nodes come or go, so it never grows with them)."""
+        self._charges_layout: Any = None
         self._dirty = False
         self._seen: tuple[Any, ...] = ()
         """The cluster's change stamp (and the quota tree's revision) when the last pass ended."""
@@ -667,13 +668,15 @@ class JobEngine:
         if n <= 0 or quota is None or not any(q.limit for q in quota.queues.values()):
             return n
         layout = self.state.layout
+        if layout != self._charges_layout:
+            self._charges, self._charges_layout = {}, layout
         for g, members in queue.groups.items():
             (_, tenant, admitted), share = g[0], g[1]  # type: ignore[index]
             if share <= 0 or admitted or not quota.chain(tenant):
                 continue
-            charge = self._charges.get((g, layout))
+            charge = self._charges.get(g)
             if charge is None:
-                charge = self._charges[(g, layout)] = job_charge(self.jobs[members[0][2]].spec, self.state)
+                charge = self._charges[g] = job_charge(self.jobs[members[0][2]].spec, self.state)
             if quota.blocked_by(tenant, charge) is not None:
                 n -= len(members)
         return n
