@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from gpucluster.jobs import JobSpec
 
@@ -50,7 +51,8 @@ def offered_load(jobs: Sequence[JobSpec], gpus: int, window: tuple[float, float]
     return float(np.dot(demand, held) / (gpus * (end - start)))
 
 
-def step_mean(times: Sequence[float], values: Sequence[float], start: float, end: float) -> float:
+def step_mean(times: Sequence[float], values: Sequence[float] | npt.NDArray[np.float64], start: float,
+              end: float) -> float:
     """Time average over [start, end] of a step function that takes ``values[i]`` from ``times[i]`` on (0 before
     the first point). ``times`` must be sorted."""
     if end <= start or not len(times):
@@ -71,19 +73,14 @@ def idle_while_waiting(times: Sequence[float], busy: Sequence[float], capacity: 
     * ``idle_gpu_h_while_waiting_per_h``: the GPU-hours they come to, per hour of the window (the same average
       over the whole window, so never above the window's mean idle GPUs, nor above the first figure);
     * ``waiting_share_window``: the share of the window during which a job waits."""
-    zero = {"idle_gpus_while_waiting": 0.0, "idle_gpu_h_while_waiting_per_h": 0.0, "waiting_share_window": 0.0}
-    if end <= start or not len(times):
-        return zero
-    t = np.asarray(times, np.float64)
-    dt = np.diff(np.clip(np.append(t, np.inf), start, end))
     idle = np.maximum(np.asarray(capacity, np.float64) - np.asarray(busy, np.float64), 0.0)
-    waits = np.asarray(waiting, np.float64) > 0
-    waited = float(dt[waits].sum())
-    idle_s = float(np.dot(idle[waits], dt[waits]))
+    waits = (np.asarray(waiting, np.float64) > 0).astype(np.float64)
+    share = step_mean(times, waits, start, end)
+    per_h = step_mean(times, idle * waits, start, end)
     return {
-        "idle_gpus_while_waiting": idle_s / waited if waited > 0 else 0.0,
-        "idle_gpu_h_while_waiting_per_h": idle_s / (end - start),
-        "waiting_share_window": waited / (end - start),
+        "idle_gpus_while_waiting": per_h / share if share > 0 else 0.0,
+        "idle_gpu_h_while_waiting_per_h": per_h,
+        "waiting_share_window": share,
     }
 
 
