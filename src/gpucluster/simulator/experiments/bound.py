@@ -503,9 +503,9 @@ class _GpuKnapsack:
         cols |= {tuple((m, k) for m, k in cfg if m in items) for cfg in self._configs}
         cols.discard(())
         cols_l: list[tuple[tuple[int, int], ...]] = list(cols)
+        pos = {m: i for i, m in enumerate(sizes)}
         while True:
             a = np.zeros((len(sizes), len(cols_l)))
-            pos = {m: i for i, m in enumerate(sizes)}
             for c, cfg in enumerate(cols_l):
                 for m, k in cfg:
                     a[pos[m], c] = k
