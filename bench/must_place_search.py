@@ -36,6 +36,8 @@ A variant is ``key=value`` pairs joined by ``,`` (variants joined by ``;``):
 * ``rollout=STEP:V1|V2|...`` (alone): greedy search over the future: at pods 0, STEP, 2 STEP ... each listed
   variant runs from the current state to the end, and the best of these runs' next STEP decisions are kept
   (``rollout_search``); the best complete run seen is reported, never worse than the best listed variant.
+  ``rollout=STEP:best=K``: the K single variants of this invocation with the fewest idle GPUs on the same
+  workload and seed (run after them).
 
 Nothing here is a shipped policy; the default placement is unchanged.
 """
@@ -84,7 +86,7 @@ DEFAULT_VARIANTS = ";".join([
     "policy=new,cpu=3,scar=1,cont=0,mem=0", "policy=new,cpu=1,scar=1,cont=1,mem=0",
     "policy=new,cpu=1,scar=1,cont=0,mem=1", "policy=new,cpu=1,scar=1,cont=0,mem=0,q=2",
     "pair=810", "tight=0", "tight=7000", "open=7800/650",
-    f"rollout=1000:{ROLLOUT}",
+    f"rollout=1000:{ROLLOUT}", "rollout=1000:best=6",
 ])
 
 
@@ -334,6 +336,17 @@ def one(task: tuple[str, str, int, str]) -> dict[str, Any]:
             "violation": None if bad is None else str(bad), **extra}
 
 
+def resolve_rollout(variant: str, runs: Sequence[dict[str, Any]]) -> str:
+    """``rollout=STEP:best=K`` -> ``rollout=STEP:V1|...|VK``, the K single variants with the fewest idle GPUs in
+    ``runs`` (checked runs of the same workload and seed; FGD left out); other variants unchanged."""
+    step, _, subs = variant.removeprefix("rollout=").partition(":")
+    if not subs.startswith("best="):
+        return variant
+    ok = sorted((r for r in runs if r["violation"] is None and r["variant"] != "policy=fgd"
+                 and not r["variant"].startswith("rollout=")), key=lambda r: (r["idle_gpus"], r["variant"]))
+    return f"rollout={step}:" + "|".join(r["variant"] for r in ok[: int(subs.removeprefix("best="))])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -349,11 +362,17 @@ def main() -> None:
         raise SystemExit(f"traces not found at {a.traces} (--traces)")
     variants = ["policy=fgd", "policy=stranding-fgd"] + [v for v in a.variants.split(";") if v.strip()]
     seeds = [int(s) for s in a.seeds.split(",")]
-    tasks = [(str(a.traces), w, s, v) for w in a.workloads.split(",") for s in seeds for v in variants]
+    single = [v for v in variants if not v.startswith("rollout=")]
+    tasks = [(str(a.traces), w, s, v) for w in a.workloads.split(",") for s in seeds for v in single]
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=max(a.jobs, 1)) as pool:
         for r in pool.map(one, tasks):
+            runs.append(r)
+            print(json.dumps(r), file=sys.stderr, flush=True)
+        later = [(str(a.traces), w, s, resolve_rollout(v, [r for r in runs if r["workload"] == w and r["seed"] == s]))
+                 for w in a.workloads.split(",") for s in seeds for v in variants if v.startswith("rollout=")]
+        for r in pool.map(one, later):
             runs.append(r)
             print(json.dumps(r), file=sys.stderr, flush=True)
     rows = []
@@ -377,12 +396,14 @@ def main() -> None:
     for r in rows:
         b = f"{r['bound_idle_gpus']:.1f}" if r["bound_idle_gpus"] is not None else "-"
         best = f"{r['best_idle_gpus']:.1f}" if r["best_idle_gpus"] is not None else "-"
+        which = str(r["best_variant"]).replace("|", "\\|")
         print(f"| {r['workload']} | {r['seed']} | {r['fgd_idle_gpus']:.1f} | {r['ours_idle_gpus']:.1f} | {best} | "
-              f"`{r['best_variant']}` | {b} | {r['runs']} ({r['violations']}) |")
+              f"`{which}` | {b} | {r['runs']} ({r['violations']}) |")
     if a.all:
         print("\n| workload | seed | variant | idle GPUs | placed | s | check |\n|---|---|---|---|---|---|---|")
         for r in runs:
-            print(f"| {r['workload']} | {r['seed']} | `{r['variant']}` | {r['idle_gpus']:.1f} | {r['placed']} | "
+            name = r["variant"].replace("|", "\\|")
+            print(f"| {r['workload']} | {r['seed']} | `{name}` | {r['idle_gpus']:.1f} | {r['placed']} | "
                   f"{r['s']} | {r['violation'] or 'ok'} |")
     print(f"\n{len(runs)} runs in {time.perf_counter() - t0:.0f} s (idle GPUs at 130 % arrived)")
 
