@@ -47,6 +47,28 @@ def test_the_queue_stays_in_key_then_arrival_order(ops: list[tuple[str, int, int
     assert all(q.key(j) == keys[j] for j in keys) and len(q) == len(keys)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 7), st.sampled_from([1, 2, 3, 4, 8, 16]),
+                          st.sampled_from([1000, 500])), max_size=40))
+def test_the_queue_knows_the_largest_whole_task_it_holds(ops: list[tuple[bool, int, int, int]]) -> None:
+    """``largest_whole_task`` (speed-fgd's whole-node test) is the largest task of the queued whole-GPU jobs,
+    kept as jobs come and go (no scan)."""
+    q = JobQueue()
+    jobs: dict[str, Job] = {}
+    for push, n, gpus, milli in ops:
+        jid = f"j{n}"
+        if push and jid not in q:
+            jobs[jid] = Job(JobSpec(jid, 0.0, gpus if milli == 1000 else 1, 100.0, gpu_milli=milli))
+            q.push(jobs[jid], (0.0,))
+        elif not push and jid in q:
+            q.remove(jobs.pop(jid))
+        else:
+            continue
+        whole = [j.spec.task_gpus for j in jobs.values() if j.spec.whole]
+        assert q.largest_whole_task() == max(whole, default=0)
+    assert all(n > 0 for n in q.whole_tasks.values())
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 8), st.booleans()), max_size=30))
 def test_the_ledger_balances_and_its_shares_move_with_a_cordon(starts: list[tuple[str, int, bool]]) -> None:

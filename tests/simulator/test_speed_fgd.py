@@ -197,3 +197,39 @@ def test_the_kept_work_per_preferred_model_equals_a_recomputation(
         if spec.gpu_share * spec.duration_s < float("inf"):
             expected[adv.index(max(adv))] += spec.gpu_share * spec.duration_s
     assert found == pytest.approx(expected, rel=1e-9, abs=1e-6)
+
+
+def _gang_behind_fillers(keep_whole: bool) -> Simulation:
+    """3 x 8 H100 + 1 x 8 L40S, the L40S node busy; on H100 a long 6-GPU job (its node keeps 2 GPUs free) and a
+    short 8-GPU job (1,000 s), so one H100 node is whole. A 2 x 8 training gang arrives at 1 s and waits (one whole
+    node of its model); two 1-GPU training jobs of 3,000 s arrive at 2 and 3 s (the default queue backfills)."""
+    jobs = [JobSpec("l40s-filler", 0.0, 8, 10_000, kind=JobKind.TRAIN, gpu_type="L40S"),
+            JobSpec("long", 0.0, 6, 10_000, kind=JobKind.TRAIN, gpu_type="H100"),
+            JobSpec("short", 0.0, 8, 1_000, kind=JobKind.TRAIN, gpu_type="H100"),
+            JobSpec("gang", 1.0, 16, 3_600, kind=JobKind.TRAIN, ref_gpu="H100"),
+            *(JobSpec(f"small{i}", 2.0 + i, 1, 3_000, kind=JobKind.TRAIN, ref_gpu="H100") for i in range(2))]
+    return _run(3, 1, jobs, "default", "default", tier_args={"keep_whole": keep_whole})
+
+
+def test_small_jobs_leave_the_last_whole_node_to_a_waiting_gang() -> None:
+    """While a gang of 8-GPU tasks waits, small jobs fill the partly used node and the last whole H100 node stays
+    whole, so the gang starts when the short job frees a second one (1,000 s). Before (``keep_whole: false``, the
+    rule on main) stranding-fgd put them on the whole node and the gang waited for them to finish."""
+    sim = _gang_behind_fillers(keep_whole=True)
+    long_node = sim.job("long").nodes[0]
+    assert [sim.job(f"small{i}").nodes for i in range(2)] == [(long_node,), (long_node,)]
+    assert sim.job("gang").first_start_s == 1_000.0
+    assert set(sim.job("gang").nodes) == {"h100-0", "h100-1", "h100-2"} - {long_node}
+    before = _gang_behind_fillers(keep_whole=False)
+    assert before.job("small0").nodes[0] not in (before.job("long").nodes[0], before.job("short").nodes[0])
+    assert before.job("gang").first_start_s > 3_000.0
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(30, 50), gpus=st.sampled_from([1, 2, 4, 8]))
+def test_with_no_larger_whole_task_waiting_the_whole_node_test_changes_nothing(seed: int, n: int, gpus: int) -> None:
+    """Jobs of one size on a mixed cluster: no queued job ever asks for tasks larger than the pod's, so every
+    decision and finish time is the rule's before (``keep_whole: false``)."""
+    jobs = [replace(j, num_gpus=gpus, ref_gpu="H100") for j in generate(n, 16, seed=seed, load=1.0, max_gpus=8)]
+    assert _placements(_run(2, 2, jobs, "default", "default")) == \
+        _placements(_run(2, 2, jobs, "default", "default", tier_args={"keep_whole": False}))

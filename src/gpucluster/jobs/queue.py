@@ -41,7 +41,7 @@ class JobQueue:
     dynamic, :meth:`ordered`), and in groups."""
 
     __slots__ = ("_entries", "_entry", "_group", "_grouper", "fresh", "gpuless", "gpus", "groups", "keep_fresh",
-                 "noted", "seq")
+                 "noted", "seq", "whole_tasks")
 
     def __init__(self, grouper: Grouper = _no_group, *, keep_fresh: bool = False) -> None:
         self._entries: list[Entry] = []
@@ -63,6 +63,9 @@ class JobQueue:
         """Queued jobs that ask for no GPU."""
         self.gpus = 0.0
         """GPUs the queued jobs ask for (their GPU shares summed)."""
+        self.whole_tasks: dict[int, int] = {}
+        """Task size (whole GPUs per task) -> queued jobs of whole GPUs with tasks of that size (a size with no
+        job left is dropped): :meth:`largest_whole_task` reads it."""
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self._entries)
@@ -98,6 +101,9 @@ class JobQueue:
             self.gpuless += 1
         else:
             self.gpus += job.spec.gpu_share
+            if job.spec.whole and job.spec.task_gpus > 0:
+                size = job.spec.task_gpus
+                self.whole_tasks[size] = self.whole_tasks.get(size, 0) + 1
         self._insert(key, job.job_id)
 
     def remove(self, job: Job) -> None:
@@ -106,7 +112,19 @@ class JobQueue:
             self.gpuless -= 1
         else:
             self.gpus = max(self.gpus - job.spec.gpu_share, 0.0) if len(self._entries) > 1 else 0.0
+            if job.spec.whole and job.spec.task_gpus > 0:
+                size = job.spec.task_gpus
+                left = self.whole_tasks[size] - 1
+                if left:
+                    self.whole_tasks[size] = left
+                else:
+                    del self.whole_tasks[size]
         self._unlink(job.job_id)
+
+    def largest_whole_task(self) -> int:
+        """The most whole GPUs one task of a queued job asks for on one node (0 when no queued job asks for whole
+        GPUs)."""
+        return max(self.whole_tasks, default=0)
 
     def rekey(self, job_id: str, key: Key) -> None:
         """Queue ``job_id`` again under ``key`` (its policy key changed while it waited)."""

@@ -89,6 +89,8 @@ class GpuSpeeds:
         self._mix: dict[SpeedKey, int] = {}
         self.waiting_gpus: Callable[[], float] | None = None
         """GPUs the engine's queued jobs ask for (set by the driver), for :meth:`queued_gpus`."""
+        self.waiting_task: Callable[[], int] | None = None
+        """The most whole GPUs one task of a queued job asks for (set by the driver), for :meth:`queued_task`."""
         self._mix_specs: dict[SpeedKey, JobSpec] = {}
         self._scores: dict[tuple[SpeedKey, tuple[str, ...]], list[float]] = {}
         self._mixes: dict[tuple[str, ...], list[float]] = {}
@@ -204,6 +206,11 @@ class GpuSpeeds:
         """GPUs the engine's queued jobs ask for now, summed (0 when no engine is attached): the ``GpuSpeedTier``
         plugin's measure of contention."""
         return self.waiting_gpus() if self.waiting_gpus is not None else 0.0
+
+    def queued_task(self) -> int:
+        """The most whole GPUs one task of the engine's queued jobs asks for on one node (0 when none does, or
+        no engine is attached): the ``GpuSpeedTier`` plugin's measure of the whole nodes waiting work needs."""
+        return self.waiting_task() if self.waiting_task is not None else 0
 
     def mix_speeds(self, models: Sequence[str]) -> list[float] | None:
         """The submitted jobs' mean normalised speed on each model (each job's speed there over its speed on the

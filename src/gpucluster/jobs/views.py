@@ -58,6 +58,10 @@ class JobViews:
         """GPUs the queued jobs ask for, summed (without listing them)."""
         return self._queue.gpus
 
+    def largest_whole_task(self) -> int:
+        """The most whole GPUs one task of a queued job asks for (0 when none asks for whole GPUs)."""
+        return self._queue.largest_whole_task()
+
     def running(self) -> list[Job]:
         return [self._jobs[jid] for jid in self._running]
 

@@ -97,7 +97,8 @@ def speed_fgd_profile(seed: int = 0, fgd_args: Mapping[str, Any] | None = None) 
     models have idle or those models are scarce for the work that prefers them (the submitted jobs whose
     comparative advantage lies there bring a larger share of the submitted work than those models' share of the
     GPUs), where its comparative advantage over the job mix is within 10 % of its best; stranding-FGD
-    chooses the node and GPUs among them. Exactly ``stranding-fgd`` on a cluster of
+    chooses the node and GPUs among them, first among the nodes where the pod leaves whole the holes a queued job
+    with larger whole-GPU tasks waits for. Exactly ``stranding-fgd`` on a cluster of
     one model, for pods whose job runs the same everywhere (the Alibaba trace's), and without a speed service."""
     base = stranding_fgd_profile(seed, fgd_args)
     plugins = list(base.plugins)

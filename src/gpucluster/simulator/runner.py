@@ -110,6 +110,7 @@ job without one runs the same on every GPU model.
             slowdown=self.speeds.wrap(self._slowdown if slowdown else no_slowdown))
         self.speeds.jobs = self.engine.jobs
         self.speeds.waiting_gpus = self.engine.views.queued_gpus
+        self.speeds.waiting_task = self.engine.views.largest_whole_task
 
     # ================================================================================ the engine's API
     @property

@@ -20,9 +20,15 @@ best comparative advantage lies on those models bring a larger share of the subm
 ``duration_s``) than those models' share of the cluster's GPUs -- a job that gains little would hold a fast GPU
 that the later work gaining much will want (on a cluster of half H100 where 80 % of the work prefers H100, a
 recommendation job goes to the L40S; on one of 87 % H100, the same job with the same mix still takes an idle
-H100). It skips -- and the profile is exactly the speed-blind one -- on a cluster of one GPU model, for a pod
+H100). **Whole nodes for a waiting gang** (``keep_whole``): while a queued job asks for tasks of more whole GPUs
+than the pod (``TaskTable.queued_task``: a gang of 8-GPU tasks waiting for whole nodes), the kept models' nodes where
+the pod would leave fewer idle GPUs than such a task needs -- the holes it could start in -- score 50 instead of
+100, so stranding-FGD fills the kept models' other nodes first and breaks such a hole only when nothing else of
+those models fits; the models kept stay the same. It skips -- and the profile is exactly the speed-blind one -- on a
+cluster of one GPU model, for a pod
 whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
-speed service, and when every candidate's model is within the tolerance anyway.
+speed service, and when every candidate's model is within the tolerance anyway and no hole is to be kept for a
+waiting task.
 """
 
 from __future__ import annotations
@@ -81,6 +87,15 @@ class MixTable(Protocol):
         ...
 
 
+class TaskTable(Protocol):
+    """The largest whole-GPU task the queued jobs wait with (``GpuSpeedTier``'s whole-node test)."""
+
+    def queued_task(self) -> int:
+        """The most whole GPUs one task of a queued job asks for on one node (0 when no queued job asks for whole
+        GPUs)."""
+        ...
+
+
 class WorkTable(Protocol):
     """How the submitted work splits by the GPU model its jobs prefer (``GpuSpeedTier``'s scarcity test)."""
 
@@ -128,18 +143,27 @@ DEFAULT_TOLERANCE = 0.1
 """``GpuSpeedTier``'s default: a model at least 90 % as fast as the best available one is as good as it."""
 
 
+BREAK_SCORE = 50.0
+"""``GpuSpeedTier``'s score for a kept model's node where the pod would break a hole a waiting whole-GPU task
+needs: below the kept models' other nodes (100) by 500 points at the tier's weight, more than every score but the
+annotations, and above the other models' (0), so the speed choice stands and only the node inside it moves."""
+
+
 class GpuSpeedTier:
     """Two-stage speed-aware placement, stage one (see the module docstring)."""
 
     name = TIER_NAME
 
     def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True,
-                 scarcity: bool = True) -> None:
+                 scarcity: bool = True, keep_whole: bool = True) -> None:
         self.table = table
         self.tolerance = tolerance
         self.mix: MixTable | None = None
         if comparative and hasattr(table, "mix_speeds") and hasattr(table, "queued_gpus"):
             self.mix = table  # type: ignore[assignment]
+        self.tasks: TaskTable | None = None
+        if keep_whole and hasattr(table, "queued_task"):
+            self.tasks = table  # type: ignore[assignment]
         self.work: WorkTable | None = None
         if self.mix is not None and scarcity and hasattr(table, "preferred_work"):
             self.work = table  # type: ignore[assignment]
@@ -159,10 +183,29 @@ class GpuSpeedTier:
         keep = present & (per_model >= (1.0 - self.tolerance) * best)
         if self.mix is not None:
             keep = self._by_advantage(snap, per_model, present, keep)
-        if bool(keep[present].all()):
-            return SKIP  # every model the pod can go to is as good: speed cannot choose
-        state.write(TIER_NAME, np.where(keep, 100.0, 0.0))
+        breaks = self._breaks(pod, snap, candidates)
+        if bool(keep[present].all()) and breaks is None:
+            return SKIP  # every model the pod can go to is as good, and no whole node to keep: nothing to choose
+        score = np.where(keep[snap.dev_model[candidates, 0]], 100.0, 0.0)
+        if breaks is not None:
+            score[breaks & (score > 0.0)] = BREAK_SCORE
+        state.write(TIER_NAME, score)
         return Status.success()
+
+    def _breaks(self, pod: Pod, snap: Snapshot, candidates: IntArray) -> BoolArray | None:
+        """Per candidate, whether the pod would break a hole a waiting whole-GPU task needs: while a queued job
+        asks for tasks of ``need`` whole GPUs on one node, more than the pod asks for, the candidates with at
+        least ``need`` idle GPUs that would keep fewer once the pod is there. None when there is no such
+        candidate (or no queued such job, or the test is off)."""
+        if self.tasks is None:
+            return None
+        need = self.tasks.queued_task()
+        size = sum(r.count for _, r in pod.device_requests)
+        if need <= size:
+            return None
+        idle = snap.node_idle[candidates]
+        out = (idle >= need) & (idle - size < need)
+        return out if bool(out.any()) else None
 
     def _by_advantage(self, snap: Snapshot, per_model: FloatArray, present: BoolArray, fastest: BoolArray) -> BoolArray:
         """Stage one under contention: when the queued jobs ask for more GPUs than the pod's fastest models have
@@ -204,8 +247,8 @@ class GpuSpeedTier:
         return float(work[fast].sum()) / total > float(gpus[fast].sum()) / float(gpus.sum())
 
     def score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> FloatArray:
-        per_model: np.ndarray[Any, np.dtype[np.float64]] = state.read(TIER_NAME)
-        return np.asarray(per_model[snap.dev_model[candidates, 0]], np.float64)
+        per_node: FloatArray = state.read(TIER_NAME)
+        return per_node
 
 
 class _TierArgs(PluginArgs):
@@ -220,6 +263,10 @@ class _TierArgs(PluginArgs):
     """Also weigh it (with nothing waiting) when the submitted jobs whose comparative advantage is highest on the
     job's fastest models bring a larger share of the submitted reference work than those models' share of the
     cluster's GPUs (needs ``preferred_work`` as well). False: only while jobs wait (the rule before)."""
+    keep_whole: bool = True
+    """While a queued job asks for tasks of more whole GPUs than the pod, score the kept models' nodes where the pod
+    would leave fewer idle GPUs than such a task needs (breaking a hole it could start in) below the kept models'
+    other nodes, still above the other models' (needs a service with ``queued_task``). False: the rule before."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
@@ -227,7 +274,7 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
     table = handle.services.get(SERVICE)
     if table is not None and not hasattr(table, "model_speeds"):
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
-    return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity)
+    return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole)
 
 
 def register(reg: PluginRegistry) -> None:
