@@ -50,7 +50,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,9 @@ DEFAULT_VARIANTS = ";".join([
     f"rollout=1000:{ROLLOUT}", "rollout=1000:best=6",
 ])
 
+
+Decision = tuple[int, tuple[int, ...]]
+"""A chooser's answer: node (-1: none) and the GPU indices there."""
 
 class LookAheadChooser(Chooser):
     """A policy of ``fgd_engine`` with offline knowledge of the arrival order (``pods``; each pod object once).
@@ -140,14 +143,22 @@ class LookAheadChooser(Chooser):
                 return int(cands[k]), (int(g),)
         if (self.open_from >= 0 and pod.num_gpu == 1 and MILLI - 810 < pod.gpu_milli <= self.open_milli
                 and self.index[id(pod)] >= self.open_from):
-            fresh = self.c.gpu_left[cands] == MILLI
-            rows = cands[fresh.any(axis=1)]
-            if rows.size:
-                node, gpus = super().choose(rows, pod)
-                if self.c.gpu_left[node, gpus[0]] != MILLI:
-                    gpus = (int(np.argmax(self.c.gpu_left[node] == MILLI)),)
-                return node, gpus
+            got = self.on_fresh_gpu(cands, pod, super().choose)
+            if got is not None:
+                return got
         return super().choose(cands, pod)
+
+    def on_fresh_gpu(self, cands: Any, pod: OpenbPod, choose: Callable[[Any, OpenbPod], Decision]) -> Decision | None:
+        """``choose`` among the candidates with a fresh GPU, the one-GPU pod then on a fresh GPU of the node chosen
+        (None when no candidate has one)."""
+        fresh = self.c.gpu_left[cands] == MILLI
+        rows = cands[fresh.any(axis=1)]
+        if not rows.size:
+            return None
+        node, gpus = choose(rows, pod)
+        if self.c.gpu_left[node, gpus[0]] != MILLI:
+            gpus = (int(np.argmax(self.c.gpu_left[node] == MILLI)),)
+        return node, gpus
 
 
 def best_fit_decreasing(sizes: dict[int, int]) -> dict[int, int]:
@@ -195,14 +206,8 @@ class PlanChooser(LookAheadChooser):
             if self.c.gpu_left[node, g] >= pod.gpu_milli and node in set(cands.tolist()):
                 return node, (g,)
             return super().choose(cands, pod)
-        fresh = self.c.gpu_left[cands] == MILLI
-        rows = cands[fresh.any(axis=1)]
-        if rows.size:
-            node, gpus = super().choose(rows, pod)
-            if self.c.gpu_left[node, gpus[0]] != MILLI:
-                gpus = (int(np.argmax(self.c.gpu_left[node] == MILLI)),)
-        else:
-            node, gpus = super().choose(cands, pod)
+        got = self.on_fresh_gpu(cands, pod, super().choose)
+        node, gpus = got if got is not None else super().choose(cands, pod)
         self.where[b] = (node, gpus[0])
         return node, gpus
 
@@ -253,17 +258,11 @@ def run_variant(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], order: Seq
 
 def _drive(c: FastCluster, chooser: Chooser, order: Sequence[OpenbPod], start: int, stop: int,
            node: list[int], gpus: list[tuple[int, ...]]) -> None:
-    """``fgd_engine.run``'s loop (same fit test) from pod ``start`` to ``stop``, writing the decisions."""
-    access: dict[tuple[str, ...], Any] = {}
+    """``fgd_engine.run``'s loop (the same fit test, ``FastCluster.candidates``) from pod ``start`` to ``stop``,
+    writing the decisions."""
     for i in range(start, stop):
         pod = order[i]
-        ok = (c.cpu_left >= pod.cpu_milli) & (c.mem_left >= pod.memory_mib)
-        if pod.num_gpu:
-            acc = access.get(pod.gpu_spec)
-            if acc is None:
-                acc = access[pod.gpu_spec] = c.access_mask(pod.gpu_spec)
-            ok &= acc[c.model] & ((c.gpu_left >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu)
-        cands = np.flatnonzero(ok)
+        cands = c.candidates(pod)
         k, chosen = (chooser.choose(cands, pod) if cands.size else (-1, ()))
         node[i], gpus[i] = k, chosen
         if k >= 0:

@@ -101,6 +101,7 @@ class FastCluster:
         self._clock = 0
         self.view = NodeArrays(self.cpu_left, self.cpu_cap, self.mem_left, self.gpu_left, self.gpu_count,
                                self.model, self.model_names)
+        self._access: dict[tuple[str, ...], npt.NDArray[np.bool_]] = {}
 
     @property
     def n_nodes(self) -> int:
@@ -115,6 +116,17 @@ class FastCluster:
         if not spec:
             return np.ones(len(self.model_names) + 1, np.bool_)
         return np.array([m in spec for m in self.model_names] + [False], np.bool_)
+
+    def candidates(self, pod: OpenbPod) -> npt.NDArray[np.intp]:
+        """The nodes ``pod`` fits now (the experiment's test): free CPU and memory cover it, and for a GPU pod the
+        node's model is allowed and at least ``num_gpu`` of its GPUs have ``gpu_milli`` free."""
+        ok = (self.cpu_left >= pod.cpu_milli) & (self.mem_left >= pod.memory_mib)
+        if pod.num_gpu:
+            acc = self._access.get(pod.gpu_spec)
+            if acc is None:
+                acc = self._access[pod.gpu_spec] = self.access_mask(pod.gpu_spec)
+            ok &= acc[self.model] & ((self.gpu_left >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu)
+        return np.flatnonzero(ok)
 
     def place(self, node: int, cpu: int, mem: int, milli: int, gpus: Sequence[int], kind: bs.GpuKind | None) -> None:
         self.cpu_left[node] -= cpu
@@ -244,7 +256,6 @@ def run(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], policy: PolicyName
     c = FastCluster(nodes)
     chooser = chooser_cls(policy, c, policy_target or target, rng, rank, options)
     log_access = target.access(c.model_names)
-    access_cache: dict[tuple[str, ...], npt.NDArray[np.bool_]] = {}
     node_frag = fragmentation(c.cpu_left, c.gpu_left, c.model, target, log_access)
     frag_total = float(node_frag.sum())
     idle = c.total_gpu_milli
@@ -256,13 +267,7 @@ def run(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], policy: PolicyName
     for i, pod in enumerate(pods):
         total = pod.total_gpu_milli
         arrived += total
-        ok = (c.cpu_left >= pod.cpu_milli) & (c.mem_left >= pod.memory_mib)
-        if pod.num_gpu:
-            acc = access_cache.get(pod.gpu_spec)
-            if acc is None:
-                acc = access_cache[pod.gpu_spec] = c.access_mask(pod.gpu_spec)
-            ok &= acc[c.model] & ((c.gpu_left >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu)
-        cands = np.flatnonzero(ok)
+        cands = c.candidates(pod)
         gpus: tuple[int, ...] = ()
         node = -1
         if cands.size:
