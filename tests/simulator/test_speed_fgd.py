@@ -233,3 +233,28 @@ def test_with_no_larger_whole_task_waiting_the_whole_node_test_changes_nothing(s
     jobs = [replace(j, num_gpus=gpus, ref_gpu="H100") for j in generate(n, 16, seed=seed, load=1.0, max_gpus=8)]
     assert _placements(_run(2, 2, jobs, "default", "default")) == \
         _placements(_run(2, 2, jobs, "default", "default", tier_args={"keep_whole": False}))
+
+
+def _long_rec_among_short(long_quantile: float | None) -> Simulation:
+    """Two H100 nodes, three L40S nodes; queued at once: a 1.2x job ten times longer than the others, a short 1.2x
+    job and three short 3x jobs (40 GPUs wait for 16 idle H100s: contention)."""
+    rec = [JobSpec(f"rec-{name}", 0.0, 8, secs, kind=JobKind.TRAIN, ref_gpu="H100",
+                   work_class="training/recommendation") for name, secs in (("long", 36_000), ("short", 3600))]
+    tfm = [JobSpec(f"tfm{i}", 0.0, 8, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
+           for i in range(3)]
+    args = {} if long_quantile is not None else {"long_quantile": None}
+    return _run(2, 3, [*rec, *tfm], "default", tier_args=args)
+
+
+def test_the_job_that_sets_the_makespan_keeps_h100_while_short_jobs_follow_comparative_advantage() -> None:
+    """The long 1.2x job is the longest submitted (the ``long_quantile`` test): it keeps an H100 node, so it no
+    longer runs 1.2x longer on L40S and sets a later makespan; the short 1.2x job still leaves H100 to the 3x
+    jobs. Without the test (the rule before) both 1.2x jobs went to L40S."""
+    sim = _long_rec_among_short(0.99)
+    assert (_model(sim, "rec-long"), _model(sim, "rec-short")) == ("h100", "l40s")
+    assert sorted(_model(sim, f"tfm{i}") for i in range(3)) == ["h100", "l40s", "l40s"]
+    before = _long_rec_among_short(None)
+    assert (_model(before, "rec-long"), _model(before, "rec-short")) == ("l40s", "l40s")
+    assert sorted(_model(before, f"tfm{i}") for i in range(3)) == ["h100", "h100", "l40s"]
+    makespan = max(j.finish_s for j in sim.jobs.values())
+    assert makespan < max(j.finish_s for j in before.jobs.values()) / 1.1

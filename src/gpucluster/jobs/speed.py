@@ -18,6 +18,7 @@ Gavel's effective throughput, the ``gavel`` queue and placement policies) and of
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -97,6 +98,9 @@ class GpuSpeeds:
         self._work: dict[SpeedKey, float] = {}
         """Submitted reference work (GPUs x ``duration_s``) per speed key, summed on :meth:`note`."""
         self._preferred: dict[tuple[str, ...], list[float]] = {}
+        self._durations: list[float] = []
+        """The submitted jobs' ``duration_s`` (those with a speed and a finite duration), sorted, for
+        :meth:`long_job`."""
 
     @property
     def unknown(self) -> set[str]:
@@ -160,6 +164,8 @@ class GpuSpeeds:
             work = spec.gpu_share * spec.duration_s
             if math.isfinite(work):  # an open-ended job (no duration) brings no known work
                 self._work[key] = self._work.get(key, 0.0) + work
+            if math.isfinite(spec.duration_s):
+                bisect.insort(self._durations, float(spec.duration_s))
             self._scores.clear()
             self._mixes.clear()
             self._preferred.clear()
@@ -201,6 +207,19 @@ class GpuSpeeds:
         if job is None or speed_key(job.spec) is None:
             return None
         return [self.factor(job.spec, m) for m in models]
+
+    def long_job(self, pod: Pod, quantile: float) -> bool:
+        """Whether the pod's job is among the longest of the submitted jobs (those with a speed and a duration,
+        its own included once noted): no more than ``(1 - quantile)`` of them, and at least one (itself), have a
+        ``duration_s`` at least as long. The ``GpuSpeedTier`` plugin's test of a job that may set the makespan;
+        jobs of one length tie, and none of them is long. False for a pod of no known job, an open-ended job, or
+        before any job was noted."""
+        job = self.jobs.get(pod.labels.get(JOB_LABEL, "")) if self.jobs is not None else None
+        if job is None or not self._durations or not math.isfinite(job.spec.duration_s):
+            return False
+        n = len(self._durations)
+        as_long = n - bisect.bisect_left(self._durations, float(job.spec.duration_s))
+        return 0 < as_long <= max(1, math.floor((1.0 - quantile) * n))
 
     def queued_gpus(self) -> float:
         """GPUs the engine's queued jobs ask for now, summed (0 when no engine is attached): the ``GpuSpeedTier``

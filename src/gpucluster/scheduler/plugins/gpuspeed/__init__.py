@@ -96,6 +96,14 @@ class TaskTable(Protocol):
         ...
 
 
+class LongTable(Protocol):
+    """Whether a pod's job is among the longest submitted (``GpuSpeedTier``'s makespan test)."""
+
+    def long_job(self, pod: Pod, quantile: float) -> bool:
+        """Whether the job's reference duration is at least the ``quantile`` of the submitted jobs'."""
+        ...
+
+
 class WorkTable(Protocol):
     """How the submitted work splits by the GPU model its jobs prefer (``GpuSpeedTier``'s scarcity test)."""
 
@@ -143,6 +151,11 @@ DEFAULT_TOLERANCE = 0.1
 """``GpuSpeedTier``'s default: a model at least 90 % as fast as the best available one is as good as it."""
 
 
+DEFAULT_LONG = 0.99
+"""``GpuSpeedTier``'s default ``long_quantile``: a job whose reference duration is in the longest 1 % of the
+submitted jobs' keeps its fastest models (LPT: the longest jobs set the makespan)."""
+
+
 BREAK_SCORE = 50.0
 """``GpuSpeedTier``'s score for a kept model's node where the pod would break a hole a waiting whole-GPU task
 needs: below the kept models' other nodes (100) by 500 points at the tier's weight, more than every score but the
@@ -155,7 +168,7 @@ class GpuSpeedTier:
     name = TIER_NAME
 
     def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True,
-                 scarcity: bool = True, keep_whole: bool = True) -> None:
+                 scarcity: bool = True, keep_whole: bool = True, long_quantile: float | None = DEFAULT_LONG) -> None:
         self.table = table
         self.tolerance = tolerance
         self.mix: MixTable | None = None
@@ -167,6 +180,10 @@ class GpuSpeedTier:
         self.work: WorkTable | None = None
         if self.mix is not None and scarcity and hasattr(table, "preferred_work"):
             self.work = table  # type: ignore[assignment]
+        self.long: LongTable | None = None
+        self.long_quantile = long_quantile
+        if self.mix is not None and long_quantile is not None and hasattr(table, "long_job"):
+            self.long = table  # type: ignore[assignment]
 
     def pre_score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> Status:
         if self.table is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
@@ -181,7 +198,7 @@ class GpuSpeedTier:
         if best <= 0.0:
             return SKIP
         keep = present & (per_model >= (1.0 - self.tolerance) * best)
-        if self.mix is not None:
+        if self.mix is not None and not self._long(pod):
             keep = self._by_advantage(snap, per_model, present, keep)
         breaks = self._breaks(pod, snap, candidates)
         if bool(keep[present].all()) and breaks is None:
@@ -191,6 +208,11 @@ class GpuSpeedTier:
             score[breaks & (score > 0.0)] = BREAK_SCORE
         state.write(TIER_NAME, score)
         return Status.success()
+
+    def _long(self, pod: Pod) -> bool:
+        """Whether the pod's job is long enough to set the makespan (among the longest ``long_quantile`` of the
+        submitted jobs by reference duration): it keeps its fastest models whatever the comparative advantage."""
+        return self.long is not None and self.long.long_job(pod, float(self.long_quantile or 0.0))
 
     def _breaks(self, pod: Pod, snap: Snapshot, candidates: IntArray) -> BoolArray | None:
         """Per candidate, whether the pod would break a hole a waiting whole-GPU task needs: while a queued job
@@ -267,6 +289,10 @@ class _TierArgs(PluginArgs):
     """While a queued job asks for tasks of more whole GPUs than the pod, score the kept models' nodes where the pod
     would leave fewer idle GPUs than such a task needs (breaking a hole it could start in) below the kept models'
     other nodes, still above the other models' (needs a service with ``queued_task``). False: the rule before."""
+    long_quantile: float | None = Field(DEFAULT_LONG, gt=0.0, le=1.0)
+    """A job whose reference duration is at least this quantile of the submitted jobs' keeps its fastest models
+    even where the comparative advantage would move it (it may set the makespan; needs ``long_job``). None: the
+    rule before."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
@@ -274,7 +300,8 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
     table = handle.services.get(SERVICE)
     if table is not None and not hasattr(table, "model_speeds"):
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
-    return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole)
+    return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole,
+                        parsed.long_quantile)
 
 
 def register(reg: PluginRegistry) -> None:
