@@ -58,7 +58,6 @@ from typing import Any
 import numpy as np
 
 from gpucluster.scheduler.plugins.baselines import node_rank
-from gpucluster.scheduler.plugins.baselines.scores import gpu_kind
 from gpucluster.scheduler.plugins.fragmentation.measure import (
     ShapeCache,
     Stranding,
@@ -266,7 +265,7 @@ def _drive(c: FastCluster, chooser: Chooser, order: Sequence[OpenbPod], start: i
         k, chosen = (chooser.choose(cands, pod) if cands.size else (-1, ()))
         node[i], gpus[i] = k, chosen
         if k >= 0:
-            c.place(k, pod.cpu_milli, pod.memory_mib, pod.gpu_milli, chosen, gpu_kind(pod.num_gpu, pod.gpu_milli))
+            c.place_pod(k, pod, chosen)
 
 
 def rollout_search(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], order: Sequence[OpenbPod], seed: int,
@@ -300,8 +299,7 @@ def rollout_search(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], order: 
         for i in range(start, stop):
             node[i], gpus[i] = pick[2][i], pick[3][i]
             if node[i] >= 0:
-                p = order[i]
-                c.place(node[i], p.cpu_milli, p.memory_mib, p.gpu_milli, gpus[i], gpu_kind(p.num_gpu, p.gpu_milli))
+                c.place_pod(node[i], order[i], gpus[i])
     return best[1], best[2], trail
 
 

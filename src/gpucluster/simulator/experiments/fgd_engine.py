@@ -128,6 +128,10 @@ class FastCluster:
             ok &= acc[self.model] & ((self.gpu_left >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu)
         return np.flatnonzero(ok)
 
+    def place_pod(self, node: int, pod: OpenbPod, gpus: Sequence[int]) -> None:
+        """:meth:`place` for one trace pod on ``node``'s GPUs ``gpus``."""
+        self.place(node, pod.cpu_milli, pod.memory_mib, pod.gpu_milli, gpus, bs.gpu_kind(pod.num_gpu, pod.gpu_milli))
+
     def place(self, node: int, cpu: int, mem: int, milli: int, gpus: Sequence[int], kind: bs.GpuKind | None) -> None:
         self.cpu_left[node] -= cpu
         self.mem_left[node] -= mem
@@ -273,7 +277,7 @@ def run(nodes: Sequence[OpenbNode], pods: Sequence[OpenbPod], policy: PolicyName
         if cands.size:
             node, gpus = chooser.choose(cands, pod)
         if node >= 0:
-            c.place(node, pod.cpu_milli, pod.memory_mib, pod.gpu_milli, gpus, bs.gpu_kind(pod.num_gpu, pod.gpu_milli))
+            c.place_pod(node, pod, gpus)
             new = fragmentation(c.cpu_left[node : node + 1], c.gpu_left[node : node + 1], c.model[node : node + 1],
                                 target, log_access)
             node_frag[node] = new[0]
