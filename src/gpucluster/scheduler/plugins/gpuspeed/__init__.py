@@ -24,7 +24,12 @@ H100). **Whole nodes for a waiting gang** (``keep_whole``): while a queued job a
 than the pod (``TaskTable.queued_task``: a gang of 8-GPU tasks waiting for whole nodes), the kept models' nodes where
 the pod would leave fewer idle GPUs than such a task needs -- the holes it could start in -- score 50 instead of
 100, so stranding-FGD fills the kept models' other nodes first and breaks such a hole only when nothing else of
-those models fits; the models kept stay the same. It skips -- and the profile is exactly the speed-blind one -- on a
+those models fits; the models kept stay the same. **The longest jobs** (``long_quantile``: among the longest 1 %
+of the submitted jobs by reference duration) keep their fastest models whatever the comparative advantage, and
+(``reserve_long``) a job that is not long leaves a kept model's last idle GPUs to the queued long jobs whose
+fastest model it is: when placing the pod there would leave fewer idle GPUs of that model than those jobs ask for,
+and another model can take it, it keeps the fastest of the others instead (LPT: the longest jobs set the
+makespan). It skips -- and the profile is exactly the speed-blind one -- on a
 cluster of one GPU model, for a pod
 whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
 speed service, and when every candidate's model is within the tolerance anyway and no hole is to be kept for a
