@@ -10,7 +10,8 @@ waits), it takes the *best other* placement -- of stranding-fgd and gavel, the o
 the same seed (the same jobs and cluster, so the pair removes the seed's own spread). It prints per row the
 seeds, the three means, the mean of d and its 95 % confidence interval two ways: Student's t (mean +- t(0.975,
 n - 1) x sd / sqrt(n)) and a percentile bootstrap of the mean (20,000 resamples of the seeds, numpy's default
-generator, seed 0). "real" when both intervals lie on the side of zero that makes speed-fgd worse; "above 2 %"
+generator, seed 0); the percentage is how much worse speed-fgd's mean is than the best mean (negative: better).
+"real" when both intervals lie on the side of zero that makes speed-fgd worse; "above 2 %"
 when both lie beyond 2 % of the best mean (the issue's tolerance), i.e. the miss itself is measurably more than
 2 %. Only seeds where all three placements ran count. numpy only.
 """
@@ -96,7 +97,8 @@ def main() -> None:
     print(f"Column {a.column}: speed-fgd minus the best other placement (by mean), paired by seed.")
     print()
     print("| cluster | trace | queue | seeds | means: sfgd / gavel / **speed-fgd** | best other | "
-          "mean difference (% of best) | 95 % CI, t | 95 % CI, bootstrap | worse, measurably? | more than 2 %? |")
+          "mean difference (worse by, % of best) | 95 % CI, t | 95 % CI, bootstrap | worse, measurably? | "
+          "more than 2 %? |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in res:
         m = r["means"]
