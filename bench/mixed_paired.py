@@ -79,6 +79,20 @@ def paired(rows: list[dict[str, Any]], column: str, resamples: int = 20_000) -> 
     return out
 
 
+def _ranges(seeds: list[int]) -> str:
+    """``0..7,9..20`` for runs of consecutive seeds."""
+    parts: list[str] = []
+    start = prev = seeds[0]
+    for x in [*seeds[1:], None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        parts.append(str(start) if start == prev else f"{start}..{prev}")
+        if x is not None:
+            start = prev = x
+    return ",".join(parts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -104,8 +118,8 @@ def main() -> None:
         m = r["means"]
         means = " / ".join(f"**{m[p]:,.2f}**" if p == "speed-fgd" else f"{m[p]:,.2f}"
                            for p in ("stranding-fgd", "gavel", "speed-fgd") if p in m)
+        seeds = _ranges(r["seeds"])
         s = r["seeds"]
-        seeds = f"{s[0]}..{s[-1]}" if s == list(range(s[0], s[-1] + 1)) else ",".join(map(str, s))
         print(f"| {r['cluster']} | {r['trace']} | {r['queue']} | {seeds} ({len(s)}) | {means} | "
               f"{r['best_other']} | {r['diff_mean']:+,.2f} ({r['miss_pct']:+.1f} %) | "
               f"{r['t_ci'][0]:+,.2f} .. {r['t_ci'][1]:+,.2f} | {r['boot_ci'][0]:+,.2f} .. {r['boot_ci'][1]:+,.2f} | "
