@@ -258,3 +258,38 @@ def test_the_job_that_sets_the_makespan_keeps_h100_while_short_jobs_follow_compa
     assert sorted(_model(before, f"tfm{i}") for i in range(3)) == ["h100", "h100", "l40s"]
     makespan = max(j.finish_s for j in sim.jobs.values())
     assert makespan < max(j.finish_s for j in before.jobs.values()) / 1.1
+
+
+def _long_behind_short(reserve_long: bool) -> Simulation:
+    """One H100 node and one L40S node (8 GPUs each); queued at once, in this order: eight short 1-GPU transformer
+    jobs (1 h) and a 1-GPU transformer job 20 times longer (the longest submitted: ``long_quantile``'s long job).
+    Every job runs about 3x faster on H100, so each one's fastest model is H100."""
+    short = [JobSpec(f"a{i}", 0.0, 1, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
+             for i in range(8)]
+    long = JobSpec("z-long", 0.0, 1, 72_000, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
+    return _run(1, 1, [*short, long], "default", tier_args={"reserve_long": reserve_long})
+
+
+def test_the_last_fast_gpu_is_kept_for_the_queued_longest_job() -> None:
+    """``reserve_long``: the short jobs ahead of the long one in the queue leave the H100 node's last idle GPU to
+    it (one short job goes to L40S), so the long job runs on H100 and the makespan is its own run, not 3x that.
+    Without the rule (the rule before) the eight short jobs fill the H100 node and the long job runs on L40S."""
+    sim = _long_behind_short(True)
+    assert _model(sim, "z-long") == "h100"
+    assert sorted(_model(sim, f"a{i}") for i in range(8)) == ["h100"] * 7 + ["l40s"]
+    before = _long_behind_short(False)
+    assert _model(before, "z-long") == "l40s"
+    assert {_model(before, f"a{i}") for i in range(8)} == {"h100"}
+    makespan = max(j.finish_s for j in sim.jobs.values())
+    assert makespan < max(j.finish_s for j in before.jobs.values()) / 2
+    assert makespan == pytest.approx(sim.job("z-long").finish_s)
+
+
+def test_without_a_queued_long_job_the_reserve_changes_nothing() -> None:
+    """The long job arrives after the short ones have been placed (nothing long is queued when they are): every
+    decision and finish time is the rule's before."""
+    short = [JobSpec(f"a{i}", 0.0, 1, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
+             for i in range(8)]
+    long = JobSpec("z-long", 10.0, 1, 72_000, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
+    assert _placements(_run(1, 1, [*short, long], "default", tier_args={"reserve_long": True})) == \
+        _placements(_run(1, 1, [*short, long], "default", tier_args={"reserve_long": False}))

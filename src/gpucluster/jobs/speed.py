@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucluster.jobs.model import Job, JobKind, JobSpec
+from gpucluster.jobs.model import Job, JobKind, JobSpec, JobState
 from gpucluster.model import ClusterState, Pod
 from gpucluster.model.labels import JOB_LABEL
 from gpucluster.perf import JobSpeed, SpeedModel
@@ -101,6 +101,8 @@ class GpuSpeeds:
         self._durations: list[float] = []
         """The submitted jobs' ``duration_s`` (those with a speed and a finite duration), sorted, for
         :meth:`long_job`."""
+        self._longest: list[tuple[float, str]] = []
+        """The same jobs' ``(duration_s, job_id)``, sorted, for :meth:`queued_long`."""
 
     @property
     def unknown(self) -> set[str]:
@@ -166,6 +168,7 @@ class GpuSpeeds:
                 self._work[key] = self._work.get(key, 0.0) + work
             if math.isfinite(spec.duration_s):
                 bisect.insort(self._durations, float(spec.duration_s))
+                bisect.insort(self._longest, (float(spec.duration_s), spec.job_id))
             self._scores.clear()
             self._mixes.clear()
             self._preferred.clear()
@@ -220,6 +223,34 @@ class GpuSpeeds:
         n = len(self._durations)
         as_long = n - bisect.bisect_left(self._durations, float(job.spec.duration_s))
         return 0 < as_long <= max(1, math.floor((1.0 - quantile) * n))
+
+    def queued_long(self, models: Sequence[str], quantile: float) -> list[float] | None:
+        """Per model of ``models``, the GPUs that the queued long jobs (those :meth:`long_job` calls long at
+        ``quantile``) ask for, each counted on the model where it runs fastest (the first on a tie): the
+        ``GpuSpeedTier`` plugin's reserve of fast GPUs for the jobs that may set the makespan. Only the longest
+        ``(1 - quantile)`` of the submitted jobs are looked at. None when no such job is queued (or no engine is
+        attached)."""
+        if self.jobs is None or not self._longest:
+            return None
+        n = len(self._durations)
+        k = max(1, math.floor((1.0 - quantile) * n))
+        out = [0.0] * len(models)
+        found = False
+        i = len(self._longest)
+        while i > 0:
+            d = self._longest[i - 1][0]
+            j = bisect.bisect_left(self._longest, (d, ""))  # the first of the jobs of this length (ties go together)
+            if len(self._longest) - j > k:
+                break
+            for _, jid in self._longest[j:i]:
+                job = self.jobs.get(jid)
+                if job is None or job.state != JobState.QUEUED:
+                    continue
+                speeds = [self.factor(job.spec, m) for m in models]
+                out[speeds.index(max(speeds))] += float(job.spec.gpu_share)
+                found = True
+            i = j
+        return out if found else None
 
     def queued_gpus(self) -> float:
         """GPUs the engine's queued jobs ask for now, summed (0 when no engine is attached): the ``GpuSpeedTier``

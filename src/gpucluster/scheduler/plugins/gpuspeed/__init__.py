@@ -24,7 +24,12 @@ H100). **Whole nodes for a waiting gang** (``keep_whole``): while a queued job a
 than the pod (``TaskTable.queued_task``: a gang of 8-GPU tasks waiting for whole nodes), the kept models' nodes where
 the pod would leave fewer idle GPUs than such a task needs -- the holes it could start in -- score 50 instead of
 100, so stranding-FGD fills the kept models' other nodes first and breaks such a hole only when nothing else of
-those models fits; the models kept stay the same. It skips -- and the profile is exactly the speed-blind one -- on a
+those models fits; the models kept stay the same. **The longest jobs** (``long_quantile``: among the longest 1 %
+of the submitted jobs by reference duration) keep their fastest models whatever the comparative advantage, and
+(``reserve_long``) a job that is not long leaves a kept model's last idle GPUs to the queued long jobs whose
+fastest model it is: when placing the pod there would leave fewer idle GPUs of that model than those jobs ask for,
+and another model can take it, it keeps the fastest of the others instead (LPT: the longest jobs set the
+makespan). It skips -- and the profile is exactly the speed-blind one -- on a
 cluster of one GPU model, for a pod
 whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
 speed service, and when every candidate's model is within the tolerance anyway and no hole is to be kept for a
@@ -104,6 +109,15 @@ class LongTable(Protocol):
         ...
 
 
+class ReserveTable(Protocol):
+    """The GPUs the queued long jobs ask for, by the model where each runs fastest (``GpuSpeedTier``'s reserve)."""
+
+    def queued_long(self, models: Sequence[str], quantile: float) -> Sequence[float] | None:
+        """Per model of ``models``, the GPUs the queued jobs whose reference duration is at least the ``quantile``
+        of the submitted jobs' ask for, each on its fastest model; None when no such job is queued."""
+        ...
+
+
 class WorkTable(Protocol):
     """How the submitted work splits by the GPU model its jobs prefer (``GpuSpeedTier``'s scarcity test)."""
 
@@ -168,7 +182,8 @@ class GpuSpeedTier:
     name = TIER_NAME
 
     def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True,
-                 scarcity: bool = True, keep_whole: bool = True, long_quantile: float | None = DEFAULT_LONG) -> None:
+                 scarcity: bool = True, keep_whole: bool = True, long_quantile: float | None = DEFAULT_LONG,
+                 reserve_long: bool = True) -> None:
         self.table = table
         self.tolerance = tolerance
         self.mix: MixTable | None = None
@@ -184,6 +199,9 @@ class GpuSpeedTier:
         self.long_quantile = long_quantile
         if self.mix is not None and long_quantile is not None and hasattr(table, "long_job"):
             self.long = table  # type: ignore[assignment]
+        self.reserve: ReserveTable | None = None
+        if self.long is not None and reserve_long and hasattr(table, "queued_long"):
+            self.reserve = table  # type: ignore[assignment]
 
     def pre_score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> Status:
         if self.table is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
@@ -200,6 +218,7 @@ class GpuSpeedTier:
         keep = present & (per_model >= (1.0 - self.tolerance) * best)
         if self.mix is not None and not self._long(pod):
             keep = self._by_advantage(snap, per_model, present, keep)
+            keep = self._reserved(pod, snap, per_model, present, keep)
         breaks = self._breaks(pod, snap, candidates)
         if bool(keep[present].all()) and breaks is None:
             return SKIP  # every model the pod can go to is as good, and no whole node to keep: nothing to choose
@@ -213,6 +232,30 @@ class GpuSpeedTier:
         """Whether the pod's job is long enough to set the makespan (among the longest ``long_quantile`` of the
         submitted jobs by reference duration): it keeps its fastest models whatever the comparative advantage."""
         return self.long is not None and self.long.long_job(pod, float(self.long_quantile or 0.0))
+
+    def _reserved(self, pod: Pod, snap: Snapshot, per_model: FloatArray, present: BoolArray,
+                  keep: BoolArray) -> BoolArray:
+        """A job that is not long leaves a kept model's last idle GPUs to the queued long jobs whose fastest model
+        it is (LPT: the longest jobs set the makespan): when placing the pod there would leave fewer idle GPUs of
+        that model than those jobs ask for, and another model can take the pod, it keeps instead the fastest of
+        the others (within the tolerance). Otherwise ``keep`` stands."""
+        if self.reserve is None:
+            return keep
+        want = self.reserve.queued_long(snap.models, float(self.long_quantile or 0.0))
+        if want is None:
+            return keep
+        need = np.append(np.asarray(want, np.float64), 0.0)
+        if not bool((need[keep] > 0.0).any()):
+            return keep
+        idle = np.append(np.bincount(snap.dev_model[snap.dev_idle & (snap.dev_model >= 0)],
+                                     minlength=len(snap.models)), 0).astype(np.float64)
+        size = float(sum(r.count for _, r in pod.device_requests))
+        short = keep & (need > 0.0) & (idle - size < need)
+        rest = present & ~short
+        if not bool(short.any()) or not bool(rest.any()):
+            return keep
+        best = float(per_model[rest].max())
+        return rest & (per_model >= (1.0 - self.tolerance) * best)
 
     def _breaks(self, pod: Pod, snap: Snapshot, candidates: IntArray) -> BoolArray | None:
         """Per candidate, whether the pod would break a hole a waiting whole-GPU task needs: while a queued job
@@ -293,6 +336,9 @@ class _TierArgs(PluginArgs):
     """A job whose reference duration is at least this quantile of the submitted jobs' keeps its fastest models
     even where the comparative advantage would move it (it may set the makespan; needs ``long_job``). None: the
     rule before."""
+    reserve_long: bool = True
+    """A job that is not long leaves a model's last idle GPUs to the queued long jobs (``long_quantile``) whose
+    fastest model it is, when another model can take it (needs ``queued_long``). False: the rule before."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
@@ -301,7 +347,7 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
     if table is not None and not hasattr(table, "model_speeds"):
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
     return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole,
-                        parsed.long_quantile)
+                        parsed.long_quantile, parsed.reserve_long)
 
 
 def register(reg: PluginRegistry) -> None:
