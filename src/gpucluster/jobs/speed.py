@@ -98,11 +98,9 @@ class GpuSpeeds:
         self._work: dict[SpeedKey, float] = {}
         """Submitted reference work (GPUs x ``duration_s``) per speed key, summed on :meth:`note`."""
         self._preferred: dict[tuple[str, ...], list[float]] = {}
-        self._durations: list[float] = []
-        """The submitted jobs' ``duration_s`` (those with a speed and a finite duration), sorted, for
-        :meth:`long_job`."""
         self._longest: list[tuple[float, str]] = []
-        """The same jobs' ``(duration_s, job_id)``, sorted, for :meth:`queued_long`."""
+        """The submitted jobs' ``(duration_s, job_id)`` (those with a speed and a finite duration), sorted, for
+        :meth:`long_job` and :meth:`queued_long`."""
 
     @property
     def unknown(self) -> set[str]:
@@ -167,7 +165,6 @@ class GpuSpeeds:
             if math.isfinite(work):  # an open-ended job (no duration) brings no known work
                 self._work[key] = self._work.get(key, 0.0) + work
             if math.isfinite(spec.duration_s):
-                bisect.insort(self._durations, float(spec.duration_s))
                 bisect.insort(self._longest, (float(spec.duration_s), spec.job_id))
             self._scores.clear()
             self._mixes.clear()
@@ -218,11 +215,15 @@ class GpuSpeeds:
         jobs of one length tie, and none of them is long. False for a pod of no known job, an open-ended job, or
         before any job was noted."""
         job = self.jobs.get(pod.labels.get(JOB_LABEL, "")) if self.jobs is not None else None
-        if job is None or not self._durations or not math.isfinite(job.spec.duration_s):
+        if job is None or not self._longest or not math.isfinite(job.spec.duration_s):
             return False
-        n = len(self._durations)
-        as_long = n - bisect.bisect_left(self._durations, float(job.spec.duration_s))
-        return 0 < as_long <= max(1, math.floor((1.0 - quantile) * n))
+        as_long = len(self._longest) - bisect.bisect_left(self._longest, (float(job.spec.duration_s), ""))
+        return 0 < as_long <= self._long_count(quantile)
+
+    def _long_count(self, quantile: float) -> int:
+        """How many of the submitted jobs may count as long at ``quantile``: ``(1 - quantile)`` of them, at least
+        one."""
+        return max(1, math.floor((1.0 - quantile) * len(self._longest)))
 
     def queued_long(self, models: Sequence[str], quantile: float) -> list[float] | None:
         """Per model of ``models``, the GPUs that the queued long jobs (those :meth:`long_job` calls long at
@@ -232,8 +233,7 @@ class GpuSpeeds:
         attached)."""
         if self.jobs is None or not self._longest:
             return None
-        n = len(self._durations)
-        k = max(1, math.floor((1.0 - quantile) * n))
+        k = self._long_count(quantile)
         out = [0.0] * len(models)
         found = False
         i = len(self._longest)
