@@ -179,7 +179,7 @@ def whatif(
     years: Annotated[float, typer.Option("--years", help="Years to amortise capex over")] = WHATIF_YEARS,
     tolerance: Annotated[float, typer.Option("--jct-tolerance", help="Verdict: percent above the best avg JCT "
                                                                      "a design may be")] = WHATIF_JCT_TOLERANCE_PCT,
-    seed: Annotated[int, typer.Option(help="Random seed (synthetic traces, tie-breaks)")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Random seed (synthetic traces, tie-breaks); >= 0")] = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N jobs (by arrival)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {designs, verdict} as JSON")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for whatif.csv and whatif.png")] = None,
