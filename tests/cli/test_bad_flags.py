@@ -36,6 +36,14 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
      ("--seeds", "negative")),
     ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --jobs 1 --seeds 1--1",
      ("--seeds", "negative")),
+    # fgd-sweep took any --inflation: 0 or -1 ran every seed to an empty result (exit 0), NaN or 11 never ended
+    *((f"experiment fgd-sweep --trace-dir {{dir}} --workloads tiny --out {{tmp}}/sweep --jobs 1 --seeds 1 "
+       f"--inflation {value}", ("--inflation", "must be in (0, 10]")) for value in ("0", "-1", "nan", "11")),
+    ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --jobs -3",
+     ("--jobs", "greater than or equal to 0")),
+    # ... and named --placement-policy (a flag it does not have) for an unknown policy in --policies
+    ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --policies fgd,nope",
+     ("--policies:", "unknown policy 'nope'")),
 ]
 
 
