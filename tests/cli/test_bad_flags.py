@@ -44,6 +44,12 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     # ... and named --placement-policy (a flag it does not have) for an unknown policy in --policies
     ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --policies fgd,nope",
      ("--policies:", "unknown policy 'nope'")),
+    # whatif compared its numbers with < and >, which NaN passes: a $nan verdict (--years) or a traceback
+    *((f"whatif --design {{design}} --trace {SYNTH} {flag} {value}", (flag, why))
+      for flag, why in (("--years", "must be > 0"), ("--spot-interruptions-per-day", "must be >= 0"),
+                        ("--spot-restart-h", "must be >= 0"))
+      for value in ("nan", "inf")),
+    (f"whatif --design {{design}} --trace {SYNTH} --jct-tolerance nan", ("--jct-tolerance", "must be >= 0")),
 ]
 
 
