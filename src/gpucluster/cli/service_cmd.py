@@ -410,7 +410,7 @@ def jobs(
     as_json: JsonOpt = False,
     status: Annotated[str | None, typer.Option("--status", help="Filter by status.")] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Filter by tenant.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=5000)] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=5000, help="At most this many jobs.")] = 50,
 ) -> None:
     """List jobs (newest first) on a running control plane (`gpucluster get jobs` does more)."""
     params: dict[str, Any] = {"limit": limit}
