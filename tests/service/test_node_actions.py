@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gpucluster.embedded.runtime import REPAIR_AFTER_S
 from gpucluster.monitoring import Action, RemediationPolicy
 from tests.service.inproc import InProc, in_process
 
@@ -121,3 +122,51 @@ def test_dismissing_a_planned_drain_leaves_the_jobs_and_the_plan_empty(tmp_path:
         assert c.get(f"/api/v1/jobs/{job['id']}").json()["status"] == "running"
         assert c.post(f"/api/v1/remediations/{planned['id']}/approve").status_code == 409
         assert [e["target"] for e in _audit(p, "remediation.dismiss")] == [planned["target"]]
+
+
+def _schedulable(p: InProc, node: str) -> bool:
+    found: bool = p.client.get(f"/api/v1/nodes/{node}").json()["schedulable"]
+    return found
+
+
+def _repair_notes(p: InProc, node: str) -> list[str]:
+    return [e["detail"] for e in _audit(p, "remediation.reset-and-uncordon") if e["target"].startswith(f"{node}/")]
+
+
+def test_an_operators_cordon_outlasts_the_repair_of_a_gpu(tmp_path: Path) -> None:
+    """The simulated technician repairs a faulted GPU after REPAIR_AFTER_S and puts back in service a node that
+    remediation cordoned, but not one an operator cordoned or drained: that one stays out until uncordoned. On main
+    before this test the repair uncordoned every node, so work landed on a node taken out for maintenance."""
+    with in_process(tmp_path / "d", remediation=RemediationPolicy(max_unschedulable_fraction=1.0)) as p:
+        c = p.client
+        operator, drained, remediated, taken_over = (n["name"] for n in c.get("/api/v1/nodes").json()["nodes"][:4])
+        # cordoned (or drained) by the operator, then a GPU of it faults (a warning XID: remediation leaves it)
+        assert c.post(f"/api/v1/nodes/{operator}/cordon").status_code == 200
+        assert c.post(f"/api/v1/nodes/{drained}/drain").status_code == 200
+        for node in (operator, drained):
+            assert c.post(f"/api/v1/nodes/{node}/devices/0/fault", params={"xid": 13}).status_code == 200
+        # a critical XID: remediation cordons the node itself; on one of them the operator cordons it too
+        for node in (remediated, taken_over):
+            assert c.post(f"/api/v1/nodes/{node}/devices/0/fault").status_code == 200
+            assert not _schedulable(p, node)
+        r = c.post(f"/api/v1/nodes/{taken_over}/cordon")  # remediation's cordon becomes the operator's
+        assert r.status_code == 200 and r.json()["schedulable"] is False, r.text
+        assert c.post(f"/api/v1/nodes/{taken_over}/cordon").status_code == 409  # now it is the operator's already
+        p.tick(REPAIR_AFTER_S + 1)
+        p.tick()
+        assert _schedulable(p, remediated)  # repaired: back in service, as before
+        assert "node back in service" in _repair_notes(p, remediated)[-1]
+        for node in (operator, drained, taken_over):
+            assert not _schedulable(p, node), node
+            assert "an operator cordoned it" in _repair_notes(p, node)[-1], node
+        # no new work lands there: of four whole-node jobs, three run on the three nodes in service, one waits
+        ids = [c.post("/api/v1/jobs", json=_job(f"whole-{i}", 1, 8)).json()["id"] for i in range(4)]
+        p.tick()
+        jobs = [c.get(f"/api/v1/jobs/{i}").json() for i in ids]
+        nodes = {pl["node"] for j in jobs for pl in j["placements"] or []}
+        assert sorted(j["status"] for j in jobs) == ["pending", "running", "running", "running"], nodes
+        assert not nodes & {operator, drained, taken_over}, nodes
+        # until the operator puts them back
+        for node in (operator, drained, taken_over):
+            assert c.post(f"/api/v1/nodes/{node}/uncordon").status_code == 200
+            assert _schedulable(p, node)

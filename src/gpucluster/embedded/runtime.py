@@ -116,6 +116,9 @@ class EmbeddedRuntime(EngineFront):
         self._fault_rate = fault_rate_per_hour / 3600.0
         self._next_fault: float | None = None
         self._repairs: list[tuple[float, str, int]] = []
+        self._held: set[str] = set()
+        """Nodes an operator cordoned or drained (:meth:`cordon`, :meth:`drain`): they stay out of service until the
+        operator uncordons them, whatever repairs a GPU of theirs (remediation's cordons end with the repair)."""
         self.target = EmbeddedTarget(self)
         self.monitor = ClusterMonitor(self.state, self.target, self.queue_stats, clock=lambda: self.now,
                                       policy=remediation, start_t=start_t)
@@ -233,11 +236,15 @@ class EmbeddedRuntime(EngineFront):
         self.monitor.clear(node, device)
         self.state.set_device_health(node, device, True)
         waiting = any(n == node for _, n, _ in self._repairs)
+        held = node in self._held
         if not waiting:
-            self.state.set_schedulable(node, True)
-            self.monitor.node_restored(node)
-        note = (f"GPU {device} reset and passed checks; "
-                + ("node back in service" if not waiting else "node stays cordoned: another GPU awaits repair"))
+            if not held:
+                self.state.set_schedulable(node, True)
+            self.monitor.node_restored(node)  # remediation's reason to keep it out is over either way
+        note = f"GPU {device} reset and passed checks; " + (
+            "node stays cordoned: another GPU awaits repair" if waiting else
+            "node stays cordoned: an operator cordoned it (uncordon puts it back in service)" if held else
+            "node back in service")
         self.monitor.record(AuditRecord(self.now, "reset-and-uncordon", f"{node}/gpu{device}", "", note,
                                         dry_run=False, outcome="done", detail={"note": note}))
 
@@ -266,11 +273,15 @@ class EmbeddedRuntime(EngineFront):
         return i
 
     def cordon(self, node: str) -> bool:
-        """No new pods on ``node``; False if it was already cordoned. ``LookupError`` for an unknown node."""
+        """No new pods on ``node`` until an operator uncordons it (the repair of a faulted GPU does not put it back
+        in service, as it does a node remediation cordoned); False if an operator already cordoned it.
+        ``LookupError`` for an unknown node."""
         i = self._node_or_raise(node)
-        if not self.state.schedulable[i]:
+        if node in self._held:
             return False
-        self.target.cordon(node)
+        self._held.add(node)
+        if self.state.schedulable[i]:  # (else remediation cordoned it: now it is the operator's)
+            self.target.cordon(node)
         return True
 
     def uncordon(self, node: str) -> bool:
@@ -278,6 +289,7 @@ class EmbeddedRuntime(EngineFront):
         i = self._node_or_raise(node)
         if self.state.schedulable[i]:
             return False
+        self._held.discard(node)
         self.target.uncordon(node)
         self.monitor.node_restored(node)
         return True
@@ -287,6 +299,7 @@ class EmbeddedRuntime(EngineFront):
         gang restarts whole, elsewhere), as remediation's drain does; returns the evicted job ids. The job
         events go to ``events``; the queue is tried at once."""
         i = self._node_or_raise(node)
+        self._held.add(node)  # cordoned by an operator: it stays out of service until uncordoned
         with self._collect(events):
             self.target.cordon(node)
             jobs = self.engine.evict_on(i, lambda alloc: True, why)

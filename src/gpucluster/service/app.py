@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,6 +33,8 @@ from gpucluster.service.store import StoreWriteError
 
 log = logging.getLogger(__name__)
 
+BODY_UNREADABLE = "There was an error parsing the body"
+"""FastAPI's 400 detail for a body it could not decode (bytes that are not UTF-8 under a JSON media type)."""
 STORE_RETRY_AFTER_S = 5
 """``Retry-After`` of a 503 answered because the store could not be written (not for a full disk: 507)."""
 
@@ -40,20 +43,48 @@ def _error(status: int, where: str, why: str, headers: dict[str, str] | None = N
     return JSONResponse(error_body(status, where, why), status_code=status, headers=headers)
 
 
+_JSON_KINDS = {str: "a string", list: "an array", bool: "a boolean", int: "a number", float: "a number",
+               type(None): "null"}
+
+
+def _body_problem(request: Request, err: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(where, why)`` of a body that is not a JSON object at all, said in terms of the request (FastAPI says
+    "JSON decode error" at ``where`` = the character offset, or "Input should be a valid dictionary" for a body
+    sent as another media type, e.g. curl's default form encoding); None for any other error."""
+    loc = tuple(err.get("loc", ()))
+    if err.get("type") == "json_invalid" and loc[:1] == ("body",):
+        at = f" at character {loc[1]}" if len(loc) > 1 else ""
+        detail = str((err.get("ctx") or {}).get("error", "")).strip()
+        return "body", f"not valid JSON{at}" + (f": {detail}" if detail else "")
+    if err.get("type") in ("model_attributes_type", "dict_type") and loc == ("body",):
+        value = err.get("input")
+        if isinstance(value, bytes | bytearray):
+            media = request.headers.get("content-type", "").split(";")[0].strip()
+            came = f"this one came as {media[:100]}" if media else "this one came without a Content-Type"
+            return "headers.Content-Type", f"the body must be a JSON object sent with Content-Type: " \
+                                           f"application/json ({came})"
+        return "body", f"expected a JSON object, got {_JSON_KINDS.get(type(value), 'something else')}"
+    return None
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return _error(exc.status, exc.where, exc.why, exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
         for err in exc.errors():
             loc = [str(p) for p in err.get("loc", ())]
             where = ".".join(loc[1:]) if loc and loc[0] in ("body", "query", "path", "header") else ".".join(loc)
             if loc and loc[0] == "header":
                 where = f"headers.{where}"
-            problems.append({"where": (where or "body")[:300], "why": str(err.get("msg", "invalid"))[:300]})
+            why = str(err.get("msg", "invalid"))
+            body = _body_problem(request, err)
+            if body is not None:
+                where, why = body
+            problems.append({"where": (where or "body")[:300], "why": why[:300]})
         first = problems[0] if problems else {"where": "body", "why": "invalid request"}
         return JSONResponse({"error": first["why"], "where": first["where"], "status": 422,
                              "problems": problems[:20]}, status_code=422)
@@ -61,9 +92,12 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         why = str(exc.detail) if exc.detail else "error"
+        where = request.url.path[:200]
         if exc.status_code == 404 and why == "Not Found":
             why = f"no such endpoint: {request.method} {request.url.path[:200]}"
-        return _error(exc.status_code, request.url.path[:200], why, getattr(exc, "headers", None))
+        elif exc.status_code == 400 and why == BODY_UNREADABLE:  # FastAPI's answer to a body it cannot decode
+            where, why = "body", "the body could not be read as JSON (it must be UTF-8 text)"
+        return _error(exc.status_code, where, why, getattr(exc, "headers", None))
 
     @app.exception_handler(StoreWriteError)
     async def _store_error(request: Request, exc: StoreWriteError) -> JSONResponse:

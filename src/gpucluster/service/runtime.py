@@ -142,7 +142,8 @@ class NodeActions(Protocol):
     ``uncordon``, ``drain``). Each raises ``LookupError`` for an unknown node."""
 
     def cordon(self, node: str) -> bool:
-        """No new pods on ``node``; False when it was already cordoned (nothing changed)."""
+        """No new pods on ``node`` until :meth:`uncordon` (whatever else would put it back in service); False when
+        an operator already cordoned it (nothing changed)."""
         ...
 
     def uncordon(self, node: str) -> bool:

@@ -123,7 +123,9 @@ def _node_answer(service: Service, name: str, action: str, jobs: list[str], mess
 
 @router.post("/api/v1/nodes/{name}/cordon", response_model=NodeActionOut, responses=ERRORS)
 async def cordon(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
-    """Admin: no new pods on the node (its running jobs stay); 409 when it is already cordoned. Audited."""
+    """Admin: no new pods on the node (its running jobs stay) until an operator uncordons it, also when remediation
+    cordoned it before (the repair of its GPUs does not put it back then); 409 when an operator already cordoned
+    it. Audited."""
     admin_only(who)
     runtime, _ = _node_actions(service, name)
     if not runtime.cordon(name):

@@ -249,6 +249,9 @@ class TenantPatch(_In):
     weight: float | None = Field(None, gt=0, le=1000, description="Fair-share weight; omit = unchanged.")
     max_priority: int | None = Field(None, ge=0, le=MAX_PRIORITY,
                                      description="Highest job priority the tenant may ask for; omit = unchanged.")
+    max_queued_jobs: int | None = Field(None, ge=0, le=MAX_TENANT_QUEUED,
+                                        description="Jobs the tenant may have pending at once; null = the default "
+                                                    "(gpucluster up --max-queued-jobs); omit = unchanged.")
 
 
 class ExperimentIn(_In):

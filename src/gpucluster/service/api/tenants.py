@@ -81,8 +81,9 @@ async def create_tenant(body: TenantIn, who: Auth, service: Svc) -> dict[str, An
 
 @router.patch("/api/v1/tenants/{name}", response_model=TenantRow, responses=ERRORS)
 async def update_tenant(name: TenantName, body: TenantPatch, who: Auth, service: Svc) -> dict[str, Any]:
-    """Admin: change a tenant's quota (``quota_gpus``: null = none), weight or maximum priority; only the fields
-    given change, its tokens stay. 404 for a tenant that does not exist."""
+    """Admin: change a tenant's quota (``quota_gpus``: null = none), weight, maximum priority or limit of queued
+    jobs; only the fields given change (the others keep their values), its tokens stay. 404 for a tenant that
+    does not exist."""
     admin_only(who)
     row = service.store.tenant(name)
     if row is None:
@@ -91,8 +92,10 @@ async def update_tenant(name: TenantName, body: TenantPatch, who: Auth, service:
     quota = body.quota_gpus if "quota_gpus" in given else row["quota_gpus"]
     weight = body.weight if body.weight is not None else float(row["weight"])
     most = body.max_priority if "max_priority" in given else row["max_priority"]
-    service.store.upsert_tenant(name, quota, weight, most)
-    service.store.audit(who.actor, "tenant.update", name, f"quota={quota} weight={weight} max_priority={most}")
+    queued = body.max_queued_jobs if "max_queued_jobs" in given else row["max_queued_jobs"]
+    service.store.upsert_tenant(name, quota, weight, most, max_queued_jobs=queued)
+    service.store.audit(who.actor, "tenant.update", name, f"quota={quota} weight={weight} max_priority={most} "
+                                                          f"max_queued_jobs={queued}")
     service.sync_quotas()
     service.invalidate_views()
     rows: list[dict[str, Any]] = (await tenants(who, service))["tenants"]
