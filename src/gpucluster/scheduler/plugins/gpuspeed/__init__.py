@@ -28,13 +28,13 @@ those models fits; the models kept stay the same. **Short jobs together** (``gro
 while such a gang waits, a job among the shortest 10 % of the submitted jobs by reference duration
 (``short_quantile``) goes first to the kept models' partly used nodes whose running jobs all end within that
 duration from now, and any other job to partly used nodes that hold a longer job; each may start a whole node rather
-than join the other class while more nodes are whole than gangs wait (:meth:`GpuSpeedTier._group`), so the GPUs
-the short jobs free come back as whole nodes rather than as holes beside long jobs. **The longest jobs** (``long_quantile``: among the longest 1 %
-of the submitted jobs by reference duration) keep their fastest models whatever the comparative advantage, and
-(``reserve_long``) a job that is not long leaves a kept model's last idle GPUs to the queued long jobs whose
-fastest model it is: when placing the pod there would leave fewer idle GPUs of that model than those jobs ask for,
-and another model can take it, it keeps the fastest of the others instead (LPT: the longest jobs set the
-makespan). It skips -- and the profile is exactly the speed-blind one -- on a
+than join the other class while more nodes are whole than gangs wait (:meth:`GpuSpeedTier._group`), so the GPUs the
+short jobs free come back as whole nodes rather than as holes beside long jobs. **The longest jobs**
+(``long_quantile``: among the longest 1 % of the submitted jobs by reference duration) keep their fastest models
+whatever the comparative advantage, and (``reserve_long``) a job that is not long leaves a kept model's last idle
+GPUs to the queued long jobs whose fastest model it is: when placing the pod there would leave fewer idle GPUs of
+that model than those jobs ask for, and another model can take it, it keeps the fastest of the others instead (LPT:
+the longest jobs set the makespan). It skips -- and the profile is exactly the speed-blind one -- on a
 cluster of one GPU model, for a pod
 whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
 speed service, and when every candidate's model is within the tolerance anyway and no hole is to be kept for a
