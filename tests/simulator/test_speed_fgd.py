@@ -293,3 +293,42 @@ def test_without_a_queued_long_job_the_reserve_changes_nothing() -> None:
     long = JobSpec("z-long", 10.0, 1, 72_000, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
     assert _placements(_run(1, 1, [*short, long], "default", tier_args={"reserve_long": True})) == \
         _placements(_run(1, 1, [*short, long], "default", tier_args={"reserve_long": False}))
+
+
+def _short_and_long_behind_gang(group_short: bool) -> Simulation:
+    """3 x 8 H100 + 1 x 8 L40S, the L40S node busy. Queued at once, in this order: a 4-GPU job of 10,000 s, a 4-GPU
+    job of 1,000 s, the same two again, and a gang of two 8-GPU tasks (3,600 s), last in FIFO order, that waits for
+    two whole nodes while the others are placed. The 1,000 s jobs are the short ones (the shortest 10 % of the
+    submitted durations with a speed)."""
+    jobs = [JobSpec("l40s-filler", 0.0, 8, 20_000, kind=JobKind.TRAIN, gpu_type="L40S"),
+            JobSpec("long1", 0.0, 4, 10_000, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("short1", 0.0, 4, 1_000, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("long2", 0.0, 4, 10_000, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("short2", 0.0, 4, 1_000, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("gang", 0.0, 16, 3_600, kind=JobKind.TRAIN, ref_gpu="H100")]
+    return _run(3, 1, jobs, "default", "fifo", tier_args={"group_short": group_short})
+
+
+def test_short_jobs_share_a_node_so_it_comes_free_whole_for_the_waiting_gang() -> None:
+    """``group_short``: while the gang waits, the two short jobs share one H100 node and the two long ones another,
+    so when the short jobs end (1,000 s) their node is whole again and the gang starts on it and the third node.
+    Without the rule (stranding-fgd packs each short job next to a long one) both partly used nodes keep a long
+    job and the gang waits for one of them to end (10,000 s)."""
+    sim = _short_and_long_behind_gang(True)
+    assert sim.job("short1").nodes == sim.job("short2").nodes
+    assert sim.job("long1").nodes == sim.job("long2").nodes
+    assert sim.job("gang").first_start_s == pytest.approx(1_000.0)
+    assert sim.job("short1").nodes[0] in sim.job("gang").nodes
+    before = _short_and_long_behind_gang(False)
+    assert before.job("short1").nodes != before.job("short2").nodes
+    assert before.job("gang").first_start_s >= 10_000.0
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(30, 50), gpus=st.sampled_from([1, 2, 4, 8]))
+def test_with_no_larger_whole_task_waiting_the_grouping_changes_nothing(seed: int, n: int, gpus: int) -> None:
+    """Jobs of one size on a mixed cluster: no queued job ever asks for tasks larger than the pod's, so every
+    decision and finish time is the rule's before (``group_short: false``)."""
+    jobs = [replace(j, num_gpus=gpus, ref_gpu="H100") for j in generate(n, 16, seed=seed, load=1.0, max_gpus=8)]
+    assert _placements(_run(2, 2, jobs, "default", "default")) == \
+        _placements(_run(2, 2, jobs, "default", "default", tier_args={"group_short": False}))

@@ -126,6 +126,10 @@ class JobQueue:
         GPUs)."""
         return max(self.whole_tasks, default=0)
 
+    def whole_jobs(self, size: int) -> int:
+        """Queued jobs of whole GPUs whose tasks ask for at least ``size`` GPUs each."""
+        return sum(n for k, n in self.whole_tasks.items() if k >= size)
+
     def rekey(self, job_id: str, key: Key) -> None:
         """Queue ``job_id`` again under ``key`` (its policy key changed while it waited)."""
         self._unlink(job_id)

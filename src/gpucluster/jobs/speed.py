@@ -101,6 +101,16 @@ class GpuSpeeds:
         self._longest: list[tuple[float, str]] = []
         """The submitted jobs' ``(duration_s, job_id)`` (those with a speed and a finite duration), sorted, for
         :meth:`long_job` and :meth:`queued_long`."""
+        self.waiting_whole: Callable[[int], int] | None = None
+        """Queued jobs of whole GPUs with tasks of at least so many GPUs (set by the driver), for
+        :meth:`queued_whole`."""
+        self.clock: Callable[[], float] | None = None
+        """The engine's clock (set by the driver), for :meth:`node_ends` and :meth:`now`."""
+        self._ends: dict[str, tuple[float, tuple[int, ...]]] = {}
+        """Per started job (with a speed and a finite duration): when its run is expected to end (start + remaining
+        work x slowdown / speed) and the nodes it runs on; noted by :meth:`wrap`'s slowdown."""
+        self._node_end: np.ndarray[Any, np.dtype[np.float64]] | None = None
+        self._node_end_t = -math.inf
 
     @property
     def unknown(self) -> set[str]:
@@ -252,6 +262,66 @@ class GpuSpeeds:
             i = j
         return out if found else None
 
+    def _note_end(self, job: Job, devices: Sequence[tuple[int, int]], end: float) -> None:
+        nodes = tuple(sorted({int(n) for n, _ in devices}))
+        self._ends[job.spec.job_id] = (end, nodes)
+        cached = self._node_end
+        if cached is not None and nodes:
+            idx = np.asarray(nodes, np.int64)
+            if idx.max() < cached.shape[0]:
+                cached[idx] = np.maximum(cached[idx], end)
+            else:
+                self._node_end = None
+
+    def node_ends(self) -> np.ndarray[Any, np.dtype[np.float64]] | None:
+        """Per node of the state, when the last of its running jobs with a speed is expected to end (-inf: none
+        runs there): the ``GpuSpeedTier`` plugin's finish-time alignment. Rebuilt when the clock moves (jobs
+        that stopped, or whose expected end has passed, are dropped); a job started since is added at once. None
+        without a clock."""
+        if self.clock is None or self.jobs is None:
+            return None
+        now = self.clock()
+        n = int(self.state.node_idle.shape[0])
+        cached = self._node_end
+        if cached is not None and self._node_end_t == now and cached.shape[0] == n:
+            return cached
+        out = np.full(n, -math.inf, np.float64)
+        jobs = self.jobs
+        for jid in list(self._ends):
+            end, nodes = self._ends[jid]
+            job = jobs.get(jid)
+            if job is None or job.state != JobState.RUNNING or end <= now:
+                del self._ends[jid]
+                continue
+            for i in nodes:
+                if i < n and end > out[i]:
+                    out[i] = end
+        self._node_end, self._node_end_t = out, now
+        return out
+
+    def duration_quantile(self, quantile: float) -> float | None:
+        """The ``quantile`` of the submitted jobs' ``duration_s`` (those with a speed and a finite duration; None
+        before any)."""
+        if not self._longest:
+            return None
+        k = min(len(self._longest) - 1, max(0, math.ceil(quantile * len(self._longest)) - 1))
+        return self._longest[k][0]
+
+    def pod_duration(self, pod: Pod) -> float | None:
+        """The pod's job's ``duration_s`` (None: no known job or no speed)."""
+        job = self.jobs.get(pod.labels.get(JOB_LABEL, "")) if self.jobs is not None else None
+        if job is None or speed_key(job.spec) is None:
+            return None
+        return float(job.spec.duration_s)
+
+    def queued_whole(self, size: int) -> int:
+        """Queued jobs of whole GPUs whose tasks ask for at least ``size`` GPUs each (0 without an engine)."""
+        return self.waiting_whole(size) if self.waiting_whole is not None else 0
+
+    def now(self) -> float:
+        """The engine's clock (0.0 without one)."""
+        return self.clock() if self.clock is not None else 0.0
+
     def queued_gpus(self) -> float:
         """GPUs the engine's queued jobs ask for now, summed (0 when no engine is attached): the ``GpuSpeedTier``
         plugin's measure of contention."""
@@ -341,6 +411,8 @@ class GpuSpeeds:
             factor, level = slowdown(job, devices)
             speed = self.on_devices(job.spec, devices)
             job.extra[SPEED_KEY] = speed
+            if self.clock is not None and speed_key(job.spec) is not None and math.isfinite(job.spec.duration_s):
+                self._note_end(job, devices, self.clock() + job.remaining_s * factor / speed)
             return (factor / speed if speed != 1.0 else factor), level
 
         return with_speed

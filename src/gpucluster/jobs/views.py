@@ -62,6 +62,10 @@ class JobViews:
         """The most whole GPUs one task of a queued job asks for (0 when none asks for whole GPUs)."""
         return self._queue.largest_whole_task()
 
+    def whole_jobs(self, size: int) -> int:
+        """Queued jobs of whole GPUs whose tasks ask for at least ``size`` GPUs each."""
+        return self._queue.whole_jobs(size)
+
     def running(self) -> list[Job]:
         return [self._jobs[jid] for jid in self._running]
 

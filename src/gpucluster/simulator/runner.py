@@ -111,6 +111,8 @@ job without one runs the same on every GPU model.
         self.speeds.jobs = self.engine.jobs
         self.speeds.waiting_gpus = self.engine.views.queued_gpus
         self.speeds.waiting_task = self.engine.views.largest_whole_task
+        self.speeds.clock = lambda: kernel.now
+        self.speeds.waiting_whole = self.engine.views.whole_jobs
 
     # ================================================================================ the engine's API
     @property

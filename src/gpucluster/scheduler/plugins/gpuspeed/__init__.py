@@ -24,12 +24,17 @@ H100). **Whole nodes for a waiting gang** (``keep_whole``): while a queued job a
 than the pod (``TaskTable.queued_task``: a gang of 8-GPU tasks waiting for whole nodes), the kept models' nodes where
 the pod would leave fewer idle GPUs than such a task needs -- the holes it could start in -- score 50 instead of
 100, so stranding-FGD fills the kept models' other nodes first and breaks such a hole only when nothing else of
-those models fits; the models kept stay the same. **The longest jobs** (``long_quantile``: among the longest 1 %
-of the submitted jobs by reference duration) keep their fastest models whatever the comparative advantage, and
-(``reserve_long``) a job that is not long leaves a kept model's last idle GPUs to the queued long jobs whose
-fastest model it is: when placing the pod there would leave fewer idle GPUs of that model than those jobs ask for,
-and another model can take it, it keeps the fastest of the others instead (LPT: the longest jobs set the
-makespan). It skips -- and the profile is exactly the speed-blind one -- on a
+those models fits; the models kept stay the same. **Short jobs together** (``group_short``, with ``keep_whole``):
+while such a gang waits, a job among the shortest 10 % of the submitted jobs by reference duration
+(``short_quantile``) goes first to the kept models' partly used nodes whose running jobs all end within that
+duration from now, and any other job to partly used nodes that hold a longer job; each may start a whole node rather
+than join the other class while more nodes are whole than gangs wait (:meth:`GpuSpeedTier._group`), so the GPUs the
+short jobs free come back as whole nodes rather than as holes beside long jobs. **The longest jobs**
+(``long_quantile``: among the longest 1 % of the submitted jobs by reference duration) keep their fastest models
+whatever the comparative advantage, and (``reserve_long``) a job that is not long leaves a kept model's last idle
+GPUs to the queued long jobs whose fastest model it is: when placing the pod there would leave fewer idle GPUs of
+that model than those jobs ask for, and another model can take it, it keeps the fastest of the others instead (LPT:
+the longest jobs set the makespan). It skips -- and the profile is exactly the speed-blind one -- on a
 cluster of one GPU model, for a pod
 whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
 speed service, and when every candidate's model is within the tolerance anyway and no hole is to be kept for a
@@ -98,6 +103,31 @@ class TaskTable(Protocol):
     def queued_task(self) -> int:
         """The most whole GPUs one task of a queued job asks for on one node (0 when no queued job asks for whole
         GPUs)."""
+        ...
+
+
+class EndTable(Protocol):
+    """When the nodes' running jobs end, and which jobs are short (``GpuSpeedTier``'s finish-time grouping)."""
+
+    def node_ends(self) -> Sequence[float] | None:
+        """Per node, when the last of its running jobs is expected to end (-inf: none runs there); None when
+        unknown."""
+        ...
+
+    def now(self) -> float:
+        """The clock the ends are on."""
+        ...
+
+    def pod_duration(self, pod: Pod) -> float | None:
+        """The pod's job's reference duration (None: no known job or no speed)."""
+        ...
+
+    def duration_quantile(self, quantile: float) -> float | None:
+        """The ``quantile`` of the submitted jobs' reference durations (None before any)."""
+        ...
+
+    def queued_whole(self, size: int) -> int:
+        """Queued jobs of whole GPUs whose tasks ask for at least ``size`` GPUs each."""
         ...
 
 
@@ -176,6 +206,20 @@ needs: below the kept models' other nodes (100) by 500 points at the tier's weig
 annotations, and above the other models' (0), so the speed choice stands and only the node inside it moves."""
 
 
+DEFAULT_SHORT = 0.1
+"""``GpuSpeedTier``'s default ``short_quantile``: a job whose reference duration is at most the 10 % quantile of the
+submitted jobs' is short for the finish-time grouping (``group_short``)."""
+
+
+GROUP_SCORE = 100.0
+OPEN_SCORE = 67.0
+MIX_SCORE = 34.0
+"""``GpuSpeedTier``'s scores (``group_short``) for a kept model's nodes: partly used nodes of the pod's class
+(short or not) 100, whole nodes 67 (instead of ``BREAK_SCORE``), partly used nodes of the other class 34; 33-34
+points apart, 330-340 at the tier's weight, more than every other score but the annotations (StrandingFGD 0..100 and
+Topology 0..200 at their weights), and above the other models' (0)."""
+
+
 class GpuSpeedTier:
     """Two-stage speed-aware placement, stage one (see the module docstring)."""
 
@@ -183,8 +227,14 @@ class GpuSpeedTier:
 
     def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True,
                  scarcity: bool = True, keep_whole: bool = True, long_quantile: float | None = DEFAULT_LONG,
-                 reserve_long: bool = True) -> None:
+                 reserve_long: bool = True, group_short: bool = True,
+                 short_quantile: float = DEFAULT_SHORT) -> None:
         self.table = table
+        self.ends: EndTable | None = None
+        if group_short and keep_whole and all(hasattr(table, m) for m in (
+                "node_ends", "now", "pod_duration", "duration_quantile", "queued_whole")):
+            self.ends = table  # type: ignore[assignment]
+        self.short_quantile = short_quantile
         self.tolerance = tolerance
         self.mix: MixTable | None = None
         if comparative and hasattr(table, "mix_speeds") and hasattr(table, "queued_gpus"):
@@ -220,11 +270,13 @@ class GpuSpeedTier:
             keep = self._by_advantage(snap, per_model, present, keep)
             keep = self._reserved(pod, snap, per_model, present, keep)
         breaks = self._breaks(pod, snap, candidates)
-        if bool(keep[present].all()) and breaks is None:
+        if bool(keep[present].all()) and breaks is None and self.ends is None:
             return SKIP  # every model the pod can go to is as good, and no whole node to keep: nothing to choose
         score = np.where(keep[snap.dev_model[candidates, 0]], 100.0, 0.0)
         if breaks is not None:
             score[breaks & (score > 0.0)] = BREAK_SCORE
+        if not self._group(pod, snap, candidates, score) and bool(keep[present].all()) and breaks is None:
+            return SKIP  # nothing to choose after all
         state.write(TIER_NAME, score)
         return Status.success()
 
@@ -271,6 +323,53 @@ class GpuSpeedTier:
         idle = snap.node_idle[candidates]
         out = (idle >= need) & (idle - size < need)
         return out if bool(out.any()) else None
+
+    def _group(self, pod: Pod, snap: Snapshot, candidates: IntArray, score: FloatArray) -> bool:
+        """Finish-time grouping (``group_short``), while a queued job asks for tasks of more whole GPUs than the
+        pod: short jobs (reference duration at most the ``short_quantile`` of the submitted jobs') share nodes
+        with short jobs, the others with the others, so that the GPUs the short jobs free come back as whole nodes
+        a waiting gang can use rather than as holes in nodes of longer jobs. Among the kept models' nodes (score
+        > 0), a partly used node is *short* when the last of its running jobs is expected to end within that
+        duration from now; the pod's class's partly used nodes keep 100, whole nodes score ``OPEN_SCORE`` (those
+        the pod would break, ``BREAK_SCORE`` before) and the other class's partly used nodes ``MIX_SCORE`` -- when
+        there is such a node to move away from, and either a node of the pod's class or a whole node the pod may
+        start (:meth:`_may_open`). In place; whether it changed a score."""
+        if self.ends is None or self.tasks is None:
+            return False
+        size = sum(r.count for _, r in pod.device_requests)
+        if self.tasks.queued_task() <= size:
+            return False
+        kept = score > 0.0
+        if not bool(kept.any()):
+            return False
+        mine = self.ends.pod_duration(pod)
+        cut = self.ends.duration_quantile(self.short_quantile)
+        ends = self.ends.node_ends()
+        if mine is None or cut is None or ends is None or not np.isfinite(mine):
+            return False
+        nodes = candidates[kept]
+        e = np.asarray(ends, np.float64)
+        if nodes.max() >= e.shape[0]:
+            return False
+        left = e[nodes] - self.ends.now()
+        busy = left > 0.0
+        short = busy & (left <= cut)
+        same = short if mine <= cut else busy & ~short
+        off = busy & ~same & (score[kept] >= GROUP_SCORE)
+        if not bool(off.any()):
+            return False
+        if not bool((same & (score[kept] >= GROUP_SCORE)).any()) and not self._may_open(snap, nodes, busy):
+            return False
+        score[score == BREAK_SCORE] = OPEN_SCORE
+        score[np.flatnonzero(kept)[off]] = MIX_SCORE
+        return True
+
+    def _may_open(self, snap: Snapshot, nodes: IntArray, busy: BoolArray) -> bool:
+        """Whether the pod may start a whole node of the kept models (``nodes``): there are more of them than
+        queued jobs of whole-node tasks (each of which needs at least one)."""
+        assert self.ends is not None and self.tasks is not None
+        n = int(((snap.node_idle[nodes] >= snap.node_usable[nodes]) & ~busy).sum())
+        return n > 0 and n > self.ends.queued_whole(self.tasks.queued_task())
 
     def _by_advantage(self, snap: Snapshot, per_model: FloatArray, present: BoolArray, fastest: BoolArray) -> BoolArray:
         """Stage one under contention: when the queued jobs ask for more GPUs than the pod's fastest models have
@@ -339,6 +438,14 @@ class _TierArgs(PluginArgs):
     reserve_long: bool = True
     """A job that is not long leaves a model's last idle GPUs to the queued long jobs (``long_quantile``) whose
     fastest model it is, when another model can take it (needs ``queued_long``). False: the rule before."""
+    group_short: bool = True
+    """While a queued job asks for tasks of more whole GPUs than the pod (with ``keep_whole``), short jobs (reference
+    duration at most the ``short_quantile`` of the submitted jobs') share the kept models' nodes with short jobs and
+    the others with the others, starting a whole node for it while more are whole than queued jobs of whole-node
+    tasks (needs ``node_ends``, ``now``, ``pod_duration``, ``duration_quantile`` and ``queued_whole``). False: the
+    rule before."""
+    short_quantile: float = Field(DEFAULT_SHORT, gt=0.0, lt=1.0)
+    """``group_short``'s quantile of the submitted jobs' reference durations at or below which a job is short."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
@@ -347,7 +454,7 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
     if table is not None and not hasattr(table, "model_speeds"):
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
     return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole,
-                        parsed.long_quantile, parsed.reserve_long)
+                        parsed.long_quantile, parsed.reserve_long, parsed.group_short, parsed.short_quantile)
 
 
 def register(reg: PluginRegistry) -> None:
