@@ -112,10 +112,13 @@ def simulate(
     if not speedup > 0:
         fail("--arrival-speedup: must be > 0")
     cluster = load_cluster_or_fail(cluster_path, registry_or_fail(device_config))
+    notes: list[str] = []
     try:
-        jobs = with_ref_gpu(load_trace(trace, cluster, seed), ref_gpu)
+        jobs = with_ref_gpu(load_trace(trace, cluster, seed, notes), ref_gpu)
     except TraceError as exc:
         fail(str(exc))
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
     queues: list[QueueSpec] | None = None
     if quota is not None:
         try:
