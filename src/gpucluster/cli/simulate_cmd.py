@@ -132,8 +132,9 @@ def simulate(
         fail(f"--trace {trace}: no jobs in it")
     results: dict[str, dict[str, Any]] = {}
     sims: dict[str, Simulation] = {}
+    # the bar goes to stderr (shown where stderr is a terminal, --json or not): stdout carries the result only
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=as_json) as progress:
+                  TimeElapsedColumn(), console=common.err_console, transient=True) as progress:
         for name in names:
             sims[name], results[name] = _run_one(cluster, jobs, name, seed, progress, queues, placement)
     if out is not None:
