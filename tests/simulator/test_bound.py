@@ -279,3 +279,114 @@ def test_gpu_packing_rows_make_a_two_gpu_case_exact() -> None:
     assert _best_must_place_run(nodes, pods) == 1730
     assert must_place_bound(nodes, pods, segments=2, config_cuts=0).bound_milli == pytest.approx(1960, abs=1e-6)
     assert must_place_bound(nodes, pods, segments=2).bound_milli == pytest.approx(1730, abs=1e-3)
+
+
+# ------------------------------------------------------------------ node-packing rows (bound.NODE_CUTS_DOC)
+def _node_holds(node: OpenbNode, shapes: list[tuple[int, int, int, int, tuple[str, ...]]], counts: list[int]) -> bool:
+    """Whether one node can hold ``counts[s]`` pods of each shape at once (brute force over the GPUs)."""
+    from itertools import product
+
+    pods = [s for s, c in zip(shapes, counts, strict=True) for _ in range(c)]
+    if sum(p[0] for p in pods) > node.cpu_milli or sum(p[1] for p in pods) > node.memory_mib:
+        return False
+    whole = sum(p[2] for p in pods if p[2] and p[3] >= MILLI)
+    items = [p[3] for p in pods if p[2] and p[3] < MILLI for _ in range(p[2])]
+    free = node.gpus - whole
+    if free < 0:
+        return False
+    if not items:
+        return True
+    if free == 0:
+        return False
+    for where in product(range(free), repeat=len(items)):
+        load = [0] * free
+        for m, g in zip(items, where, strict=True):
+            load[g] += m
+        if max(load) <= MILLI:
+            return True
+    return False
+
+
+def _heaviest_by_brute_force(node: OpenbNode, shapes: list[tuple[int, int, int, int, tuple[str, ...]]],
+                             weights: list[int]) -> int:
+    from itertools import product
+
+    best = 0
+    for counts in product(range(4), repeat=len(shapes)):
+        if _node_holds(node, shapes, list(counts)):
+            best = max(best, sum(w * c for w, c in zip(weights, counts, strict=True)))
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([(4000, 8192, 1), (8000, 16384, 2), (16000, 65536, 2), (96000, 262144, 2)]),
+       st.lists(st.tuples(st.sampled_from([0, 1000, 3152, 4000, 11908]), st.sampled_from([0, 2048, 8192]),
+                          st.sampled_from([0, 1, 1, 2]), st.sampled_from([230, 470, 650, 810, 1000]),
+                          st.integers(0, 9)), min_size=1, max_size=4))
+def test_the_node_rows_bound_every_filling_of_one_node(node: tuple[int, int, int], drawn: list[tuple]) -> None:
+    """``K_t`` (the node's integer program's dual bound, rounded) is at least the weight of every filling of one
+    node with up to 3 pods of each shape (brute force), and the filling it returns fits the node."""
+    from gpucluster.simulator.experiments.bound import _NodeKnapsack
+
+    n = OpenbNode("n", node[0], node[1], node[2], "G2")
+    shapes: list[tuple[int, int, int, int, tuple[str, ...]]] = []
+    weights: list[int] = []
+    for cpu, mem, k, milli, w in drawn:
+        shape = (max(cpu, 1000 if k == 0 else cpu), mem, k, 0 if k == 0 else (MILLI if k > 1 else milli), ())
+        if shape not in shapes and k <= n.gpus:
+            shapes.append(shape)
+            weights.append(w)
+    if not shapes:
+        return
+    t = (n.cpu_milli, n.memory_mib, n.gpus, n.model)
+    knap = _NodeKnapsack([t], shapes, {t: 1})
+    bound, filling = knap.heaviest(0, {i: float(w) for i, w in enumerate(weights)})
+    brute = _heaviest_by_brute_force(n, shapes, weights)
+    assert int(np.floor(bound + 0.5)) >= brute
+    counts = [filling.get(i, 0) for i in range(len(shapes))]
+    assert _node_holds(n, shapes, counts)
+    assert sum(w * c for w, c in zip(weights, counts, strict=True)) <= bound + 1e-6
+
+
+cpu_node_st = st.builds(OpenbNode, name=st.just("n"), cpu_milli=st.sampled_from([4000, 8000, 16000]),
+                        memory_mib=st.sampled_from([16384, 122880]), gpus=st.sampled_from([1, 2]),
+                        model=st.just("G2"))
+cpu_pod_st = st.builds(OpenbPod, name=st.just("p"), cpu_milli=st.sampled_from([0, 3152, 4000, 11908]),
+                       memory_mib=st.sampled_from([0, 5600, 47104]), num_gpu=st.sampled_from([0, 1, 1, 1, 2]),
+                       gpu_milli=st.sampled_from([320, 470, 650, 810, 1000, 1000]), gpu_spec=st.just(()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(cpu_node_st, min_size=1, max_size=2), st.lists(cpu_pod_st, min_size=2, max_size=6),
+       st.sampled_from([None, 810, 470]), st.integers(1, 4))
+def test_no_must_place_run_beats_the_node_packing_rows(nodes: list[OpenbNode], pods: list[OpenbPod],
+                                                       key_milli: int | None, segments: int) -> None:
+    """CPU- and memory-tight nodes (16 cores for 2 GPUs, pods of 11.9 cores and 46 GiB), where one node's
+    resources bind together: the best of every must-place run is within both bounds with the node-packing rows,
+    and the rows never loosen either bound."""
+    nodes = [OpenbNode(f"n{i}", n.cpu_milli, n.memory_mib, n.gpus, n.model) for i, n in enumerate(nodes)]
+    pods = [_fix(p, i) for i, p in enumerate(pods)]
+    best = _best_must_place_run(nodes, pods)
+    key = None if key_milli is None else (lambda s: s[2] == 1 and s[3] == key_milli)
+    got = must_place_bound(nodes, pods, segments=segments, key=key, node_cuts=True).bound_milli
+    assert best <= got + 1e-6
+    assert got <= must_place_bound(nodes, pods, segments=segments, key=key).bound_milli + 1e-6
+    two = class_bound(nodes, pods, _is_a, _is_b, segments=segments, node_cuts=True)
+    assert best <= two.bound_milli + 1e-6
+    assert two.bound_milli <= class_bound(nodes, pods, _is_a, _is_b, segments=segments).bound_milli + 1e-6
+
+
+def test_node_packing_rows_make_a_cpu_bound_case_exact() -> None:
+    """Two nodes of 16 cores and two GPUs (the P100 nodes of the Alibaba cluster); an 810-milli pod (3.152 cores)
+    then four whole-GPU pods of 11.9 cores. A node holds one 11.9-core pod (two take 23.8 cores), so every run
+    places the 810, two whole pods and ends at 2,810 milli, with two GPUs idle. Pooled over the type, the 32
+    cores take the 810's 3.152 and 2.4 whole pods (3,232.6); the node-packing rows make it exact."""
+    nodes = [OpenbNode(f"n{i}", 16000, 122880, 2, "P100") for i in range(2)]
+    pods = [OpenbPod("k", 3152, 5600, 1, 810)] + [OpenbPod(f"w{i}", 11908, 47104, 1, MILLI) for i in range(4)]
+    assert _best_must_place_run(nodes, pods) == 2810
+    key = _is_a
+    assert must_place_bound(nodes, pods, segments=2, key=key).bound_milli == pytest.approx(3232.573, abs=1e-2)
+    assert must_place_bound(nodes, pods, segments=2, key=key, node_cuts=True).bound_milli == pytest.approx(
+        2810, abs=1e-3)
+    two = class_bound(nodes, pods, _is_a, _is_b, segments=2, node_cuts=True)
+    assert two.bound_milli == pytest.approx(2810, abs=1e-3)

@@ -296,16 +296,19 @@ class MustPlaceBound(_BoundFigures):
 def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segments: int = 40,
                      key: Callable[[PodShape], bool] | None = None,
                      progress: Callable[[str], None] | None = None, config_cuts: int = 30,
-                     config_passes: int = 3, time_limit: float | None = None) -> MustPlaceBound:
+                     config_passes: int = 3, time_limit: float | None = None,
+                     node_cuts: bool = False) -> MustPlaceBound:
     """The must-place bound (``MUST_PLACE_DOC``) for ``order`` (the arrival order) on ``nodes``, over the first
     failure among the pods whose shape ``key`` selects (default: all). Only those pods are forced before the
     segment and make the pseudo-pod; the others are optional everywhere. Valid for every ``key``. ``progress``
     is called with a line after every LP. ``config_cuts``: up to that many rounds of ``CONFIG_CUTS_DOC`` on the
     LP that gave the bound, then the scan again with the rows found, up to ``config_passes`` times (0: the
     family's rows alone). ``time_limit`` (seconds per solver try) turns a segment's LP that runs longer into
-    HiGHS trouble, answered with its LP without the failure rows (valid, and looser)."""
+    HiGHS trouble, answered with its LP without the failure rows (valid, and looser). ``node_cuts``: the
+    refinement adds ``NODE_CUTS_DOC``'s rows too (only with ``config_cuts`` > 0)."""
     key = key or (lambda _p: True)
     lp = _OrderLP(nodes, order, segments, [key])
+    lp.node_cuts = node_cuts
     capacity = lp.capacity
     solved = 0
 
@@ -350,7 +353,8 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
         if where == -2 or not lp.refine({0: where if where >= 0 else None}, config_cuts, time_limit=time_limit):
             break
         if progress is not None:
-            progress(f"{len(lp.knapsack.functions)} GPU-packing rows; the scan again")
+            progress(f"{len(lp.knapsack.functions)} GPU-packing rows, {len(lp.nodepack.rows)} node-packing rows; "
+                     "the scan again")
         best, where = scan()
     return MustPlaceBound(min(best, float(capacity)), capacity, lp.arrived, where, segments, solved)
 
@@ -546,6 +550,160 @@ class _GpuKnapsack:
         return added
 
 
+NODE_CUTS_DOC = """Node-packing rows found from an LP's own optimum (``node_cuts``; issue 30).
+
+The LPs pool CPU and memory over the nodes of a type, and pack each GPU only through the GPU rows: nothing says
+that one node's CPU, memory and GPUs hold its pods *together*. On ``default`` the 8-GPU G2 nodes have 96 cores
+and 384 GiB, 12 cores and 48 GiB a GPU, while a 470- or 650-milli pod asks 11.9 cores and 46 GiB: two of them
+on one GPU take a quarter of the node's memory, so a node that shares its GPUs this way has GPUs left that no
+pod's memory fits; pooled, the LP gives that memory to another node.
+
+Rows: for one node type t and integer weights ``W(p) >= 0`` on the pod shapes that fit it, let ``K_t`` be the
+largest ``sum W(p)`` over the pods any one node of type t can hold at once: a multiset of shapes whose CPU and
+memory fit the node's, whose whole-GPU pods (``k`` GPUs of 1000 milli) take that many of its GPUs and whose
+sharing pods fit the other GPUs at most 1000 milli each (a k-GPU sharing pod counts as k items, not necessarily
+on k different GPUs, which only lets more fit). It is an integer program, solved by HiGHS; ``K_t`` is its dual
+bound rounded to the nearest integer: at least the true maximum, which is an integer, with the solver's
+tolerance absorbed by the rounding (a time limit leaves a larger dual bound: a weaker row, never an invalid
+one). Then ``sum_p W(p) X[p, t] <= n_t K_t`` holds for every placement: the pods on each node are such a
+multiset, so their weights sum to at most ``K_t``, and there are ``n_t`` nodes. Like the GPU-packing rows it
+uses nothing of the order, so it holds in every LP of every segment and class assignment, and the scans are as
+before (``CONFIG_CUTS_DOC``).
+
+Separation: per type, with ``d_p = X[p, t]`` the LP optimum's pods (summed over the ranges), the configuration
+LP ``min sum_c z_c`` s.t. ``sum_c a_cp z_c >= d_p`` (c: what one node holds) is the fewest nodes those pods
+need. Column generation prices it with the integer program above (float weights); at every step its dual w
+gives ``sum_p w_p d_p / K(w)`` nodes at least (Farley's bound), and when the largest of these exceeds ``n_t`` by
+0.01, w scaled to integers (``W = floor(10^4 w)``) with its own ``K_t`` gives a row that the optimum violates.
+What is still relaxed: the nodes are packed fractionally (the configuration LP, not integer nodes) and the
+column generation may stop before its optimum (a row from an intermediate w is weaker, never invalid)."""
+
+
+class _NodeKnapsack:
+    """The rows of ``NODE_CUTS_DOC``: per node type, weights on the shapes that fit it and the most one node holds."""
+
+    SCALE = 10_000
+
+    def __init__(self, tlist: Sequence[NodeType], plist: Sequence[PodShape], types: Mapping[NodeType, int],
+                 iterations: int = 40, time_limit: float = 10.0) -> None:
+        self.tlist, self.plist, self.types = list(tlist), list(plist), types
+        self.rows: list[tuple[int, dict[int, int], int]] = []  # (type index, shape index -> W, K_t)
+        self.iterations, self.time_limit = iterations, time_limit
+        self._seen: set[tuple[int, tuple[tuple[int, int], ...]]] = set()
+        self._cols: dict[int, list[dict[int, int]]] = {}  # node fillings met so far, per type
+
+    def heaviest(self, j: int, weights: Mapping[int, float]) -> tuple[float, dict[int, int]]:
+        """The integer program of ``NODE_CUTS_DOC`` for one node of type ``tlist[j]``: an upper bound on the most
+        weight it holds (HiGHS's dual bound) and a filling that reaches the incumbent (shape index -> pods)."""
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
+        c_t, m_t, g_t, _model = self.tlist[j]
+        idx = [i for i, w in weights.items() if w > 0 and (self.plist[i][0] or self.plist[i][1] or self.plist[i][2])]
+        if not idx:
+            return 0.0, {}
+        sh = [self.plist[i] for i in idx]
+        ns = len(idx)
+        sizes = sorted({p[3] for p in sh if p[2] and 0 < p[3] < MILLI})
+        nm = len(sizes)
+        # columns: n_s (pods of each shape), a[m, g] (items of m milli on GPU g), y_g (GPU g holds a whole pod)
+        nv = ns + nm * g_t + g_t
+        rows = _SparseRows()
+        rows.add([(s, float(p[0])) for s, p in enumerate(sh)], float(c_t))
+        rows.add([(s, float(p[1])) for s, p in enumerate(sh)], float(m_t))
+        for g in range(g_t):
+            rows.add([(ns + mi * g_t + g, float(m)) for mi, m in enumerate(sizes)] + [(ns + nm * g_t + g, MILLI)],
+                     float(MILLI))
+            if g + 1 < g_t:  # whole GPUs first (symmetry)
+                rows.add([(ns + nm * g_t + g, -1.0), (ns + nm * g_t + g + 1, 1.0)], 0.0)
+        rows.add([(s, float(p[2])) for s, p in enumerate(sh) if p[2] and p[3] >= MILLI]
+                 + [(ns + nm * g_t + g, -1.0) for g in range(g_t)], 0.0)
+        for mi, m in enumerate(sizes):  # the sharing items of m milli are on the GPUs: two rows for an equality
+            ent = [(s, float(p[2])) for s, p in enumerate(sh) if p[2] and p[3] == m]
+            ent += [(ns + mi * g_t + g, -1.0) for g in range(g_t)]
+            rows.add(ent, 0.0)
+            rows.add([(c, -v) for c, v in ent], 0.0)
+        from scipy.sparse import coo_array
+
+        a = coo_array((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.rhs), nv)).tocsr()
+        ub = np.full(nv, np.inf)
+        ub[ns + nm * g_t:] = 1.0
+        gain = np.zeros(nv)
+        gain[:ns] = [weights[i] for i in idx]
+        res = milp(-gain, constraints=LinearConstraint(a, -np.inf, np.asarray(rows.rhs)), integrality=np.ones(nv),
+                   bounds=Bounds(0, ub), options={"time_limit": self.time_limit, "disp": False})
+        dual = getattr(res, "mip_dual_bound", None)
+        if dual is None or not np.isfinite(dual):
+            return float("inf"), {}
+        got = {idx[s]: round(float(res.x[s])) for s in range(ns) if res.x is not None and res.x[s] > 0.5}
+        return -float(dual), got
+
+    def fewest_nodes(self, j: int, demand: Mapping[int, float]) -> tuple[float, dict[int, float]]:
+        """The largest Farley bound met in ``iterations`` steps of column generation on the configuration LP of
+        ``NODE_CUTS_DOC`` for ``demand`` (shape index -> pods) on type ``tlist[j]``, with its weights."""
+        from scipy.optimize import linprog
+
+        act = sorted(i for i, d in demand.items()  # a pod that asks for nothing needs no node
+                     if d > 1e-9 and (self.plist[i][0] or self.plist[i][1] or self.plist[i][2]))
+        need = np.array([demand[i] for i in act])
+        known = self._cols.setdefault(j, [])
+        have = {i for filling in known for i in filling}
+        for i in act:
+            if i not in have:
+                _, filling = self.heaviest(j, {i: 1.0})
+                if filling:
+                    known.append(filling)
+        pos = {i: r for r, i in enumerate(act)}
+        cols = [filling for filling in known if any(i in pos for i in filling)]
+        best: tuple[float, dict[int, float]] = (0.0, {})
+        for _ in range(self.iterations if act else 0):
+            a = np.zeros((len(act), len(cols)))
+            for c, filling in enumerate(cols):
+                for i, k in filling.items():
+                    if i in pos:
+                        a[pos[i], c] = k
+            res = linprog(np.ones(len(cols)), A_ub=-a, b_ub=-need, bounds=(0, None), method="highs")
+            if res.status != 0:
+                break
+            w = {i: max(0.0, -float(d)) for i, d in zip(act, res.ineqlin.marginals, strict=True)}
+            price, filling = self.heaviest(j, w)
+            if not np.isfinite(price) or price <= 0:
+                break
+            farley = sum(w[i] * demand[i] for i in act) / price
+            if farley > best[0]:
+                best = (farley, w)
+            if price <= 1 + 1e-7 or not filling or filling in cols:
+                break
+            cols.append(filling)
+            known.append(filling)
+        return best
+
+    def separate(self, demand: list[dict[int, float]]) -> bool:
+        """Add the rows that an LP optimum with these pods per type (shape index -> pods) violates; whether any
+        was added."""
+        added = False
+        for j, got in enumerate(demand):
+            n_t = self.types[self.tlist[j]]
+            if not got:
+                continue
+            nodes, w = self.fewest_nodes(j, got)
+            if nodes <= n_t + 0.01:
+                continue
+            weights = {i: int(v * self.SCALE) for i, v in w.items() if v > 0}
+            dual, _ = self.heaviest(j, {i: float(v) for i, v in weights.items()})
+            if not np.isfinite(dual) or dual <= 0:
+                continue
+            k = int(np.floor(dual + 0.5))  # the true maximum is an integer; see NODE_CUTS_DOC
+            if sum(weights.get(i, 0) * d for i, d in got.items()) <= (n_t + 0.01) * k:
+                continue  # lost to the rounding
+            key = (j, tuple(sorted(weights.items())))
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            self.rows.append((j, weights, k))
+            added = True
+        return added
+
+
 class _OrderLP:
     """The LPs of ``CLASSES_DOC`` for one arrival order on one set of nodes, for any subset of the classes."""
 
@@ -562,6 +720,8 @@ class _OrderLP:
         self.pairs = [(i, j) for i, p in enumerate(self.plist) for j, t in enumerate(self.tlist) if _fits(p, t)]
         self.family = dff_family(sorted({p[3] for p in self.plist if p[2] > 0}))
         self.knapsack = _GpuKnapsack(sorted({p[3] for p in self.plist if p[2] > 0 and 0 < p[3] < MILLI}))
+        self.nodepack = _NodeKnapsack(self.tlist, self.plist, self.types)
+        self.node_cuts = False
         self.capacity = sum(n.gpus for n in nodes) * MILLI
         self.arrived = sum(p.total_gpu_milli for p in order)
         self.cuts = np.linspace(0, self.n, segments + 1).round().astype(np.int64)
@@ -604,7 +764,10 @@ class _OrderLP:
         for _ in range(rounds):
             try:
                 got = self._solve_once(assign, failure_rows, time_limit)
-                if got is None or not self.knapsack.separate(got[1], got[2]):
+                if got is None:
+                    break
+                gpu_rows = self.knapsack.separate(got[1], got[2])
+                if not (self.nodepack.separate(got[3]) if self.node_cuts else False) and not gpu_rows:
                     break
             except _LPTroubleError:  # no optimum to separate: the rows found so far stay (each is valid)
                 break
@@ -612,9 +775,10 @@ class _OrderLP:
         return added
 
     def _solve_once(self, assign: dict[int, int | None], failure_rows: bool,
-                    time_limit: float | None) -> tuple[float, list[dict[int, float]], list[float]] | None:
-        """One LP of ``solve``: its optimum, and per node type the sharing items (milli -> GPUs) and ``S_t`` of
-        the optimal point."""
+                    time_limit: float | None
+                    ) -> tuple[float, list[dict[int, float]], list[float], list[dict[int, float]]] | None:
+        """One LP of ``solve``: its optimum, and per node type the sharing items (milli -> GPUs), ``S_t`` and the
+        pods (shape index -> pods, over the ranges) of the optimal point."""
         from scipy.optimize import linprog
         from scipy.sparse import coo_array
 
@@ -680,6 +844,9 @@ class _OrderLP:
                     row([e for v in sh for e in xs(v, self._shape(v)[2] * f(self._shape(v)[3]))]
                         + [(s_off + j, -float(MILLI))], 0.0)
                 row([e for v in wh for e in xs(v, float(self._shape(v)[2]))] + [(s_off + j, 1.0)], float(n * g_t))
+        for j, weights, k in self.nodepack.rows if self.node_cuts else ():  # NODE_CUTS_DOC
+            row([e for v in self.by_type.get(j, []) if self.pairs[v][0] in weights
+                 for e in xs(v, float(weights[self.pairs[v][0]]))], float(self.types[self.tlist[j]] * k))
         fixed_zero: set[int] = set()
         open_vars: set[int] = set()
         for (c, seg), o in zip(failing, blk, strict=True):
@@ -751,7 +918,12 @@ class _OrderLP:
                 got = float(sum(res.x[x_off[r] + v] for r in range(nr)))
                 if got > 1e-9:
                     items[j][m] = items[j].get(m, 0.0) + k * got
-        return -float(res.fun), items, [float(res.x[s_off + j]) for j in range(nt)]
+        pods: list[dict[int, float]] = [{} for _ in range(nt)]
+        for v, (i, j) in enumerate(self.pairs):
+            got = float(sum(res.x[x_off[r] + v] for r in range(nr)))
+            if got > 1e-9:
+                pods[j][i] = pods[j].get(i, 0.0) + got
+        return -float(res.fun), items, [float(res.x[s_off + j]) for j in range(nt)], pods
 
 
 class _LPTroubleError(RuntimeError):
@@ -761,14 +933,15 @@ class _LPTroubleError(RuntimeError):
 def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Callable[[PodShape], bool],
                 key_b: Callable[[PodShape], bool], segments: int = 40,
                 progress: Callable[[str], None] | None = None, time_limit: float | None = None,
-                config_cuts: int = 30, config_passes: int = 3) -> ClassBound:
+                config_cuts: int = 30, config_passes: int = 3, node_cuts: bool = False) -> ClassBound:
     """The two-class must-place bound (``CLASSES_DOC``) for ``order`` on ``nodes``; ``key_a`` and ``key_b``
     select two disjoint sets of shapes. ``progress`` is called with a line after every LP. ``time_limit``
     (seconds per solver try) turns an LP that runs longer into HiGHS trouble, answered with the valid larger
     value of ``CLASSES_DOC`` (so the bound stays valid, and may be looser). ``config_cuts``, ``config_passes``:
     as in ``must_place_bound``, on the pair's LP that gave the bound (and the one-class figures come from the
-    last scan)."""
+    last scan); ``node_cuts`` as in ``must_place_bound``."""
     lp = _OrderLP(nodes, order, segments, [key_a, key_b])
+    lp.node_cuts = node_cuts
     cands: list[int | None] = [*range(segments), None]
     solved = 0
     cap = float(lp.capacity)
@@ -822,6 +995,6 @@ def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Ca
     for _ in range(config_passes if config_cuts > 0 else 0):
         if assign is None or not lp.refine(assign, config_cuts, time_limit=time_limit):
             break
-        say(f"{len(lp.knapsack.functions)} GPU-packing rows; the scan again")
+        say(f"{len(lp.knapsack.functions)} GPU-packing rows, {len(lp.nodepack.rows)} node-packing rows; the scan again")
         got, assign = scan()
     return got
