@@ -75,3 +75,34 @@ def test_cluster_spec_with_a_hundred_million_nodes_is_refused_at_once(tmp_path: 
     second = SPEC.format(count=30_000).split("nodePools:\n")[1].replace("name: big", "name: more")
     f.write_text(SPEC.format(count=30_000) + second)
     _refused(["spec", "validate", str(f)], "at most 50,000")
+
+
+OPENB_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), [
+    # two jobs with one id reached the engine, whose ValueError ("job 'a' submitted twice") was a traceback
+    ("jobs.csv", "id,submit_s,gpus,duration_s\na,0,8,100\nb,1,8,100\na,5,8,100\n",
+     "jobs.csv:4: id: 'a' is already the id of the job at "),
+    ("jobs.yaml", "- {id: a, submit_s: 0, gpus: 8, duration_s: 100}\n- {id: a, submit_s: 5, gpus: 1, duration_s: 9}\n",
+     "jobs.yaml:2: id: 'a' is already the id of the job at "),
+    ("pods.csv", OPENB_HEAD + "p,1000,1024,1,1000,0,100\np,1000,1024,1,500,10,200\n",
+     "pods.csv:3: name: 'p' is already the name of the pod at "),
+    # a row longer than the header said "unknown field None"
+    ("long.csv", "id,submit_s,gpus,duration_s\na,0,8,100,7,x\n", "long.csv:2: 6 fields, but the header (line 1) names 4"),
+], ids=["jobs-csv-same-id", "jobs-yaml-same-id", "openb-same-name", "row-longer-than-header"])
+@pytest.mark.parametrize("command", ["simulate", "whatif"])
+def test_a_trace_line_the_loader_cannot_take_names_its_line(tmp_path: Path, command: str, name: str, text: str,
+                                                            expected: str) -> None:
+    f = tmp_path / name
+    f.write_text(text)
+    trace = f"{'alibaba-openb' if name == 'pods.csv' else 'jobs'}:{f}"
+    design = tmp_path / "design.yaml"
+    design.write_text("name: d\ngpu: H100\nservers: 2\n")
+    args = ["simulate", "--trace", trace] if command == "simulate" else ["whatif", "--design", str(design),
+                                                                         "--trace", trace]
+    res = runner.invoke(app, args)
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert res.exit_code == 2, res.output
+    assert expected in " ".join(res.output.split()), res.output
+    assert "Traceback" not in res.output and res.stdout == ""

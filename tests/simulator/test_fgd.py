@@ -21,7 +21,7 @@ runner = CliRunner()
 def test_parse_seeds() -> None:
     assert fgd.parse_seeds("42-45") == [42, 43, 44, 45]
     assert fgd.parse_seeds("7,3,3-4") == [3, 4, 7]
-    for bad in ("", "5-2", "x"):
+    for bad in ("", "5-2", "x", "-1", "1--1", "3,-2-4"):
         with pytest.raises(ValueError):
             fgd.parse_seeds(bad)
 

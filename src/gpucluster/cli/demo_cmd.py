@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         pod_count: Annotated[int | None, typer.Option(
             "--pod-count", min=1, help="How many synthetic pods to place (default 12000).")] = None,
         old_pods: Annotated[int | None, deprecated_option("--pods", "--pod-count")] = None,
-        seed: Annotated[int, typer.Option("--seed", help="Workload and tie-break seed.")] = 1,
+        seed: Annotated[int, typer.Option("--seed", min=0, help="Workload and tie-break seed (>= 0).")] = 1,
         policies: Annotated[
             list[str] | None, typer.Option("--placement-policy", help="Placement policies to compare "
                                                                      "(repeatable; default: every one).")

@@ -44,13 +44,22 @@ def _seeds(text: str) -> list[int]:
         fail(f"--seeds {text!r}: {exc} (use e.g. 42-51 or 42,43)")
 
 
-def _policy(name: str) -> PolicyName:
+def _policy(name: str, flag: str = "--placement-policy") -> PolicyName:
     from gpucluster.simulator.experiments import fgd
 
     try:
         return fgd.resolve_policy(name)
     except ValueError as exc:
-        fail(f"--placement-policy: {exc}")
+        fail(f"{flag}: {exc}")
+
+
+def _check_inflation(inflation: float) -> None:
+    """``--inflation``: within (0, 10] (NaN is not; a NaN or huge one made ``fgd-sweep`` run for ever)."""
+    if not 0 < inflation <= 10:
+        fail(f"--inflation {inflation}: must be in (0, 10]")
+
+
+INFLATION_HELP = "Arrived GPU request / cluster GPUs, in (0, 10]."
 
 
 def _workload_name(path: Path) -> str:
@@ -66,7 +75,7 @@ def fgd_cmd(
                                    "scheduler's default policy).")] = None,
     old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 42-51 or 42,43.")] = "42-51",
-    inflation: Annotated[float, typer.Option("--inflation", help="Arrived GPU request / cluster GPUs.")] = 1.3,
+    inflation: Annotated[float, typer.Option("--inflation", help=INFLATION_HELP)] = 1.3,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write peer-shaped CSVs, PNG plots, result.json.")] = None,
 ) -> None:
@@ -77,8 +86,7 @@ def fgd_cmd(
 
     pol = _policy(renamed(policy, old_policy, "--placement-policy", "--policy") or "fgd")
     seed_list = _seeds(seeds)
-    if not 0 < inflation <= 10:
-        fail(f"--inflation {inflation}: must be in (0, 10]")
+    _check_inflation(inflation)
     try:
         node_list = load_nodes(nodes)
         pod_list = load_pods(pods)
@@ -123,8 +131,8 @@ def fgd_sweep_cmd(
     workloads: Annotated[str, typer.Option("--workloads", help="Comma-separated workloads (default: the 13 "
                                                                "with published results).")] = "",
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 42-51.")] = "42-51",
-    inflation: Annotated[float, typer.Option("--inflation")] = 1.3,
-    jobs: Annotated[int, typer.Option("--jobs", help="Worker processes (default: all cores).")] = 0,
+    inflation: Annotated[float, typer.Option("--inflation", help=INFLATION_HELP)] = 1.3,
+    jobs: Annotated[int, typer.Option("--jobs", min=0, help="Worker processes (default 0: all cores).")] = 0,
     ray_address: Annotated[str | None, typer.Option(
         "--ray-address", envvar="RAY_ADDRESS",
         help="Run on this Ray cluster instead of local processes (HOST:PORT of the head, ray://HOST:10001, or "
@@ -139,9 +147,10 @@ def fgd_sweep_cmd(
     from gpucluster.simulator.traces import TraceError
     from gpucluster.simulator.traces.openb import load_nodes, load_pods
 
-    pols = [_policy(p.strip()).value for p in policies.split(",") if p.strip()]
+    pols = [_policy(p.strip(), "--policies").value for p in policies.split(",") if p.strip()]
     wls = [w.strip() for w in workloads.split(",") if w.strip()] or list(fgd.PUBLISHED_WORKLOADS)
     seed_list = _seeds(seeds)
+    _check_inflation(inflation)
     if not (trace_dir / fgd.NODE_FILE).is_file():
         fail(f"--trace-dir {trace_dir}: no {fgd.NODE_FILE} there")
     missing = [w for w in wls if not (trace_dir / f"openb_pod_list_{w}.csv").is_file()]

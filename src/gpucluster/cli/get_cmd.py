@@ -522,7 +522,7 @@ class Describable(enum.StrEnum):
 
 
 def describe(
-    kind: Annotated[str, typer.Argument(metavar="job|node", autocompletion=lambda incomplete: [
+    kind: Annotated[str, typer.Argument(metavar="job|node", help="job or node.", autocompletion=lambda incomplete: [
         k.value for k in Describable if k.value.startswith(incomplete)])],
     name: Annotated[str, typer.Argument(help="Job id or name; node name.")],
     output: OutputOpt = OutputFormat.TABLE,

@@ -217,7 +217,9 @@ def register(app: typer.Typer) -> None:
             "--kube-version", help="Target Kubernetes version X.Y[.Z], 1.35 or newer (1.35-1.37 are tested; "
                                    "older ones are refused): picks the registry.k8s.io/kube-scheduler image; the "
                                    "KubeSchedulerConfiguration is kubescheduler.config.k8s.io/v1.")] = "1.37",
-        namespace: Annotated[str, typer.Option("--namespace")] = "kube-system",
+        namespace: Annotated[str, typer.Option("--namespace", help="Namespace of the namespaced objects (the "
+                                                                    "scheduler, its Lease, the agent).")]
+        = "kube-system",
         release: Annotated[str, typer.Option("--release", help="Prefix of the objects' names (as a Helm "
                                                                "release name).")] = "gpucluster",
         image: Annotated[str, typer.Option("--image", help="gpucluster container image (see Containerfile).")]

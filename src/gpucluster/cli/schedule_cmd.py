@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
             Policy | None, typer.Option("--gpu-policy", help="HAMi style: inside a node, fuller devices (binpack) "
                                                              "or emptier (spread, default), by HAMi's device score.")
         ] = None,
-        seed: Annotated[int, typer.Option("--seed", help="Seed for tie-breaking between equal nodes.")] = 0,
+        seed: Annotated[int, typer.Option("--seed", min=0, help="Tie-break seed between equal nodes (>= 0).")] = 0,
         json_out: Annotated[bool, typer.Option(
             "--json", help='Print {"placements": [...], "placed": n, "unplaced": m} as JSON.')] = False,
         device_config: DeviceConfigOpt = None,

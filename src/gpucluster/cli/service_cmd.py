@@ -145,7 +145,7 @@ def up(
                             "is refused, 409 naming the live job's id), as in a Kubernetes namespace; a finished "
                             "job's name may be used again. shared: names may repeat, as in Slurm (the id is "
                             "unique either way).", case_sensitive=False)] = JobNameMode.UNIQUE,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed of the synthetic workload.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed of the synthetic workload (>= 0).")] = 0,
     device_config: DeviceConfigOpt = None,
     submit_rate: Annotated[float, typer.Option(
         "--submit-rate", min=0.0, max=100000.0,
@@ -410,7 +410,7 @@ def jobs(
     as_json: JsonOpt = False,
     status: Annotated[str | None, typer.Option("--status", help="Filter by status.")] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Filter by tenant.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=5000)] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=5000, help="At most this many jobs.")] = 50,
 ) -> None:
     """List jobs (newest first) on a running control plane (`gpucluster get jobs` does more)."""
     params: dict[str, Any] = {"limit": limit}

@@ -84,7 +84,7 @@ def simulate(
     placement: Annotated[str | None, typer.Option(
         "--placement-policy", help=PLACEMENT_HELP + "; default: the queue policy's own")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for per-job CSV and PNG plots")] = None,
-    seed: Annotated[int, typer.Option(help="Random seed (synthetic traces, tie-breaks)")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Random seed (synthetic traces, tie-breaks); >= 0")] = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N jobs (by arrival)")] = None,
     quota: Annotated[Path | None, typer.Option(
         "--quota", help="Hierarchical tenant queues (YAML: queues with name, parent, guarantee, limit, weight); "

@@ -10,6 +10,7 @@ design's GPU model), and prints the table, ``--json``, ``--out`` (``whatif.csv``
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -179,7 +180,7 @@ def whatif(
     years: Annotated[float, typer.Option("--years", help="Years to amortise capex over")] = WHATIF_YEARS,
     tolerance: Annotated[float, typer.Option("--jct-tolerance", help="Verdict: percent above the best avg JCT "
                                                                      "a design may be")] = WHATIF_JCT_TOLERANCE_PCT,
-    seed: Annotated[int, typer.Option(help="Random seed (synthetic traces, tie-breaks)")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Random seed (synthetic traces, tie-breaks); >= 0")] = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N jobs (by arrival)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {designs, verdict} as JSON")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for whatif.csv and whatif.png")] = None,
@@ -218,16 +219,19 @@ def whatif(
     policy = renamed(policy, old_policy, "--queue-policy", "--policy") or DEFAULT_QUEUE_POLICY
     [policy] = check_queue_policies(policy)
     check_placement_policy(placement)
-    if years <= 0:
-        _fail(["--years: must be > 0"])
-    if tolerance < 0:
-        _fail(["--jct-tolerance: must be >= 0"])
+    # NaN passes every comparison false (and inf is no number of years): both are refused here, not met later
+    # as a $nan verdict or a traceback
+    if not 0 < years < math.inf:
+        _fail([f"--years {years}: must be > 0 (and finite)"])
+    if not tolerance >= 0:  # inf: any JCT will do (the cheapest design wins)
+        _fail([f"--jct-tolerance {tolerance}: must be >= 0"])
     if limit is not None and limit <= 0:
         _fail(["--limit: must be > 0"])
     if owned_utilization is not None and not 0 < owned_utilization <= 1:
         _fail(["--owned-utilization: must be within (0, 1]"])
-    if spot_per_day < 0 or spot_restart_h < 0:
-        _fail(["--spot-interruptions-per-day and --spot-restart-h: must be >= 0"])
+    for flag, value in (("--spot-interruptions-per-day", spot_per_day), ("--spot-restart-h", spot_restart_h)):
+        if not 0 <= value < math.inf:
+            _fail([f"{flag} {value}: must be >= 0 (and finite)"])
     if plot_path is not None and plot_path.suffix.lower() not in (".png", ".svg"):
         _fail([f"--plot {plot_path}: must end in .png or .svg"])
     spot = SpotRisk(interruptions_per_hour=spot_per_day / 24.0, restart_h=spot_restart_h)

@@ -44,14 +44,19 @@ DEFAULT_SEEDS = tuple(range(42, 52))
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``42-51`` or ``42,43,50`` (or a mix) -> sorted unique seeds; ValueError says why."""
+    """``42-51`` or ``42,43,50`` (or a mix) -> sorted unique seeds (each >= 0, as numpy's generators take);
+    ValueError says why."""
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
-        if "-" in part[1:]:
-            lo_s, hi_s = part.split("-", 1) if not part.startswith("-") else ("", part)
+        if part.startswith("-"):
+            raise ValueError(f"seed {part!r} is negative; seeds are >= 0")
+        if "-" in part:
+            lo_s, hi_s = part.split("-", 1)
+            if hi_s.startswith("-"):
+                raise ValueError(f"seed range {part!r} ends in a negative seed; seeds are >= 0")
             lo, hi = int(lo_s), int(hi_s)
             if hi < lo:
                 raise ValueError(f"seed range {part!r} runs backwards")

@@ -32,6 +32,7 @@ class OpenbSkipped:
 def load_openb_jobs(path: Path, skipped: OpenbSkipped | None = None) -> list[JobSpec]:
     skipped = skipped if skipped is not None else OpenbSkipped()
     jobs: list[JobSpec] = []
+    first: dict[str, str] = {}
     with decoded(path), inputfile.open_text(path, newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in _NEED if c not in (reader.fieldnames or [])]
@@ -53,6 +54,9 @@ def load_openb_jobs(path: Path, skipped: OpenbSkipped | None = None) -> list[Job
                 continue
             if not 0 < milli <= 1000:
                 raise TraceError(f"{where}: gpu_milli must be within 1..1000, not {milli}")
+            seen = first.setdefault(row["name"], where)
+            if seen != where:
+                raise TraceError(f"{where}: name: {row['name']!r} is already the name of the pod at {seen}")
             jobs.append(JobSpec(
                 job_id=row["name"], submit_s=created, num_gpus=gpus, duration_s=deleted - created,
                 tenant=row.get("qos") or "default", kind=JobKind.INFER, gpus_per_task=gpus,

@@ -49,7 +49,15 @@ def _from_csv(path: Path) -> list[JobSpec]:
         unknown = [c for c in reader.fieldnames if c not in _KNOWN]
         if unknown:
             raise TraceError(f"{path}:1: unknown column {unknown[0]!r}")
-        return [job_from_record(row, f"{path}:{reader.line_num}") for row in reader]
+        out: list[JobSpec] = []
+        first: dict[str, str] = {}
+        for row in reader:
+            where = f"{path}:{reader.line_num}"
+            if None in row:  # csv.DictReader keeps the cells past the header's under the key None
+                raise TraceError(f"{where}: {len(reader.fieldnames) + len(row[None])} fields, but the header "
+                                 f"(line 1) names {len(reader.fieldnames)}")
+            out.append(_once(job_from_record(row, where), where, first))
+        return out
 
 
 def _from_yaml(path: Path) -> list[JobSpec]:
@@ -61,12 +69,21 @@ def _from_yaml(path: Path) -> list[JobSpec]:
         raise TraceError(f"{path}:1: expected a list of jobs (or a mapping with a 'jobs' list)")
     lines = _item_lines(text)
     out = []
+    first: dict[str, str] = {}
     for k, item in enumerate(doc):
         where = f"{path}:{lines[k] if k < len(lines) else 1}"
         if not isinstance(item, Mapping):
             raise TraceError(f"{where}: job {k} must be a mapping")
-        out.append(job_from_record({str(a): b for a, b in item.items()}, where))
+        out.append(_once(job_from_record({str(a): b for a, b in item.items()}, where), where, first))
     return out
+
+
+def _once(spec: JobSpec, where: str, first: dict[str, str]) -> JobSpec:
+    """``spec``, whose id no job before it had (``first``: id -> where it was given); a job id names one job."""
+    seen = first.setdefault(spec.job_id, where)
+    if seen != where:
+        raise TraceError(f"{where}: id: {spec.job_id!r} is already the id of the job at {seen}")
+    return spec
 
 
 def _item_lines(text: str) -> list[int]:

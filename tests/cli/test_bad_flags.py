@@ -1,0 +1,94 @@
+"""Out-of-range flag values on the offline commands (and ``up``, which refuses before it serves): each exits 2 with
+a message that names the flag and why, and no traceback. (Bad *files* are fuzzed in ``test_file_fuzz.py``.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer.main
+import typer.testing
+from typer.testing import CliRunner
+
+from gpucluster.cli.main import app
+
+runner = CliRunner()
+
+POD = ("kind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+       "    resources: {limits: {nvidia.com/gpu: 1}}\n")
+OPENB_NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,G2\nn1,32000,131072,4,G2\n"
+OPENB_PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,2000,4096,1,500\np1,3000,4096,0,0\n"
+SYNTH = "synthetic:20:philly:0.001"
+SEED = ("--seed", "greater than or equal to 0")
+
+# (command line with {pods}, {design}, {dir} (an openb trace folder) and {tmp} filled in, texts the error names)
+CASES: list[tuple[str, tuple[str, ...]]] = [
+    # a negative seed reached numpy's generators (ValueError: expected non-negative integer)
+    ("schedule --pods {pods} --seed -1", SEED),
+    ("demo --pod-count 10 --seed -3", SEED),
+    (f"simulate --trace {SYNTH} --seed -1", SEED),
+    (f"whatif --design {{design}} --trace {SYNTH} --seed -1", SEED),
+    ("up --port 9 --data-dir {tmp}/data --seed -1", SEED),
+    ("experiment fgd --nodes {dir}/openb_node_list_gpu_node.csv --pods {dir}/openb_pod_list_tiny.csv --seeds -1",
+     ("--seeds", "'-1'", "negative")),
+    ("experiment fgd --nodes {dir}/openb_node_list_gpu_node.csv --pods {dir}/openb_pod_list_tiny.csv --seeds 3,-2-4",
+     ("--seeds", "negative")),
+    ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --jobs 1 --seeds 1--1",
+     ("--seeds", "negative")),
+    # fgd-sweep took any --inflation: 0 or -1 ran every seed to an empty result (exit 0), NaN or 11 never ended
+    *((f"experiment fgd-sweep --trace-dir {{dir}} --workloads tiny --out {{tmp}}/sweep --jobs 1 --seeds 1 "
+       f"--inflation {value}", ("--inflation", "must be in (0, 10]")) for value in ("0", "-1", "nan", "11")),
+    ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --jobs -3",
+     ("--jobs", "greater than or equal to 0")),
+    # ... and named --placement-policy (a flag it does not have) for an unknown policy in --policies
+    ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --policies fgd,nope",
+     ("--policies:", "unknown policy 'nope'")),
+    # whatif compared its numbers with < and >, which NaN passes: a $nan verdict (--years) or a traceback
+    *((f"whatif --design {{design}} --trace {SYNTH} {flag} {value}", (flag, why))
+      for flag, why in (("--years", "must be > 0"), ("--spot-interruptions-per-day", "must be >= 0"),
+                        ("--spot-restart-h", "must be >= 0"))
+      for value in ("nan", "inf")),
+    (f"whatif --design {{design}} --trace {SYNTH} --jct-tolerance nan", ("--jct-tolerance", "must be >= 0")),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built_once() -> Iterator[None]:
+    """The click command tree of the whole app, built once for every case (as in ``test_file_fuzz.py``)."""
+    built = typer.main.get_command(app)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(typer.testing, "_get_command", lambda _app: built)
+        yield
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "openb_node_list_gpu_node.csv").write_text(OPENB_NODES)
+    (trace / "openb_pod_list_tiny.csv").write_text(OPENB_PODS)
+    (tmp_path / "pods.yaml").write_text(POD)
+    (tmp_path / "design.yaml").write_text("name: d\ngpu: H100\nservers: 2\n")
+    return {"pods": str(tmp_path / "pods.yaml"), "design": str(tmp_path / "design.yaml"), "dir": str(trace),
+            "tmp": str(tmp_path)}
+
+
+def _id(line: str) -> str:
+    """``simulate:--seed=-1``: the command and the bad flag (the last one on the line)."""
+    words = line.split()
+    command = " ".join(w for w in words[:2] if not w.startswith("-"))
+    return f"{command}:{words[-2]}={words[-1]}"
+
+
+@pytest.mark.parametrize(("line", "expected"), CASES, ids=[_id(c[0]) for c in CASES])
+def test_an_out_of_range_flag_exits_2_naming_it(files: dict[str, str], line: str, expected: tuple[str, ...]) -> None:
+    args = line.format(**files).split()
+    res = runner.invoke(app, args)
+    assert res.exception is None or isinstance(res.exception, SystemExit), (args, repr(res.exception))
+    assert res.exit_code == 2, (args, res.output)
+    output = " ".join(res.output.split())
+    assert "Traceback" not in output, output
+    for text in expected:
+        assert text in output, (args, res.output)
+    assert res.stdout == "", "an error writes nothing to stdout (a --json reader sees no partial document)"
