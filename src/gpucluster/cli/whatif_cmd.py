@@ -259,7 +259,7 @@ def whatif(
                             progress=lambda line: info.print(line, highlight=False))
     except ExecutorError as exc:
         _fail([f"--ray-address: {exc}"])
-    v = verdict(rows, tolerance)
+    v = verdict(rows, tolerance, region)
     title = f"what if: {len(jobs):,} jobs ({trace.split(':', 1)[0]}), policy {policy}"
     if as_json:
         print_json({
