@@ -50,6 +50,10 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
                         ("--spot-restart-h", "must be >= 0"))
       for value in ("nan", "inf")),
     (f"whatif --design {{design}} --trace {SYNTH} --jct-tolerance nan", ("--jct-tolerance", "must be >= 0")),
+    # design and whatif wrote their errors without the "error:" every other command's carry
+    ("design --gpu H100 --servers 0", ("--servers", "must be > 0")),
+    ("design --gpu H100 --servers 2 --fabric bogus", ("--fabric", "must be ib or roce")),
+    (f"whatif --design {{design}} --trace {SYNTH} --years 0", ("--years", "must be > 0")),
     # k8s manifests printed objects the API server refuses (kubectl apply failed later, object by object)
     ("k8s manifests --namespace Bad_NS", ("--namespace 'Bad_NS'", "not a namespace name")),
     ("k8s manifests --namespace " + "n" * 64, ("--namespace", "at most 63 characters")),
@@ -97,4 +101,6 @@ def test_an_out_of_range_flag_exits_2_naming_it(files: dict[str, str], line: str
     assert "Traceback" not in output, output
     for text in expected:
         assert text in output, (args, res.output)
+    # ours read "error: ...", click's usage errors "Error: ..." (in a box where typer draws it with rich)
+    assert "error" in res.stderr.lower(), "an error that does not say it is one"
     assert res.stdout == "", "an error writes nothing to stdout (a --json reader sees no partial document)"

@@ -34,8 +34,9 @@ _FABRICS = {"ib": "infiniband", "infiniband": "infiniband", "roce": "roce", "roc
 
 
 def _fail(lines: list[str]) -> NoReturn:
+    """Every problem found, one ``error:`` line each (as :func:`gpucluster.cli.common.fail` writes one), exit 2."""
     for line in lines:
-        print(line, file=sys.stderr)
+        print(f"error: {line}", file=sys.stderr)
     raise typer.Exit(2)
 
 

@@ -33,8 +33,9 @@ from gpucluster.cli.simulate_cmd import REF_GPU_HELP
 
 
 def _fail(lines: list[str]) -> NoReturn:
+    """Every problem found, one ``error:`` line each (as :func:`gpucluster.cli.common.fail` writes one), exit 2."""
     for line in lines:
-        print(line, file=sys.stderr)
+        print(f"error: {line}", file=sys.stderr)
     raise typer.Exit(2)
 
 
