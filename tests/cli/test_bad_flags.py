@@ -36,6 +36,9 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
      ("--seeds", "negative")),
     ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --jobs 1 --seeds 1--1",
      ("--seeds", "negative")),
+    # a typo'd range built a set of five billion seeds (memory) before anything was checked
+    ("experiment fgd --nodes {dir}/openb_node_list_gpu_node.csv --pods {dir}/openb_pod_list_tiny.csv "
+     "--seeds 42-5100000000", ("--seeds", "5,099,999,959 seeds; at most 10,000")),
     # fgd-sweep took any --inflation: 0 or -1 ran every seed to an empty result (exit 0), NaN or 11 never ended
     *((f"experiment fgd-sweep --trace-dir {{dir}} --workloads tiny --out {{tmp}}/sweep --jobs 1 --seeds 1 "
        f"--inflation {value}", ("--inflation", "must be in (0, 10]")) for value in ("0", "-1", "nan", "11")),

@@ -21,7 +21,9 @@ runner = CliRunner()
 def test_parse_seeds() -> None:
     assert fgd.parse_seeds("42-45") == [42, 43, 44, 45]
     assert fgd.parse_seeds("7,3,3-4") == [3, 4, 7]
-    for bad in ("", "5-2", "x", "-1", "1--1", "3,-2-4"):
+    assert len(fgd.parse_seeds(f"1-{fgd.MAX_SEEDS}")) == fgd.MAX_SEEDS
+    for bad in ("", "5-2", "x", "-1", "1--1", "3,-2-4", "42-5100000000", f"0-{fgd.MAX_SEEDS}",
+                f"0-{fgd.MAX_SEEDS - 1},{fgd.MAX_SEEDS + 5}"):
         with pytest.raises(ValueError):
             fgd.parse_seeds(bad)
 

@@ -43,9 +43,14 @@ PEER_POLICY = {
 DEFAULT_SEEDS = tuple(range(42, 52))
 
 
+MAX_SEEDS = 10_000
+"""Seeds one experiment may run (the paper's is 10): a typo such as ``42-5100000000`` is refused before a set of
+that many seeds is built (gigabytes), not run for years."""
+
+
 def parse_seeds(text: str) -> list[int]:
-    """``42-51`` or ``42,43,50`` (or a mix) -> sorted unique seeds (each >= 0, as numpy's generators take);
-    ValueError says why."""
+    """``42-51`` or ``42,43,50`` (or a mix) -> sorted unique seeds (each >= 0, as numpy's generators take, at most
+    :data:`MAX_SEEDS` of them); ValueError says why."""
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
@@ -60,9 +65,13 @@ def parse_seeds(text: str) -> list[int]:
             lo, hi = int(lo_s), int(hi_s)
             if hi < lo:
                 raise ValueError(f"seed range {part!r} runs backwards")
+            if hi - lo + 1 > MAX_SEEDS:
+                raise ValueError(f"seed range {part!r} has {hi - lo + 1:,} seeds; at most {MAX_SEEDS:,}")
             out.update(range(lo, hi + 1))
         else:
             out.add(int(part))
+        if len(out) > MAX_SEEDS:
+            raise ValueError(f"{len(out):,} seeds; at most {MAX_SEEDS:,}")
     if not out:
         raise ValueError("no seeds given")
     return sorted(out)
