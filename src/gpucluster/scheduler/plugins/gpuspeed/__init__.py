@@ -34,7 +34,9 @@ short jobs free come back as whole nodes rather than as holes beside long jobs. 
 whatever the comparative advantage, and (``reserve_long``) a job that is not long leaves a kept model's last idle
 GPUs to the queued long jobs whose fastest model it is: when placing the pod there would leave fewer idle GPUs of
 that model than those jobs ask for, and another model can take it, it keeps the fastest of the others instead (LPT:
-the longest jobs set the makespan). It skips -- and the profile is exactly the speed-blind one -- on a
+the longest jobs set the makespan); counted in holes (``reserve_whole``): a long job of tasks of k whole GPUs needs
+as many nodes' worth of k idle GPUs as it has tasks, and a node where the pod would leave fewer scores 0 while
+another node of the kept models does not. It skips -- and the profile is exactly the speed-blind one -- on a
 cluster of one GPU model, for a pod
 whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
 speed service, and when every candidate's model is within the tolerance anyway and no hole is to be kept for a
