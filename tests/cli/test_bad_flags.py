@@ -50,6 +50,12 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
                         ("--spot-restart-h", "must be >= 0"))
       for value in ("nan", "inf")),
     (f"whatif --design {{design}} --trace {SYNTH} --jct-tolerance nan", ("--jct-tolerance", "must be >= 0")),
+    # k8s manifests printed objects the API server refuses (kubectl apply failed later, object by object)
+    ("k8s manifests --namespace Bad_NS", ("--namespace 'Bad_NS'", "not a namespace name")),
+    ("k8s manifests --namespace " + "n" * 64, ("--namespace", "at most 63 characters")),
+    ("k8s manifests --release 9lives", ("--release '9lives'", "a lower-case letter")),
+    ("k8s manifests --release Prod", ("--release 'Prod'", "a lower-case letter")),
+    ("k8s manifests --scheduler-name My_Scheduler", ("--scheduler-name 'My_Scheduler'", "DNS subdomain")),
 ]
 
 

@@ -106,3 +106,16 @@ def test_a_trace_line_the_loader_cannot_take_names_its_line(tmp_path: Path, comm
     assert res.exit_code == 2, res.output
     assert expected in " ".join(res.output.split()), res.output
     assert "Traceback" not in res.output and res.stdout == ""
+
+
+def test_a_philly_folder_with_one_vc_twice_names_both_files(tmp_path: Path) -> None:
+    """Gavel ships one folder per seed, each with the same VC files; given their parent, two files made jobs of
+    one id (VC-LINE) and the engine's ValueError a traceback."""
+    (tmp_path / "oracle_throughputs.json").write_text('{"v100": {"ResNet-18": {"null": 10.0}}}')
+    for seed in ("seed=0", "seed=1"):
+        (tmp_path / seed).mkdir()
+        (tmp_path / seed / "vc1.trace").write_text("ResNet-18\tpython train.py\t-n\t0\t1000\t5\t1\n")
+    _refused(["simulate", "--trace", f"philly-gavel:{tmp_path}"],
+             f"{tmp_path / 'seed=0' / 'vc1.trace'} and {tmp_path / 'seed=1' / 'vc1.trace'} are both VC 'vc1'")
+    res = runner.invoke(app, ["simulate", "--trace", f"philly-gavel:{tmp_path / 'seed=0'}", "--json"])
+    assert res.exit_code == 0, res.output

@@ -129,3 +129,25 @@ def test_spec_show_raw_saved_at_40_columns_validates(tmp_path: Path) -> None:
     assert r.stdout == default_spec_text() if default_spec_text().endswith("\n") else default_spec_text() + "\n"
     check = run_tty("spec", "validate", str(saved), "--json", columns=NARROW)
     assert check.code == 0 and json.loads(check.stdout)["nodes"] == 240
+
+
+PROGRESS = [
+    ("simulate", ["simulate", "--trace", "synthetic:300:philly:0.1"], " jobs"),
+    ("demo", ["demo", "--pod-count", "300", "--placement-policy", "binpack"], "binpack"),
+]
+
+
+@pytest.mark.parametrize(("args", "bar"), [(a, b) for _, a, b in PROGRESS], ids=[c[0] for c in PROGRESS])
+def test_progress_bars_go_to_stderr(args: list[str], bar: str) -> None:
+    """simulate and demo drew their progress bar on stdout: a terminal showed it, but ``> out.txt`` lost it (and a
+    ``--json`` run had none at all); a bar is stderr's, drawn there whatever stdout is."""
+    to_terminal = run_tty(*args, columns=100)
+    assert to_terminal.code == 0, to_terminal.stderr
+    assert "\x1b[?25l" not in to_terminal.stdout, "a live progress display drawn on stdout"
+    for extra in ([], ["--json"]):
+        redirected = run_tty(*args, *extra, columns=100, on_tty="stderr")
+        assert redirected.code == 0, redirected.stderr
+        assert "\x1b[?25l" in redirected.stderr and bar in redirected.stderr, redirected.stderr[:500]
+        assert "\x1b[" not in redirected.stdout
+        if extra:
+            assert json.loads(redirected.stdout)

@@ -217,6 +217,11 @@ def test_buyer_units_are_owned_and_cloud_side_by_side(app: typer.Typer, gpu_desi
     assert row["spot_region"] == f"{spot['provider']} {spot['region']}"
     only = _json(app, "--design", str(h100), "--trace", "synthetic:120:philly:0.5", "--region", "eu-west")
     assert {c["region"] for c in only["designs"][0]["costs"]["cloud"]} == {"eu-west-1"}
+    # a --region no offer matches: the verdict said the catalog had no cloud offer for the GPU at all
+    none = _json(app, "--design", str(h100), "--trace", "synthetic:120:philly:0.5", "--region", "mars-1")
+    assert none["designs"][0]["costs"]["cloud"] == []
+    assert "no cloud offer for H100-SXM5-80GB in a region or provider matching 'mars-1' (--region)" in (
+        none["verdict"]["text"])
 
 
 @pytest.mark.parametrize("model", ["llama-decode", "resnet-serve"])

@@ -23,9 +23,11 @@ class Result:
     stderr: str
 
 
-def run_tty(*args: str, columns: int = 40, env: dict[str, str] | None = None, timeout: float = 300.0) -> Result:
+def run_tty(*args: str, columns: int = 40, env: dict[str, str] | None = None, timeout: float = 300.0,
+            on_tty: str = "stdout") -> Result:
     """``gpucluster ARGS`` with stdout on a pty ``columns`` wide (no newline translation, so what the program
-    wrote is what is read back) and stderr in a file."""
+    wrote is what is read back) and stderr in a file; ``on_tty="stderr"``: stderr on the pty, stdout in the
+    file (what a user gets from ``gpucluster ... > out.json``)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     attrs = termios.tcgetattr(slave)
@@ -34,8 +36,9 @@ def run_tty(*args: str, columns: int = 40, env: dict[str, str] | None = None, ti
     full_env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm-256color", **(env or {})}
     full_env.pop("NO_COLOR", None)
     with tempfile.TemporaryFile() as err:
+        out, errs = (slave, err) if on_tty == "stdout" else (err, slave)
         proc = subprocess.Popen([sys.executable, "-m", "gpucluster.cli.main", *args], stdin=subprocess.DEVNULL,
-                                stdout=slave, stderr=err, env=full_env, close_fds=True)
+                                stdout=out, stderr=errs, env=full_env, close_fds=True)
         os.close(slave)
         chunks: list[bytes] = []
         deadline = time.monotonic() + timeout
@@ -59,4 +62,5 @@ def run_tty(*args: str, columns: int = 40, env: dict[str, str] | None = None, ti
             os.close(master)
         code = proc.wait(timeout=timeout)
         err.seek(0)
-        return Result(code, b"".join(chunks).decode("utf-8", "replace"), err.read().decode("utf-8", "replace"))
+        on_pty, in_file = b"".join(chunks).decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+        return Result(code, on_pty, in_file) if on_tty == "stdout" else Result(code, in_file, on_pty)

@@ -125,6 +125,25 @@ def test_online_placement_replay_of_openb_lists(tmp_path: Path, placement: str) 
     assert 0 < out["gpu_utilization"] <= 1
 
 
+@pytest.mark.parametrize("command", ["simulate", "whatif"])
+def test_the_pods_an_openb_replay_leaves_out_are_counted_on_stderr(tmp_path: Path, command: str) -> None:
+    """CPU-only pods and pods that never ran are not jobs (by design), but leaving them out silently made a list
+    of 4 pods a run of 2 jobs with nothing saying why; stdout stays the JSON document alone."""
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+                    "gpu-a,1000,1024,1,1000,0,100\ncpu-b,1000,1024,0,0,5,50\ngpu-c,1000,1024,1,500,10,400\n"
+                    "gone-d,1000,1024,1,1000,20,20\n")
+    design = tmp_path / "design.yaml"
+    design.write_text("name: d\ngpu: H100\nservers: 2\n")
+    args = ["simulate"] if command == "simulate" else ["whatif", "--design", str(design)]
+    res = runner.invoke(app, [*args, "--trace", f"alibaba-openb:{pods}", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert (data["jobs"] if command == "simulate" else data["workload"]["jobs"]) == 2
+    assert (f"note: {pods}: left out 1 CPU-only pods (num_gpu 0) and 1 that never ran (deletion_time <= "
+            "creation_time); 2 GPU pods are the jobs") in " ".join(res.stderr.split())
+
+
 MIXED = """apiVersion: gpucluster.io/v1alpha1
 kind: ClusterSpec
 name: h100-l40s

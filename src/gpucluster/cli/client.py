@@ -158,15 +158,21 @@ def client(conn: Connection) -> httpx.Client:
     return httpx.Client(base_url=conn.server, headers={"Authorization": f"Bearer {conn.token}"}, timeout=30.0)
 
 
-def call(http: httpx.Client, method: str, path: str, **kw: Any) -> Any:
-    """One request; 4xx exits 2 and 5xx exits 1, both with ``where: why (HTTP code)``; an unreachable server
-    exits 2 naming it."""
+def send(http: httpx.Client, method: str, path: str, **kw: Any) -> httpx.Response:
+    """One request and its response, whatever its status (for a caller that reads a 404 itself); an unreachable
+    server exits 2 naming it."""
     import httpx
 
     try:
-        resp = http.request(method, path, **kw)
+        return http.request(method, path, **kw)
     except httpx.HTTPError as exc:
         fail(f"--server: cannot reach {http.base_url}: {exc}")
+
+
+def call(http: httpx.Client, method: str, path: str, **kw: Any) -> Any:
+    """One request; 4xx exits 2 and 5xx exits 1, both with ``where: why (HTTP code)``; an unreachable server
+    exits 2 naming it."""
+    resp = send(http, method, path, **kw)
     try:
         body = resp.json()
     except ValueError:
@@ -180,4 +186,4 @@ def call(http: httpx.Client, method: str, path: str, **kw: Any) -> Any:
 
 
 __all__ = ["CONFIG_ENV", "DEFAULT_SERVER", "SERVER_ENV", "TOKEN_ENV", "Connection", "ContextOpt", "ServerOpt",
-           "TokenOpt", "call", "client", "config_path", "load_config", "resolve", "save_config"]
+           "TokenOpt", "call", "client", "config_path", "load_config", "resolve", "save_config", "send"]

@@ -75,7 +75,8 @@ def register(app: typer.Typer) -> None:
         chosen = policies or sorted(PROFILES)
         workload = synthetic_pods(pods, seed)
         rows: list[dict[str, Any]] = []
-        with Progress(console=console, transient=True, disable=json_out) as progress:
+        # the bar goes to stderr (shown where stderr is a terminal): stdout carries the result only
+        with Progress(console=common.err_console, transient=True) as progress:
             for name in chosen:
                 try:
                     profile = profile_for(name, seed)

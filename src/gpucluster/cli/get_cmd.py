@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpucluster.cli.client import ContextOpt, ServerOpt, TokenOpt, call, client, resolve
+from gpucluster.cli.client import ContextOpt, ServerOpt, TokenOpt, call, client, resolve, send
 from gpucluster.cli.common import fail
 from gpucluster.cli.output import (
     OutputFormat,
@@ -387,7 +387,7 @@ def find_job(http: httpx.Client, ref: str, prefer_active: bool = False) -> dict[
     when several jobs have that name (a name is unique among a tenant's live jobs only: a finished job's name may
     be used again, another tenant has its own, and ``up --job-names shared`` lets them repeat; an id is unique).
     ``prefer_active`` (cancel): only the jobs still pending or running are candidates, when there are any."""
-    resp = http.get(f"/api/v1/jobs/{ref}")
+    resp = send(http, "GET", f"/api/v1/jobs/{ref}")
     if resp.status_code == 200:
         found: dict[str, Any] = resp.json()
         return found
@@ -546,7 +546,7 @@ def describe(
             else:
                 describe_job(job)
             return
-        if http.get(f"/api/v1/nodes/{name}").status_code == 404:
+        if send(http, "GET", f"/api/v1/nodes/{name}").status_code == 404:
             fail(f"node {name!r}: not found", 1)
         node = call(http, "GET", f"/api/v1/nodes/{name}")
         usage = call(http, "GET", f"/api/v1/nodes/{name}/usage")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,22 @@ PolicyOpt = Annotated[str | None, typer.Option(
                                "bestfit, ... (default: default)")]
 OldPolicyOpt = Annotated[str | None, deprecated_option("--policy", "--placement-policy")]
 NameOpt = Annotated[str, typer.Option("--scheduler-name", help="Scheduler name pods ask for.")]
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_object_names(namespace: str, release: str, scheduler_name: str) -> None:
+    """The names ``k8s manifests`` writes into its objects, checked as the API server will check them (exit 2
+    now, not a rejected ``kubectl apply`` later)."""
+    if not (len(namespace) <= 63 and _DNS_LABEL.fullmatch(namespace)):
+        fail(f"--namespace {namespace!r}: not a namespace name (lower-case letters, digits and '-', starting and "
+             "ending with a letter or digit, at most 63 characters)")
+    if not (len(release) <= 53 and _DNS_LABEL.fullmatch(release) and release[0].isalpha()):
+        fail(f"--release {release!r}: it prefixes the objects' names (a Service's among them), so: a lower-case "
+             "letter, then lower-case letters, digits and '-', ending with a letter or digit, at most 53 characters")
+    if not (len(scheduler_name) <= 253 and _DNS_SUBDOMAIN.fullmatch(scheduler_name)):
+        fail(f"--scheduler-name {scheduler_name!r}: a pod's spec.schedulerName must be a DNS subdomain (lower-case "
+             "letters, digits, '-' and '.', at most 253 characters)")
 LegacyOpt = Annotated[bool, typer.Option(
     "--legacy-metrics", help="Also export HAMi's legacy metric names (GPUDeviceMemoryAllocated, ...) beside "
                              "its current ones (hami_gpu_memory_allocated_bytes, ...), as HAMi's flag does.")]
@@ -258,6 +275,7 @@ def register(app: typer.Typer) -> None:
 
         if mode not in ("extender", "scheduler"):
             fail(f"--mode {mode!r}: must be extender or scheduler")
+        _check_object_names(namespace, release, scheduler_name)
         policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
         _check_policy(policy)
         if replicas < 1:

@@ -112,10 +112,13 @@ def simulate(
     if not speedup > 0:
         fail("--arrival-speedup: must be > 0")
     cluster = load_cluster_or_fail(cluster_path, registry_or_fail(device_config))
+    notes: list[str] = []
     try:
-        jobs = with_ref_gpu(load_trace(trace, cluster, seed), ref_gpu)
+        jobs = with_ref_gpu(load_trace(trace, cluster, seed, notes), ref_gpu)
     except TraceError as exc:
         fail(str(exc))
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
     queues: list[QueueSpec] | None = None
     if quota is not None:
         try:
@@ -129,8 +132,9 @@ def simulate(
         fail(f"--trace {trace}: no jobs in it")
     results: dict[str, dict[str, Any]] = {}
     sims: dict[str, Simulation] = {}
+    # the bar goes to stderr (shown where stderr is a terminal, --json or not): stdout carries the result only
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=as_json) as progress:
+                  TimeElapsedColumn(), console=common.err_console, transient=True) as progress:
         for name in names:
             sims[name], results[name] = _run_one(cluster, jobs, name, seed, progress, queues, placement)
     if out is not None:

@@ -239,13 +239,17 @@ def whatif(
         cands = unique_names([load_candidate(p) for p in designs])
     except DesignInputError as exc:
         _fail(exc.lines)
+    notes: list[str] = []
     try:
         # one job list for every design; synthetic arrival rates are sized on the first design, whose GPU model
         # is also the reference GPU of jobs that name none
-        jobs = with_ref_gpu(load_trace(trace, cands[0].cluster, seed), ref_gpu or main_gpu_model(cands[0].cluster))
+        jobs = with_ref_gpu(load_trace(trace, cands[0].cluster, seed, notes),
+                            ref_gpu or main_gpu_model(cands[0].cluster))
     except TraceError as exc:
         msg = str(exc)
         _fail([msg if msg.startswith("--trace") else f"--trace: {msg}"])
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     jobs = sorted(jobs, key=lambda j: j.submit_s)[:limit] if limit else jobs
     if not jobs:
         _fail([f"--trace {trace}: no jobs in it"])
@@ -255,7 +259,7 @@ def whatif(
                             progress=lambda line: info.print(line, highlight=False))
     except ExecutorError as exc:
         _fail([f"--ray-address: {exc}"])
-    v = verdict(rows, tolerance)
+    v = verdict(rows, tolerance, region)
     title = f"what if: {len(jobs):,} jobs ({trace.split(':', 1)[0]}), policy {policy}"
     if as_json:
         print_json({

@@ -274,9 +274,10 @@ def evaluate_all(cands: list[Candidate], jobs: list[JobSpec], queue_policy: str,
     return [rows[k] for k in range(len(cands))]
 
 
-def verdict(rows: list[dict[str, Any]], tolerance_pct: float) -> dict[str, Any]:
+def verdict(rows: list[dict[str, Any]], tolerance_pct: float, region: str | None = None) -> dict[str, Any]:
     """The design with the lowest owned cost per reference-GPU-hour of work whose average JCT is within
-    ``tolerance_pct`` of the best, among the designs that complete the most jobs; a paragraph says why."""
+    ``tolerance_pct`` of the best, among the designs that complete the most jobs; a paragraph says why.
+    ``region``: the filter the cloud offers were chosen with (``--region``), named when none matched."""
     most = max(r["jobs_completed"] for r in rows)
     eligible = [r for r in rows if r["jobs_completed"] == most]
     best = min(eligible, key=lambda r: r["avg_jct_s"])
@@ -301,7 +302,7 @@ def verdict(rows: list[dict[str, Any]], tolerance_pct: float) -> dict[str, Any]:
         "rent_instead": _rent(pick),
         "rule": ("lowest owned cost per reference-GPU-hour of work among designs that complete the most jobs and "
                  "whose avg JCT <= best avg JCT x (1 + tolerance); ties: lower owned cost per year"),
-        "text": _paragraph(pick, best, cheapest, within, rows, excluded, most, tolerance_pct),
+        "text": _paragraph(pick, best, cheapest, within, rows, excluded, most, tolerance_pct, region),
     }
 
 
@@ -318,7 +319,8 @@ def _usd(v: float | None) -> str:
 
 
 def _paragraph(pick: dict[str, Any], best: dict[str, Any], cheapest: dict[str, Any], within: list[dict[str, Any]],
-               rows: list[dict[str, Any]], excluded: list[str], most: int, tol: float) -> str:
+               rows: list[dict[str, Any]], excluded: list[str], most: int, tol: float,
+               region: str | None = None) -> str:
     """One paragraph: what to buy, and the figures that decided it."""
     gpu = pick.get("gpu", "")
     text = (f"{pick['name']}: buy {pick['gpus']:,} x {gpu}, owned at {_usd(pick.get('usd_per_ref_gpu_hour'))} per "
@@ -350,7 +352,8 @@ def _paragraph(pick: dict[str, Any], best: dict[str, Any], cheapest: dict[str, A
         rent = _rent(pick)
         text += (f": renting {rent} is cheaper at this utilisation" if rent else ": owning is cheaper")
     elif gpu:
-        text += f". The price catalog has no cloud offer for {gpu}"
+        text += f". The price catalog has no cloud offer for {gpu}" + (
+            f" in a region or provider matching {region!r} (--region)" if region else "")
     if excluded:
         text += f". Not considered (completed fewer than {most} jobs): {', '.join(excluded)}"
     return text + "."

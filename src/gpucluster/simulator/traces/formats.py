@@ -19,8 +19,10 @@ from gpucluster.spec import Cluster
 TRACE_FORMATS = ("philly-gavel", "alibaba-openb", "tiresias", "jobs", "synthetic")
 
 
-def load_trace(trace: str, cluster: Cluster, seed: int = 0) -> list[JobSpec]:
-    """``FORMAT:PATH`` (or ``synthetic:N[:PROFILE[:LOAD]]``) -> job specs; raises TraceError."""
+def load_trace(trace: str, cluster: Cluster, seed: int = 0, notes: list[str] | None = None) -> list[JobSpec]:
+    """``FORMAT:PATH`` (or ``synthetic:N[:PROFILE[:LOAD]]``) -> job specs; raises TraceError. ``notes`` gets a
+    line for what a loader left out by design (an openb list's CPU-only pods and pods that never ran), so that
+    the caller can say so: nothing is dropped silently."""
     fmt, sep, arg = trace.partition(":")
     if not sep or not arg:
         raise TraceError(f"--trace {trace!r}: expected FORMAT:PATH with FORMAT one of {', '.join(TRACE_FORMATS)}")
@@ -37,9 +39,14 @@ def load_trace(trace: str, cluster: Cluster, seed: int = 0) -> list[JobSpec]:
 
         return load_tiresias(Path(arg))
     if fmt == "alibaba-openb":
-        from gpucluster.simulator.traces.alibaba_online import load_openb_jobs
+        from gpucluster.simulator.traces.alibaba_online import OpenbSkipped, load_openb_jobs
 
-        return load_openb_jobs(Path(arg))
+        skipped = OpenbSkipped()
+        jobs = load_openb_jobs(Path(arg), skipped)
+        if notes is not None and (skipped.cpu_only or skipped.never_ran):
+            notes.append(f"{arg}: left out {skipped.cpu_only:,} CPU-only pods (num_gpu 0) and {skipped.never_ran:,} "
+                         f"that never ran (deletion_time <= creation_time); {len(jobs):,} GPU pods are the jobs")
+        return jobs
     if fmt == "synthetic":
         from gpucluster.simulator.traces.synthetic import DEFAULT_PROFILE, generate
 

@@ -77,8 +77,12 @@ def load_philly(path: Path, throughputs: Path | None = None, worker: str = "v100
     speedups = _speedups(raw, worker, table)
     ref_gpu = (REF_GPU if worker == "v100" else MEASURED[worker]) if worker in MEASURED else ""
     jobs: list[JobSpec] = []
+    files: dict[str, Path] = {}
     for f in trace_files(path):
         vc = f.stem
+        if files.setdefault(vc, f) != f:  # a job's id is VC-LINE: two files of one VC would give jobs one id
+            raise TraceError(f"{path}: {files[vc]} and {f} are both VC {vc!r} (another seed's copy of the trace?); "
+                             "give the folder of one of them")
         with decoded(f), inputfile.open_text(f) as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
