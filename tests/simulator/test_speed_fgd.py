@@ -295,6 +295,44 @@ def test_without_a_queued_long_job_the_reserve_changes_nothing() -> None:
         _placements(_run(1, 1, [*short, long], "default", tier_args={"reserve_long": False}))
 
 
+def _short_before_long_gang(reserve_whole: bool, l40s_busy: bool = False) -> Simulation:
+    """3 x 8 H100 + 1 x 8 L40S. Queued at once, in this order (``fifo``): two 7-GPU jobs (one task each, 10,000 s)
+    that leave one idle GPU on two H100 nodes, a short 2-GPU job (1,000 s), and the longest job, one task of 8 GPUs
+    (50,000 s). Idle H100 GPUs (1 + 1 + 8) minus the short job's 2 still cover the long job's 8, so the reserve
+    counted in idle GPUs does not hold, while the only H100 node the short job fits on is the last whole one.
+    Every job is a transformer, about 3x faster on H100. ``l40s_busy``: a job holds the L40S node first."""
+    jobs = [JobSpec("l40s-filler", 0.0, 8, 20_000, kind=JobKind.TRAIN, gpu_type="L40S")] if l40s_busy else []
+    jobs += [JobSpec("busy1", 0.0, 7, 10_000, gpus_per_task=7, kind=JobKind.TRAIN, ref_gpu="H100",
+                     work_class="training/transformer"),
+             JobSpec("busy2", 0.0, 7, 10_000, gpus_per_task=7, kind=JobKind.TRAIN, ref_gpu="H100",
+                     work_class="training/transformer"),
+             JobSpec("short", 0.0, 2, 1_000, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer"),
+             JobSpec("z-long", 0.0, 8, 50_000, kind=JobKind.TRAIN, ref_gpu="H100",
+                     work_class="training/transformer")]
+    return _run(3, 1, jobs, "default", tier_args={"reserve_whole": reserve_whole})
+
+
+def test_a_short_job_leaves_the_last_whole_fast_node_to_the_queued_long_gang() -> None:
+    """``reserve_whole``: the short job would break the last whole H100 node that the queued long 8-GPU job
+    needs, so it goes to the L40S node and the long job runs on H100 (the makespan is its own run). Counting idle
+    GPUs (the rule before), the short job takes two GPUs of that node and the long job finds only the L40S node."""
+    sim = _short_before_long_gang(True)
+    assert (_model(sim, "short"), _model(sim, "z-long")) == ("l40s", "h100")
+    before = _short_before_long_gang(False)
+    assert (_model(before, "short"), _model(before, "z-long")) == ("h100", "l40s")
+    makespan = max(j.finish_s for j in sim.jobs.values())
+    assert makespan == pytest.approx(sim.job("z-long").finish_s)
+    assert makespan < max(j.finish_s for j in before.jobs.values()) / 2
+
+
+def test_with_nothing_else_free_the_short_job_still_takes_the_fast_node() -> None:
+    """The same with the L40S node busy: nothing but the whole H100 node can take the short job now, so it does
+    (no GPU is left idle for the reserve); every decision is the rule's before."""
+    sim = _short_before_long_gang(True, l40s_busy=True)
+    assert _model(sim, "short") == "h100"
+    assert _placements(sim) == _placements(_short_before_long_gang(False, l40s_busy=True))
+
+
 def _short_and_long_behind_gang(group_short: bool) -> Simulation:
     """3 x 8 H100 + 1 x 8 L40S, the L40S node busy. Queued at once, in this order: a 4-GPU job of 10,000 s, a 4-GPU
     job of 1,000 s, the same two again, and a gang of two 8-GPU tasks (3,600 s), last in FIFO order, that waits for

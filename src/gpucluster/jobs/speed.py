@@ -241,11 +241,38 @@ class GpuSpeeds:
         ``GpuSpeedTier`` plugin's reserve of fast GPUs for the jobs that may set the makespan. Only the longest
         ``(1 - quantile)`` of the submitted jobs are looked at. None when no such job is queued (or no engine is
         attached)."""
+        found = self._queued_long(models, quantile)
+        if found is None:
+            return None
+        out = [0.0] * len(models)
+        for m, job in found:
+            out[m] += float(job.spec.gpu_share)
+        return out
+
+    def queued_long_tasks(self, models: Sequence[str], quantile: float) -> list[dict[int, float]] | None:
+        """Per model of ``models``, what the queued long jobs of :meth:`queued_long` ask for as holes: task size
+        in whole GPUs -> tasks (a job of whole GPUs: ``task_gpus`` -> ``num_tasks``, each task needing that many
+        idle GPUs on one node; a job of GPU shares: 1 -> its GPUs, as :meth:`queued_long` counts them), each job
+        on the model where it runs fastest. The ``GpuSpeedTier`` plugin's whole-node reserve. None when no such
+        job is queued (or no engine is attached)."""
+        found = self._queued_long(models, quantile)
+        if found is None:
+            return None
+        out: list[dict[int, float]] = [{} for _ in models]
+        for m, job in found:
+            spec = job.spec
+            size, tasks = (int(spec.task_gpus), float(spec.num_tasks)) if spec.whole else (1, float(spec.gpu_share))
+            out[m][size] = out[m].get(size, 0.0) + tasks
+        return out
+
+    def _queued_long(self, models: Sequence[str], quantile: float) -> list[tuple[int, Job]] | None:
+        """The queued long jobs (at ``quantile``, looking only at the longest ``(1 - quantile)`` of the submitted
+        jobs), each with the index in ``models`` of the model where it runs fastest (the first on a tie); None
+        when there is none (or no engine is attached)."""
         if self.jobs is None or not self._longest:
             return None
         k = self._long_count(quantile)
-        out = [0.0] * len(models)
-        found = False
+        out: list[tuple[int, Job]] = []
         i = len(self._longest)
         while i > 0:
             d = self._longest[i - 1][0]
@@ -257,10 +284,9 @@ class GpuSpeeds:
                 if job is None or job.state != JobState.QUEUED:
                     continue
                 speeds = [self.factor(job.spec, m) for m in models]
-                out[speeds.index(max(speeds))] += float(job.spec.gpu_share)
-                found = True
+                out.append((speeds.index(max(speeds)), job))
             i = j
-        return out if found else None
+        return out or None
 
     def _note_end(self, job: Job, devices: Sequence[tuple[int, int]], end: float) -> None:
         nodes = tuple(sorted({int(n) for n, _ in devices}))

@@ -34,7 +34,9 @@ short jobs free come back as whole nodes rather than as holes beside long jobs. 
 whatever the comparative advantage, and (``reserve_long``) a job that is not long leaves a kept model's last idle
 GPUs to the queued long jobs whose fastest model it is: when placing the pod there would leave fewer idle GPUs of
 that model than those jobs ask for, and another model can take it, it keeps the fastest of the others instead (LPT:
-the longest jobs set the makespan). It skips -- and the profile is exactly the speed-blind one -- on a
+the longest jobs set the makespan); counted in holes (``reserve_whole``): a long job of tasks of k whole GPUs needs
+as many nodes' worth of k idle GPUs as it has tasks, and a node where the pod would leave fewer scores 0 while
+another node of the kept models does not. It skips -- and the profile is exactly the speed-blind one -- on a
 cluster of one GPU model, for a pod
 whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
 speed service, and when every candidate's model is within the tolerance anyway and no hole is to be kept for a
@@ -148,6 +150,17 @@ class ReserveTable(Protocol):
         ...
 
 
+class HoleTable(Protocol):
+    """What the queued long jobs ask for as holes, by the model where each runs fastest (``GpuSpeedTier``'s
+    whole-node reserve)."""
+
+    def queued_long_tasks(self, models: Sequence[str], quantile: float) -> Sequence[Mapping[int, float]] | None:
+        """Per model of ``models``, task size in whole GPUs -> tasks that the queued long jobs (as
+        :meth:`ReserveTable.queued_long`) ask for, each job on its fastest model (a job of GPU shares: size 1, its
+        GPUs); None when no such job is queued."""
+        ...
+
+
 class WorkTable(Protocol):
     """How the submitted work splits by the GPU model its jobs prefer (``GpuSpeedTier``'s scarcity test)."""
 
@@ -228,7 +241,7 @@ class GpuSpeedTier:
     def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True,
                  scarcity: bool = True, keep_whole: bool = True, long_quantile: float | None = DEFAULT_LONG,
                  reserve_long: bool = True, group_short: bool = True,
-                 short_quantile: float = DEFAULT_SHORT) -> None:
+                 short_quantile: float = DEFAULT_SHORT, reserve_whole: bool = True) -> None:
         self.table = table
         self.ends: EndTable | None = None
         if group_short and keep_whole and all(hasattr(table, m) for m in (
@@ -252,6 +265,9 @@ class GpuSpeedTier:
         self.reserve: ReserveTable | None = None
         if self.long is not None and reserve_long and hasattr(table, "queued_long"):
             self.reserve = table  # type: ignore[assignment]
+        self.holes: HoleTable | None = None
+        if self.reserve is not None and reserve_whole and hasattr(table, "queued_long_tasks"):
+            self.holes = table  # type: ignore[assignment]
 
     def pre_score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> Status:
         if self.table is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
@@ -266,16 +282,23 @@ class GpuSpeedTier:
         if best <= 0.0:
             return SKIP
         keep = present & (per_model >= (1.0 - self.tolerance) * best)
+        hit: BoolArray | None = None
         if self.mix is not None and not self._long(pod):
             keep = self._by_advantage(snap, per_model, present, keep)
-            keep = self._reserved(pod, snap, per_model, present, keep)
+            if self.holes is not None:
+                keep, hit = self._reserved_holes(pod, snap, candidates, per_model, present, keep)
+            else:
+                keep = self._reserved(pod, snap, per_model, present, keep)
         breaks = self._breaks(pod, snap, candidates)
-        if bool(keep[present].all()) and breaks is None and self.ends is None:
+        if bool(keep[present].all()) and breaks is None and self.ends is None and hit is None:
             return SKIP  # every model the pod can go to is as good, and no whole node to keep: nothing to choose
         score = np.where(keep[snap.dev_model[candidates, 0]], 100.0, 0.0)
+        if hit is not None:
+            score[hit] = 0.0
         if breaks is not None:
             score[breaks & (score > 0.0)] = BREAK_SCORE
-        if not self._group(pod, snap, candidates, score) and bool(keep[present].all()) and breaks is None:
+        if (not self._group(pod, snap, candidates, score) and bool(keep[present].all()) and breaks is None
+                and hit is None):
             return SKIP  # nothing to choose after all
         state.write(TIER_NAME, score)
         return Status.success()
@@ -308,6 +331,61 @@ class GpuSpeedTier:
             return keep
         best = float(per_model[rest].max())
         return rest & (per_model >= (1.0 - self.tolerance) * best)
+
+    def _reserved_holes(self, pod: Pod, snap: Snapshot, candidates: IntArray, per_model: FloatArray,
+                        present: BoolArray, keep: BoolArray) -> tuple[BoolArray, BoolArray | None]:
+        """:meth:`_reserved` counted in the holes the queued long jobs need (``reserve_whole``): a long job of
+        tasks of ``k`` whole GPUs needs, on its fastest model, as many nodes' worth of ``k`` idle GPUs (a model's
+        holes: the sum over its nodes of ``idle // k``) as it has tasks; a long job of GPU shares counts idle GPUs
+        (``k`` = 1, as :meth:`_reserved`). A kept model's candidate *breaks* the reserve when placing the pod there
+        would leave fewer such holes than those jobs need (a node whose holes the pod does not lessen -- fewer than
+        ``k`` idle GPUs, or enough left after it -- never does). Those candidates score 0 when another candidate
+        of a kept model does not break it; when every candidate of a kept model breaks it and another model can
+        take the pod, the tier keeps the fastest of the others instead (within the tolerance). Otherwise ``keep``
+        stands: a GPU a pod could take is never left idle for the reserve when nothing else can take the pod.
+        Returns the models kept and, per candidate, whether it breaks the reserve (None: no candidate to move
+        away from)."""
+        assert self.holes is not None
+        want = self.holes.queued_long_tasks(snap.models, float(self.long_quantile or 0.0))
+        if want is None:
+            return keep, None
+        size = float(sum(r.count for _, r in pod.device_requests))
+        node_model = snap.dev_model[:, 0]
+        cand_model = node_model[candidates]
+        idle_all = snap.node_idle.astype(np.float64)
+        hit = np.zeros(candidates.shape[0], np.bool_)
+        short = np.zeros(per_model.shape, np.bool_)
+        for m, tasks in enumerate(want):
+            if not tasks or not bool(keep[m]):
+                continue
+            on = cand_model == m
+            if not bool(on.any()):
+                continue
+            idle_m = idle_all[node_model == m]
+            cidle = idle_all[candidates[on]]
+            h = np.zeros(cidle.shape[0], np.bool_)
+            for k in sorted(tasks):
+                need = sum(t * (k2 // k) for k2, t in tasks.items() if k2 >= k)  # larger tasks' holes hold k's
+                if need <= 0.0:
+                    continue
+                if k <= 1:
+                    after = float(idle_m.sum()) - size + np.zeros(cidle.shape[0])
+                else:
+                    held = float(np.floor_divide(idle_m, k).sum())
+                    after = held - np.floor_divide(cidle, k) + np.floor_divide(np.maximum(cidle - size, 0.0), k)
+                h |= after < need
+            hit[on] = h
+            short[m] = bool(h.all())
+        if not bool(hit.any()):
+            return keep, None
+        rest = present & ~short
+        if not bool(rest.any()):
+            return keep, None  # nothing else can take the pod: it keeps the fast one
+        if bool(short.any()):
+            best = float(per_model[rest].max())
+            keep = rest & (per_model >= (1.0 - self.tolerance) * best)
+        hit &= keep[cand_model]
+        return keep, (hit if bool(hit.any()) else None)
 
     def _breaks(self, pod: Pod, snap: Snapshot, candidates: IntArray) -> BoolArray | None:
         """Per candidate, whether the pod would break a hole a waiting whole-GPU task needs: while a queued job
@@ -446,6 +524,11 @@ class _TierArgs(PluginArgs):
     rule before."""
     short_quantile: float = Field(DEFAULT_SHORT, gt=0.0, lt=1.0)
     """``group_short``'s quantile of the submitted jobs' reference durations at or below which a job is short."""
+    reserve_whole: bool = True
+    """``reserve_long`` counted in the holes the queued long jobs need: a long job of tasks of k whole GPUs keeps,
+    on its fastest model, as many nodes' worth of k idle GPUs as it has tasks, and a pod that would break the last
+    of them goes to another node of the model that does not, or to another model (needs ``queued_long_tasks``).
+    False: idle GPUs counted (the rule before)."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
@@ -454,7 +537,8 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
     if table is not None and not hasattr(table, "model_speeds"):
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
     return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole,
-                        parsed.long_quantile, parsed.reserve_long, parsed.group_short, parsed.short_quantile)
+                        parsed.long_quantile, parsed.reserve_long, parsed.group_short, parsed.short_quantile,
+                        parsed.reserve_whole)
 
 
 def register(reg: PluginRegistry) -> None:
