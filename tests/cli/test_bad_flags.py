@@ -22,7 +22,8 @@ OPENB_PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,2000,4096,1,500\np
 SYNTH = "synthetic:20:philly:0.001"
 SEED = ("--seed", "greater than or equal to 0")
 
-# (command line with {pods}, {design}, {dir} (an openb trace folder) and {tmp} filled in, texts the error names)
+# (command line with {pods}, {design}, {dir} (an openb trace folder), {metrics} (a job
+# metrics CSV) and {tmp} filled in, texts the error names)
 CASES: list[tuple[str, tuple[str, ...]]] = [
     # a negative seed reached numpy's generators (ValueError: expected non-negative integer)
     ("schedule --pods {pods} --seed -1", SEED),
@@ -63,6 +64,14 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("k8s manifests --release 9lives", ("--release '9lives'", "a lower-case letter")),
     ("k8s manifests --release Prod", ("--release 'Prod'", "a lower-case letter")),
     ("k8s manifests --scheduler-name My_Scheduler", ("--scheduler-name 'My_Scheduler'", "DNS subdomain")),
+    # an XID is a positive integer (0 = none in DCGM_FI_DEV_XID_ERRORS): the drill "reported" XID -5, exit 0
+    *((f"monitor fault --pods {{pods}} --xid {value}", ("--xid", "greater than or equal to 1")) for value in ("-5", "0")),
+    # the agent bound its port, then stopped at once (a deadline already past, or never reached with NaN)
+    *((f"agent --source sim --listen 127.0.0.1:9 --duration {value}", ("--duration", "must be a number > 0"))
+      for value in ("-1", "0", "nan")),
+    # --seconds was checked only for --source sim, and NaN passed that check (NaN <= 0 is false)
+    *((f"analyze job j1 {source} --seconds {value}", ("--seconds", "must be a number > 0"))
+      for source in ("--metrics {metrics}", "--source sim --pods {pods}") for value in ("-1", "nan", "inf")),
 ]
 
 
@@ -83,8 +92,9 @@ def files(tmp_path: Path) -> dict[str, str]:
     (trace / "openb_pod_list_tiny.csv").write_text(OPENB_PODS)
     (tmp_path / "pods.yaml").write_text(POD)
     (tmp_path / "design.yaml").write_text("name: d\ngpu: H100\nservers: 2\n")
+    (tmp_path / "metrics.csv").write_text("job,gpu_util\nj1,50\n")
     return {"pods": str(tmp_path / "pods.yaml"), "design": str(tmp_path / "design.yaml"), "dir": str(trace),
-            "tmp": str(tmp_path)}
+            "tmp": str(tmp_path), "metrics": str(tmp_path / "metrics.csv")}
 
 
 def _id(line: str) -> str:

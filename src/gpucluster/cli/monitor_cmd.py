@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -158,6 +159,8 @@ def register(app: typer.Typer) -> None:
             host, port = parse_listen(listen)
         except ValueError as exc:
             fail(str(exc))
+        if duration is not None and not duration > 0:
+            fail(f"--duration {duration:g}: must be a number > 0 (seconds)")
         if source not in ("auto", "nvml", "sim"):
             fail(f"--source {source!r}: expected nvml, sim or auto")
         if source == "auto":
@@ -254,7 +257,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--node", help="Node whose GPU fails (default: the one with most pods).")
         ] = None,
         gpu: Annotated[int, typer.Option("--gpu", help="Device index on the node.")] = 0,
-        xid: Annotated[int, typer.Option("--xid", help="XID the device reports.")] = 79,
+        xid: Annotated[int, typer.Option("--xid", min=1, help="XID the device reports (>= 1).")] = 79,
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
         policy: Annotated[str | None, typer.Option(
             "--placement-policy", help="Placement policy (default = speed-fgd; binpack, spread, ...).")]
@@ -344,6 +347,8 @@ def register(app: typer.Typer) -> None:
         """Say what limits a job (compute, input, communication, memory, idle) and what would help."""
         from gpucluster.monitoring import MetricsInputError, analyze, load_metrics
 
+        if not (math.isfinite(seconds) and seconds > 0):
+            fail(f"--seconds {seconds:g}: must be a number > 0 and finite")
         source = source or ("sim" if pods is not None and metrics is None else "file")
         if source == "file":
             if metrics is None:
@@ -361,8 +366,6 @@ def register(app: typer.Typer) -> None:
         elif source == "sim":
             if pods is None:
                 fail("--source sim needs --pods FILE")
-            if seconds <= 0:
-                fail("--seconds must be > 0")
             samples = _sim_job_samples(job_id, load_cluster_or_fail(cluster).state(), _load_pods_or_fail(pods),
                                        seconds)
         else:
