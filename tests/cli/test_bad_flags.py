@@ -21,6 +21,7 @@ OPENB_NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,G2\nn1,32000
 OPENB_PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,2000,4096,1,500\np1,3000,4096,0,0\n"
 SYNTH = "synthetic:20:philly:0.001"
 SEED = ("--seed", "greater than or equal to 0")
+KIND_NAME = "lower-case letters, digits, '.' and '-' only"
 
 # (command line with {pods}, {design}, {dir} (an openb trace folder), {metrics} (a job
 # metrics CSV) and {tmp} filled in, texts the error names)
@@ -69,6 +70,9 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     # the agent bound its port, then stopped at once (a deadline already past, or never reached with NaN)
     *((f"agent --source sim --listen 127.0.0.1:9 --duration {value}", ("--duration", "must be a number > 0"))
       for value in ("-1", "0", "nan")),
+    # kind refuses any other cluster name (^[a-z0-9.-]+$), but only at 'kind create cluster'
+    ("deploy kind-config --name Bad_Name!", ("--name 'Bad_Name!'", KIND_NAME)),
+    ("deploy kind-config --name Prod", ("--name 'Prod'", KIND_NAME)),
     # --seconds was checked only for --source sim, and NaN passed that check (NaN <= 0 is false)
     *((f"analyze job j1 {source} --seconds {value}", ("--seconds", "must be a number > 0"))
       for source in ("--metrics {metrics}", "--source sim --pods {pods}") for value in ("-1", "nan", "inf")),

@@ -10,6 +10,7 @@ given as explicit lists, one per worker (``"0"``, ``"1,2,3"``, ``""`` for none, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ import yaml
 
 CDI_PREFIX = "/var/run/nvidia-container-devices/cdi/runtime.nvidia.com/gpu"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+KIND_NAME = re.compile(r"[a-z0-9.-]+")
+"""Cluster names kind accepts (its config validation: ``^[a-z0-9.-]+$``); it refuses others at create time."""
 
 
 class KindConfigError(ValueError):
@@ -77,6 +80,9 @@ def gpu_assignment(workers: int, gpus: int, per_worker: Sequence[str] | None = N
 
 def kind_config(workers: int, gpus: int, per_worker: Sequence[str] | None = None,
                 name: str = "gpucluster", image: str | None = None) -> dict[str, Any]:
+    if not KIND_NAME.fullmatch(name):
+        raise KindConfigError(f"--name {name!r}: not a kind cluster name (kind takes lower-case letters, digits, "
+                              "'.' and '-' only)")
     assignment = gpu_assignment(workers, gpus, per_worker)
     control: dict[str, Any] = {"role": "control-plane"}
     if image:
