@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -109,8 +110,8 @@ def simulate(
     check_placement_policy(placement)
     if limit is not None and limit <= 0:
         fail("--limit: must be > 0")
-    if not speedup > 0:
-        fail("--arrival-speedup: must be > 0")
+    if not (math.isfinite(speedup) and speedup > 0):
+        fail(f"--arrival-speedup {speedup:g}: must be a finite number > 0")
     cluster = load_cluster_or_fail(cluster_path, registry_or_fail(device_config))
     notes: list[str] = []
     try:
