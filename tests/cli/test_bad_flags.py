@@ -65,8 +65,11 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("k8s manifests --release 9lives", ("--release '9lives'", "a lower-case letter")),
     ("k8s manifests --release Prod", ("--release 'Prod'", "a lower-case letter")),
     ("k8s manifests --scheduler-name My_Scheduler", ("--scheduler-name 'My_Scheduler'", "DNS subdomain")),
-    # an XID is a positive integer (0 = none in DCGM_FI_DEV_XID_ERRORS): the drill "reported" XID -5, exit 0
+    # an XID is 1-999 (0 = none in DCGM_FI_DEV_XID_ERRORS; the API's fault drill takes 1-999): the drill
+    # "reported" XID -5, exit 0
     *((f"monitor fault --pods {{pods}} --xid {value}", ("--xid", "greater than or equal to 1")) for value in ("-5", "0")),
+    ("monitor fault --pods {pods} --xid 1000", ("--xid", "less than or equal to 999")),
+    ("agent --source sim --listen 127.0.0.1:9 --duration 1 --fault train-0000:0:1000", ("--fault", "must be 1-999")),
     # the agent bound its port, then stopped at once (a deadline already past, or never reached with NaN)
     *((f"agent --source sim --listen 127.0.0.1:9 --duration {value}", ("--duration", "must be a number > 0"))
       for value in ("-1", "0", "nan")),

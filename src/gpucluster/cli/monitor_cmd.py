@@ -51,8 +51,8 @@ def parse_fault(text: str, state: ClusterState) -> tuple[str, int, int, float]:
         raise ValueError(f"--fault {text!r}: no node {node!r} in the cluster")
     if not 0 <= g < int(state.dev_count[state.node_index[node]]):
         raise ValueError(f"--fault {text!r}: node {node} has no GPU {g}")
-    if x <= 0 or t < 0:
-        raise ValueError(f"--fault {text!r}: the XID must be > 0 and the time >= 0")
+    if not (0 < x <= 999 and t >= 0):
+        raise ValueError(f"--fault {text!r}: the XID must be 1-999 and the time >= 0")
     return node, g, x, t
 
 
@@ -257,7 +257,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--node", help="Node whose GPU fails (default: the one with most pods).")
         ] = None,
         gpu: Annotated[int, typer.Option("--gpu", help="Device index on the node.")] = 0,
-        xid: Annotated[int, typer.Option("--xid", min=1, help="XID the device reports (>= 1).")] = 79,
+        xid: Annotated[int, typer.Option("--xid", min=1, max=999, help="XID the device reports (1-999).")] = 79,
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
         policy: Annotated[str | None, typer.Option(
             "--placement-policy", help="Placement policy (default = speed-fgd; binpack, spread, ...).")]
