@@ -119,3 +119,14 @@ def test_a_philly_folder_with_one_vc_twice_names_both_files(tmp_path: Path) -> N
              f"{tmp_path / 'seed=0' / 'vc1.trace'} and {tmp_path / 'seed=1' / 'vc1.trace'} are both VC 'vc1'")
     res = runner.invoke(app, ["simulate", "--trace", f"philly-gavel:{tmp_path / 'seed=0'}", "--json"])
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("folder", ["runs[old]", "runs[/old]", "a[bold]b"])
+def test_an_error_names_a_path_with_brackets_as_it_is(tmp_path: Path, folder: str) -> None:
+    """An error message is printed as text, not as rich markup: a path (or any value) with ``[word]`` in it keeps
+    its brackets, and ``[/word]`` does not end in a markup error."""
+    d = tmp_path / folder
+    d.mkdir(parents=True)
+    f = d / "jobs.csv"
+    f.write_text("id,submit_s,gpus,duration_s\na,0,8,nan\n")
+    _refused(["simulate", "--trace", f"jobs:{f}"], f"{folder}/jobs.csv:2: duration_s: must be a finite number")

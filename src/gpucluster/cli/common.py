@@ -38,8 +38,11 @@ EXIT_USAGE = 2
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    """Report a user error (where and why) on stderr and exit non-zero."""
-    _stderr().print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Report a user error (where and why) on stderr and exit non-zero. ``message`` is text, not rich markup: a
+    path or value with ``[word]`` in it is printed as it is."""
+    from rich.markup import escape
+
+    _stderr().print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -67,8 +70,10 @@ def device_config_or_fail(path: Path) -> DeviceConfig:
         config = load_device_config(path)
     except DeviceConfigError as exc:
         fail(f"--device-config: {exc}")
+    from rich.markup import escape
+
     for note in config.notes:
-        _stderr().print(f"[yellow]warning:[/] --device-config: {note}", highlight=False, soft_wrap=True)
+        _stderr().print(f"[yellow]warning:[/] --device-config: {escape(note)}", highlight=False, soft_wrap=True)
     return config
 
 
