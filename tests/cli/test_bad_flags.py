@@ -3,22 +3,18 @@ a message that names the flag and why, and no traceback. (Bad *files* are fuzzed
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import typer.main
-import typer.testing
 from typer.testing import CliRunner
 
 from gpucluster.cli.main import app
+from tests.cli.samples import OPENB_NODES, OPENB_PODS, POD
+
+pytestmark = pytest.mark.usefixtures("one_command_tree")
 
 runner = CliRunner()
 
-POD = ("kind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
-       "    resources: {limits: {nvidia.com/gpu: 1}}\n")
-OPENB_NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,G2\nn1,32000,131072,4,G2\n"
-OPENB_PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,2000,4096,1,500\np1,3000,4096,0,0\n"
 SYNTH = "synthetic:20:philly:0.001"
 SEED = ("--seed", "greater than or equal to 0")
 KIND_NAME = "lower-case letters, digits, '.' and '-' only"
@@ -83,15 +79,6 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     *((f"simulate --trace {SYNTH} --arrival-speedup {value}", ("--arrival-speedup", "must be a finite number > 0"))
       for value in ("inf", "nan", "0", "-2")),
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _built_once() -> Iterator[None]:
-    """The click command tree of the whole app, built once for every case (as in ``test_file_fuzz.py``)."""
-    built = typer.main.get_command(app)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(typer.testing, "_get_command", lambda _app: built)
-        yield
 
 
 @pytest.fixture

@@ -20,13 +20,12 @@ from typer.testing import CliRunner
 
 from gpucluster.cli.main import app
 from gpucluster.inputfile import MAX_DOCUMENT_BYTES, MAX_NESTING
+from tests.cli.samples import OPENB_NODES, OPENB_PODS, POD
+
+pytestmark = pytest.mark.usefixtures("one_command_tree")
 
 runner = CliRunner()
 
-POD = ("kind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
-       "    resources: {limits: {nvidia.com/gpu: 1}}\n")
-OPENB_NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,G2\nn1,32000,131072,4,G2\n"
-OPENB_PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,2000,4096,1,500\np1,3000,4096,0,0\n"
 
 
 @dataclass(frozen=True)
@@ -257,16 +256,6 @@ CORPUS: dict[str, Callable[[Path], Path]] = {
     "huge-numbers": _huge_numbers, "huge-csv-numbers": _huge_csv_numbers, "alias-bomb": _alias_bomb,
     "self-alias": _self_alias, "json-huge-int": _json_huge_int,
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _built_once() -> Iterator[None]:
-    """Typer builds the click command tree of the whole app on every ``invoke`` (about 1 s under load); the
-    fuzz runs hundreds of invocations, so it builds it once."""
-    built = typer.main.get_command(app)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(typer.testing, "_get_command", lambda _app: built)
-        yield
 
 
 @pytest.fixture

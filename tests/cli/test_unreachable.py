@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 
 from gpucluster.cli.main import app
 
+pytestmark = pytest.mark.usefixtures("one_command_tree")
+
 runner = CliRunner()
 NOWHERE = "http://127.0.0.1:9"
 
@@ -40,14 +42,6 @@ def _client_commands() -> Iterator[str]:
         if any(p.name == "server" for p in getattr(cmd, "params", [])):
             yield " ".join(prefix)
     yield from walk(typer.main.get_command(app), [])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _built_once() -> Iterator[None]:
-    built = typer.main.get_command(app)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(typer.testing, "_get_command", lambda _app: built)
-        yield
 
 
 def test_every_client_command_is_listed() -> None:

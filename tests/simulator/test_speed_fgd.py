@@ -225,14 +225,15 @@ def test_small_jobs_leave_the_last_whole_node_to_a_waiting_gang() -> None:
     assert before.job("gang").first_start_s > 3_000.0
 
 
+@pytest.mark.parametrize("rule", ["keep_whole", "group_short"])
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(30, 50), gpus=st.sampled_from([1, 2, 4, 8]))
-def test_with_no_larger_whole_task_waiting_the_whole_node_test_changes_nothing(seed: int, n: int, gpus: int) -> None:
+def test_with_no_larger_whole_task_waiting_the_rule_changes_nothing(rule: str, seed: int, n: int, gpus: int) -> None:
     """Jobs of one size on a mixed cluster: no queued job ever asks for tasks larger than the pod's, so every
-    decision and finish time is the rule's before (``keep_whole: false``)."""
+    decision and finish time is the rule's before (``keep_whole: false``, or ``group_short: false``)."""
     jobs = [replace(j, num_gpus=gpus, ref_gpu="H100") for j in generate(n, 16, seed=seed, load=1.0, max_gpus=8)]
     assert _placements(_run(2, 2, jobs, "default", "default")) == \
-        _placements(_run(2, 2, jobs, "default", "default", tier_args={"keep_whole": False}))
+        _placements(_run(2, 2, jobs, "default", "default", tier_args={rule: False}))
 
 
 def _long_rec_among_short(long_quantile: float | None) -> Simulation:
@@ -360,13 +361,3 @@ def test_short_jobs_share_a_node_so_it_comes_free_whole_for_the_waiting_gang() -
     before = _short_and_long_behind_gang(False)
     assert before.job("short1").nodes != before.job("short2").nodes
     assert before.job("gang").first_start_s >= 10_000.0
-
-
-@settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(30, 50), gpus=st.sampled_from([1, 2, 4, 8]))
-def test_with_no_larger_whole_task_waiting_the_grouping_changes_nothing(seed: int, n: int, gpus: int) -> None:
-    """Jobs of one size on a mixed cluster: no queued job ever asks for tasks larger than the pod's, so every
-    decision and finish time is the rule's before (``group_short: false``)."""
-    jobs = [replace(j, num_gpus=gpus, ref_gpu="H100") for j in generate(n, 16, seed=seed, load=1.0, max_gpus=8)]
-    assert _placements(_run(2, 2, jobs, "default", "default")) == \
-        _placements(_run(2, 2, jobs, "default", "default", tier_args={"group_short": False}))
