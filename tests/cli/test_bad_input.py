@@ -130,3 +130,31 @@ def test_an_error_names_a_path_with_brackets_as_it_is(tmp_path: Path, folder: st
     f = d / "jobs.csv"
     f.write_text("id,submit_s,gpus,duration_s\na,0,8,nan\n")
     _refused(["simulate", "--trace", f"jobs:{f}"], f"{folder}/jobs.csv:2: duration_s: must be a finite number")
+
+
+def test_a_trace_with_bracketed_job_ids_and_an_out_folder_with_brackets_prints_them_as_they_are(
+        tmp_path: Path) -> None:
+    """Job ids from a CSV trace and the --out folder are text, not rich markup: ``[/x]`` is no markup error and
+    ``a[bold]b`` keeps its brackets (on main ``wrote runs[/x]/`` ended in a traceback)."""
+    f = tmp_path / "jobs.csv"
+    f.write_text("id,submit_s,gpus,duration_s\n[/x],0,1,60\na[bold]b,5,2,60\nrun[old],9,1,30\n")
+    out = tmp_path / "runs[/x]" / "a[bold]b"
+    res = runner.invoke(app, ["simulate", "--trace", f"jobs:{f}", "--out", str(out)])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert res.exit_code == 0, res.output
+    assert "3 jobs on" in res.stdout and "Traceback" not in res.output
+    assert f"wrote{out}/" in "".join(res.stdout.split()), res.stdout  # rich may wrap a long path
+    res = runner.invoke(app, ["simulate", "--trace", f"jobs:{f}", "--json"])
+    assert res.exit_code == 0 and res.stdout.lstrip().startswith("{"), res.output
+
+
+@pytest.mark.parametrize("folder", ["specs[/old]", "a[bold]b"])
+def test_spec_validate_names_a_path_with_brackets_as_it_is(tmp_path: Path, folder: str) -> None:
+    d = tmp_path / folder
+    d.mkdir(parents=True)
+    f = d / "c.yaml"
+    f.write_text(SPEC.format(count=2))
+    res = runner.invoke(app, ["spec", "validate", str(f)])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert res.exit_code == 0, res.output
+    assert f"valid:{f}:2nodes,16devices" in "".join(res.stdout.split()), res.stdout  # rich may wrap a long path

@@ -37,12 +37,18 @@ def _stderr() -> Console:
 EXIT_USAGE = 2
 
 
+def plain(value: object) -> str:
+    """``value`` as text for a rich markup string: a ``[word]`` in a path, job id, label, message or anything else
+    from outside is printed as it is (rich would drop it, and ``[/word]`` would end in a markup error)."""
+    from rich.markup import escape
+
+    return escape(str(value))
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Report a user error (where and why) on stderr and exit non-zero. ``message`` is text, not rich markup: a
     path or value with ``[word]`` in it is printed as it is."""
-    from rich.markup import escape
-
-    _stderr().print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    _stderr().print(f"[bold red]error:[/] {plain(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -70,10 +76,8 @@ def device_config_or_fail(path: Path) -> DeviceConfig:
         config = load_device_config(path)
     except DeviceConfigError as exc:
         fail(f"--device-config: {exc}")
-    from rich.markup import escape
-
     for note in config.notes:
-        _stderr().print(f"[yellow]warning:[/] --device-config: {escape(note)}", highlight=False, soft_wrap=True)
+        _stderr().print(f"[yellow]warning:[/] --device-config: {plain(note)}", highlight=False, soft_wrap=True)
     return config
 
 
@@ -119,7 +123,7 @@ def renamed(new_value: Any, old_value: Any, new: str, old: str) -> Any:
         return new_value
     if new_value is not None and new_value != []:
         fail(f"{old} is the deprecated name of {new} here; give {new} only")
-    _stderr().print(f"[yellow]warning:[/] {old} is deprecated here: use {new} (the same meaning)",
+    _stderr().print(f"[yellow]warning:[/] {plain(old)} is deprecated here: use {plain(new)} (the same meaning)",
                       highlight=False, soft_wrap=True)
     return old_value
 

@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
                     fail(f"--placement-policy: {exc}")
                 state = c.state()
                 sched = Scheduler(state, profile)
-                task = progress.add_task(f"{name}", total=len(workload))
+                task = progress.add_task(common.plain(name), total=len(workload))
                 placed = 0
                 t0 = time.perf_counter()
                 for pod in workload:
@@ -106,7 +106,8 @@ def register(app: typer.Typer) -> None:
             print_json({"cluster": c.summary(), "results": rows})
             return
         s = c.summary()
-        console.print(f"[bold]{s['name']}[/]: {s['nodes']} nodes, {s['gpus']} GPUs, {pods} synthetic pods")
+        console.print(f"[bold]{common.plain(s['name'])}[/]: {s['nodes']} nodes, {s['gpus']} GPUs, "
+                      f"{pods} synthetic pods")
         print_table(["policy", "placed", "GPU allocated %", "CPU allocated %", "decisions/s"],
                     [(str(r["policy"]), f"{r['placed']}/{r['pods']}", f"{r['gpu_allocation_pct']:.2f}",
                       f"{r['cpu_allocation_pct']:.2f}", f"{r['decisions_per_s']:.0f}") for r in rows],

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from gpucluster.cli.common import plain
 from gpucluster.cli.output import print_table
 from gpucluster.cli.shown import DESIGN_PRESETS
 
@@ -179,12 +180,12 @@ def _design_command(
         from gpucluster.design.report import write_bundle
 
         for p in write_bundle(d, out):
-            info.print(f"wrote {p}")
+            info.print(f"wrote {p}", markup=False)
     if export_spec is not None:
         from gpucluster.design.spec_export import write_cluster_spec
 
         write_cluster_spec(d, export_spec)
-        info.print(f"wrote {export_spec}")
+        info.print(f"wrote {export_spec}", markup=False)
 
 
 def _print_summary(d: Any, console: Console) -> None:
@@ -212,11 +213,11 @@ def _print_summary(d: Any, console: Console) -> None:
     ]
     print_table(["item", "value"], rows, title=f"Cluster design: {x['name']}", no_headers=True)
     for cloud in c["cloud"]:
-        console.print(f"cloud {cloud['provider']} {cloud['region']}: "
+        console.print(f"cloud {plain(cloud['provider'])} {plain(cloud['region'])}: "
                       f"${cloud['on_demand_usd_per_year']:,.0f}/yr on demand, "
                       f"${cloud['spot_usd_per_year']:,.0f}/yr spot")
     for w in x["warnings"]:
-        console.print(f"[bold red]warning:[/] {w}", soft_wrap=True)
+        console.print(f"[bold red]warning:[/] {plain(w)}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -118,7 +118,7 @@ def fgd_cmd(
                 right=(0, 1, 2))
     common.console.print(f"unallocated GPUs at 130%: {result.unallocated_gpus_at(130):.1f} of {result.total_gpus}")
     if out is not None:
-        common.console.print(f"wrote {out}")
+        common.console.print(f"wrote {out}", markup=False)
 
 
 @app.command("fgd-sweep")
@@ -170,7 +170,7 @@ def fgd_sweep_cmd(
     except ExecutorError as exc:
         fail(f"--ray-address: {exc}")
     common.err_console.print(f"sweep: {len(todo)} runs to do ({len(tasks) - len(todo)} already done) on "
-                      f"{executor.description}", highlight=False)
+                      f"{executor.description}", highlight=False, markup=False)
     try:
         with _progress() as prog:
             bar = prog.add_task(f"sweep ({len(tasks) - len(todo)} already done)", total=len(todo))
@@ -199,7 +199,7 @@ def fgd_sweep_cmd(
         cols["vs_fgd_130"] = "VS-FGD@130"
     print_table(list(cols.values()), [[("" if r.get(c) is None else str(r.get(c))) for c in cols] for r in rows],
                 title=f"mean GPU allocation %, seeds {seed_list[0]}..{seed_list[-1]}", right=range(2, len(cols)))
-    common.console.print(f"wrote {out / 'summary.csv'}, {out / 'summary.md'} and {figures}/")
+    common.console.print(f"wrote {out / 'summary.csv'}, {out / 'summary.md'} and {figures}/", markup=False)
 
 
 def _write_summary(rows: list[dict[str, Any]], out: Path) -> None:

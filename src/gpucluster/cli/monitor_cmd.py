@@ -19,6 +19,7 @@ from gpucluster.cli.common import (
     deprecated_option,
     fail,
     load_cluster_or_fail,
+    plain,
     print_json,
     renamed,
 )
@@ -426,10 +427,10 @@ def _sim_job_samples(job_id: str, state: ClusterState, pods: list[Pod], seconds:
 
 def _print_analysis(r: JobAnalysis) -> None:
     console = common.console
-    console.print(f"job [bold]{r.job}[/]: [bold]{r.verdict}[/] ({r.gpus} GPUs on {len(r.nodes)} node(s), "
+    console.print(f"job [bold]{plain(r.job)}[/]: [bold]{plain(r.verdict)}[/] ({r.gpus} GPUs on {len(r.nodes)} node(s), "
                   f"{r.samples} samples)")
-    console.print(f"why: {r.why}")
+    console.print(f"why: {r.why}", markup=False)
     print_table(["metric", "value"], [(k, f"{v:g}") for k, v in r.evidence.items()], title="evidence (means)",
                 right=(1,))
     for a in r.advice:
-        console.print(f" - {a}")
+        console.print(f" - {a}", markup=False)

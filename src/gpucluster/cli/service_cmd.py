@@ -363,7 +363,8 @@ def submit(
     if as_json:
         print_json(job)
     else:
-        common.console.print(f"job [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']}): {job['status']}",
+        common.console.print(f"job [bold]{common.plain(job['id'])}[/] ({common.plain(job['name'])}, tenant "
+                             f"{common.plain(job['tenant'])}): {common.plain(job['status'])}",
                       soft_wrap=True)
 
 

@@ -157,7 +157,7 @@ def simulate(
                 title=f"{len(jobs)} jobs on {cluster.name}, placement {placement or JOB_PLACEMENT}",
                 right=range(1, len(names) + 1))
     if out is not None:
-        console.print(f"wrote {out}/")
+        console.print(f"wrote {out}/", markup=False)
 
 
 def _write_out(out: Path, sims: dict[str, Simulation]) -> None:

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
             print_json({"valid": True, **summary})
         else:
             common.console.print(
-                f"[green]valid[/]: {file}: {summary['nodes']} nodes, {summary['gpus']} devices "
+                f"[green]valid[/]: {common.plain(file)}: {summary['nodes']} nodes, {summary['gpus']} devices "
                 f"({', '.join(f'{n} x {m}' for m, n in summary['gpu_models'].items()) or 'none'})"
             )
 

@@ -23,6 +23,7 @@ from gpucluster.cli.common import (
     check_placement_policy,
     check_queue_policies,
     deprecated_option,
+    plain,
     print_json,
     renamed,
     training_share_rows,
@@ -94,8 +95,8 @@ def _print_table(rows: list[dict[str, Any]], v: dict[str, Any], title: str, year
                   "estimates", soft_wrap=True)
     for r in rows:
         for w in r["warnings"]:
-            console.print(f"[bold red]warning:[/] {r['name']}: {w}", soft_wrap=True)
-    console.print(f"[bold]verdict:[/] {v['text']}", soft_wrap=True, highlight=False)
+            console.print(f"[bold red]warning:[/] {plain(r['name'])}: {plain(w)}", soft_wrap=True)
+    console.print(f"[bold]verdict:[/] {plain(v['text'])}", soft_wrap=True, highlight=False)
 
 
 def write_out(out: Path, rows: list[dict[str, Any]], v: dict[str, Any], title: str) -> list[Path]:
@@ -257,7 +258,7 @@ def whatif(
     info = Console(stderr=True)
     try:
         rows = evaluate_all(cands, jobs, policy, seed, years, ray_address, placement, owned_utilization, spot, region,
-                            progress=lambda line: info.print(line, highlight=False))
+                            progress=lambda line: info.print(line, highlight=False, markup=False))
     except ExecutorError as exc:
         _fail([f"--ray-address: {exc}"])
     v = verdict(rows, tolerance, region)
@@ -283,14 +284,14 @@ def whatif(
     info = Console(stderr=as_json)
     if out is not None:
         for p in write_out(out, rows, v, title):
-            info.print(f"wrote {p}", highlight=False)
+            info.print(f"wrote {p}", highlight=False, markup=False)
     if plot_path is not None:
         try:
             plot_path.parent.mkdir(parents=True, exist_ok=True)
             plot(rows, v, title, plot_path)
         except OSError as exc:
             _fail([f"--plot {plot_path}: {exc.strerror}"])
-        info.print(f"wrote {plot_path}", highlight=False)
+        info.print(f"wrote {plot_path}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
