@@ -109,6 +109,21 @@ def test_describe_a_job_by_name_and_its_node(server: Server) -> None:
     assert code == 1 and "node 'no-such-node': not found" in err
 
 
+def test_free_text_from_the_server_is_printed_as_it_is(server: Server) -> None:
+    """A job's command and args are free text: ``[/x]`` and ``a[bold]b`` come back verbatim in describe and get
+    (human and JSON), never as rich markup (no markup error, no dropped brackets)."""
+    body: dict[str, Any] = {"name": "verbs-brackets", "resources": {"nvidia.com/gpu": 1}, "duration_s": 400.0,
+                            "command": ["python", "[/x]"], "args": ["a[bold]b", "run[old]"]}
+    job = submit_job(server, body)
+    code, out, err = cli(server, "describe", "job", job["id"], columns=200)
+    assert code == 0 and "Traceback" not in err, err
+    assert "python [/x] a[bold]b run[old]" in out, out
+    code, out, err = cli(server, "get", "jobs", "verbs-brackets", "-o", "wide", columns=200)
+    assert code == 0 and "verbs-brackets" in out, err
+    detail = json.loads(tty(server, "get", "job", "verbs-brackets", "-o", "json"))
+    assert detail["command"] == ["python", "[/x]"] and detail["args"] == ["a[bold]b", "run[old]"]
+
+
 def test_a_name_two_jobs_share_is_never_picked_silently(server: Server, tmp_path: Path) -> None:
     """A name is unique among a tenant's live jobs (`up --job-names unique`, the default): `submit` of a second
     live job of a name exits 2 naming the live one's id (on main it was accepted). Two tenants may each have

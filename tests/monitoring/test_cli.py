@@ -182,3 +182,15 @@ def test_agent_nvml_without_gpu_is_a_usage_error(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpus=0))
     r = runner.invoke(app, ["agent", "--source", "nvml"], terminal_width=300)
     assert r.exit_code == 2 and "NVML sees no GPU" in r.output and "--source sim" in r.output
+
+
+@pytest.mark.parametrize("job", ["[/x]", "a[bold]b"])
+def test_analyze_job_prints_a_job_id_with_brackets_as_it_is(tmp_path: Path, job: str) -> None:
+    """A job id from a metrics file is text, not rich markup: ``[/x]`` was a markup error, ``a[bold]b`` lost
+    its brackets."""
+    m = tmp_path / "m.csv"
+    m.write_text(f"job,gpu_util,dram_active,tensor_active\n{job},40,0.9,0.05\n{job},42,0.8,0.05\n")
+    r = runner.invoke(app, ["analyze", "job", job, "--metrics", str(m)], terminal_width=200)
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert r.exit_code == 0, r.output
+    assert f"job {job}: memory-bound" in r.stdout, r.stdout

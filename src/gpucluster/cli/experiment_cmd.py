@@ -96,7 +96,7 @@ def fgd_cmd(
     tgt = fgd.target_workload(pod_list)
     result = fgd.ExperimentResult(workload, pol.value, inflation, sum(n.gpus for n in node_list))
     with _progress() as prog:
-        task = prog.add_task(f"{workload} / {pol.value}", total=len(seed_list))
+        task = prog.add_task(f"{common.plain(workload)} / {pol.value}", total=len(seed_list))
         for s in seed_list:
             result.seeds.append(fgd.run_seed(node_list, pod_list, pol, s, inflation, tgt))
             prog.advance(task)
