@@ -4,12 +4,18 @@ unknown node or remediation, 409 when the action does not apply."""
 
 from __future__ import annotations
 
+import copy
+import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpucluster.embedded.runtime import REPAIR_AFTER_S
 from gpucluster.monitoring import Action, RemediationPolicy
-from tests.service.inproc import InProc, in_process
+from gpucluster.spec import ClusterSpecFile, cluster_from_spec
+from tests.service.inproc import SPEC, InProc, in_process, small_cluster
 
 PLAN_ONLY = RemediationPolicy.opt_in([])
 """``up``'s default: cordons run, drains (and the other disruptive actions) are planned only."""
@@ -170,3 +176,58 @@ def test_an_operators_cordon_outlasts_the_repair_of_a_gpu(tmp_path: Path) -> Non
         for node in (operator, drained, taken_over):
             assert c.post(f"/api/v1/nodes/{node}/uncordon").status_code == 200
             assert _schedulable(p, node)
+
+
+def _placed_on(p: InProc, job_ids: list[str]) -> set[str]:
+    nodes = set()
+    for jid in job_ids:
+        job = p.client.get(f"/api/v1/jobs/{jid}").json()
+        nodes |= {pl["node"] for pl in job["placements"]}
+    return nodes
+
+
+def test_an_operators_cordon_and_drain_survive_a_restart_and_uncordon_after_it_puts_the_node_back(
+        tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    with in_process(data) as p:
+        c = p.client
+        names = [n["name"] for n in c.get("/api/v1/nodes").json()["nodes"]]
+        cordoned, drained = names[0], names[1]
+        assert c.post(f"/api/v1/nodes/{cordoned}/cordon").status_code == 200
+        assert c.post(f"/api/v1/nodes/{drained}/drain").status_code == 200
+        assert c.post(f"/api/v1/nodes/{names[2]}/cordon").status_code == 200
+        assert c.post(f"/api/v1/nodes/{names[2]}/uncordon").status_code == 200  # uncordoned: not kept
+    with in_process(data) as p:  # the restart, on the same data directory
+        c = p.client
+        rows = {n["name"]: n for n in c.get("/api/v1/nodes").json()["nodes"]}
+        assert not rows[cordoned]["schedulable"] and not rows[drained]["schedulable"]
+        assert rows[names[2]]["schedulable"]
+        jobs = [c.post("/api/v1/jobs", json=_job(f"fill-{i}", 1, 8)).json()["id"] for i in range(len(names))]
+        p.tick()
+        assert _placed_on(p, jobs) == set(names) - {cordoned, drained}  # every other node, none of those two
+        assert c.post(f"/api/v1/nodes/{cordoned}/cordon").status_code == 409  # still the operator's cordon
+        r = c.post(f"/api/v1/nodes/{cordoned}/uncordon")
+        assert r.status_code == 200 and r.json()["schedulable"] is True
+        p.tick()
+        assert cordoned in _placed_on(p, jobs)  # a waiting job took it
+    with in_process(data) as p:  # the uncordon is kept too
+        rows = {n["name"]: n for n in p.client.get("/api/v1/nodes").json()["nodes"]}
+        assert rows[cordoned]["schedulable"] and not rows[drained]["schedulable"]
+
+
+def test_a_held_node_the_cluster_no_longer_has_is_dropped_at_the_restart(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    spec = copy.deepcopy(SPEC)
+    spec["nodePools"][0]["count"] = 1
+    smaller = cluster_from_spec(ClusterSpecFile.model_validate(spec), "test")
+    gone = min({n.name for n in small_cluster().nodes} - {n.name for n in smaller.nodes})
+    kept = smaller.nodes[0].name
+    data = tmp_path / "d"
+    with in_process(data) as p:
+        assert p.client.post(f"/api/v1/nodes/{gone}/cordon").status_code == 200
+        assert p.client.post(f"/api/v1/nodes/{kept}/cordon").status_code == 200
+    with caplog.at_level(logging.WARNING), in_process(data, cluster=smaller) as p:
+        rows = {n["name"]: n["schedulable"] for n in p.client.get("/api/v1/nodes").json()["nodes"]}
+        assert gone not in rows and rows[kept] is False
+        assert p.service.store.get_meta("held_nodes") == json.dumps([kept])
+    assert any(gone in r.getMessage() and "no longer in the cluster" in r.getMessage() for r in caplog.records)

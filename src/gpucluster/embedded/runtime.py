@@ -284,6 +284,11 @@ class EmbeddedRuntime(EngineFront):
             self.target.cordon(node)
         return True
 
+    def held_nodes(self) -> list[str]:
+        """The nodes an operator cordoned or drained and has not uncordoned since, sorted (the service stores
+        them so a restart keeps them out of service)."""
+        return sorted(self._held)
+
     def uncordon(self, node: str) -> bool:
         """Back in service (also for remediation's count of nodes out); False if it was not cordoned."""
         i = self._node_or_raise(node)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import time
@@ -25,7 +26,7 @@ from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.limits import RateLimits, TokenBucket
 from gpucluster.service.lock import DataDirLock
 from gpucluster.service.logs import EVENTS_LOGGER, log_event
-from gpucluster.service.runtime import DiscoveredJobs, Job, JobEvent, JobState, RemediationAudit, Runtime
+from gpucluster.service.runtime import DiscoveredJobs, Job, JobEvent, JobState, NodeActions, RemediationAudit, Runtime
 from gpucluster.service.store import BadRow, Store, StoreWriteError
 from gpucluster.service.tasks import TaskManager
 
@@ -36,6 +37,8 @@ SYNTHETIC_TENANT = "synthetic"
 REMEDIATION_ACTOR = "remediation"
 DISCOVERED_ACTOR = "cluster"
 """Audit actor of jobs found in the cluster rather than submitted here (a Job created with kubectl)."""
+HELD_NODES_META = "held_nodes"
+"""``meta`` key of the nodes an operator cordoned or drained (a JSON list of names): a restart cordons them again."""
 CLOCK_LEASE_S = 5.0
 """Wall-clock seconds of runtime clock stored ahead of the clock: the clock is written once per lease, not once
 per tick (every write is a WAL frame), and a restart resumes at the stored value, at or after any time a client
@@ -289,6 +292,11 @@ class Service:
             jobs = {e.job_id: job for e in events if (job := self.find_job(e.job_id)) is not None}
             self.store.record_events(events, jobs)
 
+    def store_held_nodes(self, runtime: NodeActions, audit: tuple[str, str, str, str]) -> None:
+        """Store the nodes an operator holds out of service now (``runtime.held_nodes()``) with the audit line of
+        the action that changed them, in one transaction, so a restart cordons them again."""
+        self.store.set_meta_audited(HELD_NODES_META, json.dumps(runtime.held_nodes()), audit)
+
     def persist_remediation(self) -> None:
         """Write the runtime's new remediation audit records to the audit log (actor ``remediation``)."""
         if not isinstance(self.runtime, RemediationAudit):
@@ -396,6 +404,34 @@ def _fail_unrestorable(store: Store, job_id: str, t: float, why: str) -> JobEven
     return JobEvent(job_id, t, "failed", JobState.FAILED, f"not restored after a control-plane restart: {why}")
 
 
+def _restore_held_nodes(runtime: Runtime, store: Store) -> None:
+    """Cordon again the nodes an operator cordoned or drained before the restart (until they uncordon them); a
+    stored name the cluster no longer has is dropped, with a log line."""
+    raw = store.get_meta(HELD_NODES_META)
+    if not raw or not isinstance(runtime, NodeActions):
+        return
+    try:
+        names = json.loads(raw)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError("not a list of node names")
+    except ValueError:
+        log.warning("stored operator-cordoned nodes %r are unreadable; no node is cordoned again", raw[:200])
+        return
+    kept = []
+    for name in names:
+        try:
+            runtime.cordon(name)
+        except LookupError:
+            log.warning("node %s, cordoned by an operator before the restart, is no longer in the cluster: dropped",
+                        name[:64])
+            continue
+        kept.append(name)
+    if kept != names:
+        store.set_meta(HELD_NODES_META, json.dumps(kept))
+    if kept:
+        log.info("cordoned again, as an operator left them: %s", ", ".join(kept))
+
+
 def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | None = None) -> tuple[Service, bool]:
     """Lock the data directory (unless ``lock`` is already held), open the store, install the admin token
     (revoking any other), resume the clock and recover persisted jobs into the runtime. Returns the service and
@@ -430,6 +466,7 @@ def _restore(runtime: Runtime, config: ServiceConfig, lock: DataDirLock, admin: 
         candidates.append(float(saved) if saved else 0.0)
     except ValueError:
         log.warning("stored clock %r is not a number; resuming from the events", saved)
+    _restore_held_nodes(runtime, store)  # before anything is placed: no job lands on a node the operator holds
     svc.clock_origin = max(t for t in candidates if math.isfinite(t))
     svc.persisted_clock = svc.clock_origin
     if svc.clock_origin > runtime.now:

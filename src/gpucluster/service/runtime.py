@@ -146,6 +146,10 @@ class NodeActions(Protocol):
         an operator already cordoned it (nothing changed)."""
         ...
 
+    def held_nodes(self) -> list[str]:
+        """The nodes an operator cordoned or drained and has not uncordoned since (kept across a restart)."""
+        ...
+
     def uncordon(self, node: str) -> bool:
         """New pods may land on ``node`` again; False when it was not cordoned."""
         ...

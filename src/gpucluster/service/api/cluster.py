@@ -130,7 +130,7 @@ async def cordon(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
     runtime, _ = _node_actions(service, name)
     if not runtime.cordon(name):
         raise ApiError(409, "path.name", f"node {name} is already cordoned (uncordon puts it back in service)")
-    service.store.audit(who.actor, "node.cordon", name, "cordoned: no new pods")
+    service.store_held_nodes(runtime, (who.actor, "node.cordon", name, "cordoned: no new pods"))
     service.invalidate_views()
     return _node_answer(service, name, "cordon", [], f"node {name} cordoned: no new pods; its jobs keep running")
 
@@ -142,7 +142,7 @@ async def uncordon(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
     runtime, _ = _node_actions(service, name)
     if not runtime.uncordon(name):
         raise ApiError(409, "path.name", f"node {name} is not cordoned")
-    service.store.audit(who.actor, "node.uncordon", name, "back in service")
+    service.store_held_nodes(runtime, (who.actor, "node.uncordon", name, "back in service"))
     service.invalidate_views()
     return _node_answer(service, name, "uncordon", [], f"node {name} back in service")
 
@@ -158,8 +158,8 @@ async def drain(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
         raise ApiError(409, "path.name", f"node {name} is already drained (cordoned, no pods)")
     events: list[JobEvent] = []
     jobs = runtime.drain(name, f"{name} drained by {who.actor}", events)
-    service.store.audit(who.actor, "node.drain", name, f"cordoned and {len(jobs)} job(s) evicted: "
-                                                       f"{', '.join(jobs)[:400]}")
+    service.store_held_nodes(runtime, (who.actor, "node.drain", name, f"cordoned and {len(jobs)} job(s) evicted: "
+                                                                      f"{', '.join(jobs)[:400]}"))
     service.invalidate_views()
     service.record(events)
     return _node_answer(service, name, "drain", jobs,
