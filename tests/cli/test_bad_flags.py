@@ -75,6 +75,9 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     # --seconds was checked only for --source sim, and NaN passed that check (NaN <= 0 is false)
     *((f"analyze job j1 {source} --seconds {value}", ("--seconds", "must be a number > 0"))
       for source in ("--metrics {metrics}", "--source sim --pods {pods}") for value in ("-1", "nan", "inf")),
+    # a huge finite span made ~1e11 sampling steps and never ended (at most one day: 86400 s)
+    *((f"analyze job j1 --source sim --pods {{pods}} --seconds {value}", ("--seconds", "at most 86400"))
+      for value in ("86400.5", "1e12")),
     # an infinite speedup put every arrival at t = 0
     *((f"simulate --trace {SYNTH} --arrival-speedup {value}", ("--arrival-speedup", "must be a finite number > 0"))
       for value in ("inf", "nan", "0", "-2")),

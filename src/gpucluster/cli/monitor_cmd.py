@@ -342,7 +342,9 @@ def register(app: typer.Typer) -> None:
         source: Annotated[str, typer.Option("--source", help="file (with --metrics) or sim (with --pods).")] = "",
         pods: Annotated[Path | None, typer.Option("--pods", help="sim: Pod manifests to place and watch.")] = None,
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
-        seconds: Annotated[float, typer.Option("--seconds", help="sim: how long to watch (simulated).")] = 120.0,
+        seconds: Annotated[float, typer.Option(
+            "--seconds", help=f"sim: how long to watch (simulated; one sample per GPU every 10 s, at most "
+                              f"{MAX_SIM_SECONDS:g} s = one day).")] = 120.0,
         json_out: Annotated[bool, typer.Option("--json", help="Print the analysis as JSON.")] = False,
     ) -> None:
         """Say what limits a job (compute, input, communication, memory, idle) and what would help."""
@@ -350,6 +352,8 @@ def register(app: typer.Typer) -> None:
 
         if not (math.isfinite(seconds) and seconds > 0):
             fail(f"--seconds {seconds:g}: must be a number > 0 and finite")
+        if seconds > MAX_SIM_SECONDS:
+            fail(f"--seconds {seconds:g}: at most {MAX_SIM_SECONDS:g} (one day of simulated samples)")
         source = source or ("sim" if pods is not None and metrics is None else "file")
         if source == "file":
             if metrics is None:
@@ -382,6 +386,11 @@ def _job_of(pod: Pod) -> set[str]:
     from gpucluster.model.labels import JOB_LABEL
 
     return {pod.name, pod.gang, pod.labels.get("job-name", ""), pod.labels.get(JOB_LABEL, "")} - {""}
+
+
+MAX_SIM_SECONDS = 86400.0
+"""The longest span ``analyze job --source sim --seconds`` watches: one day is 8,641 samples per GPU (one every
+10 s), about 2 s and 100 MB for an 8-GPU job on a 2-core machine; 1e12 made 1e11 steps and never ended."""
 
 
 def _sim_job_samples(job_id: str, state: ClusterState, pods: list[Pod], seconds: float) -> list[JobSample]:
