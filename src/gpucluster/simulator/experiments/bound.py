@@ -767,7 +767,7 @@ class _OrderLP:
                 if got is None:
                     break
                 gpu_rows = self.knapsack.separate(got[1], got[2])
-                if not (self.nodepack.separate(got[3]) if self.node_cuts else False) and not gpu_rows:
+                if not (self.node_cuts and self.nodepack.separate(got[3])) and not gpu_rows:
                     break
             except _LPTroubleError:  # no optimum to separate: the rows found so far stay (each is valid)
                 break
@@ -912,17 +912,15 @@ class _OrderLP:
         if res.status != 0:
             raise _LPTroubleError(str(res.message))
         items: list[dict[int, float]] = [{} for _ in range(nt)]
-        for v, (i, j) in enumerate(self.pairs):
-            k, m = self.plist[i][2], self.plist[i][3]
-            if k and 0 < m < MILLI:
-                got = float(sum(res.x[x_off[r] + v] for r in range(nr)))
-                if got > 1e-9:
-                    items[j][m] = items[j].get(m, 0.0) + k * got
         pods: list[dict[int, float]] = [{} for _ in range(nt)]
         for v, (i, j) in enumerate(self.pairs):
             got = float(sum(res.x[x_off[r] + v] for r in range(nr)))
-            if got > 1e-9:
-                pods[j][i] = pods[j].get(i, 0.0) + got
+            if got <= 1e-9:
+                continue
+            pods[j][i] = got  # one pair per (shape, type)
+            k, m = self.plist[i][2], self.plist[i][3]
+            if k and 0 < m < MILLI:
+                items[j][m] = items[j].get(m, 0.0) + k * got
         return -float(res.fun), items, [float(res.x[s_off + j]) for j in range(nt)], pods
 
 

@@ -290,16 +290,17 @@ class GpuSpeedTier:
             else:
                 keep = self._reserved(pod, snap, per_model, present, keep)
         breaks = self._breaks(pod, snap, candidates)
-        if bool(keep[present].all()) and breaks is None and self.ends is None and hit is None:
-            return SKIP  # every model the pod can go to is as good, and no whole node to keep: nothing to choose
+        # every model the pod can go to is as good, and no whole node to keep or reserve: nothing to choose
+        same = bool(keep[present].all()) and breaks is None and hit is None
+        if same and self.ends is None:
+            return SKIP
         score = np.where(keep[snap.dev_model[candidates, 0]], 100.0, 0.0)
         if hit is not None:
             score[hit] = 0.0
         if breaks is not None:
             score[breaks & (score > 0.0)] = BREAK_SCORE
-        if (not self._group(pod, snap, candidates, score) and bool(keep[present].all()) and breaks is None
-                and hit is None):
-            return SKIP  # nothing to choose after all
+        if not self._group(pod, snap, candidates, score) and same:
+            return SKIP  # the finish-time grouping did not choose either
         state.write(TIER_NAME, score)
         return Status.success()
 
