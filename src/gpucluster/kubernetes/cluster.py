@@ -391,6 +391,8 @@ class KubeCluster:
             self._set_gate_row(info)
             if old.unschedulable != info.unschedulable:
                 st.set_schedulable(name, not info.unschedulable)
+            if old.spec.labels != info.spec.labels:  # relabelled: node selectors match its new labels at once
+                st.set_labels(name, info.spec.labels, info.spec.pool)
             self._apply_health(info)
 
     def delete_node(self, name: str) -> None:
