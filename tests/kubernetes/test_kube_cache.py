@@ -5,6 +5,8 @@
 * Node labels: a node relabelled in place (``kubectl label node``: nothing else of it changes) is matched by
   node selectors at once, by the scheduler's Filter and by the "can this job ever fit" answer the control plane
   gives a submission; a label taken off stops matching.
+* What the secondary scheduler notes of a pod it prepares goes when the pod goes (its delete event, or the
+  next relist when that event was missed): nothing grows with every pod ever scheduled.
 * The scheduler cache fed by the informer: a pod the informer sees bound stops being assumed at once (it never
   expires at the assumption's TTL); a relist (a full resync of pods) keeps assumed pods that are decided but
   not bound yet. ``tests/integration/test_k8s_cache.py`` checks both against a real API server.
@@ -143,3 +145,27 @@ def test_a_job_that_could_never_fit_fits_once_a_node_carries_its_labels() -> Non
     assert view.never_fits(spec) is None
     cluster.apply_node(_labelled(a, pool="slow"))
     assert view.never_fits(spec) is not None
+
+
+def test_what_the_scheduler_notes_of_a_pod_goes_when_the_pod_goes() -> None:
+    """A long-running secondary scheduler prepares every pod it schedules (``prepare_pod``: the claims it shares,
+    its DRA-backed extended resources). What it noted must go when the pod does, by its delete event or, when
+    that event was missed, by the next relist: else memory grows with every pod ever scheduled."""
+    cluster = KubeCluster(registry(), "binpack")
+    cluster.set_nodes([node_obj("n0")])
+    kept = pod_obj("kept")
+    for i in range(50):
+        obj = pod_obj(f"p{i}")
+        cluster.apply_pod(obj)
+        pod = cluster.prepare_pod(obj)
+        assert cluster.decide(pod).ok
+        cluster.delete_pod(pod.key)
+    cluster.apply_pod(kept)
+    cluster.prepare_pod(kept)
+    for i in range(50):  # these are deleted while the watch is down: only the relist tells
+        obj = pod_obj(f"q{i}")
+        cluster.apply_pod(obj)
+        cluster.prepare_pod(obj)
+    cluster.set_pods([kept])
+    noted = {**cluster._shared_claims, **cluster._extended_meta}
+    assert set(noted) == {"default/kept"}, sorted(noted)[:5]
