@@ -29,6 +29,7 @@ from typing import IO, Any, Final
 import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
+from yaml.error import Mark
 from yaml.events import MappingStartEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.scanner import ScannerError
@@ -181,11 +182,11 @@ class _BoundedLoader(yaml.SafeLoader):
         two silently (a ``count`` written twice, say after a merge, would drop one without a word). A key a
         merge (``<<: *base``) brings in may be given again: that is what a merge is for."""
         if isinstance(node, MappingNode):
-            first: dict[Any, Any] = {}
+            first: dict[Any, Mark] = {}
             for key_node, _value in node.value:
                 if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                     continue
-                key = self.construct_object(key_node)  # type: ignore[no-untyped-call]
+                key = self.construct_object(key_node)
                 try:
                     seen = first.setdefault(key, key_node.start_mark)
                 except TypeError:  # not hashable: the constructor below says so
@@ -193,7 +194,7 @@ class _BoundedLoader(yaml.SafeLoader):
                 if seen is not key_node.start_mark:
                     raise ConstructorError(None, None, f"key {str(key)[:64]!r} is given twice in one mapping (first "
                                                        f"on line {seen.line + 1}): keep one", key_node.start_mark)
-        return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
+        return super().construct_mapping(node, deep)
 
     def construct_document(self, node: Node) -> Any:
         size, _depth = _expanded(node, {}, 1)
