@@ -90,7 +90,13 @@ OPENB_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion
      "pods.csv:3: name: 'p' is already the name of the pod at "),
     # a row longer than the header said "unknown field None"
     ("long.csv", "id,submit_s,gpus,duration_s\na,0,8,100,7,x\n", "long.csv:2: 6 fields, but the header (line 1) names 4"),
-], ids=["jobs-csv-same-id", "jobs-yaml-same-id", "openb-same-name", "row-longer-than-header"])
+    # a field longer than the csv module reads, in the middle: on main before these cases no line was named
+    ("big.csv", f"id,submit_s,gpus,duration_s\na,0,8,100\nb,0,8,{'1' * 200_000}\nc,0,8,100\n",
+     "big.csv:3: not a readable CSV file: field larger than field limit"),
+    ("pods.csv", OPENB_HEAD + f"p,1000,1024,1,1000,0,100\nq,1000,1024,1,1000,0,{'1' * 200_000}\n",
+     "pods.csv:3: not a readable CSV file: field larger than field limit"),
+], ids=["jobs-csv-same-id", "jobs-yaml-same-id", "openb-same-name", "row-longer-than-header", "jobs-csv-huge-field",
+        "openb-huge-field"])
 @pytest.mark.parametrize("command", ["simulate", "whatif"])
 def test_a_trace_line_the_loader_cannot_take_names_its_line(tmp_path: Path, command: str, name: str, text: str,
                                                             expected: str) -> None:
