@@ -59,6 +59,8 @@ from gpucluster.scheduler.framework import (
     Handle,
     IntArray,
     PluginRegistry,
+    Reason,
+    ReasonArray,
     Status,
 )
 from gpucluster.scheduler.framework.status import SKIP
@@ -161,6 +163,34 @@ class HoleTable(Protocol):
         ...
 
 
+class WaitTable(Protocol):
+    """When the fast models free GPUs, and what the queue's head loses by waiting (``GpuSpeedTier``'s
+    ``wait_fast``)."""
+
+    def holds_head(self) -> bool:
+        """Whether a job being placed is the queue's head and the jobs behind it wait while it does (a queue
+        without backfill, preemption or reclaim: ``fifo``)."""
+        ...
+
+    def pod_remaining(self, pod: Pod) -> tuple[float, int, int] | None:
+        """The pod's job's remaining reference work (seconds), whole GPUs per task and tasks; None for a job of
+        GPU shares or with no known work."""
+        ...
+
+    def free_at(self, idle: Sequence[int], nodes: Sequence[int], task_gpus: int, tasks: int) -> float | None:
+        """When ``nodes`` (with ``idle`` idle GPUs each now) are expected to hold ``tasks`` holes of ``task_gpus``
+        idle GPUs, from the known expected ends of their running jobs; None when never (or no clock)."""
+        ...
+
+    def now(self) -> float:
+        """The clock :meth:`free_at` answers on."""
+        ...
+
+    def queued_gpus(self) -> float:
+        """GPUs the queued jobs ask for, summed (the pod's own job included)."""
+        ...
+
+
 class WorkTable(Protocol):
     """How the submitted work splits by the GPU model its jobs prefer (``GpuSpeedTier``'s scarcity test)."""
 
@@ -204,6 +234,8 @@ def new_gpu_speed(args: Mapping[str, Any], handle: Handle) -> GpuSpeed:
 
 
 TIER_NAME = "GpuSpeedTier"
+WAIT_NAME = "GpuSpeedTier/wait"
+"""CycleState key of ``GpuSpeedTier``'s ``wait_fast``: per model (and -1, no device), whether it is a slower one."""
 DEFAULT_TOLERANCE = 0.1
 """``GpuSpeedTier``'s default: a model at least 90 % as fast as the best available one is as good as it."""
 
@@ -241,7 +273,8 @@ class GpuSpeedTier:
     def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True,
                  scarcity: bool = True, keep_whole: bool = True, long_quantile: float | None = DEFAULT_LONG,
                  reserve_long: bool = True, group_short: bool = True,
-                 short_quantile: float = DEFAULT_SHORT, reserve_whole: bool = True) -> None:
+                 short_quantile: float = DEFAULT_SHORT, reserve_whole: bool = True,
+                 wait_fast: bool = True) -> None:
         self.table = table
         self.ends: EndTable | None = None
         if group_short and keep_whole and all(hasattr(table, m) for m in (
@@ -268,6 +301,68 @@ class GpuSpeedTier:
         self.holes: HoleTable | None = None
         if self.reserve is not None and reserve_whole and hasattr(table, "queued_long_tasks"):
             self.holes = table  # type: ignore[assignment]
+        self.wait: WaitTable | None = None
+        if self.long is not None and wait_fast and all(hasattr(table, m) for m in (
+                "holds_head", "pod_remaining", "free_at", "now", "queued_gpus")):
+            self.wait = table  # type: ignore[assignment]
+
+    def pre_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> Status:
+        """``wait_fast``: a long job (``long_quantile``) at the head of a queue that stops at it (``fifo``) waits
+        for its fast models -- the models within ``tolerance`` of its best speed on the cluster -- when they lack
+        the holes it needs now and waiting is expected to end it sooner than running on the slower ones, by more
+        than it costs the jobs behind it: with ``W`` the time until the fast models' idle GPUs plus those of their
+        running jobs' known expected ends (:meth:`WaitTable.free_at`) give it its tasks, ``t_fast`` and ``t_slow``
+        its remaining work over its best speed on the fast and on the slower models and ``k`` its GPUs, it waits
+        while ``k x (t_slow - t_fast - W) > b x W``, where ``b`` = the idle GPUs other queued work could take
+        meanwhile (the idle GPUs beyond its own ``k``, at most the GPUs the other queued jobs ask for). Filter then
+        rejects the slower models' nodes (``WaitsForFastModel``), so the job starts on a fast model or waits;
+        the test runs again at every pass, so the wait ends when the fast GPUs free, or once the jobs queued
+        behind make it dearer than it gains. SKIP (no filter) otherwise: a queue that backfills or preempts, no
+        clock (the Kubernetes backend), a job that is not long, of GPU shares or without known work, one model,
+        fast models with the holes now, no known end that gives them."""
+        w = self.wait
+        if w is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
+            return SKIP
+        if not w.holds_head() or not self._long(pod):
+            return SKIP
+        assert self.table is not None
+        found = w.pod_remaining(pod)
+        speeds = self.table.model_speeds(pod, snap.models)
+        if found is None or speeds is None:
+            return SKIP
+        left, task, tasks = found
+        node_model = snap.dev_model[:, 0]
+        per_model = np.asarray(speeds, np.float64)
+        present = np.zeros(per_model.shape, np.bool_)
+        present[np.unique(node_model[node_model >= 0])] = True
+        if not bool(present.any()):
+            return SKIP
+        best = float(per_model[present].max())
+        fast = present & (per_model >= (1.0 - self.tolerance) * best)
+        slow = present & ~fast
+        if best <= 0.0 or not bool(slow.any()) or left <= 0.0:
+            return SKIP
+        nodes = np.flatnonzero((node_model >= 0) & fast[np.maximum(node_model, 0)])
+        at = w.free_at(snap.node_idle[nodes].tolist(), nodes.tolist(), task, tasks)
+        now = w.now()
+        if at is None or at <= now:
+            return SKIP
+        wait = at - now
+        k = float(task * tasks)
+        gain = left / float(per_model[slow].max()) - left / best - wait
+        blocked = max(0.0, min(float(snap.node_idle.sum()) - k, w.queued_gpus() - k))
+        if k * gain <= blocked * wait:
+            return SKIP
+        state.write(WAIT_NAME, np.append(slow, True))  # index -1 (no device): not a fast model either
+        return Status.success()
+
+    def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
+        """``wait_fast``: the slower models' nodes rejected (``WaitsForFastModel``) while the job waits for its fast
+        models (:meth:`pre_filter`)."""
+        slow: BoolArray = state.read(WAIT_NAME)
+        out = np.zeros(snap.n_nodes, np.int16)
+        out[slow[snap.dev_model[:, 0]]] = Reason.WaitsForFastModel
+        return out
 
     def pre_score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> Status:
         if self.table is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
@@ -530,6 +625,12 @@ class _TierArgs(PluginArgs):
     on its fastest model, as many nodes' worth of k idle GPUs as it has tasks, and a pod that would break the last
     of them goes to another node of the model that does not, or to another model (needs ``queued_long_tasks``).
     False: idle GPUs counted (the rule before)."""
+    wait_fast: bool = True
+    """A long job (``long_quantile``) at the head of a queue that stops at it (``fifo``) waits for its fast models
+    while the known expected ends say they free the GPUs it needs soon enough that waiting ends it sooner than a
+    start on a slower model, by more GPU-seconds than the idle GPUs the jobs behind it could take meanwhile (needs
+    ``holds_head``, ``pod_remaining``, ``free_at``, ``now`` and ``queued_gpus``; the engine's clock). False: the
+    rule before (it starts on whatever model can hold it)."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
@@ -539,7 +640,7 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
     return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole,
                         parsed.long_quantile, parsed.reserve_long, parsed.group_short, parsed.short_quantile,
-                        parsed.reserve_whole)
+                        parsed.reserve_whole, parsed.wait_fast)
 
 
 def register(reg: PluginRegistry) -> None:
