@@ -261,28 +261,24 @@ def test_the_job_that_sets_the_makespan_keeps_h100_while_short_jobs_follow_compa
     assert makespan < max(j.finish_s for j in before.jobs.values()) / 1.1
 
 
-def _long_behind_short(reserve_long: bool, wait_fast: bool = True) -> Simulation:
+def _long_behind_short(reserve_long: bool) -> Simulation:
     """One H100 node and one L40S node (8 GPUs each); queued at once, in this order: eight short 1-GPU transformer
     jobs (1 h) and a 1-GPU transformer job 20 times longer (the longest submitted: ``long_quantile``'s long job).
     Every job runs about 3x faster on H100, so each one's fastest model is H100."""
     short = [JobSpec(f"a{i}", 0.0, 1, 3600, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
              for i in range(8)]
     long = JobSpec("z-long", 0.0, 1, 72_000, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
-    return _run(1, 1, [*short, long], "default", tier_args={"reserve_long": reserve_long, "wait_fast": wait_fast})
+    return _run(1, 1, [*short, long], "default", tier_args={"reserve_long": reserve_long})
 
 
 def test_the_last_fast_gpu_is_kept_for_the_queued_longest_job() -> None:
     """``reserve_long``: the short jobs ahead of the long one in the queue leave the H100 node's last idle GPU to
     it (one short job goes to L40S), so the long job runs on H100 and the makespan is its own run, not 3x that.
-    Without the rule (the rule before, and ``wait_fast`` off, which would have the long job wait an hour for the
-    first H100 GPU the short jobs free) the eight short jobs fill the H100 node and the long job runs on L40S."""
+    Without the rule (the rule before) the eight short jobs fill the H100 node and the long job runs on L40S."""
     sim = _long_behind_short(True)
     assert _model(sim, "z-long") == "h100"
     assert sorted(_model(sim, f"a{i}") for i in range(8)) == ["h100"] * 7 + ["l40s"]
-    assert sim.job("z-long").first_start_s == 0.0
-    waits = _long_behind_short(False)
-    assert _model(waits, "z-long") == "h100" and waits.job("z-long").first_start_s == pytest.approx(3600.0)
-    before = _long_behind_short(False, wait_fast=False)
+    before = _long_behind_short(False)
     assert _model(before, "z-long") == "l40s"
     assert {_model(before, f"a{i}") for i in range(8)} == {"h100"}
     makespan = max(j.finish_s for j in sim.jobs.values())
@@ -321,7 +317,7 @@ def test_a_short_job_leaves_the_last_whole_fast_node_to_the_queued_long_gang() -
     """``reserve_whole``: the short job would break the last whole H100 node that the queued long 8-GPU job
     needs, so it goes to the L40S node and the long job runs on H100 (the makespan is its own run). Counting idle
     GPUs (the rule before, ``wait_fast`` off), the short job takes two GPUs of that node and the long job finds only
-    the L40S node; with ``wait_fast`` alone it waits 1,000 s for the short job's H100 GPUs."""
+    the L40S node; with ``wait_fast`` (8 idle GPUs beside its own 8) it waits 1,000 s for the short job's H100 GPUs."""
     sim = _short_before_long_gang(True)
     assert (_model(sim, "short"), _model(sim, "z-long")) == ("l40s", "h100")
     assert sim.job("z-long").first_start_s == 0.0
@@ -373,22 +369,27 @@ def test_short_jobs_share_a_node_so_it_comes_free_whole_for_the_waiting_gang() -
 
 
 def _long_after_fillers(wait_fast: bool, filler_s: float = 3600.0, work_class: str = "training/transformer",
-                        queue: str = "fifo") -> Simulation:
-    """One H100 node and one L40S node (8 GPUs each). At 0 s eight 1-GPU jobs of ``filler_s`` fill the H100 node
-    (each the fastest there); at 10 s a 1-GPU job of 72,000 s of ``work_class`` arrives (the longest submitted:
-    ``long_quantile``'s long job) and reaches the queue's head with only L40S idle."""
+                        queue: str = "fifo", l40s_idle: int = 1) -> Simulation:
+    """One H100 node and one L40S node (8 GPUs each). At 0 s eight 1-GPU transformer jobs of ``filler_s`` fill the
+    H100 node (their fastest model) and a job of ``8 - l40s_idle`` GPUs asks for L40S (20,000 s); at 10 s a 1-GPU job
+    of 72,000 s of ``work_class`` arrives (the longest submitted: ``long_quantile``'s long job) and reaches the
+    queue's head with only ``l40s_idle`` L40S GPUs idle."""
     fill = [JobSpec(f"a{i}", 0.0, 1, filler_s, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
             for i in range(8)]
+    if l40s_idle < 8:
+        fill.append(JobSpec("b-l40s", 0.0, 8 - l40s_idle, 20_000, gpus_per_task=8 - l40s_idle, kind=JobKind.TRAIN,
+                            gpu_type="L40S"))
     long = JobSpec("z-long", 10.0, 1, 72_000, kind=JobKind.TRAIN, ref_gpu="H100", work_class=work_class)
     return _run(1, 1, [*fill, long], "default", queue, tier_args={"wait_fast": wait_fast})
 
 
 def test_the_long_job_at_the_fifo_head_waits_for_its_fast_model() -> None:
-    """``wait_fast``: the long transformer job (about 3x faster on H100) waits 3,590 s for the first H100 GPU the
-    fillers free rather than start at once on L40S, and ends about 2.8x sooner. Without the rule it starts on
-    L40S at 10 s."""
+    """``wait_fast``: the long transformer job (about 3x faster on H100) at the ``fifo`` head, with one L40S GPU
+    idle beside it, waits 3,590 s for the first H100 GPU the fillers free rather than start at once on L40S, and
+    ends about 2.8x sooner. Without the rule it starts on L40S at 10 s."""
     sim = _long_after_fillers(True)
     job = sim.job("z-long")
+    assert _model(sim, "b-l40s") == "l40s" and sorted(_model(sim, f"a{i}") for i in range(8)) == ["h100"] * 8
     assert _model(sim, "z-long") == "h100"
     assert job.first_start_s == pytest.approx(3600.0)
     before = _long_after_fillers(False)
@@ -396,16 +397,18 @@ def test_the_long_job_at_the_fifo_head_waits_for_its_fast_model() -> None:
     assert job.finish_s < before.job("z-long").finish_s / 2.5
 
 
-@pytest.mark.parametrize(("filler_s", "work_class"), [
-    (60_000.0, "training/recommendation"),  # H100 frees at 60,000 s; 1.2x faster there: waiting ends it later
-    (float("inf"), "training/transformer"),  # the fillers have no known end: nothing says when H100 frees
+@pytest.mark.parametrize(("filler_s", "work_class", "l40s_idle"), [
+    (60_000.0, "training/recommendation", 1),  # H100 frees at 60,000 s; 1.2x faster there: waiting ends it later
+    (float("inf"), "training/transformer", 1),  # the fillers have no known end: nothing says when H100 frees
+    (3600.0, "training/transformer", 3),  # two GPUs beside its own one would stand idle while it waits
+    (3600.0, "training/transformer", 8),
 ])
-def test_the_long_job_does_not_wait_when_its_fast_model_frees_too_late(filler_s: float, work_class: str) -> None:
-    """No wait where waiting is not expected to end the job sooner: it starts on L40S at once, as without the
-    rule (every decision and finish time the same)."""
-    sim = _long_after_fillers(True, filler_s, work_class)
+def test_the_long_job_does_not_wait_when_waiting_is_worse(filler_s: float, work_class: str, l40s_idle: int) -> None:
+    """No wait where waiting is not expected to end the job sooner, or where it would leave more GPUs idle than its
+    own: it starts on L40S at once, as without the rule (every decision and finish time the same)."""
+    sim = _long_after_fillers(True, filler_s, work_class, l40s_idle=l40s_idle)
     assert _model(sim, "z-long") == "l40s" and sim.job("z-long").first_start_s == 10.0
-    assert _placements(sim) == _placements(_long_after_fillers(False, filler_s, work_class))
+    assert _placements(sim) == _placements(_long_after_fillers(False, filler_s, work_class, l40s_idle=l40s_idle))
 
 
 def test_a_queue_that_backfills_never_holds_the_long_job() -> None:

@@ -36,11 +36,14 @@ GPUs to the queued long jobs whose fastest model it is: when placing the pod the
 that model than those jobs ask for, and another model can take it, it keeps the fastest of the others instead (LPT:
 the longest jobs set the makespan); counted in holes (``reserve_whole``): a long job of tasks of k whole GPUs needs
 as many nodes' worth of k idle GPUs as it has tasks, and a node where the pod would leave fewer scores 0 while
-another node of the kept models does not. It skips -- and the profile is exactly the speed-blind one -- on a
-cluster of one GPU model, for a pod
-whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
-speed service, and when every candidate's model is within the tolerance anyway and no hole is to be kept for a
-waiting task.
+another node of the kept models does not. **The head waits for its fast model** (``wait_fast``, PreFilter and
+Filter): a long job at the head of a queue that stops at it (``fifo``), whose fast models lack the GPUs it needs now,
+is kept off the slower models (``WaitsForFastModel``) while the fast ones' known expected ends free them soon enough
+that it ends sooner than on the slower ones, by more GPU-seconds than the wait leaves idle, and while no more GPUs
+than its own stand idle beside it (:meth:`GpuSpeedTier.pre_filter`). It skips -- and the profile is exactly the
+speed-blind one -- on a cluster of one GPU model, for a pod whose job runs the same everywhere (no job, or no
+``ref_gpu``/``speedup``: the Alibaba trace's pods), without a speed service, and when every candidate's model is
+within the tolerance anyway and no hole is to be kept for a waiting task.
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ class HoleTable(Protocol):
 
 
 class WaitTable(Protocol):
-    """When the fast models free GPUs, and what the queue's head loses by waiting (``GpuSpeedTier``'s
+    """When the fast models free GPUs, and what the queue's head has left to do (``GpuSpeedTier``'s
     ``wait_fast``)."""
 
     def holds_head(self) -> bool:
@@ -184,10 +187,6 @@ class WaitTable(Protocol):
 
     def now(self) -> float:
         """The clock :meth:`free_at` answers on."""
-        ...
-
-    def queued_gpus(self) -> float:
-        """GPUs the queued jobs ask for, summed (the pod's own job included)."""
         ...
 
 
@@ -303,22 +302,23 @@ class GpuSpeedTier:
             self.holes = table  # type: ignore[assignment]
         self.wait: WaitTable | None = None
         if self.long is not None and wait_fast and all(hasattr(table, m) for m in (
-                "holds_head", "pod_remaining", "free_at", "now", "queued_gpus")):
+                "holds_head", "pod_remaining", "free_at", "now")):
             self.wait = table  # type: ignore[assignment]
 
     def pre_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> Status:
         """``wait_fast``: a long job (``long_quantile``) at the head of a queue that stops at it (``fifo``) waits
         for its fast models -- the models within ``tolerance`` of its best speed on the cluster -- when they lack
         the holes it needs now and waiting is expected to end it sooner than running on the slower ones, by more
-        than it costs the jobs behind it: with ``W`` the time until the fast models' idle GPUs plus those of their
+        than the GPUs it leaves idle: with ``W`` the time until the fast models' idle GPUs plus those of their
         running jobs' known expected ends (:meth:`WaitTable.free_at`) give it its tasks, ``t_fast`` and ``t_slow``
-        its remaining work over its best speed on the fast and on the slower models and ``k`` its GPUs, it waits
-        while ``k x (t_slow - t_fast - W) > b x W``, where ``b`` = the idle GPUs other queued work could take
-        meanwhile (the idle GPUs beyond its own ``k``, at most the GPUs the other queued jobs ask for). Filter then
-        rejects the slower models' nodes (``WaitsForFastModel``), so the job starts on a fast model or waits;
-        the test runs again at every pass, so the wait ends when the fast GPUs free, or once the jobs queued
-        behind make it dearer than it gains. SKIP (no filter) otherwise: a queue that backfills or preempts, no
-        clock (the Kubernetes backend), a job that is not long, of GPU shares or without known work, one model,
+        its remaining work over its best speed on the fast and on the slower models, ``k`` its GPUs and ``b`` the
+        idle GPUs beyond its own ``k`` (those the wait leaves idle, which under ``fifo`` the jobs behind it cannot
+        take either), it waits while ``b <= k`` and ``k x (t_slow - t_fast - W) > b x W``: only on a nearly full
+        cluster (a head-of-line block never leaves more than twice the job's own GPUs idle), and only while it
+        pays in GPU-seconds. Filter then rejects the slower models' nodes (``WaitsForFastModel``), so the job
+        starts on a fast model or waits; the test runs again at every pass, so the wait ends when the fast GPUs
+        free, or as soon as more GPUs stand idle. SKIP (no filter) otherwise: a queue that backfills or preempts,
+        no clock (the Kubernetes backend), a job that is not long, of GPU shares or without known work, one model,
         fast models with the holes now, no known end that gives them."""
         w = self.wait
         if w is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
@@ -350,8 +350,8 @@ class GpuSpeedTier:
         wait = at - now
         k = float(task * tasks)
         gain = left / float(per_model[slow].max()) - left / best - wait
-        blocked = max(0.0, min(float(snap.node_idle.sum()) - k, w.queued_gpus() - k))
-        if k * gain <= blocked * wait:
+        others = max(0.0, float(snap.node_idle.sum()) - k)  # idle GPUs beyond its own, left idle while it waits
+        if others > k or k * gain <= others * wait:
             return SKIP
         state.write(WAIT_NAME, np.append(slow, True))  # index -1 (no device): not a fast model either
         return Status.success()
@@ -628,8 +628,9 @@ class _TierArgs(PluginArgs):
     wait_fast: bool = True
     """A long job (``long_quantile``) at the head of a queue that stops at it (``fifo``) waits for its fast models
     while the known expected ends say they free the GPUs it needs soon enough that waiting ends it sooner than a
-    start on a slower model, by more GPU-seconds than the idle GPUs the jobs behind it could take meanwhile (needs
-    ``holds_head``, ``pod_remaining``, ``free_at``, ``now`` and ``queued_gpus``; the engine's clock). False: the
+    start on a slower model, by more GPU-seconds than the wait leaves idle, and while at most as many GPUs as its own
+    stand idle beside it (needs
+    ``holds_head``, ``pod_remaining``, ``free_at`` and ``now``; the engine's clock). False: the
     rule before (it starts on whatever model can hold it)."""
 
 
