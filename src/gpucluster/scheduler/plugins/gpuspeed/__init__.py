@@ -629,9 +629,8 @@ class _TierArgs(PluginArgs):
     """A long job (``long_quantile``) at the head of a queue that stops at it (``fifo``) waits for its fast models
     while the known expected ends say they free the GPUs it needs soon enough that waiting ends it sooner than a
     start on a slower model, by more GPU-seconds than the wait leaves idle, and while at most as many GPUs as its own
-    stand idle beside it (needs
-    ``holds_head``, ``pod_remaining``, ``free_at`` and ``now``; the engine's clock). False: the
-    rule before (it starts on whatever model can hold it)."""
+    stand idle beside it (needs ``holds_head``, ``pod_remaining``, ``free_at`` and ``now``; the engine's clock).
+    False: the rule before (it starts on whatever model can hold it)."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
