@@ -118,6 +118,8 @@ class Service:
     discovered: list[Job] = field(default_factory=list)
     remediation_pending: list[Any] = field(default_factory=list)
     """Remediation audit records not stored yet."""
+    audit_pending: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """Audit lines of actions already carried out that the store did not take (:meth:`audit_done`)."""
     """Jobs found in the cluster and not stored yet."""
     """Events of earlier ticks the store could not take (a full disk): stored, in order, before the next ones."""
     tick_hooks: list[Callable[[list[JobEvent]], None]] = field(default_factory=list)
@@ -292,10 +294,26 @@ class Service:
             jobs = {e.job_id: job for e in events if (job := self.find_job(e.job_id)) is not None}
             self.store.record_events(events, jobs)
 
-    def store_held_nodes(self, runtime: NodeActions, audit: tuple[str, str, str, str]) -> None:
-        """Store the nodes an operator holds out of service now (``runtime.held_nodes()``) with the audit line of
-        the action that changed them, in one transaction, so a restart cordons them again."""
-        self.store.set_meta_audited(HELD_NODES_META, json.dumps(runtime.held_nodes()), audit)
+    def record_done(self, events: list[JobEvent], what: str) -> None:
+        """Persist the job events of an action already carried out (a drain, a fault drill): a store that does
+        not take them now keeps them for the next tick (:attr:`unrecorded`), as a tick's own, so the request is
+        answered as done (it is) and no event is lost. Remediation records too (:meth:`persist_remediation`)."""
+        try:
+            self.record(events)
+        except StoreWriteError as exc:
+            log.warning("%s done; its job events are stored with the next tick: %s", what, exc)
+            self.unrecorded.extend(events)
+        try:
+            self.persist_remediation()
+        except StoreWriteError as exc:  # kept in remediation_pending
+            log.warning("%s done; its remediation records are stored with the next tick: %s", what, exc)
+
+    def store_held_nodes(self, names: list[str], audit: tuple[str, str, str, str]) -> None:
+        """Store the nodes an operator holds out of service (``names``: what ``held_nodes()`` will be once the
+        action is applied) with the audit line of the action, in one transaction, so a restart cordons them
+        again. Called *before* the action is applied: :class:`StoreWriteError` (nothing stored) leaves the
+        action undone, memory and store agree."""
+        self.store.set_meta_audited(HELD_NODES_META, json.dumps(sorted(set(names))), audit)
 
     def persist_remediation(self) -> None:
         """Write the runtime's new remediation audit records to the audit log (actor ``remediation``)."""
@@ -311,6 +329,20 @@ class Service:
             self.store.audit_many((REMEDIATION_ACTOR, f"remediation.{r.action}", r.target, describe_record(r))
                                   for r in self.remediation_pending)
             self.remediation_pending = []
+        if self.audit_pending:
+            self.store.audit_many(self.audit_pending)
+            self.audit_pending = []
+
+    def audit_done(self, actor: str, action: str, target: str, detail: str) -> None:
+        """The audit line of an action already carried out (it cannot be stored first: its outcome is part of
+        it): a store that does not take it now keeps it for the next tick (:meth:`persist_remediation`), so
+        the action is neither reported as not done nor left out of the log."""
+        try:
+            self.persist_remediation()
+            self.store.audit(actor, action, target, detail)
+        except StoreWriteError as exc:
+            log.warning("%s %s done; its audit line is stored with the next tick: %s", action, target, exc)
+            self.audit_pending.append((actor, action, target, detail))
 
     def find_job(self, job_id: str) -> Job | None:
         return self.runtime.job(job_id) or self.archive.get(job_id)
@@ -384,8 +416,18 @@ class Service:
                                  if t["quota_gpus"] is not None})
 
     def close(self) -> None:
-        """Save the clock, close the store, stop the runtime's threads (a leader gives its lease back) and give
-        the data directory back."""
+        """Store what earlier ticks could not (a disk that was full), save the clock, close the store, stop the
+        runtime's threads (a leader gives its lease back) and give the data directory back. What the store still
+        cannot take is counted in an error line: it is lost with the process."""
+        try:
+            while self.unrecorded:
+                chunk = self.unrecorded[:RECORD_CHUNK]
+                self.record(chunk)
+                del self.unrecorded[:len(chunk)]
+            self.persist_remediation()
+        except StoreWriteError as exc:
+            log.error("stopping with %d job event(s) and %d audit line(s) the store could not take; they are lost: "
+                      "%s", len(self.unrecorded), len(self.remediation_pending) + len(self.audit_pending), exc)
         try:
             self.store.set_meta("clock", repr(max(self.runtime.now, self.persisted_clock)))
         except StoreWriteError as exc:  # the stored lease is at or after the runtime's clock anyway
