@@ -115,6 +115,7 @@ from gpucluster.kubernetes.podgroups import (
     member_of,
 )
 from gpucluster.kubernetes.runtime import RunOptions, build
+from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, NamespaceBindings
 from gpucluster.kubernetes.workloads import (
     DEFAULT_IMAGE,
     JOBSET_API,
@@ -417,10 +418,15 @@ class KubeRuntime(EngineFront):
         """The queued JobSets, read as Jobs (:func:`jobset_as_job`); their child Jobs' pods are filed under them."""
         self._ptjs = _Queued(pytorchjob_as_job)
         """The queued PyTorchJobs, read as Jobs (:func:`pytorchjob_as_job`)."""
+        self.bindings = NamespaceBindings()
+        """Namespaces bound to tenants (label ``gpucluster.io/tenant`` on a Namespace, :mod:`.tenancy`), as the
+        informer last reported them (guarded by ``_lock``)."""
         self.informer.pod_listeners.append(self._on_pod)
         self.informer.pod_resync_listeners.append(self._on_pod_resync)
         self.informer.watch_kind("jobs", self.batch.list_job_for_all_namespaces, self._on_job, self._on_job_list,
                                  label_selector=QUEUE_LABEL)
+        self.informer.watch_kind("namespaces", self.core.list_namespace, self._on_namespace, self._on_namespace_list,
+                                 label_selector=NAMESPACE_TENANT_LABEL)
         self.informer.watch_kind("jobsets", functools.partial(self.custom.list_cluster_custom_object, *JOBSET_API),
                                  self._on_jobset, self._on_jobset_list, label_selector=QUEUE_LABEL, optional=True,
                                  recheck_s=JOBSET_RECHECK_S)
@@ -612,6 +618,26 @@ class KubeRuntime(EngineFront):
                 self._job_objs[uid] = obj
                 self._gone.discard(uid)
             self._dirty.add(uid)
+
+    def _on_namespace(self, kind: str, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            if self.bindings.event(kind, obj):
+                log.info("namespace %s: bound to tenant %s", (obj.get("metadata") or {}).get("name"),
+                         self.bindings.tenant_of(str((obj.get("metadata") or {}).get("name") or "")) or "(none)")
+
+    def _on_namespace_list(self, items: list[Mapping[str, Any]]) -> None:
+        with self._lock:
+            self.bindings.relist(items)
+
+    def _bound_count(self) -> int:
+        """How many namespaces are bound to a tenant now (the overview's ``bound_namespaces``)."""
+        with self._lock:
+            return self.bindings.count()
+
+    def _tenancy(self, namespace: str, tenant: str) -> tuple[str | None, str | None]:
+        """(the tenant ``namespace`` is bound to, why a workload there may not charge ``tenant``) now."""
+        with self._lock:
+            return self.bindings.tenant_of(namespace), self.bindings.refusal(namespace, tenant)
 
     def _on_job_list(self, items: list[Mapping[str, Any]]) -> None:
         with self._lock:
@@ -1144,6 +1170,12 @@ class KubeRuntime(EngineFront):
         rec = self.recs.get(q.job_id)
         job = self.engine.jobs.get(q.job_id)
         if rec is None or (job is None and q.job_id not in self._creating):
+            # a Job of our REST API (made in the control plane's namespace for an authenticated tenant) is not
+            # bound by namespace; every other workload must come from a namespace its tenant accepts
+            if q.spec is not None and not (q.ours and q.namespace == self.namespace):
+                bound, why = self._tenancy(q.namespace, q.tenant)
+                if why is not None:  # not charged, not listed as the tenant's: shown under the namespace's
+                    q.spec, q.error, q.tenant = None, why, bound or "default"
             if q.spec is not None and not q.finished:
                 try:
                     q.spec = self._with_claims(q, obj)
@@ -1282,10 +1314,15 @@ class KubeRuntime(EngineFront):
         rec = _Rec(new_id, False, member.namespace, member.name, uid, group=True)
         self.recs[new_id] = rec
         self.by_uid[uid] = new_id
+        bound, _why = self._tenancy(member.namespace, "")
         try:
-            spec = group_spec(new_id, member, [p.obj for p in waiting[:size]], size, self.registry, submit_s, created)
+            spec = group_spec(new_id, member, [p.obj for p in waiting[:size]], size, self.registry, submit_s, created,
+                              namespace_tenant=bound)
+            _bound, why = self._tenancy(member.namespace, spec.tenant)
+            if why is not None:
+                raise ValueError(f"pod group {member.namespace}/{member.name}: {why}")
         except ValueError as exc:
-            job = Job(self._group_placeholder(new_id, member, waiting, submit_s, created))
+            job = Job(self._group_placeholder(new_id, member, waiting, submit_s, created, refused=bound or "default"))
             self.engine.jobs[new_id] = job
             self._events.extend(transition(job, Reject(f"refused: {exc}"), self.now))
             self._discovered.append(job)
@@ -1296,9 +1333,11 @@ class KubeRuntime(EngineFront):
         self._discovered.append(job)
 
     def _group_placeholder(self, job_id: str, member: Member, pods: Sequence[PodView], submit_s: float,
-                           created: float) -> JobSpec:
+                           created: float, refused: str = "") -> JobSpec:
         labels = (pods[0].obj.get("metadata") or {}).get("labels") or {} if pods else {}
         tenant = str(labels.get(QUEUE_LABEL) or member.namespace)
+        if refused and self._tenancy(member.namespace, tenant)[1] is not None:
+            tenant = refused  # refused for its namespace: not listed as the tenant's it named
         return JobSpec(job_id, submit_s, 0, math.inf, tenant=tenant, name=member.name,
                        template=Pod(job_id, namespace=member.namespace), replicas=1, submitted_at=created)
 
@@ -1798,6 +1837,7 @@ class KubeRuntime(EngineFront):
                 "identity": self.identity,
                 "leader": self.leading,
                 "leader_elect": self.elector is not None,
+                "bound_namespaces": self._bound_count(),
             },
         }
 

@@ -280,6 +280,7 @@ UP_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["batch"], "resources": ["jobs"],
      "verbs": ["get", "list", "watch", "create", "delete", "patch", "update"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses", "resourceslices"],

@@ -140,10 +140,12 @@ def _shape(obj: Mapping[str, Any], registry: VendorRegistry) -> Any:
 
 
 def group_spec(job_id: str, member: Member, objs: Sequence[Mapping[str, Any]], min_member: int,
-               registry: VendorRegistry, submit_s: float = 0.0, created: float = 0.0) -> JobSpec:
+               registry: VendorRegistry, submit_s: float = 0.0, created: float = 0.0,
+               namespace_tenant: str | None = None) -> JobSpec:
     """The job of a pod group whose ``min_member`` members ``objs`` (oldest first) exist. ``ValueError("where:
     why")`` when it can never be queued: members asking for different resources, members charged to different
-    tenants, a bad tenant name, a size out of range, a bad annotation."""
+    tenants, a bad tenant name, a size out of range, a bad annotation. ``namespace_tenant``: the tenant the
+    group's namespace is bound to (:mod:`.tenancy`), charged when the pods name no tenant."""
     where = f"pod group {member.namespace}/{member.name}"
     if not objs:
         raise ValueError(f"{where}: no members")
@@ -165,7 +167,7 @@ def group_spec(job_id: str, member: Member, objs: Sequence[Mapping[str, Any]], m
     if len(labelled) > 1:
         raise ValueError(f"{where}: metadata.labels[{QUEUE_LABEL}]: members are charged to different tenants: "
                          f"{', '.join(sorted(labelled))}")
-    tenant = next(iter(labelled)) if labelled else first.charged_tenant
+    tenant = next(iter(labelled)) if labelled else (first.tenant or namespace_tenant or first.charged_tenant)
     if not _tenant_ok(tenant):
         raise ValueError(f"{where}: metadata.labels[{QUEUE_LABEL}]: {tenant!r} is not a tenant name "
                          "(a lower-case DNS label)")

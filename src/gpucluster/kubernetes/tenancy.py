@@ -1,0 +1,90 @@
+"""Namespaces bound to tenants: who may charge a tenant on Kubernetes. Pure (plain dicts in), unit-tested.
+
+**The contract:** a Namespace labelled ``gpucluster.io/tenant: TENANT`` is *bound* to that tenant. A tenant
+with at least one bound namespace takes Kubernetes workloads (Jobs, JobSets, PyTorchJobs, pod groups) **only**
+from its bound namespaces: a workload in any other namespace that names it (``gpucluster.io/queue``, or a pod's
+``gpucluster.io/tenant`` annotation) is refused: never admitted nor charged, not listed as that tenant's. A
+tenant with no bound namespace is taken from any namespace, as before the binding existed (binding is how a
+tenant gets isolation). A workload in a bound namespace that names no tenant (a pod group without the queue
+label) is charged to the namespace's tenant.
+
+The control plane lists and watches Namespaces with the label (:class:`NamespaceBindings` is its cache, fed by
+every event and relist): a label set, changed or removed takes effect for the workloads seen from then on,
+without a restart. A workload already admitted is not taken back when a binding changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+NAMESPACE_TENANT_LABEL = "gpucluster.io/tenant"
+"""On a Namespace: the tenant the namespace is bound to."""
+
+
+class NamespaceBindings:
+    """Namespace -> its tenant, and tenant -> its bound namespaces (kept in step)."""
+
+    def __init__(self) -> None:
+        self._tenant_of: dict[str, str] = {}
+        self._bound: dict[str, set[str]] = {}
+
+    def _set(self, namespace: str, tenant: str) -> None:
+        self._unset(namespace)
+        if tenant:
+            self._tenant_of[namespace] = tenant
+            self._bound.setdefault(tenant, set()).add(namespace)
+
+    def _unset(self, namespace: str) -> None:
+        old = self._tenant_of.pop(namespace, None)
+        if old is not None:
+            left = self._bound.get(old, set())
+            left.discard(namespace)
+            if not left:
+                self._bound.pop(old, None)
+
+    def event(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        """One watch event of a Namespace (``ADDED``/``MODIFIED``/``DELETED``); True when a binding changed. A
+        Namespace whose label was removed comes as ``DELETED`` from a watch with a label selector, or as a
+        ``MODIFIED`` without the label: both unbind it."""
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        if not name:
+            return False
+        before = self._tenant_of.get(name)
+        tenant = "" if kind == "DELETED" else str((meta.get("labels") or {}).get(NAMESPACE_TENANT_LABEL) or "")
+        self._set(name, tenant)
+        return self._tenant_of.get(name) != before
+
+    def relist(self, items: Iterable[Mapping[str, Any]]) -> bool:
+        """A full list of the (labelled) Namespaces: the bindings become exactly these; True when any changed."""
+        before = dict(self._tenant_of)
+        self._tenant_of.clear()
+        self._bound.clear()
+        for obj in items:
+            self.event("ADDED", obj)
+        return self._tenant_of != before
+
+    def tenant_of(self, namespace: str) -> str | None:
+        """The tenant ``namespace`` is bound to, or None."""
+        return self._tenant_of.get(namespace)
+
+    def count(self) -> int:
+        """How many namespaces are bound."""
+        return len(self._tenant_of)
+
+    def namespaces_of(self, tenant: str) -> frozenset[str]:
+        return frozenset(self._bound.get(tenant, ()))
+
+    def refusal(self, namespace: str, tenant: str) -> str | None:
+        """Why a workload in ``namespace`` may not charge ``tenant``, or None when it may: the tenant is bound to
+        other namespaces only."""
+        bound = self._bound.get(tenant)
+        if not bound or namespace in bound:
+            return None
+        names = ", ".join(sorted(bound)[:5]) + (", ..." if len(bound) > 5 else "")
+        return (f"namespace {namespace} may not use tenant {tenant}: the tenant is bound to namespace(s) {names} "
+                f"(Namespace label {NAMESPACE_TENANT_LABEL}) and takes workloads from them only")
+
+
+__all__ = ["NAMESPACE_TENANT_LABEL", "NamespaceBindings"]

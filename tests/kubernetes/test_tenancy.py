@@ -1,0 +1,62 @@
+"""Namespaces bound to tenants (label ``gpucluster.io/tenant`` on a Namespace), without a server: which
+namespace may charge which tenant, how watch events and relists change the bindings, and the tenant a pod group
+in a bound namespace that names none is charged to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.kubernetes.podgroups import group_spec, member_of
+from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, NamespaceBindings
+from gpucluster.model.labels import QUEUE_LABEL, TENANT_ANNOTATION
+from tests.kubernetes.test_podgroups import member
+from tests.kubernetes.helpers import registry
+
+
+def ns(name: str, tenant: str | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {NAMESPACE_TENANT_LABEL: tenant} if tenant else {}}}
+
+
+def test_a_tenant_bound_to_a_namespace_takes_workloads_from_it_only() -> None:
+    b = NamespaceBindings()
+    assert b.refusal("ns-b", "team-a") is None  # nothing bound: every namespace may name every tenant, as before
+    assert b.event("ADDED", ns("ns-a", "team-a"))
+    assert b.tenant_of("ns-a") == "team-a" and b.namespaces_of("team-a") == {"ns-a"} and b.count() == 1
+    assert b.refusal("ns-a", "team-a") is None
+    why = b.refusal("ns-b", "team-a")
+    assert why is not None and "namespace ns-b may not use tenant team-a" in why and "ns-a" in why
+    assert NAMESPACE_TENANT_LABEL in why
+    assert b.refusal("ns-b", "team-c") is None  # a tenant bound nowhere stays open
+    # a second namespace of the same tenant; a bound namespace may still name an unbound tenant
+    b.event("ADDED", ns("ns-a2", "team-a"))
+    assert b.refusal("ns-a2", "team-a") is None and b.refusal("ns-a", "team-c") is None
+
+
+def test_unbinding_by_label_removal_delete_or_relist_opens_the_tenant_again() -> None:
+    b = NamespaceBindings()
+    b.event("ADDED", ns("ns-a", "team-a"))
+    assert b.event("MODIFIED", ns("ns-a"))  # label removed (a watch without a selector)
+    assert b.refusal("ns-b", "team-a") is None and b.tenant_of("ns-a") is None
+    b.event("ADDED", ns("ns-a", "team-a"))
+    assert b.event("DELETED", ns("ns-a", "team-a"))  # out of the label selector, or deleted
+    assert b.refusal("ns-b", "team-a") is None
+    b.event("ADDED", ns("ns-a", "team-a"))
+    assert b.event("MODIFIED", ns("ns-a", "team-x"))  # moved to another tenant
+    assert b.refusal("ns-b", "team-a") is None and b.refusal("ns-b", "team-x") is not None
+    assert not b.event("MODIFIED", ns("ns-a", "team-x"))  # no change
+    assert b.relist([ns("ns-c", "team-a")])  # a relist replaces every binding
+    assert b.tenant_of("ns-a") is None and b.refusal("ns-a", "team-a") is not None
+    assert not b.relist([ns("ns-c", "team-a")])
+
+
+def test_a_pod_group_in_a_bound_namespace_naming_no_tenant_is_charged_to_the_namespaces_tenant() -> None:
+    m = member_of(member("w0"), "gpucluster")
+    assert m is not None
+    pods = [member("w0"), member("w1")]
+    assert group_spec("g-1", m, pods, 2, registry()).tenant == "research"  # unbound: its namespace, as before
+    assert group_spec("g-1", m, pods, 2, registry(), namespace_tenant="team-a").tenant == "team-a"
+    # a tenant the pods name wins (and is then checked against the bindings by the backend)
+    labelled = [member(f"w{i}", labels={QUEUE_LABEL: "nlp"}) for i in range(2)]
+    assert group_spec("g-1", m, labelled, 2, registry(), namespace_tenant="team-a").tenant == "nlp"
+    tagged = [member(f"w{i}", annotations={TENANT_ANNOTATION: "vision"}) for i in range(2)]
+    assert group_spec("g-1", m, tagged, 2, registry(), namespace_tenant="team-a").tenant == "vision"
