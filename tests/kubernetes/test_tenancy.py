@@ -9,8 +9,8 @@ from typing import Any
 from gpucluster.kubernetes.podgroups import group_spec, member_of
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, NamespaceBindings
 from gpucluster.model.labels import QUEUE_LABEL, TENANT_ANNOTATION
-from tests.kubernetes.test_podgroups import member
 from tests.kubernetes.helpers import registry
+from tests.kubernetes.test_podgroups import member
 
 
 def ns(name: str, tenant: str | None = None) -> dict[str, Any]:
