@@ -1314,15 +1314,16 @@ class KubeRuntime(EngineFront):
         rec = _Rec(new_id, False, member.namespace, member.name, uid, group=True)
         self.recs[new_id] = rec
         self.by_uid[uid] = new_id
-        bound, _why = self._tenancy(member.namespace, "")
+        ns_tenant, _ = self._tenancy(member.namespace, "")
         try:
             spec = group_spec(new_id, member, [p.obj for p in waiting[:size]], size, self.registry, submit_s, created,
-                              namespace_tenant=bound)
-            _bound, why = self._tenancy(member.namespace, spec.tenant)
-            if why is not None:
-                raise ValueError(f"pod group {member.namespace}/{member.name}: {why}")
+                              namespace_tenant=ns_tenant)
+            refusal = self._tenancy(member.namespace, spec.tenant)[1]
+            if refusal is not None:
+                raise ValueError(f"pod group {member.namespace}/{member.name}: {refusal}")
         except ValueError as exc:
-            job = Job(self._group_placeholder(new_id, member, waiting, submit_s, created, refused=bound or "default"))
+            job = Job(self._group_placeholder(new_id, member, waiting, submit_s, created,
+                                              refused=ns_tenant or "default"))
             self.engine.jobs[new_id] = job
             self._events.extend(transition(job, Reject(f"refused: {exc}"), self.now))
             self._discovered.append(job)
