@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from gpucluster.embedded.runtime import REPAIR_AFTER_S
 from gpucluster.monitoring import Action, RemediationPolicy
+from gpucluster.service.store import Store, StoreWriteError
 from gpucluster.spec import ClusterSpecFile, cluster_from_spec
 from tests.service.inproc import SPEC, InProc, in_process, small_cluster
 
@@ -231,3 +233,76 @@ def test_a_held_node_the_cluster_no_longer_has_is_dropped_at_the_restart(tmp_pat
         assert gone not in rows and rows[kept] is False
         assert p.service.store.get_meta("held_nodes") == json.dumps([kept])
     assert any(gone in r.getMessage() and "no longer in the cluster" in r.getMessage() for r in caplog.records)
+
+
+def _store_read_only(p: InProc, on: bool) -> None:
+    """Make the service's own SQLite connection refuse every write, for real (``PRAGMA query_only``: SQLite
+    answers "attempt to write a readonly database", as it does for a data directory it may no longer write)."""
+    p.service.store._db.execute(f"PRAGMA query_only={'ON' if on else 'OFF'}")
+
+
+def test_a_cordon_uncordon_or_drain_the_store_did_not_take_changes_nothing(tmp_path: Path) -> None:
+    """Written first, applied after: when the store cannot be written the answer is 503 and the node, its jobs,
+    the held list and the audit log are as they were, also after a restart. On main before this test the cordon
+    (and the drain) were applied in memory and only then stored: a 503 that had cordoned the node anyway, and a
+    restart that forgot it."""
+    data = tmp_path / "d"
+    with in_process(data) as p:
+        c = p.client
+        names = [n["name"] for n in c.get("/api/v1/nodes").json()["nodes"]]
+        free, held = names[0], names[1]
+        assert c.post(f"/api/v1/nodes/{held}/cordon").status_code == 200
+        job = c.post("/api/v1/jobs", json=_job("stays", 1, 8)).json()
+        p.tick()
+        [busy] = {pl["node"] for pl in c.get(f"/api/v1/jobs/{job['id']}").json()["placements"]}
+        audit_before = c.get("/api/v1/audit").json()["entries"]
+        _store_read_only(p, True)
+        for node, verb in ((free, "cordon"), (held, "uncordon"), (busy, "drain")):
+            r = c.post(f"/api/v1/nodes/{node}/{verb}")
+            assert r.status_code == 503 and r.json()["where"] == "store", (verb, r.text)
+        assert _schedulable(p, free) and not _schedulable(p, held) and _schedulable(p, busy)
+        assert p.service.runtime.held_nodes() == [held]  # type: ignore[attr-defined]
+        with pytest.raises(StoreWriteError):  # the loop moves on (its clock is not stored either)
+            p.tick()
+        after = c.get(f"/api/v1/jobs/{job['id']}").json()
+        assert after["status"] == "running" and {pl["node"] for pl in after["placements"]} == {busy}
+        _store_read_only(p, False)
+        assert c.get("/api/v1/audit").json()["entries"] == audit_before
+        assert c.post(f"/api/v1/nodes/{free}/cordon").status_code == 200  # with a store that takes it, it works
+    with in_process(data) as p:
+        rows = {n["name"]: n["schedulable"] for n in p.client.get("/api/v1/nodes").json()["nodes"]}
+        assert (rows[free], rows[held], rows[busy]) == (False, False, True)
+
+
+class FailingEventsStore(Store):
+    """A fake for a fault not caused for real here: the store takes the drain's held list and audit line, then
+    fails the next write (its job events), as a disk that fills up between two writes would."""
+
+    def record_events(self, *args: Any, **kwargs: Any) -> None:
+        raise StoreWriteError(self.path, sqlite3.OperationalError("database or disk is full"))
+
+
+def test_a_drain_whose_job_events_the_store_did_not_take_keeps_them_for_the_next_tick(tmp_path: Path) -> None:
+    """The drain is stored (held list, audit line) and applied; its job events could not be stored: the answer
+    is still the drain's (200, not "nothing was changed"), and the next tick stores the events. On main before
+    this test it answered 503 "nothing was changed" for a drain that was done, and the eviction events were lost."""
+    data = tmp_path / "d"
+    with in_process(data) as p:
+        c = p.client
+        job = c.post("/api/v1/jobs", json=_job("moved", 1, 8)).json()
+        p.tick()
+        [node] = {pl["node"] for pl in c.get(f"/api/v1/jobs/{job['id']}").json()["placements"]}
+        real = p.service.store
+        real.close()
+        p.service.store = FailingEventsStore(real.path)
+        r = c.post(f"/api/v1/nodes/{node}/drain")
+        assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]], r.text
+        assert any(e.job_id == job["id"] and e.kind == "evicted" for e in p.service.unrecorded)
+        p.service.store.close()
+        p.service.store = Store(real.path)
+        p.tick()
+        assert p.service.unrecorded == []
+    with in_process(data) as p:
+        kinds = [e["kind"] for e in p.client.get("/api/v1/events", params={"job": job["id"]}).json()["events"]]
+        assert "evicted" in kinds
+        assert not _schedulable(p, node)

@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucluster.cli.main import app
+from gpucluster.simulator.traces.alibaba_online import OpenbSkipped, load_openb_jobs
 
 from .conftest import REPO
 
@@ -143,6 +144,25 @@ def test_the_pods_an_openb_replay_leaves_out_are_counted_on_stderr(tmp_path: Pat
     assert (f"note: {pods}: left out 1 CPU-only pods (num_gpu 0) and 1 that never ran (deletion_time <= "
             "creation_time); 2 GPU pods are the jobs") in " ".join(res.stderr.split())
 
+
+
+def test_an_openb_pod_without_a_deletion_time_runs_until_the_trace_ends(tmp_path: Path) -> None:
+    """An empty ``deletion_time``: the pod was still there when the trace ended, so it runs until the trace's end
+    (the latest time in the file, here a deletion at 1,000 s), said on stderr; one created at the end never ran.
+    On main before this test such a pod was counted as never ran and left out of the replay."""
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time,scheduled_time\n"
+                    "done-a,1000,1024,1,1000,0,1000,0\nopen-b,1000,1024,1,1000,400,,400\n"
+                    "late-c,1000,1024,1,1000,1000,,\n")
+    skipped = OpenbSkipped()
+    jobs = load_openb_jobs(pods, skipped)
+    assert [(j.job_id, j.submit_s, j.duration_s) for j in jobs] == [("done-a", 0.0, 1000.0), ("open-b", 400.0, 600.0)]
+    assert (skipped.ran_to_end, skipped.never_ran, skipped.end_s) == (1, 1, 1000.0)
+    res = runner.invoke(app, ["simulate", "--trace", f"alibaba-openb:{pods}", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["jobs"] == 2
+    assert (f"note: {pods}: 1 GPU pods have no deletion_time (still there when the trace ended): they run until "
+            "the trace's end, t=1,000 s") in " ".join(res.stderr.split())
 
 MIXED = """apiVersion: gpucluster.io/v1alpha1
 kind: ClusterSpec

@@ -292,10 +292,12 @@ class Service:
             jobs = {e.job_id: job for e in events if (job := self.find_job(e.job_id)) is not None}
             self.store.record_events(events, jobs)
 
-    def store_held_nodes(self, runtime: NodeActions, audit: tuple[str, str, str, str]) -> None:
-        """Store the nodes an operator holds out of service now (``runtime.held_nodes()``) with the audit line of
-        the action that changed them, in one transaction, so a restart cordons them again."""
-        self.store.set_meta_audited(HELD_NODES_META, json.dumps(runtime.held_nodes()), audit)
+    def store_held_nodes(self, names: list[str], audit: tuple[str, str, str, str]) -> None:
+        """Store the nodes an operator holds out of service (``names``: what ``held_nodes()`` will be once the
+        action is applied) with the audit line of the action, in one transaction, so a restart cordons them
+        again. Called *before* the action is applied: :class:`StoreWriteError` (nothing stored) leaves the
+        action undone, memory and store agree."""
+        self.store.set_meta_audited(HELD_NODES_META, json.dumps(sorted(set(names))), audit)
 
     def persist_remediation(self) -> None:
         """Write the runtime's new remediation audit records to the audit log (actor ``remediation``)."""

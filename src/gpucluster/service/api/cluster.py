@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -21,8 +22,10 @@ from gpucluster.service.api.ops import get_ops
 from gpucluster.service.core import Service
 from gpucluster.service.errors import ApiError
 from gpucluster.service.runtime import FaultDrill, JobEvent, JobStatus, NodeActions
+from gpucluster.service.store import StoreWriteError
 
 router = APIRouter(tags=["cluster"])
+log = logging.getLogger(__name__)
 
 NodeName = Annotated[str, Path(max_length=253)]
 
@@ -128,9 +131,12 @@ async def cordon(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
     it. Audited."""
     admin_only(who)
     runtime, _ = _node_actions(service, name)
-    if not runtime.cordon(name):
+    held = runtime.held_nodes()
+    if name in held:
         raise ApiError(409, "path.name", f"node {name} is already cordoned (uncordon puts it back in service)")
-    service.store_held_nodes(runtime, (who.actor, "node.cordon", name, "cordoned: no new pods"))
+    # stored first: a cordon the store did not take changes nothing (507/503)
+    service.store_held_nodes([*held, name], (who.actor, "node.cordon", name, "cordoned: no new pods"))
+    runtime.cordon(name)
     service.invalidate_views()
     return _node_answer(service, name, "cordon", [], f"node {name} cordoned: no new pods; its jobs keep running")
 
@@ -139,10 +145,13 @@ async def cordon(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
 async def uncordon(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
     """Admin: put a cordoned (or drained) node back in service; 409 when it is not cordoned. Audited."""
     admin_only(who)
-    runtime, _ = _node_actions(service, name)
-    if not runtime.uncordon(name):
+    runtime, found = _node_actions(service, name)
+    if found.get("schedulable", True):
         raise ApiError(409, "path.name", f"node {name} is not cordoned")
-    service.store_held_nodes(runtime, (who.actor, "node.uncordon", name, "back in service"))
+    # stored first: an uncordon the store did not take changes nothing (507/503)
+    service.store_held_nodes([n for n in runtime.held_nodes() if n != name],
+                             (who.actor, "node.uncordon", name, "back in service"))
+    runtime.uncordon(name)
     service.invalidate_views()
     return _node_answer(service, name, "uncordon", [], f"node {name} back in service")
 
@@ -156,12 +165,20 @@ async def drain(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
     runtime, found = _node_actions(service, name)
     if not found.get("schedulable", True) and not int(found.get("pods", 0)):
         raise ApiError(409, "path.name", f"node {name} is already drained (cordoned, no pods)")
+    on_node = [j.id for j in service.runtime.jobs()
+               if j.status == JobStatus.RUNNING and any(p.get("node") == name for p in j.placements)]
+    # stored first: a drain the store did not take changes nothing (507/503)
+    service.store_held_nodes([*runtime.held_nodes(), name],
+                             (who.actor, "node.drain", name, f"cordoned and {len(on_node)} job(s) evicted: "
+                                                            f"{', '.join(on_node)[:400]}"))
     events: list[JobEvent] = []
     jobs = runtime.drain(name, f"{name} drained by {who.actor}", events)
-    service.store_held_nodes(runtime, (who.actor, "node.drain", name, f"cordoned and {len(jobs)} job(s) evicted: "
-                                                                      f"{', '.join(jobs)[:400]}"))
     service.invalidate_views()
-    service.record(events)
+    try:
+        service.record(events)
+    except StoreWriteError as exc:  # the drain is done (and stored): its job events go with the next tick's
+        log.warning("node %s drained; its job events are stored with the next tick: %s", name, exc)
+        service.unrecorded.extend(events)
     return _node_answer(service, name, "drain", jobs,
                         f"node {name} cordoned and {len(jobs)} job(s) sent back to the queue")
 

@@ -46,6 +46,9 @@ def load_trace(trace: str, cluster: Cluster, seed: int = 0, notes: list[str] | N
         if notes is not None and (skipped.cpu_only or skipped.never_ran):
             notes.append(f"{arg}: left out {skipped.cpu_only:,} CPU-only pods (num_gpu 0) and {skipped.never_ran:,} "
                          f"that never ran (deletion_time <= creation_time); {len(jobs):,} GPU pods are the jobs")
+        if notes is not None and skipped.ran_to_end:
+            notes.append(f"{arg}: {skipped.ran_to_end:,} GPU pods have no deletion_time (still there when the trace "
+                         f"ended): they run until the trace's end, t={skipped.end_s:,.0f} s")
         return jobs
     if fmt == "synthetic":
         from gpucluster.simulator.traces.synthetic import DEFAULT_PROFILE, generate
