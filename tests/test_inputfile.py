@@ -101,3 +101,14 @@ def test_a_stream_names_a_bad_byte_after_the_first_block(tmp_path: Path) -> None
     with pytest.raises(InputFileError, match=r"t\.csv: not UTF-8 text"), open_text(f) as fh:
         for _ in fh:
             pass
+
+
+def test_a_yaml_key_given_twice_is_an_error_a_merged_key_given_again_is_not() -> None:
+    """YAML wants a mapping's keys unique; PyYAML kept the last of two silently (on main before this test), so a
+    spec, a job file or a quota file written with one key twice lost a value without a word."""
+    with pytest.raises(InputFileError, match=r"f\.yaml: line 3: .*key 'gpus' is given twice .*line 2"):
+        parse_yaml("id: a\ngpus: 1\ngpus: 8\n", "f.yaml")
+    with pytest.raises(InputFileError, match="key '1' is given twice"):
+        parse_yaml("{1: a, 0x1: b}", "f.yaml")  # the same key, however it is written
+    doc = parse_yaml("base: &b {x: 1, y: 2}\nm:\n  <<: *b\n  x: 3\nn: {1: a, '1': b}\n", "f.yaml")
+    assert doc == {"base": {"x": 1, "y": 2}, "m": {"x": 3, "y": 2}, "n": {1: "a", "1": "b"}}

@@ -62,6 +62,10 @@ def test_spec_expands_pools_racks_leaves_spines(tmp_path: Path) -> None:
         ("vendor: nvidia", "vendor: acme", r"nodePools\[0\]\.gpu\.vendor"),
         ("name: cpu", "name: a", "used twice"),
         ("nodesPerRack: 2", "nodesPerRack: 2\n    colour: red", r"nodePools\[0\]\.colour: unknown field"),
+        # a key given twice: on main before this case PyYAML kept the last one silently (a pool of 8 nodes, not 5)
+        ("count: 5", "count: 5\n    count: 8", r"line 9: not valid YAML: key 'count' is given twice in one mapping "
+                                                r"\(first on line 8\)"),
+        ("name: tiny", "name: tiny\nname: other", r"line 5: .*key 'name' is given twice"),
     ],
 )
 def test_spec_errors_name_file_and_field(tmp_path: Path, old: str, new: str, message: str) -> None:

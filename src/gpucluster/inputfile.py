@@ -28,8 +28,10 @@ from typing import IO, Any, Final
 
 import yaml
 from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.error import Mark
 from yaml.events import MappingStartEvent, SequenceStartEvent
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.scanner import ScannerError
 
 MAX_DOCUMENT_BYTES: Final = 32 * 2**20
@@ -174,6 +176,25 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping whose keys are each given once: YAML wants them unique, and PyYAML would keep the last of
+        two silently (a ``count`` written twice, say after a merge, would drop one without a word). A key a
+        merge (``<<: *base``) brings in may be given again: that is what a merge is for."""
+        if isinstance(node, MappingNode):
+            first: dict[Any, Mark] = {}
+            for key_node, _value in node.value:
+                if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                try:
+                    seen = first.setdefault(key, key_node.start_mark)
+                except TypeError:  # not hashable: the constructor below says so
+                    continue
+                if seen is not key_node.start_mark:
+                    raise ConstructorError(None, None, f"key {str(key)[:64]!r} is given twice in one mapping (first "
+                                                       f"on line {seen.line + 1}): keep one", key_node.start_mark)
+        return super().construct_mapping(node, deep)
 
     def construct_document(self, node: Node) -> Any:
         size, _depth = _expanded(node, {}, 1)

@@ -90,7 +90,13 @@ OPENB_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion
      "pods.csv:3: name: 'p' is already the name of the pod at "),
     # a row longer than the header said "unknown field None"
     ("long.csv", "id,submit_s,gpus,duration_s\na,0,8,100,7,x\n", "long.csv:2: 6 fields, but the header (line 1) names 4"),
-], ids=["jobs-csv-same-id", "jobs-yaml-same-id", "openb-same-name", "row-longer-than-header"])
+    # a field longer than the csv module reads, in the middle: on main before these cases no line was named
+    ("big.csv", f"id,submit_s,gpus,duration_s\na,0,8,100\nb,0,8,{'1' * 200_000}\nc,0,8,100\n",
+     "big.csv:3: not a readable CSV file: field larger than field limit"),
+    ("pods.csv", OPENB_HEAD + f"p,1000,1024,1,1000,0,100\nq,1000,1024,1,1000,0,{'1' * 200_000}\n",
+     "pods.csv:3: not a readable CSV file: field larger than field limit"),
+], ids=["jobs-csv-same-id", "jobs-yaml-same-id", "openb-same-name", "row-longer-than-header", "jobs-csv-huge-field",
+        "openb-huge-field"])
 @pytest.mark.parametrize("command", ["simulate", "whatif"])
 def test_a_trace_line_the_loader_cannot_take_names_its_line(tmp_path: Path, command: str, name: str, text: str,
                                                             expected: str) -> None:
@@ -158,3 +164,36 @@ def test_spec_validate_names_a_path_with_brackets_as_it_is(tmp_path: Path, folde
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     assert res.exit_code == 0, res.output
     assert f"valid:{f}:2nodes,16devices" in "".join(res.stdout.split()), res.stdout  # rich may wrap a long path
+
+
+def test_an_output_folder_that_cannot_take_the_files_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """``--out`` of simulate, whatif and design: a file where the folder should be is refused (simulate and whatif
+    before the run), and a folder in the way of one output file exits 2 naming it with none of the other files
+    written. On main before this test ``design --out FILE`` and a folder in the way were tracebacks, and simulate
+    had written the files before the one it could not."""
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("id,submit_s,gpus,duration_s\na,0,1,100\nb,5,1,10\n")
+    design = tmp_path / "design.yaml"
+    design.write_text("name: d\ngpu: H100\nservers: 2\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep\n")
+    for args in (["simulate", "--trace", f"jobs:{jobs}"], ["whatif", "--design", str(design), "--trace", f"jobs:{jobs}"],
+                 ["design", "--servers", "2", "--gpu", "H100"]):
+        _refused([*args, "--out", str(a_file)], f"--out {a_file}: not a folder")
+        _refused([*args, "--out", str(a_file / "sub")], f"{a_file} is not a folder")
+    assert a_file.read_text() == "keep\n"
+    for args, blocked in ((["simulate", "--trace", f"jobs:{jobs}"], "jct-cdf.png"),
+                          (["whatif", "--design", str(design), "--trace", f"jobs:{jobs}"], "whatif.png"),
+                          (["design", "--servers", "2", "--gpu", "H100"], "topology.svg")):
+        out = tmp_path / f"out-{args[0]}"
+        (out / blocked).mkdir(parents=True)
+        _refused([*args, "--out", str(out)], f"--out {out}: could not write {blocked}: a folder of that name is in "
+                                             "the way")
+        assert [p.name for p in out.iterdir()] == [blocked], args[0]  # nothing else written, nothing left over
+    out = tmp_path / "out-simulate"
+    (out / "jct-cdf.png").rmdir()
+    res = runner.invoke(app, ["simulate", "--trace", f"jobs:{jobs}", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["jct-cdf.png", "jobs-default.csv", "series-default.png"]
+    _refused(["design", "--servers", "2", "--gpu", "H100", "--export-spec", str(tmp_path)],
+             f"--export-spec {tmp_path}: Is a directory")

@@ -4,7 +4,10 @@
   the assumption's TTL runs out: here the TTL is an hour, so waiting for it would fail the test;
 * a relist of pods (a full resync, which the informer does after every watch that ends: here every second)
   keeps the pods that are decided and assumed but not created or bound yet (the control plane decides a job's
-  pods before it creates them): their devices go to nobody else.
+  pods before it creates them): their devices go to nobody else;
+* a node relabelled through the API server (``kubectl label node``, nothing else of it changes) is matched by
+  node selectors as soon as the watch delivers it, without waiting for a relist (here an hour away); a label
+  taken off stops matching.
 
 One registered node with one GPU of a model unique to the run; pods ask for that model. The scheduler runs in
 this process, its decisions taken by the test; the informer, the pods and the Binding are the API server's.
@@ -128,3 +131,28 @@ def test_a_pod_relist_keeps_pods_decided_but_not_bound(relisting_rig: Rig) -> No
     seen = rig.relists
     wait_until(lambda: rig.relists >= seen + 2, 60, "two more relists")
     assert rig.holds(decided.key)
+
+
+def test_a_relabelled_node_is_matched_by_node_selectors_once_the_watch_delivers_it(rig: Rig) -> None:
+    label = f"gpucluster.io/cache-{rig.run}"
+
+    def selecting(name: str, value: str) -> Any:
+        obj = rig.whole_gpu_pod(name)
+        obj["spec"]["nodeSelector"] = {label: value}
+        return parse_pod(obj, registry())
+
+    def label_node(value: str | None) -> None:
+        rig.core.patch_node(rig.name, {"metadata": {"labels": {label: value}}})
+
+    def decides(name: str, value: str) -> bool:
+        d = rig.cluster.decide(selecting(name, value))
+        if d.ok:
+            rig.cluster.scheduler.cache.forget(d.pod.key)  # asked only whether it fits: nothing stays assumed
+        return d.ok
+
+    assert not decides("before", "yes")  # no node carries the label: its mask is cached now
+    label_node("yes")
+    tries = iter(range(1_000_000))
+    wait_until(lambda: decides(f"after-{next(tries)}", "yes"), 30, "the relabelled node to match the selector")
+    label_node(None)
+    wait_until(lambda: not decides(f"removed-{next(tries)}", "yes"), 30, "the label taken off to stop matching")

@@ -105,3 +105,26 @@ def test_views_read_the_engine_without_changing_it() -> None:
     assert views.usage_by_tenant()["a"] == {"gpus": 8.0, "pending_gpus": 8.0, "running": 1.0, "pending": 1.0}
     assert views.queue_stats() == (2, 1.0)
     assert sim.engine.ledger.busy == 16.0 and sim.engine.capacity.gpus == 16
+
+
+def test_the_never_fits_cache_keeps_one_generation_of_answers() -> None:
+    """A long-running control plane whose nodes come and go (every Kubernetes node added or removed changes the
+    state's layout) and whose tenants submit many job shapes: the "can this job ever fit" answers are cached
+    per shape for the current layout and quota revision only, so the cache stays bounded, and an answer given
+    before a node came is not given after it."""
+    from gpucluster.jobs import capacity
+    from gpucluster.model import DeviceSpec, NodeSpec
+
+    state = make_cluster(1, 1).state()
+    view = CapacityView(lambda: state)
+    big = JobSpec("big", 0.0, 4, 100.0, tenant="t")  # 4 GPUs in one task: no node has them
+    assert view.never_fits(big) is not None
+    for n in range(300):  # nodes come (and the question is asked again each time)
+        state.add_node(NodeSpec(f"extra-{n}", 32000, 65536,
+                                devices=tuple(DeviceSpec(f"GPU-x{n}-{d}", d, "nvidia", "A100", 81920)
+                                              for d in range(1 + (n == 299) * 3))))
+        assert (view.never_fits(big) is None) == (n == 299)
+        assert len(view._never) <= 2, len(view._never)
+    for k in range(capacity.MAX_NEVER_CACHED + 50):  # many shapes under one layout
+        view.never_fits(JobSpec(f"s{k}", 0.0, 1, 100.0 + k, tenant=f"t{k}"))
+    assert len(view._never) <= capacity.MAX_NEVER_CACHED

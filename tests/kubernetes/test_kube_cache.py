@@ -2,6 +2,11 @@
 
 * The candidate mask (kube-scheduler sends the same node list again and again, so the last mask is kept):
   after a relist rebuilds the state with the nodes in another order, the mask names the nodes asked for.
+* Node labels: a node relabelled in place (``kubectl label node``: nothing else of it changes) is matched by
+  node selectors at once, by the scheduler's Filter and by the "can this job ever fit" answer the control plane
+  gives a submission; a label taken off stops matching.
+* What the secondary scheduler notes of a pod it prepares goes when the pod goes (its delete event, or the
+  next relist when that event was missed): nothing grows with every pod ever scheduled.
 * The scheduler cache fed by the informer: a pod the informer sees bound stops being assumed at once (it never
   expires at the assumption's TTL); a relist (a full resync of pods) keeps assumed pods that are decided but
   not bound yet. ``tests/integration/test_k8s_cache.py`` checks both against a real API server.
@@ -10,11 +15,14 @@ Objects are fed the way the informer feeds them (``KubeCluster`` is pure); the c
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
 import numpy as np
 
+from gpucluster.jobs.admission import job_spec
+from gpucluster.jobs.capacity import CapacityView
 from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.convert import decision_annotations, parse_pod
 
@@ -81,3 +89,83 @@ def test_a_pod_resync_keeps_assumed_pods_that_are_not_bound_yet() -> None:
     cluster.set_pods([other])
     assert decided.key in cluster.state.allocations and cluster.scheduler.cache.is_assumed(decided.key)
     assert not cluster.decide(parse_pod(pod_obj("q", count=1, mem=80000, cores=100), registry())).ok
+
+
+def _labelled(obj: dict[str, Any], **labels: str | None) -> dict[str, Any]:
+    """The Node object with ``labels`` set (None: removed), as the watch delivers it after ``kubectl label``."""
+    out = copy.deepcopy(obj)
+    have = out["metadata"].setdefault("labels", {})
+    for k, v in labels.items():
+        if v is None:
+            have.pop(k, None)
+        else:
+            have[k] = v
+    out["metadata"]["resourceVersion"] = str(int(out["metadata"].get("resourceVersion") or 0) + 1)
+    return out
+
+
+def _selecting(name: str, **selector: str) -> Any:
+    obj = pod_obj(name)
+    obj["spec"]["nodeSelector"] = dict(selector)
+    return parse_pod(obj, registry())
+
+
+def test_a_relabelled_node_is_matched_by_node_selectors_at_once() -> None:
+    cluster = KubeCluster(registry(), "binpack")
+    a, b = node_obj("a"), node_obj("b")
+    cluster.set_nodes([a, b])
+    rebuilds = cluster.rebuilds
+    first = cluster.decide(_selecting("p0", pool="fast"))
+    assert not first.ok  # no node carries it yet (and the selector's mask is cached now)
+    b = _labelled(b, pool="fast")
+    cluster.apply_node(b)
+    d = cluster.decide(_selecting("p1", pool="fast"))
+    assert d.ok and d.node == "b", d
+    assert cluster.rebuilds == rebuilds  # a label is no reason to rebuild the whole state
+    # moved to the other node: the old holder no longer matches, the new one does
+    cluster.apply_node(_labelled(b, pool=None))
+    cluster.apply_node(_labelled(a, pool="fast"))
+    for i in range(3):  # every pod of that selector, not only the first one after the change
+        d = cluster.decide(_selecting(f"q{i}", pool="fast"))
+        assert d.ok and d.node == "a", d
+
+
+def test_a_job_that_could_never_fit_fits_once_a_node_carries_its_labels() -> None:
+    """The control plane answers 422 "can never fit" for a job whose node selector no node matches; the answer is
+    cached per job shape, and a node relabelled to match must change it."""
+    cluster = KubeCluster(registry(), "binpack")
+    a = node_obj("a")
+    cluster.set_nodes([a])
+    view = CapacityView(lambda: cluster.state)
+    spec = job_spec("j1", name="j", tenant="t", replicas=1, resources={"nvidia.com/gpu": 1}, duration_s=60.0,
+                    submit_s=0.0, node_selector={"pool": "fast"})
+    why = view.never_fits(spec)
+    assert why is not None and why.where == "node_selector", why
+    cluster.apply_node(_labelled(a, pool="fast"))
+    assert view.never_fits(spec) is None
+    cluster.apply_node(_labelled(a, pool="slow"))
+    assert view.never_fits(spec) is not None
+
+
+def test_what_the_scheduler_notes_of_a_pod_goes_when_the_pod_goes() -> None:
+    """A long-running secondary scheduler prepares every pod it schedules (``prepare_pod``: the claims it shares,
+    its DRA-backed extended resources). What it noted must go when the pod does, by its delete event or, when
+    that event was missed, by the next relist: else memory grows with every pod ever scheduled."""
+    cluster = KubeCluster(registry(), "binpack")
+    cluster.set_nodes([node_obj("n0")])
+    kept = pod_obj("kept")
+    for i in range(50):
+        obj = pod_obj(f"p{i}")
+        cluster.apply_pod(obj)
+        pod = cluster.prepare_pod(obj)
+        assert cluster.decide(pod).ok
+        cluster.delete_pod(pod.key)
+    cluster.apply_pod(kept)
+    cluster.prepare_pod(kept)
+    for i in range(50):  # these are deleted while the watch is down: only the relist tells
+        obj = pod_obj(f"q{i}")
+        cluster.apply_pod(obj)
+        cluster.prepare_pod(obj)
+    cluster.set_pods([kept])
+    noted = {**cluster._shared_claims, **cluster._extended_meta}
+    assert set(noted) == {"default/kept"}, sorted(noted)[:5]

@@ -306,3 +306,24 @@ def test_a_drain_whose_job_events_the_store_did_not_take_keeps_them_for_the_next
         kinds = [e["kind"] for e in p.client.get("/api/v1/events", params={"job": job["id"]}).json()["events"]]
         assert "evicted" in kinds
         assert not _schedulable(p, node)
+
+
+def test_an_approval_the_store_cannot_log_now_is_done_and_logged_with_the_next_tick(tmp_path: Path) -> None:
+    """Approving a planned drain carries it out (its outcome is part of the audit line, so it cannot be stored
+    first); a store that cannot take the line now gets it with the next tick that can: 200, not "nothing was
+    changed". On main before this test the answer was 503 "nothing was changed" for a drain that was done, and
+    the operator's audit line was lost."""
+    with in_process(tmp_path / "d", remediation=PLAN_ONLY) as p:
+        c = p.client
+        job, planned = _planned_drain(p)
+        _store_read_only(p, True)
+        r = c.post(f"/api/v1/remediations/{planned['id']}/approve")
+        assert r.status_code == 200 and r.json()["outcome"] == "done", r.text
+        assert p.service.audit_pending and p.service.audit_pending[0][1] == "remediation.approve"
+        _store_read_only(p, False)
+        p.tick()
+        assert p.service.audit_pending == []
+        [entry] = _audit(p, "remediation.approve")
+        assert entry["actor"] == "admin" and planned["id"] in entry["detail"]
+        node = planned["target"].split("/")[0]
+        assert node not in {pl["node"] for pl in c.get(f"/api/v1/jobs/{job['id']}").json()["placements"]}

@@ -8,6 +8,7 @@ admin who raised a tenant's quota with ``tenants set-quota`` lifted its limit of
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucluster.model.limits import DEFAULT_TENANT_MAX_PRIORITY, DEFAULT_TENANT_MAX_QUEUED
+from gpucluster.service.store import Store
 from tests.service.inproc import in_process
 
 GPU = {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100}
@@ -101,3 +103,30 @@ def test_a_patch_changes_exactly_the_fields_it_names(tmp_path: Path) -> None:
             assert seen["bystander"] == {"quota_gpus": 3.5, "weight": 1.5, "max_priority": 11, "max_queued_jobs": 9}
 
         check()
+
+
+class AuditFailsStore(Store):
+    """A fake for a fault not caused for real here: the disk fills up between a change and its audit line (every
+    audit line fails as SQLite fails a write on a full disk; the real store code handles the error)."""
+
+    def _audit(self, *args: Any, **kwargs: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+
+def test_a_change_whose_audit_line_the_store_did_not_take_is_not_stored_either(tmp_path: Path) -> None:
+    """The change and its audit line are one transaction: 507 and nothing changed, in the store as in memory. On
+    main before this test the change was committed first and the audit line failed after it: a 507 "nothing was
+    changed" for a quota that was changed in the store (and not in memory until a restart)."""
+    data = tmp_path / "d"
+    with in_process(data) as ip:
+        ip.tenant("team", quota_gpus=4)
+        real = ip.service.store
+        real.close()
+        ip.service.store = AuditFailsStore(real.path)
+        r = ip.client.patch("/api/v1/tenants/team", json={"quota_gpus": 0.5})
+        assert r.status_code == 507 and "nothing was changed" in r.json()["error"], r.text
+        assert ip.service.store.tenant("team")["quota_gpus"] == 4  # type: ignore[index]
+        ip.service.store.close()
+        ip.service.store = Store(real.path)
+    with in_process(data) as ip:
+        assert ip.service.store.tenant("team")["quota_gpus"] == 4  # type: ignore[index]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -50,6 +55,45 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     path or value with ``[word]`` in it is printed as it is."""
     _stderr().print(f"[bold red]error:[/] {plain(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def check_out_dir(out: Path, flag: str = "--out") -> None:
+    """Exit 2 now, before a long run, when ``out`` cannot become the output folder: it is not a folder, or the
+    folder it would be made in is not one or cannot be written. Nothing is created."""
+    if out.exists() and not out.is_dir():
+        fail(f"{flag} {out}: not a folder")
+    found = next((p for p in (out, *out.parents) if p.exists()), None)
+    if found is not None and not found.is_dir():
+        fail(f"{flag} {out}: {found} is not a folder")
+    if found is not None and not os.access(found, os.W_OK | os.X_OK):
+        fail(f"{flag} {out}: {found} cannot be written")
+
+
+@contextlib.contextmanager
+def staged_out(out: Path, flag: str = "--out") -> Iterator[Path]:
+    """A fresh folder inside ``out`` (made if missing) for a command's output files; once the block has written
+    them all they move into ``out`` (one ``os.replace`` each). A failure while writing (a full disk, a folder in
+    the way of a file) exits 2 naming ``out`` and the file, and leaves ``out`` as it was: no half-written file, no
+    mix of this run's files and an earlier run's."""
+    check_out_dir(out, flag)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out))
+    except OSError as exc:
+        fail(f"{flag} {out}: {exc.strerror or exc}")
+    try:
+        yield stage
+        files = sorted(stage.iterdir())
+        for f in files:
+            if (out / f.name).is_dir():
+                fail(f"{flag} {out}: could not write {f.name}: a folder of that name is in the way")
+        for f in files:
+            os.replace(f, out / f.name)
+    except OSError as exc:
+        name = Path(str(exc.filename)).name if exc.filename else "its files"
+        fail(f"{flag} {out}: could not write {name}: {exc.strerror or exc}")
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def print_json(data: Any) -> None:

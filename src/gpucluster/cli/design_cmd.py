@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from gpucluster.cli.common import plain
+from gpucluster.cli.common import plain, staged_out
 from gpucluster.cli.output import print_table
 from gpucluster.cli.shown import DESIGN_PRESETS
 
@@ -179,12 +179,17 @@ def _design_command(
     if out is not None:
         from gpucluster.design.report import write_bundle
 
-        for p in write_bundle(d, out):
-            info.print(f"wrote {p}", markup=False)
+        with staged_out(out) as stage:  # all of them or none
+            names = [p.name for p in write_bundle(d, stage)]
+        for name in names:
+            info.print(f"wrote {out / name}", markup=False)
     if export_spec is not None:
         from gpucluster.design.spec_export import write_cluster_spec
 
-        write_cluster_spec(d, export_spec)
+        try:
+            write_cluster_spec(d, export_spec)
+        except OSError as exc:
+            _fail([f"--export-spec {export_spec}: {exc.strerror or exc}"])
         info.print(f"wrote {export_spec}", markup=False)
 
 

@@ -112,6 +112,8 @@ def simulate(
         fail("--limit: must be > 0")
     if not (math.isfinite(speedup) and speedup > 0):
         fail(f"--arrival-speedup {speedup:g}: must be a finite number > 0")
+    if out is not None:  # before the run, which may be long
+        common.check_out_dir(out)
     cluster = load_cluster_or_fail(cluster_path, registry_or_fail(device_config))
     notes: list[str] = []
     try:
@@ -163,15 +165,12 @@ def simulate(
 def _write_out(out: Path, sims: dict[str, Simulation]) -> None:
     from gpucluster.simulator.metrics import plot_jct_cdf, plot_series, write_jobs_csv
 
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        fail(f"--out {out}: {exc.strerror}")
-    for name, sim in sims.items():
-        write_jobs_csv(sim, out / f"jobs-{name}.csv")
-        plot_series(sim, out / f"series-{name}.png")
-    plot_jct_cdf({name: [j.jct_s for j in sim.jobs.values() if j.finish_s >= 0 and not j.rejected]
-                  for name, sim in sims.items()}, out / "jct-cdf.png")
+    with common.staged_out(out) as stage:  # all of them or none
+        for name, sim in sims.items():
+            write_jobs_csv(sim, stage / f"jobs-{name}.csv")
+            plot_series(sim, stage / f"series-{name}.png")
+        plot_jct_cdf({name: [j.jct_s for j in sim.jobs.values() if j.finish_s >= 0 and not j.rejected]
+                      for name, sim in sims.items()}, stage / "jct-cdf.png")
 
 
 def register(app: typer.Typer) -> None:

@@ -20,12 +20,14 @@ import typer
 from gpucluster.cli.common import (
     PLACEMENT_HELP,
     QUEUE_HELP,
+    check_out_dir,
     check_placement_policy,
     check_queue_policies,
     deprecated_option,
     plain,
     print_json,
     renamed,
+    staged_out,
     training_share_rows,
 )
 from gpucluster.cli.output import print_table
@@ -103,18 +105,14 @@ def write_out(out: Path, rows: list[dict[str, Any]], v: dict[str, Any], title: s
     """``whatif.csv`` (one row per design) and ``whatif.png`` (cost per unit of work vs avg JCT)."""
     from gpucluster.whatif import FIELDS
 
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        _fail([f"--out {out}: {exc.strerror}"])
-    csv_path, png_path = out / "whatif.csv", out / "whatif.png"
-    with csv_path.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=[*FIELDS, "verdict"], extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "verdict": "yes" if r["name"] == v["design"] else ""})
-    plot(rows, v, title, png_path)
-    return [csv_path, png_path]
+    with staged_out(out) as stage:  # both or neither
+        with (stage / "whatif.csv").open("w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=[*FIELDS, "verdict"], extrasaction="ignore")
+            w.writeheader()
+            for r in rows:
+                w.writerow({**r, "verdict": "yes" if r["name"] == v["design"] else ""})
+        plot(rows, v, title, stage / "whatif.png")
+    return [out / "whatif.csv", out / "whatif.png"]
 
 
 _MARKERS = (("owned", "usd_per_ref_gpu_hour", "avg_jct_s", "o"),
@@ -236,6 +234,8 @@ def whatif(
             _fail([f"{flag} {value}: must be >= 0 (and finite)"])
     if plot_path is not None and plot_path.suffix.lower() not in (".png", ".svg"):
         _fail([f"--plot {plot_path}: must end in .png or .svg"])
+    if out is not None:  # before the simulations, which may be long
+        check_out_dir(out)
     spot = SpotRisk(interruptions_per_hour=spot_per_day / 24.0, restart_h=spot_restart_h)
     try:
         cands = unique_names([load_candidate(p) for p in designs])

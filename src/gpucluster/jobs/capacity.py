@@ -3,9 +3,10 @@
 :class:`CapacityView` owns no figure: :class:`~gpucluster.model.ClusterState` keeps every capacity fact itself
 (:mod:`gpucluster.model.capacity`), and this view reads them for the engine's questions: usable GPUs, CPU and
 memory (the free-GPU pre-check, fair-share denominators), whole tasks the idle devices hold, whether a job can
-ever fit (cached per shape under the state's layout and the quota tree's revision), the change stamp the engine
-compares to know that the cluster moved, what is free for the preemption planners and what each node offers in
-a Mesos-style round. Its caches key on the state's change stamp; nobody tells it that something changed.
+ever fit (cached per shape under the state's layout, its nodes' labels and the quota tree's revision), the
+change stamp the engine compares to know that the cluster moved, what is free for the preemption planners and
+what each node offers in a Mesos-style round. Its caches key on the state's change stamp; nobody tells it that
+something changed.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from gpucluster.model.capacity import state_stamp
 from gpucluster.scheduler.feasibility import Infeasible
 from gpucluster.scheduler.plugins.quota import QuotaTree
 
+MAX_NEVER_CACHED = 4096
+"""The most job shapes :meth:`CapacityView.never_fits` keeps answers for (it starts again past it)."""
+
 
 class CapacityView:
     """The cluster's capacity as the engine reads it, over the state ``state()`` returns (the placer's current
     one: a Kubernetes runtime rebuilds its state) and the quota tree (whose revision counts as a change)."""
 
-    __slots__ = ("_never", "_slots", "_slots_stamp", "_state", "quota")
+    __slots__ = ("_never", "_never_stamp", "_slots", "_slots_stamp", "_state", "quota")
 
     def __init__(self, state: Callable[[], ClusterState], quota: QuotaTree | None = None) -> None:
         self._state = state
@@ -37,7 +41,10 @@ class CapacityView:
         self._slots: dict[int, int] = {}
         """Task size -> whole tasks of that size the idle devices hold (cached per state stamp)."""
         self._never: dict[tuple[Any, ...], Infeasible | None] = {}
-        """(shape, tasks, tenant, layout, quota revision) -> why such a job can never fit (None = it can)."""
+        """(shape, tasks, tenant, with the quota tree or not) -> why such a job can never fit (None = it can), for
+        the state and quota tree of ``_never_stamp`` (emptied when that moves, so a long-running control plane
+        whose nodes come and go keeps one generation of answers, not every one it ever gave)."""
+        self._never_stamp: tuple[Any, ...] = ()
 
     @property
     def state(self) -> ClusterState:
@@ -78,12 +85,17 @@ class CapacityView:
 
     def never_fits(self, spec: JobSpec, quota: bool = True) -> Infeasible | None:
         """Why ``spec`` could never run here, even on the empty cluster, or (with ``quota``) beyond its tenant's
-        quota (None when it could). Cached per shape and tenant under the state's layout (which nodes exist) and
-        the quota tree's revision."""
+        quota (None when it could). Cached per shape and tenant under the state's layout (which nodes exist), its
+        nodes' labels (a node selector no node matched may match a relabelled one) and the quota tree's
+        revision."""
         state = self._state()
         tree = self.quota if quota else None
+        stamp = (state.layout, state.labels_generation, self.quota.revision if self.quota is not None else -1)
+        if stamp != self._never_stamp or len(self._never) >= MAX_NEVER_CACHED:
+            self._never.clear()
+            self._never_stamp = stamp
         key = (spec.shape, spec.task_gpus, spec.cpu_milli, spec.memory_mib, spec.num_tasks, spec.tenant,
-               state.layout, tree.revision if tree is not None else -1)
+               tree is not None)
         if key in self._never:
             return self._never[key]
         found = self._never[key] = never_fits(spec, state, tree)

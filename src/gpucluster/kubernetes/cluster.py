@@ -265,9 +265,11 @@ class KubeCluster:
         """DRA device key (``driver/pool/device``) -> (node, device index)."""
         self._dra_by_key: dict[str, SliceDevice] = {}
         self._extended_meta: dict[str, list[tuple[str, str, int, str, str]]] = {}
+        """Pod key -> per DRA-backed extended resource request: (request name, class, count, container, resource)
+        (noted by :meth:`prepare_pod`, dropped when the pod is gone)."""
         self._shared_claims: dict[str, list[str]] = {}
-        """Pod key -> claims it uses that are allocated already (its bind adds it to their ``reservedFor``)."""
-        """Pod key -> per DRA-backed extended resource request: (request name, class, count, container, resource)."""
+        """Pod key -> claims it uses that are allocated already (its bind adds it to their ``reservedFor``; noted
+        by :meth:`prepare_pod`, dropped when the pod is gone)."""
         self.scheduler = self._new_scheduler([])
 
     # ------------------------------------------------------------------------------------------ plumbing
@@ -391,6 +393,8 @@ class KubeCluster:
             self._set_gate_row(info)
             if old.unschedulable != info.unschedulable:
                 st.set_schedulable(name, not info.unschedulable)
+            if old.spec.labels != info.spec.labels:  # relabelled: node selectors match its new labels at once
+                st.set_labels(name, info.spec.labels, info.spec.pool)
             self._apply_health(info)
 
     def delete_node(self, name: str) -> None:
@@ -468,6 +472,7 @@ class KubeCluster:
         with self.lock:
             self.aliases.pop(key, None)
             self.released.discard(key)
+            self._forget_prepared(key)
             if key in self.reserved:
                 return  # a reservation, not a pod: only unreserve frees it
             self.bound.pop(key, None)
@@ -555,6 +560,8 @@ class KubeCluster:
             for key in [k for k in self.aliases if k not in seen]:
                 del self.aliases[key]
             self.released &= seen
+            for key in [k for k in (*self._shared_claims, *self._extended_meta) if k not in seen]:
+                self._forget_prepared(key)  # its delete event was missed (a watch that ended)
             for key in [k for k in self.state.allocations
                         if k not in seen and not self.scheduler.cache.is_assumed(k) and k not in self.reserved]:
                 self.delete_pod(key)
@@ -853,6 +860,12 @@ class KubeCluster:
         if not extra:
             return pod
         return dataclasses.replace(pod, containers=(*pod.containers, *extra))
+
+    def _forget_prepared(self, key: str) -> None:
+        """The pod ``key`` is gone: what :meth:`prepare_pod` noted of it goes too (else every pod ever scheduled
+        stays in memory for as long as the scheduler runs)."""
+        self._shared_claims.pop(key, None)
+        self._extended_meta.pop(key, None)
 
     def _strip_extended(self, pod: Pod, mapped: Mapping[str, DeviceClassInfo], obj: Mapping[str, Any]
                         ) -> tuple[Pod, ContainerRequest | None]:

@@ -13,8 +13,8 @@ itself: :mod:`gpucluster.model.capacity` says what they are and the one change-s
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -142,6 +142,9 @@ class ClusterState:
         """Bumped by every mutation."""
         self.layout_generation = 0
         """Bumped when nodes are added or removed (with ``uid`` and the shape: :attr:`layout`)."""
+        self.labels_generation = 0
+        """Bumped when a node's labels change in place (:meth:`set_labels`): with :attr:`layout`, the key of every
+        cache of which nodes carry which labels (node selectors)."""
         self.capacity = UsableCapacity()
         """Usable devices (all, per model, idle), CPU and memory of the schedulable nodes (kept by ``_touch``)."""
         self.row_model: list[int] = []
@@ -329,6 +332,15 @@ class ClusterState:
         self.schedulable[i] = schedulable and bool(self.present[i])
         self._touch(i)
 
+    def set_labels(self, name: str, labels: Mapping[str, str], pool: str | None = None) -> None:
+        """The node's labels (and its ``pool``) are now ``labels``: a Kubernetes node relabelled
+        (``kubectl label node``). Its row is kept; caches of label matches see :attr:`labels_generation` move."""
+        i = self.node_index[name]
+        old = self.nodes[i]
+        self.nodes[i] = replace(old, labels=dict(labels), pool=old.pool if pool is None else pool)
+        self.labels_generation += 1
+        self._touch(i)
+
     def set_device_health(self, name: str, device_index: int, healthy: bool) -> None:
         i = self.node_index[name]
         if not 0 <= device_index < self.dev_count[i]:
@@ -501,6 +513,8 @@ class Snapshot:
         """The viewed state's :attr:`ClusterState.layout` (the key of caches)."""
         self.generation = state.generation
         self.nodes: Sequence[NodeSpec] = state.nodes
+        self.labels_generation = state.labels_generation
+        """The viewed state's :attr:`ClusterState.labels_generation` (with ``layout``, the key of label caches)."""
         self.node_index = state.node_index
         self.vendors: Sequence[str] = state.vendors.names
         self.vendor_ids = state.vendors.ids

@@ -118,6 +118,8 @@ class Service:
     discovered: list[Job] = field(default_factory=list)
     remediation_pending: list[Any] = field(default_factory=list)
     """Remediation audit records not stored yet."""
+    audit_pending: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """Audit lines of actions already carried out that the store did not take (:meth:`audit_done`)."""
     """Jobs found in the cluster and not stored yet."""
     """Events of earlier ticks the store could not take (a full disk): stored, in order, before the next ones."""
     tick_hooks: list[Callable[[list[JobEvent]], None]] = field(default_factory=list)
@@ -313,6 +315,20 @@ class Service:
             self.store.audit_many((REMEDIATION_ACTOR, f"remediation.{r.action}", r.target, describe_record(r))
                                   for r in self.remediation_pending)
             self.remediation_pending = []
+        if self.audit_pending:
+            self.store.audit_many(self.audit_pending)
+            self.audit_pending = []
+
+    def audit_done(self, actor: str, action: str, target: str, detail: str) -> None:
+        """The audit line of an action already carried out (it cannot be stored first: its outcome is part of
+        it): a store that does not take it now keeps it for the next tick (:meth:`persist_remediation`), so
+        the action is neither reported as not done nor left out of the log."""
+        try:
+            self.persist_remediation()
+            self.store.audit(actor, action, target, detail)
+        except StoreWriteError as exc:
+            log.warning("%s %s done; its audit line is stored with the next tick: %s", action, target, exc)
+            self.audit_pending.append((actor, action, target, detail))
 
     def find_job(self, job_id: str) -> Job | None:
         return self.runtime.job(job_id) or self.archive.get(job_id)

@@ -277,9 +277,10 @@ class Store:
 
     def upsert_tenant(self, name: str, quota_gpus: float | None, weight: float,
                       max_priority: int | None = None, token: str | None = None, actor: str = "",
-                      max_queued_jobs: int | None = None) -> int:
+                      max_queued_jobs: int | None = None, audit: tuple[str, str, str, str] | None = None) -> int:
         """Create or update a tenant; with ``token`` it becomes the tenant's only token and the change is audited
-        (``actor``), all in one transaction. Returns how many tokens were revoked."""
+        (``actor``), all in one transaction; without, ``audit`` (``(actor, action, target, detail)``) is the
+        audit line stored with the change. Returns how many tokens were revoked."""
         revoked = 0
         with self._write():
             self._db.execute(
@@ -294,6 +295,8 @@ class Store:
                                                           f"max_priority={max_priority} "
                                                           f"max_queued_jobs={max_queued_jobs}; token issued, "
                                                           f"{revoked} revoked")
+            elif audit is not None:
+                self._audit(*audit)
         if token is not None:
             self._token_cache.clear()
         return revoked

@@ -83,9 +83,10 @@ def _decide(request: Request, service: Svc, who: Auth, rid: str, decision: str) 
         raise ApiError(404, "path.id", str(exc)) from None
     except RemediationConflictError as exc:
         raise ApiError(409, "path.id", str(exc)) from None
-    service.persist_remediation()  # the record goes to the audit log (actor remediation) with the others
-    service.store.audit(who.actor, f"remediation.{'approve' if decision == 'approved' else 'dismiss'}",
-                        row["target"], f"{rid} ({row['action']}): {row['detail']}"[:500])
+    # done: the record goes to the audit log (actor remediation) with the others, and the operator's line
+    # after it, now or, when the store cannot take them now, with the next tick
+    service.audit_done(who.actor, f"remediation.{'approve' if decision == 'approved' else 'dismiss'}",
+                       row["target"], f"{rid} ({row['action']}): {row['detail']}"[:500])
     service.invalidate_views()
     return {"id": rid, "decision": decision, **row}
 

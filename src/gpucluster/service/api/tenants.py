@@ -93,9 +93,11 @@ async def update_tenant(name: TenantName, body: TenantPatch, who: Auth, service:
     weight = body.weight if body.weight is not None else float(row["weight"])
     most = body.max_priority if "max_priority" in given else row["max_priority"]
     queued = body.max_queued_jobs if "max_queued_jobs" in given else row["max_queued_jobs"]
-    service.store.upsert_tenant(name, quota, weight, most, max_queued_jobs=queued)
-    service.store.audit(who.actor, "tenant.update", name, f"quota={quota} weight={weight} max_priority={most} "
-                                                          f"max_queued_jobs={queued}")
+    # the change and its audit line in one transaction: a store that takes neither changes nothing (507/503)
+    service.store.upsert_tenant(name, quota, weight, most, max_queued_jobs=queued,
+                                audit=(who.actor, "tenant.update", name, f"quota={quota} weight={weight} "
+                                                                         f"max_priority={most} "
+                                                                         f"max_queued_jobs={queued}"))
     service.sync_quotas()
     service.invalidate_views()
     rows: list[dict[str, Any]] = (await tenants(who, service))["tenants"]

@@ -45,8 +45,8 @@ def load_openb_jobs(path: Path, skipped: OpenbSkipped | None = None) -> list[Job
     still_there: list[int] = []
     end = 0.0
     first: dict[str, str] = {}
-    with decoded(path), inputfile.open_text(path, newline="") as fh:
-        reader = csv.DictReader(fh)
+    with decoded(path) as reading, inputfile.open_text(path, newline="") as fh:
+        reader = reading.reader = csv.DictReader(fh)
         missing = [c for c in _NEED if c not in (reader.fieldnames or [])]
         if missing:
             raise TraceError(f"{path}:1: missing column {missing[0]!r}")

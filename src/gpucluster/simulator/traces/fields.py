@@ -8,7 +8,9 @@ import contextlib
 import csv
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpucluster.devices.quantity import finite_number, whole_number
 from gpucluster.inputfile import InputFileError
@@ -42,18 +44,29 @@ def amount(raw: object, where: str, column: str, upper: float) -> float:
         raise TraceError(f"{where}: {column}: {exc}") from None
 
 
+@dataclass(slots=True)
+class Reading:
+    """What :func:`decoded` knows of the read under way: the loader sets :attr:`reader` to its ``csv`` reader."""
+
+    reader: Any = None
+    """The ``csv.reader``/``csv.DictReader`` reading the file: a CSV error names the line it stopped at."""
+
+
 @contextlib.contextmanager
-def decoded(path: Path, error: type[ValueError] = TraceError) -> Iterator[None]:
+def decoded(path: Path, error: type[ValueError] = TraceError) -> Iterator[Reading]:
     """Turn a file that is not UTF-8 text (or not a readable regular file, :mod:`gpucluster.inputfile`) into a
-    TraceError naming the file and why."""
+    TraceError naming the file and why (and the line, for a CSV error, where the loader set ``reader``)."""
+    reading = Reading()
     try:
-        yield
+        yield reading
     except UnicodeDecodeError as exc:
         raise error(f"{path}: byte {exc.start}: not UTF-8 text") from None
     except InputFileError as exc:
         raise error(str(exc)) from None
     except csv.Error as exc:  # a field longer than the csv module reads, a NUL ...
-        raise error(f"{path}: not a readable CSV file: {exc}") from None
+        inner = getattr(reading.reader, "reader", reading.reader)  # a DictReader counts only the rows it returned
+        line = int(getattr(inner, "line_num", 0) or 0)
+        raise error(f"{path}{f':{line}' if line else ''}: not a readable CSV file: {exc}") from None
 
 
-__all__ = ["amount", "decoded", "seconds", "whole"]
+__all__ = ["Reading", "amount", "decoded", "seconds", "whole"]

@@ -25,7 +25,7 @@ from gpucluster import inputfile
 from gpucluster.jobs import JobKind, JobSpec, describe_speed
 from gpucluster.model.limits import MAX_JOB_SPEEDUP, MAX_JOB_TOKENS, MAX_TRACE_GPUS, MAX_WHOLE_NUMBER
 from gpucluster.simulator.traces import TraceError
-from gpucluster.simulator.traces.fields import amount, decoded, seconds, whole
+from gpucluster.simulator.traces.fields import Reading, amount, decoded, seconds, whole
 
 _REQUIRED = ("id", "submit_s", "gpus", "duration_s")
 _FLOATS = ("submit_s", "duration_s", "checkpoint_interval_s", "tokens")
@@ -35,15 +35,15 @@ _KNOWN = set(_FLOATS) | set(_INTS) | set(_STRS) | {"speedup"}
 
 
 def load_jobs(path: Path) -> list[JobSpec]:
-    with decoded(path):
+    with decoded(path) as reading:
         if path.suffix.lower() in (".yaml", ".yml"):
             return _from_yaml(path)
-        return _from_csv(path)
+        return _from_csv(path, reading)
 
 
-def _from_csv(path: Path) -> list[JobSpec]:
+def _from_csv(path: Path, reading: Reading) -> list[JobSpec]:
     with inputfile.open_text(path, newline="") as fh:
-        reader = csv.DictReader(fh)
+        reader = reading.reader = csv.DictReader(fh)
         if reader.fieldnames is None:
             raise TraceError(f"{path}:1: empty file (expected a header line)")
         unknown = [c for c in reader.fieldnames if c not in _KNOWN]

@@ -88,8 +88,8 @@ def _int(path: Path, line: int, column: str, raw: str | None, minimum: int = 0) 
 
 
 def _rows(path: Path, required: Sequence[str]) -> Iterable[tuple[int, dict[str, str | None]]]:
-    with decoded(path, TraceError), inputfile.open_text(path, newline="") as handle:
-        reader = csv.DictReader(handle)
+    with decoded(path, TraceError) as reading, inputfile.open_text(path, newline="") as handle:
+        reader = reading.reader = csv.DictReader(handle)
         header = reader.fieldnames
         if not header:
             raise TraceError(f"{path}:1: empty file (expected a header with {', '.join(required)})")

@@ -25,8 +25,8 @@ REF_GPU = "V100"
 def load_tiresias(path: Path) -> list[JobSpec]:
     jobs: list[JobSpec] = []
     seen: set[str] = set()
-    with decoded(path), inputfile.open_text(path, newline="") as fh:
-        reader = csv.DictReader(fh)
+    with decoded(path) as reading, inputfile.open_text(path, newline="") as fh:
+        reader = reading.reader = csv.DictReader(fh)
         missing = [c for c in _NEED if c not in (reader.fieldnames or [])]
         if missing:
             raise TraceError(f"{path}:1: missing column {missing[0]!r} (need {', '.join(_NEED)})")

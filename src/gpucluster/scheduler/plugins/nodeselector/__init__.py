@@ -32,9 +32,10 @@ class NodeSelector:
         return Status.success() if pod.node_selector else SKIP
 
     def matching(self, selector: Mapping[str, str], snap: Snapshot) -> np.ndarray[Any, np.dtype[np.bool_]]:
-        """Nodes whose labels include every ``key: value`` of ``selector``."""
+        """Nodes whose labels include every ``key: value`` of ``selector`` (kept per selector while neither the
+        nodes nor any node's labels change: a relabelled node is matched again)."""
         items = tuple(sorted(selector.items()))
-        key = (items, id(snap.nodes), len(snap.nodes))
+        key = (items, snap.layout, snap.labels_generation)
         mask = self._masks.get(key)
         if mask is None:
             mask = np.fromiter((all(n.labels.get(k) == v for k, v in items) for n in snap.nodes), np.bool_,
