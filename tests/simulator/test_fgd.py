@@ -107,6 +107,33 @@ def test_sweep_runs_and_resumes(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["experiment", "fgd-sweep", "--trace-dir", str(d), "--out", str(out), "--workloads",
                               "nope"])
     assert bad.exit_code == 2 and "no pod list for nope" in bad.output
+    # another --inflation on the same --out: its runs are not reused as if made at it (on main before this
+    # check the resume took all four and labelled the summary 1.0); the recorded one resumes as before
+    other = runner.invoke(app, [*args, "--inflation", "1.0"])
+    assert other.exit_code == 2, other.output
+    assert f"--out {out} holds a sweep at inflation 1.3" in " ".join(other.output.split())
+    assert json.loads(runner.invoke(app, [*args, "--inflation", "1.3"]).stdout)["ran_now"] == 0
+
+
+def test_an_experiment_out_that_cannot_take_the_files_exits_2_and_is_left_as_it_was(tmp_path: Path) -> None:
+    """On main before this test ``experiment fgd --out FILE`` and ``fgd-sweep --out FILE`` were tracebacks (the
+    sweep's after its first run), and a folder in the way of ``result.json`` one after the CSVs were written."""
+    d = _tiny_trace(tmp_path)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep\n")
+    fgd_args = ["experiment", "fgd", "--nodes", str(d / "openb_node_list_gpu_node.csv"), "--pods",
+                str(d / "openb_pod_list_tiny.csv"), "--seeds", "1"]
+    sweep_args = ["experiment", "fgd-sweep", "--trace-dir", str(d), "--policies", "fgd", "--workloads", "tiny",
+                  "--seeds", "1", "--jobs", "1"]
+    for args in (fgd_args, sweep_args):
+        res = runner.invoke(app, [*args, "--out", str(a_file)])
+        assert res.exit_code == 2 and f"--out {a_file}: not a folder" in " ".join(res.output.split()), res.output
+    assert a_file.read_text() == "keep\n"
+    out = tmp_path / "out"
+    (out / "result.json").mkdir(parents=True)
+    res = runner.invoke(app, [*fgd_args, "--out", str(out)])
+    assert res.exit_code == 2 and "could not write result.json" in " ".join(res.output.split()), res.output
+    assert [p.name for p in out.iterdir()] == ["result.json"]
 
 
 def _default_workload() -> tuple[list[OpenbNode], list[OpenbPod], dict[tuple[str, str], dict[int, dict[int, float]]]]:

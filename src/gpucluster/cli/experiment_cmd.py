@@ -87,6 +87,8 @@ def fgd_cmd(
     pol = _policy(renamed(policy, old_policy, "--placement-policy", "--policy") or "fgd")
     seed_list = _seeds(seeds)
     _check_inflation(inflation)
+    if out is not None:  # before the seeds run
+        common.check_out_dir(out)
     try:
         node_list = load_nodes(nodes)
         pod_list = load_pods(pods)
@@ -102,10 +104,10 @@ def fgd_cmd(
             prog.advance(task)
     data = fgd.result_json(result)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        fgd.write_peer_csvs([result], out)
-        fgd.plot_experiment(result, out)
-        (out / "result.json").write_text(json.dumps(data, indent=2))
+        with common.staged_out(out) as stage:  # all of them or none
+            fgd.write_peer_csvs([result], stage)
+            fgd.plot_experiment(result, stage)
+            (stage / "result.json").write_text(json.dumps(data, indent=2))
     if as_json:
         print_json(data)
         return
@@ -151,6 +153,7 @@ def fgd_sweep_cmd(
     wls = [w.strip() for w in workloads.split(",") if w.strip()] or list(fgd.PUBLISHED_WORKLOADS)
     seed_list = _seeds(seeds)
     _check_inflation(inflation)
+    common.check_out_dir(out)
     if not (trace_dir / fgd.NODE_FILE).is_file():
         fail(f"--trace-dir {trace_dir}: no {fgd.NODE_FILE} there")
     missing = [w for w in wls if not (trace_dir / f"openb_pod_list_{w}.csv").is_file()]
@@ -162,6 +165,7 @@ def fgd_sweep_cmd(
             load_pods(trace_dir / f"openb_pod_list_{w}.csv")
     except TraceError as exc:
         fail(str(exc))
+    _keep_sweep_inflation(out, inflation)
     tasks = fgd.sweep_tasks(trace_dir, out, wls, pols, seed_list, inflation)
     todo = [t for t in tasks if not Path(t.out_file).is_file()]
     payload = fgd.sweep_payload(trace_dir, sorted({t.workload for t in todo}))
@@ -200,6 +204,38 @@ def fgd_sweep_cmd(
     print_table(list(cols.values()), [[("" if r.get(c) is None else str(r.get(c))) for c in cols] for r in rows],
                 title=f"mean GPU allocation %, seeds {seed_list[0]}..{seed_list[-1]}", right=range(2, len(cols)))
     common.console.print(f"wrote {out / 'summary.csv'}, {out / 'summary.md'} and {figures}/", markup=False)
+
+
+SWEEP_META = "sweep.json"
+"""In a sweep's ``--out``: ``{"inflation": X}``, what its runs were made with (their files do not say it)."""
+
+
+def _keep_sweep_inflation(out: Path, inflation: float) -> None:
+    """A sweep resumes from the runs in ``out``: only runs made at the same ``--inflation`` may be reused. The
+    first sweep into ``out`` records its inflation; one with another exits 2 (its runs would have been reused
+    as if made at the new inflation, and the summary labelled so)."""
+    meta = out / SWEEP_META
+    if meta.is_file():
+        try:
+            recorded = float(json.loads(meta.read_text(encoding="utf-8"))["inflation"])
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            fail(f"--out {out}: {SWEEP_META} is unreadable ({type(exc).__name__}); it says which --inflation the "
+                 "runs there were made with: remove the folder's runs/ with it, or give another --out")
+        if recorded != inflation:
+            fail(f"--inflation {inflation:g}: --out {out} holds a sweep at inflation {recorded:g}, whose runs "
+                 f"would be reused as if made at {inflation:g}; give --inflation {recorded:g} to resume it, or "
+                 "another --out")
+        return
+    if (out / "runs").is_dir():
+        common.err_console.print(f"note: {out}/runs was made before sweeps recorded their inflation; its runs are "
+                                 f"taken as made at --inflation {inflation:g}", highlight=False, markup=False)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = meta.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"inflation": inflation}) + "\n", encoding="utf-8")
+        tmp.replace(meta)
+    except OSError as exc:
+        fail(f"--out {out}: {exc.strerror or exc}")
 
 
 def _write_summary(rows: list[dict[str, Any]], out: Path) -> None:
