@@ -127,6 +127,33 @@ def test_the_loop_keeps_the_events_it_could_not_store(tmp_path: Path) -> None:
         assert job["status"] == "succeeded" and [e["kind"] for e in job["events"]][-1] == "succeeded"
 
 
+def test_a_stop_stores_the_events_earlier_ticks_could_not(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The disk was full for a tick (its events kept), has room again, and ``up`` stops before the next tick:
+    the stop stores them. On main before this test they were dropped without a word; when the store still
+    cannot take them the stop says how many are lost."""
+    data = tmp_path / "d"
+    with in_process(data) as ip:
+        jid = ip.client.post("/api/v1/jobs", json={"name": "short", "resources": GPU, "duration_s": 5}).json()["id"]
+        ip.tick()
+        fake = _fake(ip)
+        fake.error = sqlite3.OperationalError(FULL)
+        with pytest.raises(StoreWriteError):
+            ip.tick(5.0)  # the job ends while nothing can be stored
+        assert any(e.job_id == jid for e in ip.service.unrecorded)
+        fake.error = None  # room again; the service stops before its next tick
+    with in_process(data) as ip:
+        job = _job(ip, jid)
+        assert job["status"] == "succeeded" and [e["kind"] for e in job["events"]][-1] == "succeeded"
+        jid2 = ip.client.post("/api/v1/jobs", json={"name": "lost", "resources": GPU, "duration_s": 5}).json()["id"]
+        ip.tick()
+        fake = _fake(ip)
+        fake.error = sqlite3.OperationalError(FULL)
+        with pytest.raises(StoreWriteError):
+            ip.tick(5.0)
+        caplog.set_level("ERROR")  # the disk is still full when the service stops
+    assert any("could not take; they are lost" in r.getMessage() for r in caplog.records), jid2
+
+
 def test_a_failed_write_reports_the_first_error_not_the_rollback(tmp_path: Path) -> None:
     store = FakeFullDiskStore(tmp_path / "s.db")
     store.error = sqlite3.OperationalError(FULL)

@@ -402,8 +402,18 @@ class Service:
                                  if t["quota_gpus"] is not None})
 
     def close(self) -> None:
-        """Save the clock, close the store, stop the runtime's threads (a leader gives its lease back) and give
-        the data directory back."""
+        """Store what earlier ticks could not (a disk that was full), save the clock, close the store, stop the
+        runtime's threads (a leader gives its lease back) and give the data directory back. What the store still
+        cannot take is counted in an error line: it is lost with the process."""
+        try:
+            while self.unrecorded:
+                chunk = self.unrecorded[:RECORD_CHUNK]
+                self.record(chunk)
+                del self.unrecorded[:len(chunk)]
+            self.persist_remediation()
+        except StoreWriteError as exc:
+            log.error("stopping with %d job event(s) and %d audit line(s) the store could not take; they are lost: "
+                      "%s", len(self.unrecorded), len(self.remediation_pending) + len(self.audit_pending), exc)
         try:
             self.store.set_meta("clock", repr(max(self.runtime.now, self.persisted_clock)))
         except StoreWriteError as exc:  # the stored lease is at or after the runtime's clock anyway
