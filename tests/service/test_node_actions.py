@@ -327,3 +327,28 @@ def test_an_approval_the_store_cannot_log_now_is_done_and_logged_with_the_next_t
         assert entry["actor"] == "admin" and planned["id"] in entry["detail"]
         node = planned["target"].split("/")[0]
         assert node not in {pl["node"] for pl in c.get(f"/api/v1/jobs/{job['id']}").json()["placements"]}
+
+
+def test_a_fault_drill_whose_job_events_the_store_did_not_take_keeps_them_for_the_next_tick(tmp_path: Path) -> None:
+    """The fault is injected (and audited first); its job events could not be stored: 200 with what it evicted,
+    and the next tick stores the events. On main before this test it answered 507 "nothing was changed" for a
+    fault that was injected and a job that was evicted, and the eviction events were lost."""
+    data = tmp_path / "d"
+    with in_process(data) as p:
+        c = p.client
+        job = c.post("/api/v1/jobs", json=_job("hit", 1, 1)).json()
+        p.tick()
+        place = c.get(f"/api/v1/jobs/{job['id']}").json()["placements"][0]
+        real = p.service.store
+        real.close()
+        p.service.store = FailingEventsStore(real.path)
+        r = c.post(f"/api/v1/nodes/{place['node']}/devices/{place['devices'][0]['index']}/fault")
+        assert r.status_code == 200 and r.json()["evicted_user_jobs"] == 1, r.text
+        assert any(e.job_id == job["id"] and e.kind == "evicted" for e in p.service.unrecorded)
+        p.service.store.close()
+        p.service.store = Store(real.path)
+        p.tick()
+        assert p.service.unrecorded == []
+    with in_process(data) as p:
+        kinds = [e["kind"] for e in p.client.get("/api/v1/events", params={"job": job["id"]}).json()["events"]]
+        assert "evicted" in kinds

@@ -294,6 +294,20 @@ class Service:
             jobs = {e.job_id: job for e in events if (job := self.find_job(e.job_id)) is not None}
             self.store.record_events(events, jobs)
 
+    def record_done(self, events: list[JobEvent], what: str) -> None:
+        """Persist the job events of an action already carried out (a drain, a fault drill): a store that does
+        not take them now keeps them for the next tick (:attr:`unrecorded`), as a tick's own, so the request is
+        answered as done (it is) and no event is lost. Remediation records too (:meth:`persist_remediation`)."""
+        try:
+            self.record(events)
+        except StoreWriteError as exc:
+            log.warning("%s done; its job events are stored with the next tick: %s", what, exc)
+            self.unrecorded.extend(events)
+        try:
+            self.persist_remediation()
+        except StoreWriteError as exc:  # kept in remediation_pending
+            log.warning("%s done; its remediation records are stored with the next tick: %s", what, exc)
+
     def store_held_nodes(self, names: list[str], audit: tuple[str, str, str, str]) -> None:
         """Store the nodes an operator holds out of service (``names``: what ``held_nodes()`` will be once the
         action is applied) with the audit line of the action, in one transaction, so a restart cordons them

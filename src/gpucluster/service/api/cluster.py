@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -22,10 +21,8 @@ from gpucluster.service.api.ops import get_ops
 from gpucluster.service.core import Service
 from gpucluster.service.errors import ApiError
 from gpucluster.service.runtime import FaultDrill, JobEvent, JobStatus, NodeActions
-from gpucluster.service.store import StoreWriteError
 
 router = APIRouter(tags=["cluster"])
-log = logging.getLogger(__name__)
 
 NodeName = Annotated[str, Path(max_length=253)]
 
@@ -96,8 +93,7 @@ async def inject_fault(
     events: list[JobEvent] = []
     runtime.inject_fault(name, index, events, xid=xid)
     service.invalidate_views()
-    service.record(events)
-    service.persist_remediation()
+    service.record_done(events, f"fault on {name}/{index}")  # what the store cannot take now: the next tick
     return {"ok": True, "evicted_user_jobs": sum(1 for e in events if e.kind == "evicted")}
 
 
@@ -174,11 +170,7 @@ async def drain(name: NodeName, who: Auth, service: Svc) -> dict[str, Any]:
     events: list[JobEvent] = []
     jobs = runtime.drain(name, f"{name} drained by {who.actor}", events)
     service.invalidate_views()
-    try:
-        service.record(events)
-    except StoreWriteError as exc:  # the drain is done (and stored): its job events go with the next tick's
-        log.warning("node %s drained; its job events are stored with the next tick: %s", name, exc)
-        service.unrecorded.extend(events)
+    service.record_done(events, f"drain of {name}")  # the drain is stored: its job events may go with the next tick
     return _node_answer(service, name, "drain", jobs,
                         f"node {name} cordoned and {len(jobs)} job(s) sent back to the queue")
 
