@@ -296,7 +296,7 @@ def test_without_a_queued_long_job_the_reserve_changes_nothing() -> None:
         _placements(_run(1, 1, [*short, long], "default", tier_args={"reserve_long": False}))
 
 
-def _short_before_long_gang(reserve_whole: bool, l40s_busy: bool = False) -> Simulation:
+def _short_before_long_gang(reserve_whole: bool, l40s_busy: bool = False, wait_fast: bool = True) -> Simulation:
     """3 x 8 H100 + 1 x 8 L40S. Queued at once, in this order (``fifo``): two 7-GPU jobs (one task each, 10,000 s)
     that leave one idle GPU on two H100 nodes, a short 2-GPU job (1,000 s), and the longest job, one task of 8 GPUs
     (50,000 s). Idle H100 GPUs (1 + 1 + 8) minus the short job's 2 still cover the long job's 8, so the reserve
@@ -310,16 +310,21 @@ def _short_before_long_gang(reserve_whole: bool, l40s_busy: bool = False) -> Sim
              JobSpec("short", 0.0, 2, 1_000, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer"),
              JobSpec("z-long", 0.0, 8, 50_000, kind=JobKind.TRAIN, ref_gpu="H100",
                      work_class="training/transformer")]
-    return _run(3, 1, jobs, "default", tier_args={"reserve_whole": reserve_whole})
+    return _run(3, 1, jobs, "default", tier_args={"reserve_whole": reserve_whole, "wait_fast": wait_fast})
 
 
 def test_a_short_job_leaves_the_last_whole_fast_node_to_the_queued_long_gang() -> None:
     """``reserve_whole``: the short job would break the last whole H100 node that the queued long 8-GPU job
     needs, so it goes to the L40S node and the long job runs on H100 (the makespan is its own run). Counting idle
-    GPUs (the rule before), the short job takes two GPUs of that node and the long job finds only the L40S node."""
+    GPUs (the rule before, ``wait_fast`` off), the short job takes two GPUs of that node and the long job finds only
+    the L40S node; with ``wait_fast`` (8 idle GPUs beside its own 8) it waits 1,000 s for the short job's H100 GPUs."""
     sim = _short_before_long_gang(True)
     assert (_model(sim, "short"), _model(sim, "z-long")) == ("l40s", "h100")
-    before = _short_before_long_gang(False)
+    assert sim.job("z-long").first_start_s == 0.0
+    waits = _short_before_long_gang(False)
+    assert (_model(waits, "short"), _model(waits, "z-long")) == ("h100", "h100")
+    assert waits.job("z-long").first_start_s == pytest.approx(1000.0)
+    before = _short_before_long_gang(False, wait_fast=False)
     assert (_model(before, "short"), _model(before, "z-long")) == ("h100", "l40s")
     makespan = max(j.finish_s for j in sim.jobs.values())
     assert makespan == pytest.approx(sim.job("z-long").finish_s)
@@ -361,3 +366,64 @@ def test_short_jobs_share_a_node_so_it_comes_free_whole_for_the_waiting_gang() -
     before = _short_and_long_behind_gang(False)
     assert before.job("short1").nodes != before.job("short2").nodes
     assert before.job("gang").first_start_s >= 10_000.0
+
+
+def _long_after_fillers(wait_fast: bool, filler_s: float = 3600.0, work_class: str = "training/transformer",
+                        queue: str = "fifo", l40s_idle: int = 1) -> Simulation:
+    """One H100 node and one L40S node (8 GPUs each). At 0 s eight 1-GPU transformer jobs of ``filler_s`` fill the
+    H100 node (their fastest model) and a job of ``8 - l40s_idle`` GPUs asks for L40S (20,000 s); at 10 s a 1-GPU job
+    of 72,000 s of ``work_class`` arrives (the longest submitted: ``long_quantile``'s long job) and reaches the
+    queue's head with only ``l40s_idle`` L40S GPUs idle."""
+    fill = [JobSpec(f"a{i}", 0.0, 1, filler_s, kind=JobKind.TRAIN, ref_gpu="H100", work_class="training/transformer")
+            for i in range(8)]
+    if l40s_idle < 8:
+        fill.append(JobSpec("b-l40s", 0.0, 8 - l40s_idle, 20_000, gpus_per_task=8 - l40s_idle, kind=JobKind.TRAIN,
+                            gpu_type="L40S"))
+    long = JobSpec("z-long", 10.0, 1, 72_000, kind=JobKind.TRAIN, ref_gpu="H100", work_class=work_class)
+    return _run(1, 1, [*fill, long], "default", queue, tier_args={"wait_fast": wait_fast})
+
+
+def test_the_long_job_at_the_fifo_head_waits_for_its_fast_model() -> None:
+    """``wait_fast``: the long transformer job (about 3x faster on H100) at the ``fifo`` head, with one L40S GPU
+    idle beside it, waits 3,590 s for the first H100 GPU the fillers free rather than start at once on L40S, and
+    ends about 2.8x sooner. Without the rule it starts on L40S at 10 s."""
+    sim = _long_after_fillers(True)
+    job = sim.job("z-long")
+    assert _model(sim, "b-l40s") == "l40s" and sorted(_model(sim, f"a{i}") for i in range(8)) == ["h100"] * 8
+    assert _model(sim, "z-long") == "h100"
+    assert job.first_start_s == pytest.approx(3600.0)
+    before = _long_after_fillers(False)
+    assert _model(before, "z-long") == "l40s" and before.job("z-long").first_start_s == 10.0
+    assert job.finish_s < before.job("z-long").finish_s / 2.5
+
+
+@pytest.mark.parametrize(("filler_s", "work_class", "l40s_idle"), [
+    (60_000.0, "training/recommendation", 1),  # H100 frees at 60,000 s; 1.2x faster there: waiting ends it later
+    (float("inf"), "training/transformer", 1),  # the fillers have no known end: nothing says when H100 frees
+    (3600.0, "training/transformer", 3),  # two GPUs beside its own one would stand idle while it waits
+    (3600.0, "training/transformer", 8),
+])
+def test_the_long_job_does_not_wait_when_waiting_is_worse(filler_s: float, work_class: str, l40s_idle: int) -> None:
+    """No wait where waiting is not expected to end the job sooner, or where it would leave more GPUs idle than its
+    own: it starts on L40S at once, as without the rule (every decision and finish time the same)."""
+    sim = _long_after_fillers(True, filler_s, work_class, l40s_idle=l40s_idle)
+    assert _model(sim, "z-long") == "l40s" and sim.job("z-long").first_start_s == 10.0
+    assert _placements(sim) == _placements(_long_after_fillers(False, filler_s, work_class, l40s_idle=l40s_idle))
+
+
+def test_a_queue_that_backfills_never_holds_the_long_job() -> None:
+    """The wait is for a queue that stops at its head (``fifo``): under the ``default`` queue (backfill,
+    preemption) the rule changes nothing."""
+    assert _placements(_long_after_fillers(True, queue="default")) == \
+        _placements(_long_after_fillers(False, queue="default"))
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(30, 50), mixed=st.booleans())
+def test_the_wait_changes_nothing_on_one_model_or_without_speeds(seed: int, n: int, mixed: bool) -> None:
+    """``fifo``, jobs with a speed on a cluster of one model, or jobs without one on a mixed cluster: every decision
+    and finish time is the rule's before (``wait_fast: false``)."""
+    jobs = [replace(j, ref_gpu="" if mixed else "H100") for j in generate(n, 16, seed=seed, load=1.0, max_gpus=8)]
+    for h100, l40s in ((1, 1),) if mixed else ((2, 0), (0, 2)):
+        assert _placements(_run(h100, l40s, jobs, "default", "fifo")) == \
+            _placements(_run(h100, l40s, jobs, "default", "fifo", tier_args={"wait_fast": False}))

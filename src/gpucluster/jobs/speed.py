@@ -106,9 +106,14 @@ class GpuSpeeds:
         :meth:`queued_whole`."""
         self.clock: Callable[[], float] | None = None
         """The engine's clock (set by the driver), for :meth:`node_ends` and :meth:`now`."""
-        self._ends: dict[str, tuple[float, tuple[int, ...]]] = {}
+        self._ends: dict[str, tuple[float, tuple[int, ...], tuple[int, ...]]] = {}
         """Per started job (with a speed and a finite duration): when its run is expected to end (start + remaining
-        work x slowdown / speed) and the nodes it runs on; noted by :meth:`wrap`'s slowdown."""
+        work x slowdown / speed), the nodes it runs on and the whole GPUs it holds on each (0 for a job of GPU
+        shares); noted by :meth:`wrap`'s slowdown."""
+        self.head_of_line = False
+        """The engine's queue stops at the first job that waits (no backfill, no preemption, no reclaim, no
+        offers: ``fifo``), so a job being placed is the queue's head and the jobs behind it wait while it does
+        (set by the driver), for :meth:`holds_head`."""
         self._node_end: np.ndarray[Any, np.dtype[np.float64]] | None = None
         self._node_end_t = -math.inf
 
@@ -289,8 +294,12 @@ class GpuSpeeds:
         return out or None
 
     def _note_end(self, job: Job, devices: Sequence[tuple[int, int]], end: float) -> None:
-        nodes = tuple(sorted({int(n) for n, _ in devices}))
-        self._ends[job.spec.job_id] = (end, nodes)
+        per: dict[int, int] = {}
+        for n, _ in devices:
+            per[int(n)] = per.get(int(n), 0) + 1
+        nodes = tuple(sorted(per))
+        whole = job.spec.whole
+        self._ends[job.spec.job_id] = (end, nodes, tuple(per[n] if whole else 0 for n in nodes))
         cached = self._node_end
         if cached is not None and nodes:
             idx = np.asarray(nodes, np.int64)
@@ -314,7 +323,7 @@ class GpuSpeeds:
         out = np.full(n, -math.inf, np.float64)
         jobs = self.jobs
         for jid in list(self._ends):
-            end, nodes = self._ends[jid]
+            end, nodes, _ = self._ends[jid]
             job = jobs.get(jid)
             if job is None or job.state != JobState.RUNNING or end <= now:
                 del self._ends[jid]
@@ -324,6 +333,54 @@ class GpuSpeeds:
                     out[i] = end
         self._node_end, self._node_end_t = out, now
         return out
+
+    def free_at(self, idle: Sequence[int], nodes: Sequence[int], task_gpus: int, tasks: int) -> float | None:
+        """When ``nodes`` (node indices of the state, with ``idle`` whole idle GPUs each now) are expected to hold
+        ``tasks`` holes of ``task_gpus`` idle GPUs (the sum over them of ``idle // task_gpus``), counting the whole
+        GPUs of their running jobs as free from each job's expected end: the ``GpuSpeedTier`` plugin's wait for a
+        fast model (``wait_fast``). The clock's time when they hold them now; None when the known ends never give
+        them (a job with no speed or no duration, a job of GPU shares, or one past its expected end never frees
+        its GPUs here), and without a clock."""
+        if self.clock is None or self.jobs is None or task_gpus <= 0 or tasks <= 0:
+            return None
+        now = self.clock()
+        have = {int(n): int(i) for n, i in zip(nodes, idle, strict=True)}
+        holes = sum(i // task_gpus for i in have.values())
+        if holes >= tasks:
+            return now
+        frees: list[tuple[float, int, int]] = []
+        jobs = self.jobs
+        for jid, (end, on, gpus) in self._ends.items():
+            job = jobs.get(jid)
+            if job is None or job.state != JobState.RUNNING or end <= now:
+                continue
+            for n, g in zip(on, gpus, strict=True):
+                if g > 0 and n in have:
+                    frees.append((end, n, g))
+        frees.sort()
+        for end, n, g in frees:
+            before = have[n]
+            have[n] = before + g
+            holes += have[n] // task_gpus - before // task_gpus
+            if holes >= tasks:
+                return end
+        return None
+
+    def holds_head(self) -> bool:
+        """Whether a job being placed is the queue's head and the jobs behind it wait while it does
+        (:attr:`head_of_line`)."""
+        return self.head_of_line
+
+    def pod_remaining(self, pod: Pod) -> tuple[float, int, int] | None:
+        """The pod's job's remaining work (reference seconds), the whole GPUs each of its tasks asks for and its
+        tasks; None for no known job, a job without a speed or a finite duration, or one of GPU shares."""
+        job = self.jobs.get(pod.labels.get(JOB_LABEL, "")) if self.jobs is not None else None
+        if job is None or speed_key(job.spec) is None or not job.spec.whole:
+            return None
+        left = job.remaining_s
+        if not math.isfinite(left):
+            return None
+        return float(left), int(job.spec.task_gpus), int(job.spec.num_tasks)
 
     def duration_quantile(self, quantile: float) -> float | None:
         """The ``quantile`` of the submitted jobs' ``duration_s`` (those with a speed and a finite duration; None

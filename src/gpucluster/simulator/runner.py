@@ -113,6 +113,9 @@ job without one runs the same on every GPU model.
         self.speeds.waiting_task = self.engine.views.largest_whole_task
         self.speeds.clock = lambda: kernel.now
         self.speeds.waiting_whole = self.engine.views.whole_jobs
+        pol = self.engine.policy
+        self.speeds.head_of_line = not (pol.backfill or pol.preemptive or pol.reclaim or pol.via_offers
+                                        or quota is not None)
 
     # ================================================================================ the engine's API
     @property

@@ -60,6 +60,9 @@ class Reason(enum.IntEnum):
     cannot hold the whole gang)."""
     ClaimDeviceMismatch = 27
     """No device on the node matches a ResourceClaim request's DeviceClass and selectors (DRA)."""
+    WaitsForFastModel = 28
+    """The node's GPU model is a slower one than the pod's long job waits for (``GpuSpeedTier``'s ``wait_fast``):
+    its fast model is expected to free enough GPUs soon enough that waiting ends the job sooner."""
 
     @property
     def unresolvable(self) -> bool:
@@ -70,7 +73,7 @@ class Reason(enum.IntEnum):
 _UNRESOLVABLE = frozenset(
     {
         Reason.NodeUnschedulable, Reason.NodeNotReady, Reason.NoDevicesOfVendor, Reason.InsufficientGPUCount,
-        Reason.ClaimDeviceMismatch,
+        Reason.ClaimDeviceMismatch, Reason.WaitsForFastModel,
         Reason.GPUTypeMismatch, Reason.GPUUUIDMismatch, Reason.NodeHandshakeTimeout, Reason.NodeNameMismatch,
         Reason.GPUCordoned, Reason.InsufficientExtendedResource, Reason.NodeSelectorMismatch,
     }

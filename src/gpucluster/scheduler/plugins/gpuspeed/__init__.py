@@ -36,11 +36,14 @@ GPUs to the queued long jobs whose fastest model it is: when placing the pod the
 that model than those jobs ask for, and another model can take it, it keeps the fastest of the others instead (LPT:
 the longest jobs set the makespan); counted in holes (``reserve_whole``): a long job of tasks of k whole GPUs needs
 as many nodes' worth of k idle GPUs as it has tasks, and a node where the pod would leave fewer scores 0 while
-another node of the kept models does not. It skips -- and the profile is exactly the speed-blind one -- on a
-cluster of one GPU model, for a pod
-whose job runs the same everywhere (no job, or no ``ref_gpu``/``speedup``: the Alibaba trace's pods), without a
-speed service, and when every candidate's model is within the tolerance anyway and no hole is to be kept for a
-waiting task.
+another node of the kept models does not. **The head waits for its fast model** (``wait_fast``, PreFilter and
+Filter): a long job at the head of a queue that stops at it (``fifo``), whose fast models lack the GPUs it needs now,
+is kept off the slower models (``WaitsForFastModel``) while the fast ones' known expected ends free them soon enough
+that it ends sooner than on the slower ones, by more GPU-seconds than the wait leaves idle, and while no more GPUs
+than its own stand idle beside it (:meth:`GpuSpeedTier.pre_filter`). It skips -- and the profile is exactly the
+speed-blind one -- on a cluster of one GPU model, for a pod whose job runs the same everywhere (no job, or no
+``ref_gpu``/``speedup``: the Alibaba trace's pods), without a speed service, and when every candidate's model is
+within the tolerance anyway and no hole is to be kept for a waiting task.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ from gpucluster.scheduler.framework import (
     Handle,
     IntArray,
     PluginRegistry,
+    Reason,
+    ReasonArray,
     Status,
 )
 from gpucluster.scheduler.framework.status import SKIP
@@ -161,6 +166,30 @@ class HoleTable(Protocol):
         ...
 
 
+class WaitTable(Protocol):
+    """When the fast models free GPUs, and what the queue's head has left to do (``GpuSpeedTier``'s
+    ``wait_fast``)."""
+
+    def holds_head(self) -> bool:
+        """Whether a job being placed is the queue's head and the jobs behind it wait while it does (a queue
+        without backfill, preemption or reclaim: ``fifo``)."""
+        ...
+
+    def pod_remaining(self, pod: Pod) -> tuple[float, int, int] | None:
+        """The pod's job's remaining reference work (seconds), whole GPUs per task and tasks; None for a job of
+        GPU shares or with no known work."""
+        ...
+
+    def free_at(self, idle: Sequence[int], nodes: Sequence[int], task_gpus: int, tasks: int) -> float | None:
+        """When ``nodes`` (with ``idle`` idle GPUs each now) are expected to hold ``tasks`` holes of ``task_gpus``
+        idle GPUs, from the known expected ends of their running jobs; None when never (or no clock)."""
+        ...
+
+    def now(self) -> float:
+        """The clock :meth:`free_at` answers on."""
+        ...
+
+
 class WorkTable(Protocol):
     """How the submitted work splits by the GPU model its jobs prefer (``GpuSpeedTier``'s scarcity test)."""
 
@@ -204,6 +233,8 @@ def new_gpu_speed(args: Mapping[str, Any], handle: Handle) -> GpuSpeed:
 
 
 TIER_NAME = "GpuSpeedTier"
+WAIT_NAME = "GpuSpeedTier/wait"
+"""CycleState key of ``GpuSpeedTier``'s ``wait_fast``: per model (and -1, no device), whether it is a slower one."""
 DEFAULT_TOLERANCE = 0.1
 """``GpuSpeedTier``'s default: a model at least 90 % as fast as the best available one is as good as it."""
 
@@ -241,7 +272,8 @@ class GpuSpeedTier:
     def __init__(self, table: SpeedTable | None, tolerance: float, comparative: bool = True,
                  scarcity: bool = True, keep_whole: bool = True, long_quantile: float | None = DEFAULT_LONG,
                  reserve_long: bool = True, group_short: bool = True,
-                 short_quantile: float = DEFAULT_SHORT, reserve_whole: bool = True) -> None:
+                 short_quantile: float = DEFAULT_SHORT, reserve_whole: bool = True,
+                 wait_fast: bool = True) -> None:
         self.table = table
         self.ends: EndTable | None = None
         if group_short and keep_whole and all(hasattr(table, m) for m in (
@@ -268,6 +300,69 @@ class GpuSpeedTier:
         self.holes: HoleTable | None = None
         if self.reserve is not None and reserve_whole and hasattr(table, "queued_long_tasks"):
             self.holes = table  # type: ignore[assignment]
+        self.wait: WaitTable | None = None
+        if self.long is not None and wait_fast and all(hasattr(table, m) for m in (
+                "holds_head", "pod_remaining", "free_at", "now")):
+            self.wait = table  # type: ignore[assignment]
+
+    def pre_filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> Status:
+        """``wait_fast``: a long job (``long_quantile``) at the head of a queue that stops at it (``fifo``) waits
+        for its fast models -- the models within ``tolerance`` of its best speed on the cluster -- when they lack
+        the holes it needs now and waiting is expected to end it sooner than running on the slower ones, by more
+        than the GPUs it leaves idle: with ``W`` the time until the fast models' idle GPUs plus those of their
+        running jobs' known expected ends (:meth:`WaitTable.free_at`) give it its tasks, ``t_fast`` and ``t_slow``
+        its remaining work over its best speed on the fast and on the slower models, ``k`` its GPUs and ``b`` the
+        idle GPUs beyond its own ``k`` (those the wait leaves idle, which under ``fifo`` the jobs behind it cannot
+        take either), it waits while ``b <= k`` and ``k x (t_slow - t_fast - W) > b x W``: only on a nearly full
+        cluster (a head-of-line block never leaves more than twice the job's own GPUs idle), and only while it
+        pays in GPU-seconds. Filter then rejects the slower models' nodes (``WaitsForFastModel``), so the job
+        starts on a fast model or waits; the test runs again at every pass, so the wait ends when the fast GPUs
+        free, or as soon as more GPUs stand idle. SKIP (no filter) otherwise: a queue that backfills or preempts,
+        no clock (the Kubernetes backend), a job that is not long, of GPU shares or without known work, one model,
+        fast models with the holes now, no known end that gives them."""
+        w = self.wait
+        if w is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
+            return SKIP
+        if not w.holds_head() or not self._long(pod):
+            return SKIP
+        assert self.table is not None
+        found = w.pod_remaining(pod)
+        speeds = self.table.model_speeds(pod, snap.models)
+        if found is None or speeds is None:
+            return SKIP
+        left, task, tasks = found
+        node_model = snap.dev_model[:, 0]
+        per_model = np.asarray(speeds, np.float64)
+        present = np.zeros(per_model.shape, np.bool_)
+        present[np.unique(node_model[node_model >= 0])] = True
+        if not bool(present.any()):
+            return SKIP
+        best = float(per_model[present].max())
+        fast = present & (per_model >= (1.0 - self.tolerance) * best)
+        slow = present & ~fast
+        if best <= 0.0 or not bool(slow.any()) or left <= 0.0:
+            return SKIP
+        nodes = np.flatnonzero((node_model >= 0) & fast[np.maximum(node_model, 0)])
+        at = w.free_at(snap.node_idle[nodes].tolist(), nodes.tolist(), task, tasks)
+        now = w.now()
+        if at is None or at <= now:
+            return SKIP
+        wait = at - now
+        k = float(task * tasks)
+        gain = left / float(per_model[slow].max()) - left / best - wait
+        others = max(0.0, float(snap.node_idle.sum()) - k)  # idle GPUs beyond its own, left idle while it waits
+        if others > k or k * gain <= others * wait:
+            return SKIP
+        state.write(WAIT_NAME, np.append(slow, True))  # index -1 (no device): not a fast model either
+        return Status.success()
+
+    def filter(self, state: CycleState, pod: Pod, snap: Snapshot) -> ReasonArray:
+        """``wait_fast``: the slower models' nodes rejected (``WaitsForFastModel``) while the job waits for its fast
+        models (:meth:`pre_filter`)."""
+        slow: BoolArray = state.read(WAIT_NAME)
+        out = np.zeros(snap.n_nodes, np.int16)
+        out[slow[snap.dev_model[:, 0]]] = Reason.WaitsForFastModel
+        return out
 
     def pre_score(self, state: CycleState, pod: Pod, snap: Snapshot, candidates: IntArray) -> Status:
         if self.table is None or len(snap.models) <= 1 or not pod.device_requests or not snap.dev_model.shape[1]:
@@ -530,6 +625,12 @@ class _TierArgs(PluginArgs):
     on its fastest model, as many nodes' worth of k idle GPUs as it has tasks, and a pod that would break the last
     of them goes to another node of the model that does not, or to another model (needs ``queued_long_tasks``).
     False: idle GPUs counted (the rule before)."""
+    wait_fast: bool = True
+    """A long job (``long_quantile``) at the head of a queue that stops at it (``fifo``) waits for its fast models
+    while the known expected ends say they free the GPUs it needs soon enough that waiting ends it sooner than a
+    start on a slower model, by more GPU-seconds than the wait leaves idle, and while at most as many GPUs as its own
+    stand idle beside it (needs ``holds_head``, ``pod_remaining``, ``free_at`` and ``now``; the engine's clock).
+    False: the rule before (it starts on whatever model can hold it)."""
 
 
 def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
@@ -539,7 +640,7 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
     return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole,
                         parsed.long_quantile, parsed.reserve_long, parsed.group_short, parsed.short_quantile,
-                        parsed.reserve_whole)
+                        parsed.reserve_whole, parsed.wait_fast)
 
 
 def register(reg: PluginRegistry) -> None:
