@@ -28,7 +28,9 @@ default, speed-fgd, on these pods) through the experiment's fast path, and two b
 Both must-place bounds add GPU-packing rows found from the binding LP's optimum (``bound.CONFIG_CUTS_DOC``: every
 dual-feasible function on the workload's sharing sizes, not only the fixed family) and scan again, up to three
 times; ``--config-cuts 0`` gives the bounds without them. ``--node-cuts`` adds node-packing rows in the same
-refinement (``bound.NODE_CUTS_DOC``: one node's CPU, memory and GPUs together; off by default).
+refinement (``bound.NODE_CUTS_DOC``: one node's CPU, memory and GPUs together; off by default). ``--earliest N``
+first proves, for the N shapes with the most GPU milli, the latest segment cut before which no pod of the shape
+can fail in any must-place run, and forces those pods in every LP (``bound.EARLIEST_DOC``; off by default).
 
 ``gap closed`` = (ours - FGD) / (bound - FGD), on the two-class bound (the one-class one with ``--no-two-class``).
 Idle GPUs = (capacity - allocation) / 1000. The traces are read from ``--traces`` (never copied).
@@ -80,7 +82,7 @@ def class_b_shapes(order: list[Any], key: PodShape | None, spec: str) -> list[Po
 
 def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bool = False,
             class_b: str = "auto", lp_time_limit: float | None = None, config_cuts: int = 30,
-            node_cuts: bool = False) -> dict[str, Any]:
+            node_cuts: bool = False, earliest: int = 0) -> dict[str, Any]:
     nodes = load_nodes(traces / "openb_node_list_gpu_node.csv")
     pods = load_pods(traces / f"openb_pod_list_{workload}.csv")
     tgt = target_workload(pods)
@@ -105,7 +107,8 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
         got["class_b"] = [list(b) for b in bshapes]
 
         cb = class_bound(nodes, order, lambda s: s == key, lambda s: s in bshapes, segments, progress=say,
-                         time_limit=lp_time_limit, config_cuts=config_cuts, node_cuts=node_cuts)
+                         time_limit=lp_time_limit, config_cuts=config_cuts, node_cuts=node_cuts,
+                         earliest=earliest)
         got["must_place_idle_gpus"] = (cb.capacity_milli - cb.one_class_a_milli) / MILLI
         got["class_b_alone_idle_gpus"] = (cb.capacity_milli - cb.one_class_b_milli) / MILLI
         got["two_class_idle_gpus"] = cb.idle_gpus
@@ -114,12 +117,14 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
         got["lps"] = cb.lps_solved + 1
     else:
         mp = must_place_bound(nodes, order, segments, (lambda s: s == key) if key is not None else None, say,
-                              config_cuts=config_cuts, time_limit=lp_time_limit, node_cuts=node_cuts)
+                              config_cuts=config_cuts, time_limit=lp_time_limit, node_cuts=node_cuts,
+                              earliest=earliest)
         got["must_place_idle_gpus"] = mp.idle_gpus
         got["bound_segment"] = mp.segment
         got["lps"] = mp.lps_solved + 1
     got["bound_s"] = round(time.perf_counter() - t, 1)
     got["node_cuts"] = node_cuts
+    got["earliest"] = earliest
     fgd, ours = got["fgd_idle_gpus"], got["ours_idle_gpus"]
     bound = got.get("two_class_idle_gpus", got["must_place_idle_gpus"])
     got["gap_closed"] = (fgd - ours) / (fgd - bound) if fgd > bound else None
@@ -143,6 +148,9 @@ def main() -> None:
                     help="rounds of GPU-packing rows (bound.CONFIG_CUTS_DOC) per pass; 0: the DFF family's rows alone")
     ap.add_argument("--node-cuts", action=argparse.BooleanOptionalAction, default=False,
                     help="node-packing rows too (bound.NODE_CUTS_DOC; slower, no gain on default seed 42)")
+    ap.add_argument("--earliest", type=int, default=0,
+                    help="prove for that many shapes (most GPU milli first) a prefix of pods that no run can fail, "
+                    "and force it in every LP (bound.EARLIEST_DOC; 0: off)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not (a.traces / "openb_node_list_gpu_node.csv").is_file():
@@ -151,7 +159,7 @@ def main() -> None:
     for w in a.workloads.split(","):
         for seed in (int(s) for s in a.seeds.split(",")):
             r = measure(a.traces, w, seed, a.segments, a.two_class, a.class_b, a.lp_time_limit, a.config_cuts,
-                        a.node_cuts)
+                        a.node_cuts, a.earliest)
             rows.append(r)
             print(json.dumps(r), file=sys.stderr, flush=True)
     if a.json:

@@ -390,3 +390,44 @@ def test_node_packing_rows_make_a_cpu_bound_case_exact() -> None:
         2810, abs=1e-3)
     two = class_bound(nodes, pods, _is_a, _is_b, segments=2, node_cuts=True)
     assert two.bound_milli == pytest.approx(2810, abs=1e-3)
+
+
+# ------------------------------------------------------------- earliest failures (bound.EARLIEST_DOC)
+@settings(max_examples=80, deadline=None)
+@given(st.lists(tiny_node_st, min_size=1, max_size=2), st.lists(tiny_pod_st, min_size=1, max_size=6),
+       st.sampled_from([None, 810, 470]), st.integers(1, 6))
+def test_no_must_place_run_beats_the_earliest_failure_rows(nodes: list[OpenbNode], pods: list[OpenbPod],
+                                                           key_milli: int | None, segments: int) -> None:
+    """Every must-place run (brute force) is within both must-place bounds with every shape's proven prefix
+    forced, and the prefixes never loosen either bound (compared without the GPU-packing rows, which each bound
+    finds from its own binding LP)."""
+    nodes = [OpenbNode(f"n{i}", n.cpu_milli, n.memory_mib, n.gpus, n.model) for i, n in enumerate(nodes)]
+    pods = [_fix(p, i) for i, p in enumerate(pods)]
+    best = _best_must_place_run(nodes, pods)
+    key = None if key_milli is None else (lambda s: s[2] == 1 and s[3] == key_milli)
+    got = must_place_bound(nodes, pods, segments=segments, key=key, earliest=len(pods)).bound_milli
+    assert best <= got + 1e-6
+    plain = must_place_bound(nodes, pods, segments=segments, key=key, earliest=len(pods), config_cuts=0).bound_milli
+    assert best <= plain + 1e-6
+    assert plain <= must_place_bound(nodes, pods, segments=segments, key=key, config_cuts=0).bound_milli + 1e-6
+    two = class_bound(nodes, pods, _is_a, _is_b, segments=segments, earliest=len(pods))
+    assert best <= two.bound_milli + 1e-6
+    two_plain = class_bound(nodes, pods, _is_a, _is_b, segments=segments, earliest=len(pods), config_cuts=0)
+    assert two_plain.bound_milli <= class_bound(nodes, pods, _is_a, _is_b, segments=segments,
+                                                config_cuts=0).bound_milli + 1e-6
+
+
+def test_a_pod_that_arrives_on_an_empty_cluster_is_placed() -> None:
+    """One 4-core node with one GPU: a 4-core 470-milli pod, then a 1-core 810-milli pod (the key). The first
+    finds the cluster empty and takes it, so the 810 never fits (no CPU left): every run ends at 470. Without the
+    prefixes the LP of the runs where the key never fails may leave the 470 out and place the 810 (bound 810);
+    the probe "a 470 fails before pod 1" is infeasible (nothing is placed before it to block the node), so the
+    470 is forced, that LP has no point and the bound is exact."""
+    nodes = [OpenbNode("n0", 4000, 65536, 1, "G2")]
+    pods = [OpenbPod("p", 4000, 1024, 1, 470), OpenbPod("k", 1000, 1024, 1, 810)]
+    assert _best_must_place_run(nodes, pods) == 470
+    assert must_place_bound(nodes, pods, segments=2, key=_is_a).bound_milli == pytest.approx(810, abs=1e-6)
+    assert must_place_bound(nodes, pods, segments=2, key=_is_a, earliest=2).bound_milli == pytest.approx(
+        470, abs=1e-6)
+    assert class_bound(nodes, pods, _is_a, _is_b, segments=2, earliest=2).bound_milli == pytest.approx(
+        470, abs=1e-6)

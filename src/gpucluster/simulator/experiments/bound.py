@@ -297,7 +297,7 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
                      key: Callable[[PodShape], bool] | None = None,
                      progress: Callable[[str], None] | None = None, config_cuts: int = 30,
                      config_passes: int = 3, time_limit: float | None = None,
-                     node_cuts: bool = False) -> MustPlaceBound:
+                     node_cuts: bool = False, earliest: int = 0) -> MustPlaceBound:
     """The must-place bound (``MUST_PLACE_DOC``) for ``order`` (the arrival order) on ``nodes``, over the first
     failure among the pods whose shape ``key`` selects (default: all). Only those pods are forced before the
     segment and make the pseudo-pod; the others are optional everywhere. Valid for every ``key``. ``progress``
@@ -305,12 +305,13 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
     LP that gave the bound, then the scan again with the rows found, up to ``config_passes`` times (0: the
     family's rows alone). ``time_limit`` (seconds per solver try) turns a segment's LP that runs longer into
     HiGHS trouble, answered with its LP without the failure rows (valid, and looser). ``node_cuts``: the
-    refinement adds ``NODE_CUTS_DOC``'s rows too (only with ``config_cuts`` > 0)."""
+    refinement adds ``NODE_CUTS_DOC``'s rows too (only with ``config_cuts`` > 0). ``earliest``: before the
+    scan, ``EARLIEST_DOC``'s forced prefixes for that many shapes (``_OrderLP.earliest_shapes``; 0: none)."""
     key = key or (lambda _p: True)
     lp = _OrderLP(nodes, order, segments, [key])
     lp.node_cuts = node_cuts
     capacity = lp.capacity
-    solved = 0
+    solved = lp.earliest_failures(lp.earliest_shapes(earliest), time_limit, progress) if earliest > 0 else 0
 
     def solve(j: int | None, blocking: bool) -> float | None:
         try:
@@ -406,6 +407,30 @@ stops a row (and the scan) once those optima are no larger than the best pair fo
 class A are exactly ``must_place_bound``'s LPs for A, so the largest of them is the one-class bound, reported
 alongside. When HiGHS gives up on an LP (numerical trouble after three solvers) a valid larger value is used:
 for one class, its LP without the failure rows; for a pair, the smaller of the two one-class optima."""
+
+
+EARLIEST_DOC = """Pods that arrive before any pod of their shape can fail are placed (``earliest``; issue 30).
+
+The LPs force a shape's pods only before its own class's failure segment (and the covered pods before the last
+key pod); every other pod is optional, however early it arrives. On ``default`` (seed 42) the binding one-class
+LP with the GPU-packing rows (segment 31, 198.6 idle GPUs) places none of the 470 GPUs of 470-milli pods, nor the
+460- and 550-milli ones, and fills their room with pods that pack better; but a pod that arrives while the
+cluster is mostly empty fits somewhere, so every must-place run places it.
+
+Rows: for a shape Q and a pod index k, the *probe* is the LP of ``CLASSES_DOC`` with one class {Q} whose first
+failure lies in [0, k): no forced Q pods (none before 0), the blocking rows at that failure T_Q with the pods
+placed by T_Q among those that arrived before k (``y <= x`` of the range [0, k)), the failed pod stays out (of
+the Q pods before k at most all but one are placed), and the pods after k that cover Q are 0 (they arrive after
+T_Q). Every run in which some Q pod fails before k is a feasible point of it (``CLASSES_DOC``), with every other
+row of the object that holds for every run (the packing rows, the GPU- and node-packing rows, the prefixes proved
+before). So when HiGHS reports the probe infeasible, no run has a Q pod fail before k: in every run every Q pod
+before k is placed, and ``x >= the Q pods before k`` holds in every LP of every segment and class assignment
+(``_OrderLP.placed_before``, merged into the forced prefixes). The probe for a larger k is a relaxation of the
+one for a smaller k (aggregate its ranges), so bisection over the segment cuts finds the latest cut proved this
+way (each cut kept was itself proved infeasible; a probe HiGHS gives up on counts as feasible). The prefixes are
+the same in every LP of a scan, so the pruning of ``MUST_PLACE_DOC`` and ``CLASSES_DOC`` holds as before.
+What it needs: the blocking rows at T_Q cannot be met by the pods that arrived before k - too few pods have
+arrived to take the CPU, memory or GPU milli of every node where Q fits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,6 +747,7 @@ class _OrderLP:
         self.knapsack = _GpuKnapsack(sorted({p[3] for p in self.plist if p[2] > 0 and 0 < p[3] < MILLI}))
         self.nodepack = _NodeKnapsack(self.tlist, self.plist, self.types)
         self.node_cuts = False
+        self.placed_before = np.zeros(len(self.plist), np.int64)  # EARLIEST_DOC: pods of shape p before it are placed
         self.capacity = sum(n.gpus for n in nodes) * MILLI
         self.arrived = sum(p.total_gpu_milli for p in order)
         self.cuts = np.linspace(0, self.n, segments + 1).round().astype(np.int64)
@@ -745,6 +771,41 @@ class _OrderLP:
         for v, (i, j) in enumerate(self.pairs):
             self.by_type.setdefault(j, []).append(v)
             self.by_shape.setdefault(i, []).append(v)
+
+    def earliest_shapes(self, count: int) -> list[int]:
+        """``count`` shape indices for ``EARLIEST_DOC``: the sharing shapes (GPUs of under 1000 milli) first, the
+        LPs leave those out when they pack badly (whole-GPU pods they place anyway), each group by the most GPU
+        milli arrived, then the most pods."""
+        pods = self.prefix[self.n]
+        return sorted(range(len(self.plist)),
+                      key=lambda i: (not (self.plist[i][2] and self.plist[i][3] < MILLI),
+                                     -int(pods[i]) * self.plist[i][2] * self.plist[i][3], -int(pods[i]), i))[:count]
+
+    def earliest_failures(self, shapes: Sequence[int], time_limit: float | None = None,
+                          progress: Callable[[str], None] | None = None) -> int:
+        """``EARLIEST_DOC``: for each shape index in ``shapes``, the latest cut of the segments before which no
+        pod of the shape can fail (bisection over the cuts; each LP that is infeasible proves its cut), kept in
+        ``placed_before`` for every later LP of this object. The LPs solved."""
+        solved = 0
+        for i in shapes:
+            lo, hi = 0, self.segments  # no failure before cuts[lo] (proved, or trivially at 0)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                k = int(self.cuts[mid])
+                try:
+                    proved = self._solve_once({}, True, time_limit, probe=(i, k)) is None
+                except _LPTroubleError:
+                    proved = False  # not proved: as if a failure were possible
+                solved += 1
+                if proved:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            self.placed_before[i] = max(int(self.placed_before[i]), int(self.cuts[lo]))
+            if progress is not None:
+                progress(f"shape {self.plist[i]}: no pod fails before pod {int(self.placed_before[i])} of {self.n} "
+                         f"({int(self.prefix[self.placed_before[i]][i])} of its {int(self.prefix[self.n][i])} pods)")
+        return solved
 
     def _shape(self, v: int) -> PodShape:
         return self.plist[self.pairs[v][0]]
@@ -775,15 +836,16 @@ class _OrderLP:
         return added
 
     def _solve_once(self, assign: dict[int, int | None], failure_rows: bool,
-                    time_limit: float | None
+                    time_limit: float | None, probe: tuple[int, int] | None = None
                     ) -> tuple[float, list[dict[int, float]], list[float], list[dict[int, float]]] | None:
         """One LP of ``solve``: its optimum, and per node type the sharing items (milli -> GPUs), ``S_t`` and the
-        pods (shape index -> pods, over the ranges) of the optimal point."""
+        pods (shape index -> pods, over the ranges) of the optimal point. ``probe`` = (shape index i, pod index
+        k): the LP of ``EARLIEST_DOC`` for "a pod of shape i fails before pod k" (with ``assign`` empty)."""
         from scipy.optimize import linprog
         from scipy.sparse import coo_array
 
         ns, npair, nt = len(self.plist), len(self.pairs), len(self.tlist)
-        reach = np.zeros(ns, np.int64)  # P_p: pods of shape p before it are forced
+        reach = self.placed_before.copy()  # P_p: pods of shape p before it are forced (EARLIEST_DOC's, at least)
         failing: list[tuple[int, int]] = []
         for c, seg in assign.items():
             cut = self.n if seg is None else int(self.cuts[seg])
@@ -796,14 +858,14 @@ class _OrderLP:
                     return None  # no class pod in the segment: the class's first failure is elsewhere
                 if failure_rows:
                     failing.append((c, seg))
-        ends = sorted({int(self.cuts[s + 1]) for _c, s in failing} | {self.n})
+        ends = sorted({int(self.cuts[s + 1]) for _c, s in failing} | {self.n} | ({probe[1]} if probe else set()))
         starts = [0, *ends[:-1]]
         nr = len(ends)
         x_off = [r * npair for r in range(nr)]
         s_off = nr * npair
         nv = s_off + nt
         blk: list[dict[str, int]] = []
-        for _ in failing:  # per failing class: St, W, bc, bm, bg (nt each), yc, ym, yg (npair each)
+        for _ in range(len(failing) + (probe is not None)):  # per failure: St, W, bc, bm, bg (nt each), yc, ym, yg
             o = {"st": nv, "w": nv + nt, "bc": nv + 2 * nt, "bm": nv + 3 * nt, "bg": nv + 4 * nt}
             o |= {"yc": nv + 5 * nt, "ym": nv + 5 * nt + npair, "yg": nv + 5 * nt + 2 * npair}
             blk.append(o)
@@ -849,21 +911,31 @@ class _OrderLP:
                  for e in xs(v, float(weights[self.pairs[v][0]]))], float(self.types[self.tlist[j]] * k))
         fixed_zero: set[int] = set()
         open_vars: set[int] = set()
-        for (c, seg), o in zip(failing, blk, strict=True):
+        failures: list[tuple[int, PodShape]] = []  # (the range ending at the failure's segment, pseudo-pod)
+        for c, seg in failing:
             lo, hi = int(self.cuts[seg]), int(self.cuts[seg + 1])
             rc = ends.index(hi)  # the range ending at e_c
             members = [self.plist[i] for i in np.flatnonzero((self.prefix[hi] - self.prefix[lo]) * self.in_class[c])]
-            q = _pseudo_pod(members)
+            failures.append((rc, _pseudo_pod(members)))
+            # the failed pod stays out
+            n_rc = int(((self.prefix[ends[rc]] - self.prefix[starts[rc]]) * self.in_class[c]).sum())
+            row([(x_off[rc] + v, 1.0) for i, vs in self.by_shape.items() if self.in_class[c][i] for v in vs],
+                float(n_rc - 1))
+        if probe is not None:  # EARLIEST_DOC: a pod of shape q_i fails before pod q_end
+            q_i, q_end = probe
+            rk = ends.index(q_end)
+            q_before = int(self.prefix[q_end][q_i])
+            if q_before <= self.prefix[self.placed_before[q_i]][q_i]:
+                return None  # every pod of shape q_i before q_end is placed (proved): none fails there
+            failures.append((rk, self.plist[q_i]))
+            row([(x_off[r] + v, 1.0) for r in range(rk + 1) for v in self.by_shape.get(q_i, [])], float(q_before - 1))
+        for (rc, q), o in zip(failures, blk, strict=True):
             c_q, mem_q, k_q, m_q, models_q = q
             allowed: set[str] | None = set(models_q) if models_q else None  # {""}: no model allowed
             # covering pods fail after T_c
             for i, vs in self.by_shape.items():
                 if covers(self.plist[i], q):
                     fixed_zero.update(x_off[r] + v for r in range(rc + 1, nr) for v in vs)
-            # the failed pod stays out
-            n_rc = int(((self.prefix[ends[rc]] - self.prefix[starts[rc]]) * self.in_class[c]).sum())
-            row([(x_off[rc] + v, 1.0) for i, vs in self.by_shape.items() if self.in_class[c][i] for v in vs],
-                float(n_rc - 1))
             # blocking at T_c
             for j2, vs in self.by_type.items():
                 (c_t, m_t, g_t, model), n = self.tlist[j2], self.types[self.tlist[j2]]
@@ -931,17 +1003,18 @@ class _LPTroubleError(RuntimeError):
 def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Callable[[PodShape], bool],
                 key_b: Callable[[PodShape], bool], segments: int = 40,
                 progress: Callable[[str], None] | None = None, time_limit: float | None = None,
-                config_cuts: int = 30, config_passes: int = 3, node_cuts: bool = False) -> ClassBound:
+                config_cuts: int = 30, config_passes: int = 3, node_cuts: bool = False,
+                earliest: int = 0) -> ClassBound:
     """The two-class must-place bound (``CLASSES_DOC``) for ``order`` on ``nodes``; ``key_a`` and ``key_b``
     select two disjoint sets of shapes. ``progress`` is called with a line after every LP. ``time_limit``
     (seconds per solver try) turns an LP that runs longer into HiGHS trouble, answered with the valid larger
     value of ``CLASSES_DOC`` (so the bound stays valid, and may be looser). ``config_cuts``, ``config_passes``:
     as in ``must_place_bound``, on the pair's LP that gave the bound (and the one-class figures come from the
-    last scan); ``node_cuts`` as in ``must_place_bound``."""
+    last scan); ``node_cuts`` and ``earliest`` as in ``must_place_bound``."""
     lp = _OrderLP(nodes, order, segments, [key_a, key_b])
     lp.node_cuts = node_cuts
     cands: list[int | None] = [*range(segments), None]
-    solved = 0
+    solved = lp.earliest_failures(lp.earliest_shapes(earliest), time_limit, progress) if earliest > 0 else 0
     cap = float(lp.capacity)
 
     def say(msg: str) -> None:
