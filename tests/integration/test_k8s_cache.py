@@ -7,7 +7,9 @@
   pods before it creates them): their devices go to nobody else;
 * a node relabelled through the API server (``kubectl label node``, nothing else of it changes) is matched by
   node selectors as soon as the watch delivers it, without waiting for a relist (here an hour away); a label
-  taken off stops matching.
+  taken off stops matching;
+* a node whose object cannot be understood is counted in ``bad_nodes`` (the overview shows it) while it exists,
+  and no longer once it is deleted.
 
 One registered node with one GPU of a model unique to the run; pods ask for that model. The scheduler runs in
 this process, its decisions taken by the test; the informer, the pods and the Binding are the API server's.
@@ -156,3 +158,16 @@ def test_a_relabelled_node_is_matched_by_node_selectors_once_the_watch_delivers_
     wait_until(lambda: decides(f"after-{next(tries)}", "yes"), 30, "the relabelled node to match the selector")
     label_node(None)
     wait_until(lambda: not decides(f"removed-{next(tries)}", "yes"), 30, "the label taken off to stop matching")
+
+
+def test_a_bad_node_is_counted_while_it_exists(rig: Rig) -> None:
+    name = f"kc-bad-{rig.run}"
+    rig.core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": name, "labels": {"gpucluster.io/run": rig.run},
+        "annotations": {"hami.io/node-nvidia-register": "not,a,device"}}})
+    try:
+        wait_until(lambda: name in rig.cluster.bad_nodes, 30, "the bad node to be counted")
+    finally:
+        rig.core.delete_node(name)
+    wait_until(lambda: name not in rig.cluster.bad_nodes, 30, "the deleted bad node to be no longer counted")
+    assert name not in rig.cluster.state.node_index

@@ -76,3 +76,29 @@ def test_group_sizes_keep_the_last_answer_on_an_api_error() -> None:
     now[0] = 5.0
     assert sizes.min_member("ns", ref) == 2
     assert sizes.min_member("ns", GangRef("coscheduling", "other")) is None
+
+
+def test_group_sizes_do_not_keep_every_group_ever_asked_about() -> None:
+    """Every training job names a new PodGroup: a scheduler that runs for months asks about millions. Groups
+    nobody asks about any more are dropped; one still asked about keeps its last answer for an API error."""
+    from gpucluster.kubernetes.gangs import KEEP_UNASKED_S, MAX_GROUPS
+
+    now = [0.0]
+    fail = [False]
+
+    def fetch(ref: GangRef, namespace: str) -> Mapping[str, Any] | None:
+        if fail[0]:
+            raise RuntimeError("connection refused")
+        return {"spec": {"minMember": 3}}
+
+    sizes = GroupSizes(fetch, ttl=2.0, clock=lambda: now[0])
+    steady = GangRef("coscheduling", "steady")
+    for i in range(20 * MAX_GROUPS):  # a new gang every second, one asked about all along
+        now[0] = float(i)
+        assert sizes.min_member("ns", GangRef("coscheduling", f"job-{i}")) == 3
+        assert sizes.min_member("ns", steady) == 3
+    kept = len(sizes._cache)
+    assert kept <= 2 * max(MAX_GROUPS, int(KEEP_UNASKED_S) + 1) + 1, kept  # (was every one: 20,481)
+    fail[0] = True
+    now[0] += 1.0
+    assert sizes.min_member("ns", steady) == 3

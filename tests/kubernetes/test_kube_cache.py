@@ -169,3 +169,36 @@ def test_what_the_scheduler_notes_of_a_pod_goes_when_the_pod_goes() -> None:
     cluster.set_pods([kept])
     noted = {**cluster._shared_claims, **cluster._extended_meta}
     assert set(noted) == {"default/kept"}, sorted(noted)[:5]
+
+
+def _bad(name: str) -> dict[str, Any]:
+    obj = node_obj(name)
+    obj["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "not,a,device"
+    return obj
+
+
+def test_a_bad_node_that_is_deleted_is_no_longer_counted() -> None:
+    """``bad_nodes`` (the overview's ``kubernetes.bad_nodes``: nodes whose objects could not be understood)
+    counts the bad nodes that exist: one deleted (its delete event, or a relist that no longer lists it) or
+    fixed is not counted; DRA objects likewise."""
+    cluster = KubeCluster(registry(), "binpack")
+    cluster.set_nodes([node_obj("a"), _bad("b1"), _bad("b2")])
+    assert cluster.summary()["bad_nodes"] == 2
+    cluster.delete_node("b1")  # the watch's delete event
+    assert cluster.summary()["bad_nodes"] == 1
+    cluster.set_nodes([node_obj("a")])  # b2 deleted while the watch was down: the relist no longer lists it
+    assert cluster.summary()["bad_nodes"] == 0
+    cluster.apply_node(_bad("b3"))
+    cluster.apply_node(node_obj("b3"))  # fixed
+    assert cluster.summary()["bad_nodes"] == 0 and "b3" in cluster.state.node_index
+    broken = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "broken"},
+              "spec": {"selectors": [{"cel": {"expression": 7}}]}}
+    cluster.set_classes([broken])
+    cluster.apply_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                         "metadata": {"name": "c", "namespace": "default"},
+                         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                             "deviceClassName": "gpu.nvidia.com", "allocationMode": "Sometimes"}}]}}})
+    assert len(cluster.bad_dra) == 2, cluster.bad_dra
+    cluster.delete_class("broken")
+    cluster.set_claims([])
+    assert cluster.bad_dra == {}

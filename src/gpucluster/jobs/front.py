@@ -120,10 +120,15 @@ class EngineFront:
     def jobs(self) -> list[Job]:
         return list(self.engine.jobs.values())
 
-    def set_quotas(self, quotas: Mapping[str, float]) -> None:
-        """Tenant -> GPU-equivalents it may hold: one queue per tenant with a ``gpu`` limit."""
+    def set_quotas(self, quotas: Mapping[str, float], weights: Mapping[str, float] | None = None) -> None:
+        """Tenant -> GPU-equivalents it may hold: one queue per tenant with a ``gpu`` limit. ``weights``: tenant ->
+        fair-share weight (absent: 1), what the fair queue policies (``drf``, ``offers``) divide its share by:
+        its queue's weight when it has a quota, else its DRF weight in the ledger."""
+        weight = {str(n): float(w) for n, w in (weights or {}).items()}
         with self.engine_lock():
-            self.quota.replace_queues([QueueSpec(n, limit={"gpu": float(q)}) for n, q in sorted(quotas.items())])
+            self.quota.replace_queues([QueueSpec(n, limit={"gpu": float(q)}, weight=weight.get(n, 1.0))
+                                       for n, q in sorted(quotas.items())])
+            self.engine.ledger.weights = weight
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
         return self.engine.views.usage_by_tenant()

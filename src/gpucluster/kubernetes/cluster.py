@@ -355,6 +355,7 @@ class KubeCluster:
         with self.lock:
             self.nodes = {}
             self.node_objs = {}
+            self.bad_nodes = {}  # a bad node deleted while the watch was down is no longer counted
             for obj in objs:
                 info = self._parse_node(obj)
                 if info is not None:
@@ -400,6 +401,7 @@ class KubeCluster:
     def delete_node(self, name: str) -> None:
         with self.lock:
             self.node_objs.pop(name, None)
+            self.bad_nodes.pop(name, None)
             if self.nodes.pop(name, None) is None:
                 return
             if name in self.state.node_index:
@@ -592,6 +594,10 @@ class KubeCluster:
             if obj is not None:
                 self.apply_node(obj)
 
+    def _forget_bad_dra(self, kind: str) -> None:
+        for label in [k for k in self.bad_dra if k.startswith(kind + " ")]:
+            del self.bad_dra[label]
+
     def _parse_dra(self, kind: str, obj: Mapping[str, Any], parse: Callable[[Mapping[str, Any]], Any]) -> Any:
         meta = obj.get("metadata") or {}
         ns = str(meta.get("namespace") or "")
@@ -608,6 +614,7 @@ class KubeCluster:
     def set_slices(self, objs: Iterable[Mapping[str, Any]]) -> None:
         """Full resync of ResourceSlices."""
         with self.lock:
+            self._forget_bad_dra("resourceslice")  # those of this kind a relist lists again are added back
             self.slices = {}
             for obj in objs:
                 info = self._parse_dra("resourceslice", obj, parse_slice)
@@ -627,11 +634,13 @@ class KubeCluster:
 
     def delete_slice(self, name: str) -> None:
         with self.lock:
+            self.bad_dra.pop(f"resourceslice {name}", None)
             if self.slices.pop(name, None) is not None:
                 self._rederive(self._reindex_slices())
 
     def set_classes(self, objs: Iterable[Mapping[str, Any]]) -> None:
         with self.lock:
+            self._forget_bad_dra("deviceclass")  # those of this kind a relist lists again are added back
             self.classes = {}
             for obj in objs:
                 self.apply_class(obj)
@@ -644,12 +653,14 @@ class KubeCluster:
 
     def delete_class(self, name: str) -> None:
         with self.lock:
+            self.bad_dra.pop(f"deviceclass {name}", None)
             self.classes.pop(name, None)
 
     def set_claims(self, objs: Iterable[Mapping[str, Any]]) -> None:
         """Full resync of ResourceClaims: exactly these exist (assumed allocations of claims we are writing
         stay until they expire or show up)."""
         with self.lock:
+            self._forget_bad_dra("resourceclaim")  # those of this kind a relist lists again are added back
             seen = set()
             for obj in objs:
                 info = self._parse_dra("resourceclaim", obj, parse_claim)
@@ -667,6 +678,7 @@ class KubeCluster:
 
     def delete_claim(self, key: str) -> None:
         with self.lock:
+            self.bad_dra.pop(f"resourceclaim {key}", None)
             self.claims.pop(key, None)
             self.claim_slots.pop(key, None)
             self.unaccounted.pop(CLAIM_KEY_PREFIX + key, None)

@@ -77,16 +77,28 @@ def min_member_of(ref: GangRef, group: Mapping[str, Any]) -> int:
 Fetch = Callable[[GangRef, str], "Mapping[str, Any] | None"]
 
 
+KEEP_UNASKED_S = 600.0
+"""How long :class:`GroupSizes` keeps the answer for a PodGroup nobody asks about any more (for an API error),
+once it holds more than :data:`MAX_GROUPS`."""
+MAX_GROUPS = 1024
+"""Past this many PodGroups, :class:`GroupSizes` drops those not asked about for :data:`KEEP_UNASKED_S`."""
+
+
 class GroupSizes:
     """``min_member(namespace, ref)``: the size a PodGroup declares, read from the API server and kept for
     ``ttl`` seconds (a scheduling pass asks once per gang; a change shows within ``ttl``). None when the PodGroup
-    or its API does not exist."""
+    or its API does not exist. The last answer stays for an API error; past :data:`MAX_GROUPS` groups those
+    nobody asked about for :data:`KEEP_UNASKED_S` are dropped (every training job names a new PodGroup: a
+    long-running scheduler would keep them all)."""
 
     def __init__(self, fetch: Fetch, ttl: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._fetch = fetch
         self.ttl = ttl
         self._clock = clock
         self._cache: dict[tuple[str, GangRef], tuple[float, int | None]] = {}
+        self._asked: dict[tuple[str, GangRef], float] = {}
+        """When each group was last asked about."""
+        self._prune_at = MAX_GROUPS
         self._lock = threading.Lock()
 
     @classmethod
@@ -112,6 +124,9 @@ class GroupSizes:
         key = (namespace, ref)
         now = self._clock()
         with self._lock:
+            self._asked[key] = now
+            if len(self._asked) > self._prune_at:
+                self._prune(now)
             hit = self._cache.get(key)
             if hit is not None and now - hit[0] < self.ttl:
                 return hit[1]
@@ -122,5 +137,12 @@ class GroupSizes:
             return hit[1] if hit is not None else None
         size = None if obj is None else min_member_of(ref, obj)
         with self._lock:
-            self._cache[key] = (now, size)
+            if key in self._asked:  # (not dropped meanwhile)
+                self._cache[key] = (now, size)
         return size
+
+    def _prune(self, now: float) -> None:
+        for key in [k for k, t in self._asked.items() if now - t >= KEEP_UNASKED_S]:
+            del self._asked[key]
+            self._cache.pop(key, None)
+        self._prune_at = max(MAX_GROUPS, 2 * len(self._asked))  # a scan at most every so many new groups

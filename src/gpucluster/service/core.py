@@ -412,8 +412,9 @@ class Service:
         return self.config.max_queued_jobs if value is None else int(value)
 
     def sync_quotas(self) -> None:
-        self.runtime.set_quotas({t["name"]: float(t["quota_gpus"]) for t in self.store.tenants()
-                                 if t["quota_gpus"] is not None})
+        rows = self.store.tenants()
+        self.runtime.set_quotas({t["name"]: float(t["quota_gpus"]) for t in rows if t["quota_gpus"] is not None},
+                                {t["name"]: float(t["weight"]) for t in rows if float(t["weight"]) != 1.0})
 
     def close(self) -> None:
         """Store what earlier ticks could not (a disk that was full), save the clock, close the store, stop the

@@ -70,9 +70,10 @@ class Runtime(Protocol):
         """Move the clock to ``t`` (never backwards): schedule, finish jobs, run the background workload."""
         ...
 
-    def set_quotas(self, quotas: Mapping[str, float]) -> None:
+    def set_quotas(self, quotas: Mapping[str, float], weights: Mapping[str, float] | None = None) -> None:
         """Tenant -> GPU-equivalent quota (absent tenants are unlimited); the engine's ``QuotaTree`` enforces it
-        through the ``Quota`` plugin."""
+        through the ``Quota`` plugin. ``weights``: tenant -> fair-share weight (absent: 1), what the fair queue
+        policies order tenants by."""
         ...
 
     def job(self, job_id: str) -> Job | None: ...
