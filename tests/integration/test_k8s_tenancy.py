@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_k8s_workloads import _kubectl, job_yaml
-from up_process import ControlPlane, wait_until
+from test_k8s_workloads import _api_job, _kubectl, job_yaml
+from up_process import ControlPlane, serving, wait_until
 
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
 from gpucluster.kubernetes.workloads import QUEUE_LABEL
@@ -48,14 +48,8 @@ def namespaces(kube_control_plane: Any, kube_controller_manager: Any, kube_clien
 @pytest.fixture
 def server(namespaces: tuple[str, str, str], kube_control_plane: Any, fleet: list[Any],
            tmp_path: Path) -> Iterator[ControlPlane]:
-    srv = ControlPlane(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect")
-    try:
+    with serving(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect") as srv:
         yield srv
-    except BaseException:
-        print(srv.output()[-6000:])
-        raise
-    finally:
-        srv.stop()
 
 
 def _apply(cp: Any, name: str, namespace: str, tenant: str, run: str) -> None:
@@ -63,10 +57,6 @@ def _apply(cp: Any, name: str, namespace: str, tenant: str, run: str) -> None:
     doc["metadata"]["namespace"] = namespace
     _kubectl(cp, "apply", "-f", "-", stdin=json.dumps(doc))
 
-
-def _api_job(server: ControlPlane, name: str) -> dict[str, Any] | None:
-    same = [j for j in server.get("/api/v1/jobs", params={"q": name})["jobs"] if j["name"] == name]
-    return same[0] if same else None
 
 
 def _refused(kube: Any, namespace: str, name: str) -> list[dict[str, Any]] | None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from k8s_helpers import GPUCLUSTER
-from up_process import ADMIN, ControlPlane, gpu_nodes, kubelet_fleet, ticking, wait_until
+from up_process import ADMIN, ControlPlane, gpu_nodes, kubelet_fleet, serving, ticking, wait_until
 
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, Admission
 
@@ -114,14 +114,8 @@ def _api_job(server: ControlPlane, name: str) -> dict[str, Any] | None:
 
 @pytest.fixture
 def server(cp_with_jobs: Any, fleet: list[Any], tmp_path: Path) -> Iterator[ControlPlane]:
-    srv = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect")
-    try:
+    with serving(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect") as srv:
         yield srv
-    except BaseException:
-        print(srv.output()[-6000:])
-        raise
-    finally:
-        srv.stop()
 
 
 def test_kubectl_apply_a_job_of_4_pods_x_2_gpus_admitted_as_a_gang(cp_with_jobs: Any, kube_client: Any, run: str,

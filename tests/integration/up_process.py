@@ -100,6 +100,20 @@ def gpu_nodes(run: str, count: int, gpus: int, model: str = "A100-80GB") -> list
 
 
 @contextlib.contextmanager
+def serving(kubeconfig: Any, workdir: Path, *args: str) -> Iterator[ControlPlane]:
+    """A :class:`ControlPlane` (``gpucluster up`` on ``kubeconfig``, ``args`` added); the tail of its output printed
+    when the test fails in the block, so the failure says what the control plane did; stopped afterwards."""
+    srv = ControlPlane(kubeconfig, workdir, *args)
+    try:
+        yield srv
+    except BaseException:
+        print(srv.output()[-6000:])
+        raise
+    finally:
+        srv.stop()
+
+
+@contextlib.contextmanager
 def registered(api: Any, nodes: list[NodeSpec]) -> Iterator[list[NodeSpec]]:
     """The nodes in the API server, their device-plugin handshakes kept fresh; deleted afterwards."""
     reg = NodeRegistrar(api, nodes, registry(), interval=5.0)

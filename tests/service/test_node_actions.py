@@ -4,10 +4,12 @@ unknown node or remediation, 409 when the action does not apply."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +284,25 @@ class FailingEventsStore(Store):
         raise StoreWriteError(self.path, sqlite3.OperationalError("database or disk is full"))
 
 
+@contextlib.contextmanager
+def _events_refused(p: InProc, job_id: str) -> Iterator[None]:
+    """The service's store refuses job events inside the block (``FailingEventsStore``); the job's eviction must
+    then wait in ``unrecorded``. After it the real store is back and one tick must store them all."""
+    real = p.service.store
+    real.close()
+    p.service.store = FailingEventsStore(real.path)
+    yield
+    assert any(e.job_id == job_id and e.kind == "evicted" for e in p.service.unrecorded)
+    p.service.store.close()
+    p.service.store = Store(real.path)
+    p.tick()
+    assert p.service.unrecorded == []
+
+
+def _stored_kinds(p: InProc, job_id: str) -> list[str]:
+    return [e["kind"] for e in p.client.get("/api/v1/events", params={"job": job_id}).json()["events"]]
+
+
 def test_a_drain_whose_job_events_the_store_did_not_take_keeps_them_for_the_next_tick(tmp_path: Path) -> None:
     """The drain is stored (held list, audit line) and applied; its job events could not be stored: the answer
     is still the drain's (200, not "nothing was changed"), and the next tick stores the events. On main before
@@ -292,19 +313,11 @@ def test_a_drain_whose_job_events_the_store_did_not_take_keeps_them_for_the_next
         job = c.post("/api/v1/jobs", json=_job("moved", 1, 8)).json()
         p.tick()
         [node] = {pl["node"] for pl in c.get(f"/api/v1/jobs/{job['id']}").json()["placements"]}
-        real = p.service.store
-        real.close()
-        p.service.store = FailingEventsStore(real.path)
-        r = c.post(f"/api/v1/nodes/{node}/drain")
-        assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]], r.text
-        assert any(e.job_id == job["id"] and e.kind == "evicted" for e in p.service.unrecorded)
-        p.service.store.close()
-        p.service.store = Store(real.path)
-        p.tick()
-        assert p.service.unrecorded == []
+        with _events_refused(p, job["id"]):
+            r = c.post(f"/api/v1/nodes/{node}/drain")
+            assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]], r.text
     with in_process(data) as p:
-        kinds = [e["kind"] for e in p.client.get("/api/v1/events", params={"job": job["id"]}).json()["events"]]
-        assert "evicted" in kinds
+        assert "evicted" in _stored_kinds(p, job["id"])
         assert not _schedulable(p, node)
 
 
@@ -339,16 +352,8 @@ def test_a_fault_drill_whose_job_events_the_store_did_not_take_keeps_them_for_th
         job = c.post("/api/v1/jobs", json=_job("hit", 1, 1)).json()
         p.tick()
         place = c.get(f"/api/v1/jobs/{job['id']}").json()["placements"][0]
-        real = p.service.store
-        real.close()
-        p.service.store = FailingEventsStore(real.path)
-        r = c.post(f"/api/v1/nodes/{place['node']}/devices/{place['devices'][0]['index']}/fault")
-        assert r.status_code == 200 and r.json()["evicted_user_jobs"] == 1, r.text
-        assert any(e.job_id == job["id"] and e.kind == "evicted" for e in p.service.unrecorded)
-        p.service.store.close()
-        p.service.store = Store(real.path)
-        p.tick()
-        assert p.service.unrecorded == []
+        with _events_refused(p, job["id"]):
+            r = c.post(f"/api/v1/nodes/{place['node']}/devices/{place['devices'][0]['index']}/fault")
+            assert r.status_code == 200 and r.json()["evicted_user_jobs"] == 1, r.text
     with in_process(data) as p:
-        kinds = [e["kind"] for e in p.client.get("/api/v1/events", params={"job": job["id"]}).json()["events"]]
-        assert "evicted" in kinds
+        assert "evicted" in _stored_kinds(p, job["id"])
