@@ -115,13 +115,13 @@ class Service:
     persisted_clock: float = -1.0
     """The clock value last written to the store; the runtime never runs ahead of it."""
     unrecorded: list[JobEvent] = field(default_factory=list)
+    """Events of earlier ticks the store could not take (a full disk): stored, in order, before the next ones."""
     discovered: list[Job] = field(default_factory=list)
+    """Jobs found in the cluster and not stored yet."""
     remediation_pending: list[Any] = field(default_factory=list)
     """Remediation audit records not stored yet."""
     audit_pending: list[tuple[str, str, str, str]] = field(default_factory=list)
     """Audit lines of actions already carried out that the store did not take (:meth:`audit_done`)."""
-    """Jobs found in the cluster and not stored yet."""
-    """Events of earlier ticks the store could not take (a full disk): stored, in order, before the next ones."""
     tick_hooks: list[Callable[[list[JobEvent]], None]] = field(default_factory=list)
     """Called after every tick with its events (``service.ops``: logs, alert transitions, history)."""
     name_index_builds: int = 0
@@ -256,12 +256,7 @@ class Service:
         yield
         try:
             self.adopt_discovered()
-            while self.unrecorded:
-                chunk = self.unrecorded[:RECORD_CHUNK]
-                self.record(chunk)
-                del self.unrecorded[:len(chunk)]
-                if self.unrecorded:
-                    yield  # the rest in the next step: a request is served in between
+            yield from self._store_unrecorded()
             self.persist_remediation()
         except StoreWriteError as exc:
             failed = failed or exc
@@ -293,6 +288,16 @@ class Service:
         if events:
             jobs = {e.job_id: job for e in events if (job := self.find_job(e.job_id)) is not None}
             self.store.record_events(events, jobs)
+
+    def _store_unrecorded(self) -> Iterator[None]:
+        """Store the kept events (:attr:`unrecorded`) in order, :data:`RECORD_CHUNK` at a time, yielding between
+        chunks (a request is served in between); :class:`StoreWriteError` leaves the rest kept."""
+        while self.unrecorded:
+            chunk = self.unrecorded[:RECORD_CHUNK]
+            self.record(chunk)
+            del self.unrecorded[:len(chunk)]
+            if self.unrecorded:
+                yield
 
     def record_done(self, events: list[JobEvent], what: str) -> None:
         """Persist the job events of an action already carried out (a drain, a fault drill): a store that does
@@ -421,10 +426,8 @@ class Service:
         runtime's threads (a leader gives its lease back) and give the data directory back. What the store still
         cannot take is counted in an error line: it is lost with the process."""
         try:
-            while self.unrecorded:
-                chunk = self.unrecorded[:RECORD_CHUNK]
-                self.record(chunk)
-                del self.unrecorded[:len(chunk)]
+            for _ in self._store_unrecorded():
+                pass  # no request is served any more: all chunks at once
             self.persist_remediation()
         except StoreWriteError as exc:
             log.error("stopping with %d job event(s) and %d audit line(s) the store could not take; they are lost: "
