@@ -435,6 +435,18 @@ class Store:
                     bad.append(BadRow(str(r["id"]), f"{type(exc).__name__}: {exc}"[:300]))
         return out
 
+    def load_job(self, job_id: str, registry: VendorRegistry | None = None) -> Job | None:
+        """One stored job as :meth:`load_jobs` reads it; None when there is none or its row cannot be read."""
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return _job(row, registry)
+        except (ValueError, TypeError, OverflowError) as exc:
+            log.warning("stored job %s cannot be read: %s", job_id[:64], exc)
+            return None
+
     def has_job(self, job_id: str) -> bool:
         with self._lock:
             return self._db.execute("SELECT 1 FROM jobs WHERE id=?", (job_id,)).fetchone() is not None
