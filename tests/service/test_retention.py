@@ -141,7 +141,7 @@ def test_an_idempotent_retry_after_the_job_was_pruned_is_the_same_job(tmp_path: 
 def test_a_restart_keeps_only_what_the_retention_allows(tmp_path: Path) -> None:
     data = tmp_path / "d"
     with in_process(data) as ip:
-        done = [post(ip, f"done{i}", duration_s=5).json()["id"] for i in range(3)]
+        done = [post(ip, f"done{i}", duration_s=5 + i).json()["id"] for i in range(3)]  # done[2] finishes last
         live = post(ip, "live").json()["id"]
         ip.tick()
         ip.tick(10.0)
@@ -152,6 +152,35 @@ def test_a_restart_keeps_only_what_the_retention_allows(tmp_path: Path) -> None:
         for jid in done:
             r = ip.client.get(f"/api/v1/jobs/{jid}").json()
             assert r["status"] == "succeeded" and r["pruned"] is (jid != done[2])
+    with in_process(data, retention=JobRetention(max_age_s=5.5)) as ip:  # by age: they finished at 5, 6, 7; now 11
+        listed = ip.client.get("/api/v1/jobs").json()
+        assert listed["pruned"] == 1 and {j["id"] for j in listed["jobs"]} == {done[1], done[2], live}, listed
+        ip.tick(1.0)  # 12: done[1] is 6 s finished, done[2] 5 s
+        assert {j["id"] for j in ip.client.get("/api/v1/jobs").json()["jobs"]} == {done[2], live}
+    with in_process(data, retention=JobRetention(max_age_s=math.inf, max_finished=0)) as ip:
+        assert [j["id"] for j in ip.client.get("/api/v1/jobs").json()["jobs"]] == [live]
+        assert ip.service.runtime.job(live) is not None and ip.service.finished_in_memory() == 0
+
+
+def test_a_restart_never_loads_the_finished_jobs_past_the_retention(tmp_path: Path) -> None:
+    """The store reads only the live jobs and the finished ones the policy keeps (a store of a million finished jobs
+    does not pass through memory on the way back up); each of the others reads back by id."""
+    data = tmp_path / "d"
+    with in_process(data) as ip:
+        done = [post(ip, f"done{i}", duration_s=5 + i).json()["id"] for i in range(3)]  # finish at 5, 6, 7
+        live = post(ip, "live").json()["id"]  # runs until cancelled
+        ip.tick()
+        ip.tick(10.0)
+        store = ip.service.store
+        ids = lambda **kw: [j.id for j in store.load_jobs(**kw)]  # noqa: E731
+        assert ids() == [*done, live]
+        assert ids(finished_limit=1) == [done[2], live]
+        assert ids(finished_after=5.5) == [done[1], done[2], live]
+        assert ids(finished_after=5.5, finished_limit=1) == [done[2], live]
+        assert ids(finished_after=math.inf, finished_limit=10) == [live]
+        assert ids(finished_after=-math.inf, finished_limit=0) == [live]
+        assert store.count_finished() == 3
+        assert store.load_job(done[0]) is not None and store.load_job("j-none") is None
 
 
 def test_pruning_leaves_usage_quota_and_fair_shares_as_they_were(tmp_path: Path) -> None:

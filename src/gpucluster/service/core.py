@@ -597,7 +597,11 @@ def _restore(runtime: Runtime, config: ServiceConfig, lock: DataDirLock, admin: 
     recovered: list[JobEvent] = []
     found: dict[str, Job] = {}
     bad: list[BadRow] = []
-    loaded = store.load_jobs(bad, runtime.registry)
+    # the finished jobs past the retention policy stay in the store (read back by id), never loaded
+    keep = config.retention
+    loaded = store.load_jobs(bad, runtime.registry, finished_after=runtime.now - keep.max_age_s,
+                             finished_limit=keep.max_finished)
+    svc.pruned = store.count_finished() - sum(1 for job in loaded if job.status.terminal)
     svc.order.update(dict.fromkeys(job.id for job in loaded))
     ran = store.job_ids(JobStatus.RUNNING)
     # the jobs that ran before the restart are restored first (in submission order), then the waiting ones
