@@ -144,3 +144,36 @@ def test_an_unreadable_device_class_allocates_nothing_but_keeps_its_extended_res
     c.apply_class(device_class("gpu.nvidia.com", NVIDIA_DRIVER, extended="example.com/gpu"))  # fixed
     assert c.summary()["bad_dra_objects"] == 0
     assert c.prepare_pod(claim_pod("p", ["mine"]))
+
+
+def test_the_binder_writes_the_warning_event_on_the_object() -> None:
+    """``KubeBinder.report_unreadable``: a Warning Event ``Unreadable`` whose involvedObject is the claim (in its
+    namespace) or the cluster-scoped class (its Event in ``default``), written by the background writer."""
+    import threading
+
+    from kubernetes.client import ApiClient
+
+    from gpucluster.kubernetes.binder import KubeBinder
+
+    from .helpers import registry
+
+    written: list[tuple[str, dict[str, Any]]] = []
+    done = threading.Semaphore(0)
+
+    class _Core:
+        def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_kw: Any) -> None:
+            written.append((namespace, body))
+            done.release()
+
+    binder = KubeBinder(ApiClient(), registry())
+    binder.core = _Core()
+    binder.report_unreadable(claim("c1", "gpu.nvidia.com", namespace="team"), "spec: bad", "gpucluster")
+    binder.report_unreadable(device_class("gpu.nvidia.com", NVIDIA_DRIVER), "selectors: bad", "gpucluster")
+    assert done.acquire(timeout=30) and done.acquire(timeout=30)
+    (ns1, e1), (ns2, e2) = sorted(written, key=lambda w: w[1]["involvedObject"]["kind"], reverse=True)
+    assert ns1 == "team" and e1["type"] == "Warning" and e1["reason"] == "Unreadable"
+    assert e1["involvedObject"] == {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "name": "c1",
+                                    "namespace": "team", "uid": "uid-claim-c1"}
+    assert e1["message"] == "gpucluster cannot read this object: spec: bad"
+    assert ns2 == "default" and e2["involvedObject"]["kind"] == "DeviceClass"
+    assert "namespace" not in e2["involvedObject"]
