@@ -389,8 +389,8 @@ class Service:
         """``job`` is finished: it leaves memory once past the retention policy (:meth:`prune_finished`). Called
         wherever a user job ends (the tick's events, a cancel, an action's events, a restart); pending and running
         jobs, and the background workload's (the embedded runtime keeps its last few), are not noted."""
-        if job.status.terminal and not job.synthetic:
-            self._finished.note(job.id, self.runtime.now)
+        if job.status.terminal and not job.synthetic:  # the age counts from when it ended (in a tick: its time)
+            self._finished.note(job.id, job.finish_s if job.finish_s >= 0 else self.runtime.now)
 
     def _ended_in(self, events: list[JobEvent]) -> None:
         for e in events:
