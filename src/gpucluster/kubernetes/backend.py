@@ -1625,6 +1625,8 @@ class KubeRuntime(EngineFront):
                     info = self.cluster.claims.get(key)
                 if info is None:
                     raise ClaimNotReadyError(f"{where}: ResourceClaim {key} does not exist (yet)")
+                if info.unreadable:
+                    raise ClaimNotReadyError(f"{where}: ResourceClaim {key} cannot be read ({info.unreadable})")
                 reqs = info.requests
             else:
                 raise KubeInputError(f"{where}: resourceClaimName or resourceClaimTemplateName: required")
@@ -1962,6 +1964,7 @@ class KubeRuntime(EngineFront):
                 "unaccounted_pods": summary["unaccounted"],
                 "stale_nodes": summary["stale_nodes"],
                 "bad_nodes": summary["bad_nodes"],
+                "bad_dra_objects": summary["bad_dra_objects"],
                 "admission": self.admission,
                 "identity": self.identity,
                 "leader": self.leading,
