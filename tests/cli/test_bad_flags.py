@@ -25,6 +25,8 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     # a negative seed reached numpy's generators (ValueError: expected non-negative integer)
     ("schedule --pods {pods} --seed -1", SEED),
     ("demo --pod-count 10 --seed -3", SEED),
+    # a pod count past a C long overflowed in numpy (OverflowError, exit 1)
+    ("demo --pod-count 99999999999999999999", ("--pod-count", "less than or equal to")),
     (f"simulate --trace {SYNTH} --seed -1", SEED),
     (f"whatif --design {{design}} --trace {SYNTH} --seed -1", SEED),
     ("up --port 9 --data-dir {tmp}/data --seed -1", SEED),
@@ -42,6 +44,13 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
        f"--inflation {value}", ("--inflation", "must be in (0, 10]")) for value in ("0", "-1", "nan", "11")),
     ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --jobs -3",
      ("--jobs", "greater than or equal to 0")),
+    # ... and forked a pool of as many processes as --jobs said, 10**20 included
+    ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --jobs 99999999999999999999",
+     ("--jobs", "less than or equal to 1024")),
+    # kind-config built a config of 10**20 workers (memory) or overflowed on 10**20 GPUs (OverflowError)
+    ("deploy kind-config --workers 99999999999999999999", ("--workers", "must be within 1..256")),
+    ("deploy kind-config --gpus 99999999999999999999", ("--gpus", "must be within 0..128")),
+    ("deploy kind-config --gpus 4 --gpus-per-worker 0-99999999999", ("--gpus-per-worker[0]", "GPU 99999999999 does not exist")),
     # ... and named --placement-policy (a flag it does not have) for an unknown policy in --policies
     ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --policies fgd,nope",
      ("--policies:", "unknown policy 'nope'")),
