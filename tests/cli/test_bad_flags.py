@@ -66,6 +66,16 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     (f"whatif --design {{design}} --trace {SYNTH} --years 0", ("--years", "must be > 0")),
     # k8s manifests printed objects the API server refuses (kubectl apply failed later, object by object)
     ("k8s manifests --namespace Bad_NS", ("--namespace 'Bad_NS'", "not a namespace name")),
+    # NaN or a negative timeout was taken (every node stale, or never); a NaN or infinite lease raised in the
+    # leader elector (a traceback)
+    *((f"k8s {cmd} --listen 127.0.0.1:9 {flag} {value}", (flag, "must be > 0"))
+      for cmd, flag in (("extender", "--handshake-timeout"), ("extender", "--assume-ttl"),
+                        ("scheduler", "--handshake-timeout"))
+      for value in ("nan", "-5", "0")),
+    *((f"k8s scheduler --lease-duration {value}", ("--lease-duration", "must be within 1..3600"))
+      for value in ("nan", "inf", "0.5")),
+    *((f"k8s register-nodes --interval {value}", ("--interval", "must be > 0 and at most 86400"))
+      for value in ("nan", "inf", "-1")),
     ("k8s manifests --namespace " + "n" * 64, ("--namespace", "at most 63 characters")),
     ("k8s manifests --release 9lives", ("--release '9lives'", "a lower-case letter")),
     ("k8s manifests --release Prod", ("--release 'Prod'", "a lower-case letter")),
