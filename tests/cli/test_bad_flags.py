@@ -30,6 +30,10 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     (f"simulate --trace {SYNTH} --seed -1", SEED),
     (f"whatif --design {{design}} --trace {SYNTH} --seed -1", SEED),
     ("up --port 9 --data-dir {tmp}/data --seed -1", SEED),
+    # a host that is no address was reported as "--port: ... is already in use"
+    ("up --port 9 --data-dir {tmp}/data --host 999.1.1.1", ("--host '999.1.1.1'", "not an address")),
+    # an infinite fault rate looped forever before serving, deaf to SIGTERM
+    ("up --port 9 --data-dir {tmp}/data --faults-per-hour inf", ("--faults-per-hour", "less than or equal to")),
     ("experiment fgd --nodes {dir}/openb_node_list_gpu_node.csv --pods {dir}/openb_pod_list_tiny.csv --seeds -1",
      ("--seeds", "'-1'", "negative")),
     ("experiment fgd --nodes {dir}/openb_node_list_gpu_node.csv --pods {dir}/openb_pod_list_tiny.csv --seeds 3,-2-4",
