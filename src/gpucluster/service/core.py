@@ -268,7 +268,8 @@ class Service:
         return events
 
     def adopt_discovered(self) -> None:
-        """Jobs the runtime found in the cluster (kubectl, another replica) join the store and the job list."""
+        """Jobs the runtime found in the cluster (kubectl, another replica) join the store and the job list; one
+        found again under another tenant (a workload a namespace binding let in or refused) is filed under it."""
         if not isinstance(self.runtime, DiscoveredJobs):
             return
         self.discovered.extend(self.runtime.take_discovered())
@@ -277,6 +278,9 @@ class Service:
             if not self.store.has_job(job.id):
                 self.store.insert_job(job, DISCOVERED_ACTOR, message=f"found in the cluster: {job.message}")
                 self.order.append(job.id)
+                self.named(job)
+                self.invalidate_views()
+            elif self.store.refile_job(job.id, job.tenant):  # let in or refused for its namespace (Kubernetes)
                 self.named(job)
                 self.invalidate_views()
             self.discovered.pop(0)

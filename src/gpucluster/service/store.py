@@ -396,6 +396,22 @@ class Store:
                 self._audit(*audit, now)
         return n
 
+    def refile_job(self, job_id: str, tenant: str) -> bool:
+        """File a stored job under ``tenant`` (its tenant row made with the defaults unless it exists); False when
+        it was already (or is not stored). A Kubernetes workload refused for its namespace is listed under the
+        namespace's tenant, and under the one it named once a binding change lets it in (or the reverse)."""
+        with self._lock:  # read first: a restart finds every Kubernetes job again, nearly all unchanged
+            row = self._db.execute("SELECT tenant FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is None or row["tenant"] == tenant:
+            return False
+        with self._write():
+            cur = self._db.execute("UPDATE jobs SET tenant=? WHERE id=? AND tenant<>?", (tenant, job_id, tenant))
+            if not cur.rowcount:
+                return False
+            self._db.execute("INSERT OR IGNORE INTO tenants(name, quota_gpus, weight, created) VALUES(?,?,?,?)",
+                             (tenant, None, 1.0, time.time()))
+        return True
+
     def _insert_event(self, ev: JobEvent, now: float) -> None:
         """Append a job event, or fold it into the job's latest event when it repeats it (``jobs.folds``): that
         row is replaced by one with the count plus one, the first time kept and the new message and last time.
