@@ -19,6 +19,7 @@ from gpucluster.inputfile import (
     open_text,
     parse_json,
     parse_yaml,
+    parse_yaml_lines,
     read_text,
 )
 
@@ -112,3 +113,17 @@ def test_a_yaml_key_given_twice_is_an_error_a_merged_key_given_again_is_not() ->
         parse_yaml("{1: a, 0x1: b}", "f.yaml")  # the same key, however it is written
     doc = parse_yaml("base: &b {x: 1, y: 2}\nm:\n  <<: *b\n  x: 3\nn: {1: a, '1': b}\n", "f.yaml")
     assert doc == {"base": {"x": 1, "y": 2}, "m": {"x": 3, "y": 2}, "n": {1: "a", "1": "b"}}
+
+
+def test_yaml_lines_name_where_each_part_was_written() -> None:
+    """``parse_yaml_lines``: a pydantic-style path -> its line; a part the document lacks -> the line of what
+    would hold it (a required field left out is reported on its item's line)."""
+    text = "a: 1\nitems:\n  - {x: 1}\n  -\n    x: 2\n    y:\n      - 3\n"
+    doc, lines = parse_yaml_lines(text, "f.yaml")
+    assert doc == {"a": 1, "items": [{"x": 1}, {"x": 2, "y": [3]}]}
+    assert [lines.line(loc) for loc in (("a",), ("items", 0), ("items", 0, "x"), ("items", 1), ("items", 1, "x"),
+                                        ("items", 1, "y", 0), ("items", 1, "z"), ("items", 9), ())] == \
+        [1, 3, 3, 5, 5, 7, 5, 2, 1]
+    assert parse_yaml_lines("", "f.yaml")[0] is None
+    with pytest.raises(InputFileError, match=r"f\.yaml: line 2: .*given twice"):
+        parse_yaml_lines("a: 1\na: 2\n", "f.yaml")

@@ -22,7 +22,7 @@ import io
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -275,6 +275,62 @@ def parse_yaml(text: str, source: str | Path) -> Any:
     return docs[0] if docs else None
 
 
+class YamlLines:
+    """Where the parts of a parsed YAML document were written: :meth:`line` maps a path into the document (mapping
+    keys and list indices, as pydantic's ``loc`` gives them) to the 1-based line it starts on."""
+
+    def __init__(self, root: Node | None) -> None:
+        self._root = root
+
+    def line(self, loc: Sequence[str | int]) -> int:
+        """The line of the deepest part of ``loc`` the document holds: a mapping entry's key line, a list item's
+        first line; a part it lacks (a required field left out) is reported at the line of what would hold it."""
+        node = self._root
+        if node is None:
+            return 1
+        at = node.start_mark
+        for part in loc:
+            if isinstance(node, MappingNode):
+                for key_node, value in node.value:
+                    if isinstance(key_node, ScalarNode) and key_node.value == str(part):
+                        at, node = key_node.start_mark, value
+                        break
+                else:
+                    break
+            elif isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                node = node.value[part]
+                at = node.start_mark
+            else:
+                break
+        return at.line + 1
+
+
+def parse_yaml_lines(text: str, source: str | Path) -> tuple[Any, YamlLines]:
+    """The one document of a YAML text (``None`` when empty), and where each of its parts was written, for
+    errors that name a line (``FILE:LINE: field: why``) rather than a path into the document."""
+    try:
+        loader = _BoundedLoader(text)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(source, exc) from None
+    try:
+        node = loader.get_single_node()
+        doc = None if node is None else loader.construct_document(node)
+        return doc, YamlLines(node)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(source, exc) from None
+    except (ValueError, OverflowError) as exc:  # an integer of more digits than Python converts
+        raise InputFileError(f"{source}: {exc}") from None
+    except RecursionError:  # a guard: the nesting limit stops this first
+        raise InputFileError(f"{source}: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml_lines(path: str | Path, max_bytes: int = MAX_DOCUMENT_BYTES) -> tuple[Any, YamlLines]:
+    """The one YAML document of a file (``None`` when empty) and where each of its parts was written."""
+    return parse_yaml_lines(read_text(path, max_bytes), path)
+
+
 def load_yaml(path: str | Path, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """The one YAML document of a file (``None`` when empty)."""
     return parse_yaml(read_text(path, max_bytes), path)
@@ -317,7 +373,7 @@ def load_json(path: str | Path, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
 
 
 __all__ = [
-    "MAX_DOCUMENT_BYTES", "MAX_NESTING", "MAX_STREAM_BYTES", "MAX_YAML_NODES", "InputFileError", "load_json",
-    "load_yaml", "load_yaml_all", "open_text", "parse_json", "parse_yaml", "parse_yaml_all", "read_bytes",
-    "read_text",
+    "MAX_DOCUMENT_BYTES", "MAX_NESTING", "MAX_STREAM_BYTES", "MAX_YAML_NODES", "InputFileError", "YamlLines",
+    "load_json", "load_yaml", "load_yaml_all", "load_yaml_lines", "open_text", "parse_json", "parse_yaml",
+    "parse_yaml_all", "parse_yaml_lines", "read_bytes", "read_text",
 ]

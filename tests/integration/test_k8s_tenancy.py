@@ -6,22 +6,36 @@ its bound namespaces.
   Job says why, it is never released, A's quota is untouched and A's job list does not show it;
 * a Job in A's namespace naming A runs and is charged to A;
 * removing the label (unbinding) takes effect without a restart: a Job in the other namespace naming A is then
-  admitted, as for every tenant with no bound namespace.
+  admitted, as for every tenant with no bound namespace;
+* a binding change re-checks what is not admitted: moving ns-a's label from A to C lets in the Job of ns-b refused
+  for naming A (its refusal taken off, a Normal ``Accepted`` Event; it runs), refuses the Job of ns-b that waited
+  in C's queue, and leaves C's running Job of ns-b running;
+* a JobSet, a PyTorchJob and a pod group in ns-b naming A are refused as a Job is (the Event on the object, or on
+  each member pod), and let in once A is unbound.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_k8s_jobset import GROUP as JS_GROUP
+from test_k8s_jobset import PLURAL as JS_PLURAL
+from test_k8s_jobset import VERSION as JS_VERSION
+from test_k8s_jobset import _jobset, jobset_crd  # noqa: F401 (a fixture)
+from test_k8s_pytorchjob import GROUP as PTJ_GROUP
+from test_k8s_pytorchjob import PLURAL as PTJ_PLURAL
+from test_k8s_pytorchjob import VERSION as PTJ_VERSION
+from test_k8s_pytorchjob import pytorchjob, pytorchjob_crd  # noqa: F401 (a fixture)
 from test_k8s_workloads import _api_job, _kubectl, job_yaml
 from up_process import ControlPlane, serving, wait_until
 
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
-from gpucluster.kubernetes.workloads import QUEUE_LABEL
+from gpucluster.kubernetes.workloads import QUEUE_LABEL, REFUSED_ANNOTATION
+from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION
 
 pytestmark = pytest.mark.integration
 
@@ -52,19 +66,26 @@ def server(namespaces: tuple[str, str, str], kube_control_plane: Any, fleet: lis
         yield srv
 
 
-def _apply(cp: Any, name: str, namespace: str, tenant: str, run: str) -> None:
-    doc = json.loads(job_yaml(name, tenant, run, pods=1, gpus=2, env={"FAKE_RUN_S": "2"}))
+def _apply(cp: Any, name: str, namespace: str, tenant: str, run: str, *, gpus: int = 2, run_s: int = 2) -> None:
+    doc = json.loads(job_yaml(name, tenant, run, pods=1, gpus=gpus, env={"FAKE_RUN_S": str(run_s)}))
     doc["metadata"]["namespace"] = namespace
     _kubectl(cp, "apply", "-f", "-", stdin=json.dumps(doc))
 
 
 
-def _refused(kube: Any, namespace: str, name: str) -> list[dict[str, Any]] | None:
+def _refused(kube: Any, namespace: str, name: str, kind: str = "Job",
+             reason: str = "Refused") -> list[dict[str, Any]] | None:
+    """The Events of that ``reason`` on the object (``Refused``, ``Accepted``), or None."""
     from kubernetes import client
 
     resp = client.CoreV1Api(kube).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=Job", _preload_content=False)
-    return [e for e in json.loads(resp.data)["items"] if e["reason"] == "Refused"] or None
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={kind}", _preload_content=False)
+    return [e for e in json.loads(resp.data)["items"] if e["reason"] == reason] or None
+
+
+def _status(server: ControlPlane, name: str, status: str) -> dict[str, Any] | None:
+    job = _api_job(server, name)
+    return job if job is not None and job["status"] == status else None
 
 
 def _usage(server: ControlPlane, tenant: str) -> dict[str, Any]:
@@ -108,3 +129,106 @@ def test_a_tenant_bound_to_a_namespace_takes_jobs_from_it_only(kube_control_plan
     done = wait_until(lambda: (j := _api_job(server, later)) and j["status"] == "succeeded" and j, 90,
                       "the Job in ns-b to run once A is bound nowhere")
     assert done["tenant"] == tenant and not _refused(kube_client, ns_b, later)
+
+
+def test_a_binding_change_rechecks_the_jobs_not_admitted(kube_control_plane: Any, kube_client: Any, run: str,
+                                                         namespaces: tuple[str, str, str],
+                                                         server: ControlPlane) -> None:
+    """ns-a bound to A. In ns-b: a Job naming A (refused), and two Jobs naming C (quota 2 GPUs: one runs, one
+    waits for quota). Moving ns-a's label from A to C: A is bound nowhere (its refused Job is let in and runs),
+    C takes ns-a's workloads only (its waiting Job of ns-b is refused, its running one keeps running)."""
+    from kubernetes import client
+
+    batch, core = client.BatchV1Api(kube_client), client.CoreV1Api(kube_client)
+    tenant, ns_a, ns_b = namespaces
+    other = f"tc-{run}"
+    with server.client() as c:
+        r = c.post("/api/v1/tenants", json={"name": other, "quota_gpus": 2})
+        assert r.status_code == 201, r.text
+    intruder, running, waiting = f"intruder-{run}", f"running-{run}", f"waiting-{run}"
+    _apply(kube_control_plane, intruder, ns_b, tenant, run)
+    wait_until(lambda: _refused(kube_client, ns_b, intruder), 60, "the Job naming A refused")
+    _apply(kube_control_plane, running, ns_b, other, run, run_s=600)
+    wait_until(lambda: _status(server, running, "running"), 60, "C's first Job to run")
+    _apply(kube_control_plane, waiting, ns_b, other, run)
+    wait_until(lambda: (j := _status(server, waiting, "pending")) and "quota" in j["message"], 60,
+               "C's second Job to wait for quota")
+
+    core.patch_namespace(ns_a, {"metadata": {"labels": {NAMESPACE_TENANT_LABEL: other}}})
+    # the refused Job naming A is let in: refusal taken off, a Normal event saying why, it runs, charged to A
+    [accepted] = wait_until(lambda: _refused(kube_client, ns_b, intruder, reason="Accepted"), 60,
+                            "an Accepted event on the Job refused before")
+    assert accepted["type"] == "Normal" and f"tenant {tenant} is bound to no namespace" in accepted["message"]
+    done = wait_until(lambda: _status(server, intruder, "succeeded"), 90, "the Job let in to run")
+    assert done["tenant"] == tenant
+    assert REFUSED_ANNOTATION not in (batch.read_namespaced_job(intruder, ns_b).metadata.annotations or {})
+    # C's Job that waited in the queue is refused, shown as a refused one (not C's); the running one runs on
+    [event] = wait_until(lambda: _refused(kube_client, ns_b, waiting), 60, "C's waiting Job refused")
+    assert event["type"] == "Warning" and f"namespace {ns_b} may not use tenant {other}" in event["message"]
+    shown = wait_until(lambda: _status(server, waiting, "failed"), 30, "the refused Job failed in get jobs")
+    assert shown["tenant"] != other and "may not use tenant" in shown["message"]
+    job = batch.read_namespaced_job(waiting, ns_b)
+    assert job.spec.suspend is True and "may not use tenant" in job.metadata.annotations[REFUSED_ANNOTATION]
+    still = _status(server, running, "running")
+    assert still is not None and still["tenant"] == other
+    assert not _refused(kube_client, ns_b, running) and batch.read_namespaced_job(running, ns_b).spec.suspend is False
+    usage = _usage(server, other)
+    assert usage["gpus"] == 2 and usage["pending"] == 0
+
+
+@pytest.mark.usefixtures("jobset_crd", "pytorchjob_crd")
+def test_a_jobset_a_pytorchjob_and_a_pod_group_naming_a_bound_tenant_are_refused_then_let_in(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
+        server: ControlPlane) -> None:
+    from kubernetes import client
+
+    custom, core = client.CustomObjectsApi(kube_client), client.CoreV1Api(kube_client)
+    tenant, ns_a, ns_b = namespaces
+    js_name, ptj_name, group = f"js-{run}", f"ptj-{run}", f"pg-{run}"
+    js = _jobset(js_name, tenant, run, replicas=1, parallelism=1, gpus=1)
+    js["metadata"]["namespace"] = ns_b
+    ptj = pytorchjob(ptj_name, tenant, run, workers=1, gpus=1)
+    ptj["metadata"]["namespace"] = ns_b
+    custom.create_namespaced_custom_object(JS_GROUP, JS_VERSION, ns_b, JS_PLURAL, js)
+    custom.create_namespaced_custom_object(PTJ_GROUP, PTJ_VERSION, ns_b, PTJ_PLURAL, ptj)
+    for i in range(2):  # a pod group of 2 (our gang annotations), labelled with A's queue
+        core.create_namespaced_pod(ns_b, {
+            "metadata": {"name": f"{group}-{i}", "labels": {"gpucluster.io/run": run, QUEUE_LABEL: tenant},
+                         "annotations": {GANG_ANNOTATION: group, GANG_MIN_ANNOTATION: "2"}},
+            "spec": {"schedulerName": "gpucluster", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                     "nodeSelector": {"gpucluster.io/run": run},
+                     "containers": [{"name": "train", "image": "registry.example/ml/train:v1",
+                                     "env": [{"name": "FAKE_RUN_S", "value": "2"}],
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    why = f"namespace {ns_b} may not use tenant {tenant}"
+    get_js: Callable[[], Any] = lambda: custom.get_namespaced_custom_object(  # noqa: E731
+        JS_GROUP, JS_VERSION, ns_b, JS_PLURAL, js_name)
+    get_ptj: Callable[[], Any] = lambda: custom.get_namespaced_custom_object(  # noqa: E731
+        PTJ_GROUP, PTJ_VERSION, ns_b, PTJ_PLURAL, ptj_name)
+    for name, kind, get in ((js_name, "JobSet", get_js), (ptj_name, "PyTorchJob", get_ptj)):
+        [event] = wait_until(lambda n=name, k=kind: _refused(kube_client, ns_b, n, kind=k), 60,  # type: ignore[misc]
+                             f"a Refused event on the {kind}")
+        assert event["type"] == "Warning" and why in event["message"]
+        assert why in (get()["metadata"].get("annotations") or {}).get(REFUSED_ANNOTATION, "")
+    for i in range(2):
+        [event] = wait_until(lambda i=i: _refused(kube_client, ns_b, f"{group}-{i}", kind="Pod"), 60,  # type: ignore[misc]
+                             "a Refused event on each pod of the group")
+        assert event["type"] == "Warning" and why in event["message"]
+    for name in (js_name, ptj_name, group):
+        shown = wait_until(lambda n=name: _status(server, n, "failed"), 30, f"{name} refused in get jobs")  # type: ignore[misc]
+        assert shown["tenant"] != tenant and why in shown["message"]
+    assert get_js()["spec"]["suspend"] is True and get_ptj()["spec"]["runPolicy"]["suspend"] is True
+    assert not [p for p in core.list_namespaced_pod(ns_b).items if p.spec.node_name]
+    assert _usage(server, tenant)["gpus"] == 0
+
+    # A unbound: all three are let in (released, the group bound and run)
+    core.patch_namespace(ns_a, {"metadata": {"labels": {NAMESPACE_TENANT_LABEL: None}}})
+    wait_until(lambda: not get_js()["spec"].get("suspend"), 60, "the JobSet released")
+    wait_until(lambda: not get_ptj()["spec"]["runPolicy"].get("suspend"), 60, "the PyTorchJob released")
+    for name, kind, get in ((js_name, "JobSet", get_js), (ptj_name, "PyTorchJob", get_ptj)):
+        assert _refused(kube_client, ns_b, name, kind=kind, reason="Accepted")
+        wait_until(lambda g=get: REFUSED_ANNOTATION not in (g()["metadata"].get("annotations") or {}), 30,  # type: ignore[misc]
+                   f"the refusal taken off the {kind}")
+    assert _refused(kube_client, ns_b, f"{group}-0", kind="Pod", reason="Accepted")
+    done = wait_until(lambda: _status(server, group, "succeeded"), 90, "the pod group let in to run")
+    assert done["tenant"] == tenant

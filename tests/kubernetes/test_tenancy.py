@@ -1,13 +1,14 @@
 """Namespaces bound to tenants (label ``gpucluster.io/tenant`` on a Namespace), without a server: which
-namespace may charge which tenant, how watch events and relists change the bindings, and the tenant a pod group
-in a bound namespace that names none is charged to."""
+namespace may charge which tenant, how watch events and relists change the bindings, what a binding change does
+to the workloads not admitted (``recheck``), and the tenant a pod group in a bound namespace that names none is
+charged to."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpucluster.kubernetes.podgroups import group_spec, member_of
-from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, NamespaceBindings
+from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, Held, NamespaceBindings, Verdict
 from gpucluster.model.labels import QUEUE_LABEL, TENANT_ANNOTATION
 from tests.kubernetes.helpers import registry
 from tests.kubernetes.test_podgroups import member
@@ -47,6 +48,30 @@ def test_unbinding_by_label_removal_delete_or_relist_opens_the_tenant_again() ->
     assert b.relist([ns("ns-c", "team-a")])  # a relist replaces every binding
     assert b.tenant_of("ns-a") is None and b.refusal("ns-a", "team-a") is not None
     assert not b.relist([ns("ns-c", "team-a")])
+
+
+def test_a_binding_change_accepts_the_refused_workloads_now_allowed_and_refuses_the_queued_now_foreign() -> None:
+    b = NamespaceBindings()
+    b.event("ADDED", ns("ns-a", "team-a"))
+    intruder = Held("j-1", "ns-b", "team-a", refused=True)  # refused for naming team-a from ns-b
+    queued = Held("j-2", "ns-b", "team-c", refused=False)  # waits in team-c's queue
+    own = Held("j-3", "ns-a", "team-a", refused=False)  # waits in team-a's queue, from its own namespace
+    held = [intruder, queued, own]
+    assert b.recheck(held) == []  # nothing changed for any of them
+    # ns-a moves from team-a to team-c: team-a is bound nowhere, team-c takes ns-a's workloads only
+    b.event("MODIFIED", ns("ns-a", "team-c"))
+    why = b.refusal("ns-b", "team-c")
+    assert why is not None and "namespace ns-b may not use tenant team-c" in why
+    assert b.recheck(held) == [  # j-3: team-a is bound nowhere now, any namespace may name it
+        Verdict("j-1", True, "tenant team-a is bound to no namespace (any namespace may name it)"),
+        Verdict("j-2", False, why),
+    ]
+    # the refused one is let in from its own namespace too, saying it is bound there
+    b.event("ADDED", ns("ns-b", "team-a"))
+    [v] = b.recheck([intruder])
+    assert v == Verdict("j-1", True, "namespace ns-b is bound to tenant team-a")
+    # a refused workload still refused, and a queued one still allowed, are left as they are
+    assert b.recheck([Held("j-4", "ns-x", "team-c", refused=True), Held("j-5", "ns-a", "team-c", refused=False)]) == []
 
 
 def test_a_pod_group_in_a_bound_namespace_naming_no_tenant_is_charged_to_the_namespaces_tenant() -> None:

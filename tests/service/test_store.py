@@ -118,6 +118,21 @@ def test_a_job_saved_with_its_events_comes_back_with_its_run(path: Path) -> None
     assert loaded.to_dict() == view  # and every field the API shows comes back
 
 
+def test_a_job_refiled_under_another_tenant_comes_back_under_it_with_its_tenant_row(path: Path) -> None:
+    """A Kubernetes workload refused for its namespace is stored under the namespace's tenant; a binding change
+    that lets it in files it under the tenant it named (and back)."""
+    store = Store(path)
+    job = _jobs()[0]
+    store.insert_job(job, actor="tester")
+    assert not store.refile_job("j-a", "team-a") and not store.refile_job("no-such-job", "team-x")
+    assert store.tenant("team-x") is None
+    assert store.refile_job("j-a", "team-x")
+    assert store.tenant("team-x") is not None  # made with the defaults, as a job's first insert makes it
+    store.close()
+    [again] = Store(path).load_jobs()
+    assert again.id == "j-a" and again.tenant == "team-x"
+
+
 def test_max_event_t_of_an_empty_store_is_none(path: Path) -> None:
     assert Store(path).max_event_t() is None
 

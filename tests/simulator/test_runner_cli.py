@@ -98,15 +98,23 @@ def test_quota_file_enforces_limits_and_drf_reclaims(tmp_path: Path) -> None:
 
 
 def test_bad_quota_file_exits_2_saying_where(tmp_path: Path) -> None:
+    """Each error names the file's line (not only the queue's index in the list) and the field."""
     quota = tmp_path / "q.yaml"
-    for text, why in (("queues:\n  - {name: a, guarantee: -1}\n", "queues.0.guarantee"),
-                      ("queues:\n  - {name: a, limit: {gpus: 1}}\n", "queues.0.limit.gpus"),
-                      ("queues:\n  - {name: a, parent: nope}\n", "unknown parent 'nope'"),
-                      ("[1, 2", "not valid YAML")):
+    for text, why in (
+            ("queues:\n  - {name: a}\n  - {name: b, guarantee: -1}\n", "q.yaml:3: queues[1].guarantee: "),
+            ("queues:\n  - name: a\n    limit:\n      gpu: 1\n      gpus: 1\n", "q.yaml:5: queues[0].limit.gpus: key"),
+            ("queues:\n  - name: a\n\n    parent: nope\n", "q.yaml:4: queues[0].parent: unknown parent 'nope'"),
+            ("queues:\n  - {name: a}\n  - {name: b, parent: c}\n  - {name: c, parent: b}\n",
+             "q.yaml:3: queues[1].parent: parent cycle (b -> c -> b)"),
+            ("queues:\n  - {name: a}\n  -\n    name: a\n", "q.yaml:4: queues[1].name: queue 'a' is already defined on line 2"),
+            ("queues:\n  - {name: a}\n  - {weight: 2}\n", "q.yaml:3: queues[1].name: Field required"),
+            ("", "q.yaml:1: an empty file"),
+            ("[1, 2", "not valid YAML")):
         quota.write_text(text)
         res = runner.invoke(app, ["simulate", "--trace", "synthetic:5:philly:0.001", "--quota", str(quota)])
         assert res.exit_code == 2, res.output
         assert why in res.output, res.output
+        assert "Traceback" not in res.output
 
 
 @pytest.mark.parametrize("placement", ["binpack", "fgd", "default"])

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+import errno
 import ipaddress
 import logging
+import math
 import os
 import socket
 import sys
@@ -94,14 +96,26 @@ def _default_data_dir() -> Path:
     return Path(env) if env else Path.home() / ".gpucluster"
 
 
-def _port_free(host: str, port: int) -> bool:
+def _bind_error(host: str, port: int) -> str | None:
+    """Why ``up`` could not listen on ``host:port`` (the flag at fault and the reason), or None when it can: only
+    a port taken by another process is "already in use"; a host that is no address (``999.1.1.1``), or not one of
+    this machine's, and a port that needs privileges say so."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
-            return False
-    return True
+        except socket.gaierror as exc:
+            return f"--host {host!r}: not an address or a name this machine resolves ({exc.strerror})"
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"--port: {host}:{port} is already in use (pick another with --port)"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return f"--host {host!r}: not an address of this machine ({exc.strerror})"
+            if exc.errno == errno.EACCES:
+                return f"--port {port}: not allowed to listen on it here ({exc.strerror}; ports below 1024 need " \
+                       "privileges)"
+            return f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None
 
 
 def _shown_host(host: str) -> tuple[str, bool]:
@@ -129,8 +143,9 @@ def up(
                                          help="Clock seconds per real second.")] = 1.0,
     background: Annotated[float, typer.Option("--background", min=0.0, max=1.0,
                                               help="Target load of the synthetic background workload.")] = 0.6,
-    faults_per_hour: Annotated[float, typer.Option("--faults-per-hour", min=0.0,
-                                                   help="Injected GPU faults per clock hour.")] = 1.0,
+    faults_per_hour: Annotated[float, typer.Option("--faults-per-hour", min=0.0, max=3600.0,
+                                                   help="Injected GPU faults per clock hour (at most 3600: one a "
+                                                        "clock second).")] = 1.0,
     old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
     policy: Annotated[str | None, typer.Option("--placement-policy", help=PLACEMENT_HELP + "; default: default")]
     = None,
@@ -156,6 +171,15 @@ def up(
         "--max-queued-jobs", min=0, max=1_000_000,
         help="Jobs each tenant may have pending at once (429 beyond), unless the tenant's own max_queued_jobs "
              "(POST /api/v1/tenants) says otherwise.")] = 1000,
+    finished_job_ttl: Annotated[float, typer.Option(
+        "--finished-job-ttl", min=0.0,
+        help="Clock seconds a finished (succeeded, failed, cancelled) job stays in memory, in the job list and the "
+             "overview (as Kubernetes' ttlSecondsAfterFinished); after that it reads back by id from the store "
+             "(gpucluster describe job ID). inf: no age limit.")] = 86400.0,  # retention.DEFAULT_MAX_AGE_S
+    max_finished_jobs: Annotated[int, typer.Option(
+        "--max-finished-jobs", min=0, max=10_000_000,
+        help="Finished jobs kept in memory at most; beyond it the longest finished leave first (they read back by "
+             "id from the store). Pending and running jobs always stay.")] = 10_000,  # retention.DEFAULT_MAX_FINISHED
     legacy_metrics: Annotated[bool, typer.Option(
         "--legacy-metrics", help="/metrics also carries HAMi's legacy names (GPUDeviceMemoryAllocated, ...).")]
     = False,
@@ -208,6 +232,7 @@ def up(
         open_service,
     )
     from gpucluster.service.limits import RateLimits
+    from gpucluster.service.retention import JobRetention
     from gpucluster.service.store import StoreWriteError, disk_full
 
     policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
@@ -228,6 +253,8 @@ def up(
             fail(f"--kubeconfig: {exc}")
         if not isinstance(kube_doc, dict):
             fail(f"--kubeconfig: {kubeconfig}: not a kubeconfig: expected a mapping with clusters, users, contexts")
+    if math.isnan(finished_job_ttl):
+        fail("--finished-job-ttl: expected seconds >= 0 (inf: no age limit), got nan")
     if admission not in ("devices", "count"):
         fail(f"--admission {admission!r}: expected devices or count")
     if pod_groups not in ("all", "labelled", "none"):
@@ -245,8 +272,9 @@ def up(
         fail(f"--data-dir: {data}: {exc.strerror}")
     except DataDirLockedError as exc:
         fail(f"--data-dir: {exc}")
-    if not _port_free(host, port):
-        fail(f"--port: {host}:{port} is already in use (pick another with --port)")
+    bind_error = _bind_error(host, port)
+    if bind_error is not None:
+        fail(bind_error)
     try:
         runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, placement_policy=policy,
                                                queue_policy=queue_policy, background=background,
@@ -263,6 +291,7 @@ def up(
                            tenants_on_first_use=first_use,
                            unique_job_names=job_names == JobNameMode.UNIQUE,
                            max_queued_jobs=max_queued_jobs,
+                           retention=JobRetention(max_age_s=finished_job_ttl, max_finished=max_finished_jobs),
                            legacy_metrics=legacy_metrics)
     try:
         service, generated = open_service(runtime, config, lock)

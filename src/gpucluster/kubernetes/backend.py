@@ -34,6 +34,10 @@ The API server is the source of truth; the one job engine (:class:`gpucluster.jo
   its pods again). A replica adopts a group from its bound members' reservations (a run whose pods ended is
   listed ended, never admitted again). Their pseudo uid (``podgroup:NS/GANG``) files their pods beside the
   Jobs' pods.
+* **Tenants by namespace** (:mod:`.tenancy`): a workload in a namespace that may not use the tenant it names is
+  refused; a change of the Namespace bindings re-checks, at the next tick, the workloads not admitted
+  (:meth:`KubeRuntime._recheck_tenancy`): refused ones now allowed are queued, queued ones now foreign refused,
+  running ones left running.
 * **Status from Kubernetes.** The Job's ``Complete``/``Failed`` condition ends the job (``duration_s`` is only an
   estimate here); while it runs, its message counts the pods by phase, restarts, and the last container's exit
   code and reason. Cancel deletes the Job; preemption suspends it again and frees its GPUs at once (its pods
@@ -115,7 +119,7 @@ from gpucluster.kubernetes.podgroups import (
     member_of,
 )
 from gpucluster.kubernetes.runtime import RunOptions, build
-from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, NamespaceBindings
+from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, Held, NamespaceBindings
 from gpucluster.kubernetes.workloads import (
     DEFAULT_IMAGE,
     JOBSET_API,
@@ -211,6 +215,9 @@ class _Rec:
     """Count-only admission: why the last pod tried found no place."""
     group: bool = False
     """A pod group (bare pods, :mod:`.podgroups`), not a Job: ``uid`` is the group's pseudo uid."""
+    foreign: str = ""
+    """Refused because its namespace may not use this tenant (the one it named), "" otherwise: a change of the
+    bindings re-checks it (:meth:`KubeRuntime._recheck_tenancy`)."""
 
 
 @dataclass(slots=True)
@@ -421,6 +428,11 @@ class KubeRuntime(EngineFront):
         self.bindings = NamespaceBindings()
         """Namespaces bound to tenants (label ``gpucluster.io/tenant`` on a Namespace, :mod:`.tenancy`), as the
         informer last reported them (guarded by ``_lock``)."""
+        self._rebound = False
+        """A binding changed since the last tick: the workloads not admitted are re-checked (guarded by ``_lock``)."""
+        self._accepted: dict[str, str] = {}
+        """Job uid -> why it is accepted now, for a Job refused for its namespace that a binding change let in (its
+        refusal is taken off the Job when it is seen again)."""
         self.informer.pod_listeners.append(self._on_pod)
         self.informer.pod_resync_listeners.append(self._on_pod_resync)
         self.informer.watch_kind("jobs", self.batch.list_job_for_all_namespaces, self._on_job, self._on_job_list,
@@ -453,6 +465,9 @@ class KubeRuntime(EngineFront):
         self._creating: dict[str, Job] = {}
         """Jobs of our API whose Job object is being created (not in the engine yet)."""
         self._discovered: list[Job] = []
+        self._pruned: set[str] = set()
+        """Finished jobs the control plane dropped (:meth:`forget`) whose object is still in the cluster: not read
+        as new jobs when the informer shows the object again (until it is deleted)."""
         self.elector: LeaderElector | None = None
         if leader_elect:
             self.elector = LeaderElector(self.api, lease_name, lease_namespace or namespace, self.identity,
@@ -622,12 +637,14 @@ class KubeRuntime(EngineFront):
     def _on_namespace(self, kind: str, obj: Mapping[str, Any]) -> None:
         with self._lock:
             if self.bindings.event(kind, obj):
+                self._rebound = True
                 log.info("namespace %s: bound to tenant %s", (obj.get("metadata") or {}).get("name"),
                          self.bindings.tenant_of(str((obj.get("metadata") or {}).get("name") or "")) or "(none)")
 
     def _on_namespace_list(self, items: list[Mapping[str, Any]]) -> None:
         with self._lock:
-            self.bindings.relist(items)
+            if self.bindings.relist(items):
+                self._rebound = True
 
     def _bound_count(self) -> int:
         """How many namespaces are bound to a tenant now (the overview's ``bound_namespaces``)."""
@@ -884,6 +901,16 @@ class KubeRuntime(EngineFront):
         self._job_event(namespace, name, kind, reason, message)
         return "ok"
 
+    def write_accepted(self, namespace: str, name: str, message: str) -> str:
+        """A refused Job (JobSet, PyTorchJob) that is queued now: its ``gpucluster.io/refused`` taken off and a
+        Normal ``Accepted`` Event saying why."""
+        if not self.leading:
+            return "lost"
+        with contextlib.suppress(ApiException):
+            self._patch(namespace, name, {"metadata": {"annotations": {REFUSED_ANNOTATION: None}}})
+        self._job_event(namespace, name, "Normal", "Accepted", message)
+        return "ok"
+
     def _job_event(self, namespace: str, name: str, kind: str, reason: str, message: str) -> None:
         uid = ""
         what = self._kind_of(namespace, name)
@@ -986,6 +1013,20 @@ class KubeRuntime(EngineFront):
     def jobs(self) -> list[Job]:
         return [*self.engine.jobs.values(), *self._creating.values(), *self._gathering.values()]
 
+    def forget(self, job_id: str) -> bool:
+        """Drop a finished job's record (the control plane's retention policy). Its Job (JobSet, PyTorchJob) object
+        may stay in the cluster until its ``ttlSecondsAfterFinished`` or a ``kubectl delete``: until then the
+        informer's views of it are not read as a new job. A pod group's job is kept (its pods, bound or ended,
+        would make it again)."""
+        if job_id.startswith("g-") or job_id in self._creating:
+            return False
+        with self.cluster.lock:
+            if not super().forget(job_id):
+                return False
+            self.recs.pop(job_id, None)
+            self._pruned.add(job_id)
+        return True
+
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
         """The engine's counts, plus the jobs whose Job object is being created (pending: accepted, not yet in
         the engine), so a tenant's limit of queued jobs counts them too."""
@@ -1008,8 +1049,12 @@ class KubeRuntime(EngineFront):
         if t < self.now:
             return []
         self._leadership()
+        with self._lock:
+            rebound, self._rebound = self._rebound, False
         with self.cluster.lock:
             self._check_writes()
+            if rebound:
+                self._recheck_tenancy()
         self._sync_jobs()
         self._sync_groups()
         with self._lock:
@@ -1140,6 +1185,7 @@ class KubeRuntime(EngineFront):
                 self._claim_waits.pop(uid, None)
                 job_id = self.by_uid.pop(uid, None)
                 if job_id is not None:
+                    self._pruned.discard(job_id)  # its object is gone: nothing can bring the record back
                     self._observed_end(job_id, Cancel("its Job was deleted"))
             for obj in sorted(objs, key=lambda o: str((o.get("metadata") or {}).get("creationTimestamp") or "")):
                 try:
@@ -1167,15 +1213,20 @@ class KubeRuntime(EngineFront):
 
     def _job_seen(self, obj: Mapping[str, Any]) -> None:
         q = parse_queue_job(obj, self.registry, self.scheduler_name, submit_s=self.now)
+        if q.job_id in self._pruned:
+            return  # finished and dropped (:meth:`forget`): its object, still there, is not a new job
         rec = self.recs.get(q.job_id)
         job = self.engine.jobs.get(q.job_id)
         if rec is None or (job is None and q.job_id not in self._creating):
             # a Job of our REST API (made in the control plane's namespace for an authenticated tenant) is not
-            # bound by namespace; every other workload must come from a namespace its tenant accepts
-            if q.spec is not None and not (q.ours and q.namespace == self.namespace):
+            # bound by namespace; every other workload must come from a namespace its tenant accepts, unless it
+            # was admitted and runs (a binding change never stops a running workload, nor does a restart)
+            foreign = ""
+            running = q.admission is not None and not q.suspended
+            if q.spec is not None and not (q.ours and q.namespace == self.namespace) and not running:
                 bound, why = self._tenancy(q.namespace, q.tenant)
                 if why is not None:  # not charged, not listed as the tenant's: shown under the namespace's
-                    q.spec, q.error, q.tenant = None, why, bound or "default"
+                    foreign, q.spec, q.error, q.tenant = q.tenant, None, why, bound or "default"
             if q.spec is not None and not q.finished:
                 try:
                     q.spec = self._with_claims(q, obj)
@@ -1187,6 +1238,7 @@ class KubeRuntime(EngineFront):
             self._claim_waits.pop(q.uid, None)
             rec = self.recs.setdefault(q.job_id, _Rec(q.job_id, q.ours))
             rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
+            rec.foreign = foreign
             self.by_uid[q.uid] = q.job_id
             job = self._new_record(q, rec)
             if job is None:
@@ -1194,6 +1246,12 @@ class KubeRuntime(EngineFront):
         rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
         self.by_uid[q.uid] = q.job_id
         rec.refused = rec.refused or bool(q.refused)
+        if (job is not None and job.done and rec.foreign and q.admission is not None and not q.suspended
+                and q.admission.id not in rec.withdrawn):
+            # refused here for its namespace, but the leader admitted it before the binding changed (a follower
+            # that saw the change first): mirror the leader, as a new record at the next tick
+            self._reopen(rec)
+            return
         if job is None or job.done:
             return
         if q.finished == "Complete":
@@ -1267,6 +1325,13 @@ class KubeRuntime(EngineFront):
                 if mine:
                     self._adopt_group(uid, member, pods, mine, job)
             return
+        rec = self.recs.get(job.id) if job is not None else None
+        if job is not None and rec is not None and rec.foreign and [
+                p for p in pods if p.node and p.reservation.partition("/")[2].startswith(f"{job.id}-")]:
+            # refused here for its namespace, but the leader admitted it before the binding changed (a follower
+            # that saw the change first): adopted from its bound members below, as the leader runs it
+            self._reopen(rec)
+            job = None
         if job is not None:  # it ended: only pods made since make a new job of the group
             ended = self._group_ended.setdefault(uid, {p.key for p in pods})
             pods = [p for p in pods if p.key not in ended]
@@ -1315,13 +1380,16 @@ class KubeRuntime(EngineFront):
         self.recs[new_id] = rec
         self.by_uid[uid] = new_id
         ns_tenant, _ = self._tenancy(member.namespace, "")
+        foreign = ""
         try:
             spec = group_spec(new_id, member, [p.obj for p in waiting[:size]], size, self.registry, submit_s, created,
                               namespace_tenant=ns_tenant)
             refusal = self._tenancy(member.namespace, spec.tenant)[1]
             if refusal is not None:
+                foreign = spec.tenant
                 raise ValueError(f"pod group {member.namespace}/{member.name}: {refusal}")
         except ValueError as exc:
+            rec.foreign = foreign
             job = Job(self._group_placeholder(new_id, member, waiting, submit_s, created,
                                               refused=ns_tenant or "default"))
             self.engine.jobs[new_id] = job
@@ -1332,6 +1400,78 @@ class KubeRuntime(EngineFront):
         job = Job(restored_submission(spec, self.now))
         self.engine.submit(job)
         self._discovered.append(job)
+
+    # ------------------------------------------------------------------ bindings changed
+    def _recheck_tenancy(self) -> None:
+        """A Namespace binding changed: re-check the workloads not admitted (:meth:`NamespaceBindings.recheck`).
+        A refused one its namespace may now use is dropped and seen again as new (queued; a Job's refusal taken
+        off, :meth:`_new_record`; a pod group's members told); a queued one its namespace may no longer use is
+        refused as a new one would be. Running and ended ones are left alone. Caller holds the cluster lock."""
+        with self._lock:  # the workloads still there (a deleted one is not let in again)
+            live = set(self._job_objs) | set(self._sets.objs) | set(self._ptjs.objs) | set(self._members)
+        held = []
+        for rec in self.recs.values():
+            job = self.engine.jobs.get(rec.job_id)
+            if job is None or rec.uid not in live or (rec.ours and rec.namespace == self.namespace):
+                continue
+            if rec.foreign and job.done:
+                held.append(Held(rec.job_id, rec.namespace, rec.foreign, refused=True))
+            elif job.state in (JobState.NEW, JobState.QUEUED):
+                held.append(Held(rec.job_id, rec.namespace, job.tenant, refused=False))
+        with self._lock:
+            verdicts = self.bindings.recheck(held)
+            bound = {v.key: self.bindings.tenant_of(self.recs[v.key].namespace) for v in verdicts}
+        for v in verdicts:
+            rec = self.recs[v.key]
+            log.info("%s %s/%s: %s", "accepting" if v.accept else "refusing", rec.namespace, rec.name, v.why)
+            if v.accept:
+                self._reopen(rec, v.why)
+            else:
+                self._refuse_queued(rec, v.why, bound[v.key] or "default")
+
+    def _reopen(self, rec: _Rec, accepted: str = "") -> None:
+        """Forget the ended record of a workload refused for its namespace: it is seen again as new (a Job at the
+        next read of it, a pod group at the next :meth:`_sync_groups`). ``accepted``: why it is let in now
+        (said on the Job or the group's waiting pods; "" when a follower mirrors its leader)."""
+        self.engine.forget(rec.job_id)
+        self.recs.pop(rec.job_id, None)
+        self.by_uid.pop(rec.uid, None)
+        if rec.group:
+            self._group_ended.pop(rec.uid, None)
+            if accepted and self._leading:
+                self.submit_write("note", rec.job_id, self.write_pod_events,
+                                  self._group_pod_keys(rec.uid, waiting=True), "Normal", "Accepted",
+                                  f"accepted: queued for tenant {rec.foreign}: {accepted}")
+            return
+        with self._lock:
+            if accepted:
+                self._accepted[rec.uid] = accepted
+            self._dirty.add(rec.uid)
+
+    def _refuse_queued(self, rec: _Rec, why: str, shown: str) -> None:
+        """Refuse a queued workload whose namespace may no longer use its tenant: ended as refused (it holds
+        nothing), listed under ``shown`` (its namespace's tenant, else ``default``) as a workload refused on
+        arrival is, the reason on it (a Job's Event and annotation, a pod group's members' Events)."""
+        job = self.engine.jobs[rec.job_id]
+        tenant = job.tenant
+        self.quiet.add(rec.job_id)
+        try:
+            self.engine.fail(rec.job_id, f"refused: {why}")
+        finally:
+            self.quiet.discard(rec.job_id)
+        job.spec = replace(job.spec, tenant=shown)
+        if job.tally is not None:
+            job.tally.moved(job)
+        rec.foreign, rec.refused = tenant, True
+        self._discovered.append(job)  # the store files it under ``shown`` too
+        if rec.group:
+            self._group_ended[rec.uid] = set(self._group_pod_keys(rec.uid))
+            if self._leading:
+                self.submit_write("note", rec.job_id, self.write_pod_events,
+                                  self._group_pod_keys(rec.uid, waiting=True), "Warning", "Refused", why)
+        elif self._leading:
+            self.submit_write("note", rec.job_id, self.write_note, rec.namespace, rec.name, "Warning", "Refused",
+                              why, REFUSED_ANNOTATION)
 
     def _group_placeholder(self, job_id: str, member: Member, pods: Sequence[PodView], submit_s: float,
                            created: float, refused: str = "") -> JobSpec:
@@ -1505,6 +1645,8 @@ class KubeRuntime(EngineFront):
                     info = self.cluster.claims.get(key)
                 if info is None:
                     raise ClaimNotReadyError(f"{where}: ResourceClaim {key} does not exist (yet)")
+                if info.unreadable:
+                    raise ClaimNotReadyError(f"{where}: ResourceClaim {key} cannot be read ({info.unreadable})")
                 reqs = info.requests
             else:
                 raise KubeInputError(f"{where}: resourceClaimName or resourceClaimTemplateName: required")
@@ -1533,19 +1675,27 @@ class KubeRuntime(EngineFront):
         return f"the Job failed: {q.finish_message or 'Failed'}" + (f"; {said}" if said else "")
 
     def _new_record(self, q: QueueJob, rec: _Rec) -> Job | None:
-        """A Job this replica did not know: mirror it into the engine (queued, admitted or ended)."""
+        """A Job this replica did not know: mirror it into the engine (queued, admitted or ended). A Job that
+        carries a refusal (``gpucluster.io/refused``) is refused again if it still is (the annotation rewritten
+        when the reason changed), else queued and the refusal taken off (a binding change let it in, or the
+        control plane restarted since)."""
         submit_s = self.engine_time(q.created) if q.created else self.now
+        accepted = self._accepted.pop(q.uid, "")
         if q.spec is None:
             job = Job(_placeholder(q, submit_s))
             self.engine.jobs[q.job_id] = job
             events = transition(job, Reject(f"refused: {q.error}"), self.now)
             self._events.extend(events)
             self._discovered.append(job)
-            if self._leading and not q.refused:
+            if self._leading and q.refused != q.error:
                 rec.refused = True
                 self.submit_write("note", q.job_id, self.write_note, q.namespace, q.name, "Warning", "Refused",
                                   q.error, REFUSED_ANNOTATION)
             return None
+        if q.refused and self._leading and not q.finished:
+            why = accepted or f"its refusal no longer holds (it was: {q.refused})"
+            self.submit_write("note", q.job_id, self.write_accepted, q.namespace, q.name,
+                              f"accepted: queued for tenant {q.tenant}: {why}")
         spec = restored_submission(replace(q.spec, submit_s=submit_s), self.now)
         job = Job(spec)
         if q.finished:
@@ -1834,6 +1984,7 @@ class KubeRuntime(EngineFront):
                 "unaccounted_pods": summary["unaccounted"],
                 "stale_nodes": summary["stale_nodes"],
                 "bad_nodes": summary["bad_nodes"],
+                "bad_dra_objects": summary["bad_dra_objects"],
                 "admission": self.admission,
                 "identity": self.identity,
                 "leader": self.leading,

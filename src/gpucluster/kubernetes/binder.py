@@ -350,6 +350,35 @@ class KubeBinder:
             "reason": "Scheduled", "message": f"Successfully assigned {pod.key} to {node}", "type": "Normal",
             "source": {"component": component}, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
+        self._enqueue_event(event)
+
+    def report_unreadable(self, obj: Mapping[str, Any], why: str, component: str) -> None:
+        """A Warning Event ``Unreadable`` on an object we could not read (a DRA DeviceClass, ResourceSlice or
+        ResourceClaim), saying why; written by the background writer, as an Event is a note for people. A
+        cluster-scoped object's Event goes to the ``default`` namespace, as kubectl's do."""
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = str(meta.get("name") or "")
+        if not name:
+            return
+        namespace = str(meta.get("namespace") or "")
+        stamp = _rfc3339(self.clock())
+        involved: dict[str, Any] = {"apiVersion": str(obj.get("apiVersion") or "resource.k8s.io/v1"),
+                                    "kind": str(obj.get("kind") or ""), "name": name}
+        if namespace:
+            involved["namespace"] = namespace
+        if meta.get("uid"):
+            involved["uid"] = str(meta["uid"])
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{name[:200]}.", "namespace": namespace or "default"},
+            "involvedObject": involved, "reason": "Unreadable", "type": "Warning",
+            "message": f"{component} cannot read this object: {why}"[:1024],
+            "source": {"component": component}, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        self._enqueue_event(event)
+
+    def _enqueue_event(self, event: dict[str, Any]) -> None:
         with self._event_lock:
             self.events_pending += 1
             if self._event_writer is None or not self._event_writer.is_alive():
@@ -361,7 +390,7 @@ class KubeBinder:
     def _write_events(self) -> None:
         while True:
             event = self._events.get()
-            meta = event["involvedObject"]
+            meta = {**event["involvedObject"], "namespace": event["metadata"]["namespace"]}
             try:
                 discard(self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False))
             except ApiException as exc:

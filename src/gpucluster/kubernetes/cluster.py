@@ -54,6 +54,8 @@ from gpucluster.kubernetes.dra import (
     parse_claim,
     parse_class,
     parse_slice,
+    unreadable_claim,
+    unreadable_class,
 )
 from gpucluster.model import (
     Allocation,
@@ -255,6 +257,8 @@ class KubeCluster:
         self.selectors = Selectors()
         self.bad_dra: dict[str, str] = {}
         """DRA objects that could not be understood (``kind name`` -> why)."""
+        self._bad_dra_reported: dict[str, str] = {}
+        """What a Warning Event said of each unreadable DRA object (a relist does not say it again)."""
         self.claim_plans: dict[str, ClaimPlan] = {}
         """Pod key -> the claim writes its bind must do first (secondary scheduler, control plane)."""
         self.claim_slots: dict[str, str] = {}
@@ -599,17 +603,41 @@ class KubeCluster:
             del self.bad_dra[label]
 
     def _parse_dra(self, kind: str, obj: Mapping[str, Any], parse: Callable[[Mapping[str, Any]], Any]) -> Any:
-        meta = obj.get("metadata") or {}
+        """``parse(obj)``, or None when the object cannot be read: then it is counted in :attr:`bad_dra` (the
+        overview's ``kubernetes.bad_dra_objects``), logged and, the first time for this reason, a Warning Event
+        ``Unreadable`` names it and why."""
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
         ns = str(meta.get("namespace") or "")
         label = f"{kind} {ns + '/' if ns else ''}{meta.get('name')}"
         try:
             out = parse(obj)
-        except (DraInputError, ValueError) as exc:
-            log.warning("%s ignored: %s", label, exc)
-            self.bad_dra[label] = str(exc)
+        except (DraInputError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            why = str(exc) if isinstance(exc, DraInputError) else f"{label}: {type(exc).__name__}: {exc}"
+            log.warning("%s cannot be read: %s", label, why)
+            self.bad_dra[label] = why
+            if self._bad_dra_reported.get(label) != why:
+                self._bad_dra_reported[label] = why
+                report = getattr(self.binder, "report_unreadable", None)
+                if report is not None:
+                    report(obj, why, self.profile.scheduler_name)
             return None
         self.bad_dra.pop(label, None)
+        self._bad_dra_reported.pop(label, None)
         return out
+
+    def _read_claim(self, obj: Mapping[str, Any]) -> ClaimInfo | None:
+        """The claim ``obj``; one that cannot be read is kept as :func:`unreadable_claim` makes it (the devices
+        it holds, or held when last read, stay held: never given to a second claim). None: no name to key it."""
+        info = self._parse_dra("resourceclaim", obj, parse_claim)
+        if info is not None:
+            return info  # type: ignore[no-any-return]
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping) or not meta.get("name"):
+            return None
+        key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
+        label = f"resourceclaim {meta.get('namespace') or ''}{'/' if meta.get('namespace') else ''}{meta['name']}"
+        return unreadable_claim(obj, self.claims.get(key), self.bad_dra.get(label, "cannot be read"))
 
     def set_slices(self, objs: Iterable[Mapping[str, Any]]) -> None:
         """Full resync of ResourceSlices."""
@@ -635,35 +663,48 @@ class KubeCluster:
     def delete_slice(self, name: str) -> None:
         with self.lock:
             self.bad_dra.pop(f"resourceslice {name}", None)
+            self._bad_dra_reported.pop(f"resourceslice {name}", None)
             if self.slices.pop(name, None) is not None:
                 self._rederive(self._reindex_slices())
 
     def set_classes(self, objs: Iterable[Mapping[str, Any]]) -> None:
         with self.lock:
             self._forget_bad_dra("deviceclass")  # those of this kind a relist lists again are added back
-            self.classes = {}
+            previous, self.classes = self.classes, {}
             for obj in objs:
-                self.apply_class(obj)
+                self._apply_class(obj, previous)
 
     def apply_class(self, obj: Mapping[str, Any]) -> None:
         with self.lock:
-            info = self._parse_dra("deviceclass", obj, parse_class)
-            if info is not None:
-                self.classes[info.name] = info
+            self._apply_class(obj, self.classes)
+
+    def _apply_class(self, obj: Mapping[str, Any], previous: Mapping[str, DeviceClassInfo]) -> None:
+        """A class that cannot be read is kept marked unreadable (:func:`unreadable_class`): nothing is
+        allocated through it until it is fixed (its previous selectors may no longer be what its author wants)."""
+        info = self._parse_dra("deviceclass", obj, parse_class)
+        if info is None:
+            meta = obj.get("metadata")
+            name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+            if name:
+                self.classes[name] = unreadable_class(obj, previous.get(name), self.bad_dra.get(
+                    f"deviceclass {name}", "cannot be read"))
+            return
+        self.classes[info.name] = info
 
     def delete_class(self, name: str) -> None:
         with self.lock:
             self.bad_dra.pop(f"deviceclass {name}", None)
+            self._bad_dra_reported.pop(f"deviceclass {name}", None)
             self.classes.pop(name, None)
 
     def set_claims(self, objs: Iterable[Mapping[str, Any]]) -> None:
         """Full resync of ResourceClaims: exactly these exist (assumed allocations of claims we are writing
-        stay until they expire or show up)."""
+        stay until they expire or show up). One that cannot be read is kept as :meth:`_read_claim` says."""
         with self.lock:
             self._forget_bad_dra("resourceclaim")  # those of this kind a relist lists again are added back
             seen = set()
             for obj in objs:
-                info = self._parse_dra("resourceclaim", obj, parse_claim)
+                info = self._read_claim(obj)
                 if info is not None:
                     seen.add(info.key)
                     self._put_claim(info)
@@ -672,13 +713,14 @@ class KubeCluster:
 
     def apply_claim(self, obj: Mapping[str, Any]) -> None:
         with self.lock:
-            info = self._parse_dra("resourceclaim", obj, parse_claim)
+            info = self._read_claim(obj)
             if info is not None:
                 self._put_claim(info)
 
     def delete_claim(self, key: str) -> None:
         with self.lock:
             self.bad_dra.pop(f"resourceclaim {key}", None)
+            self._bad_dra_reported.pop(f"resourceclaim {key}", None)
             self.claims.pop(key, None)
             self.claim_slots.pop(key, None)
             self.unaccounted.pop(CLAIM_KEY_PREFIX + key, None)
@@ -819,6 +861,9 @@ class KubeCluster:
         cls = self.classes.get(req.class_name)
         if cls is None:
             raise ClaimNotReadyError(f"{where}: DeviceClass {req.class_name!r} does not exist")
+        if cls.unreadable:
+            raise ClaimNotReadyError(f"{where}: DeviceClass {req.class_name!r} cannot be read ({cls.unreadable}); "
+                                     "nothing is allocated through it until it is fixed")
         exprs = (*cls.selectors, *req.selectors)
         groups: dict[tuple[str, int, int, bool], set[str]] = {}
         for dev in self._dra_by_key.values():
@@ -859,6 +904,8 @@ class KubeCluster:
                         raise ClaimNotReadyError(f"{where}: ResourceClaim {key} does not exist (yet)")
                     if info.deleting:
                         raise ClaimNotReadyError(f"{where}: ResourceClaim {key} is being deleted")
+                    if info.unreadable:
+                        raise ClaimNotReadyError(f"{where}: ResourceClaim {key} cannot be read ({info.unreadable})")
                     if info.allocated is not None:
                         shared.append(key)
                         continue
@@ -919,8 +966,12 @@ class KubeCluster:
             for obj in objs:
                 try:
                     info = parse_claim(obj)
-                except (DraInputError, ValueError):
-                    continue
+                except (DraInputError, ValueError, TypeError, AttributeError, KeyError) as exc:
+                    # what it holds still holds its devices (read leniently, else as last read)
+                    meta = obj.get("metadata")
+                    meta = meta if isinstance(meta, Mapping) else {}
+                    previous = self.claims.get(f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}")
+                    info = unreadable_claim(obj, previous, str(exc))
                 for r in info.allocated or ():
                     dev = self._dra_by_key.get(r.key)
                     if dev is None or r.admin:
@@ -1119,6 +1170,8 @@ class KubeCluster:
                 info = self.claims.get(key)
                 if info is None:
                     raise ClaimNotReadyError(f"{where}: ResourceClaim {key} not seen yet")
+                if info.unreadable:
+                    raise ClaimNotReadyError(f"{where}: ResourceClaim {key} cannot be read ({info.unreadable})")
                 if info.allocated is not None:
                     if pod.uid and any(ref[2] == pod.uid for ref in info.reserved_for):
                         plan.claims[key] = []  # written already (a retried bind): nothing to allocate
@@ -1188,6 +1241,7 @@ class KubeCluster:
                 bound=len(self.bound),
                 unaccounted=len(self.unaccounted),
                 bad_nodes=len(self.bad_nodes),
+                bad_dra_objects=len(self.bad_dra),
                 stale_nodes=int(self.gate.stale()[: self.state.n_nodes].sum()),
                 rebuilds=self.rebuilds,
             )

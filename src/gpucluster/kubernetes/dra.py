@@ -246,6 +246,10 @@ class DeviceClassInfo:
     selectors: tuple[str, ...] = ()
     extended_resource: str = ""
     """``spec.extendedResourceName`` (empty when not set)."""
+    unreadable: str = ""
+    """Why the class's current version cannot be read (empty when it can): nothing is allocated through it
+    (its selectors are not known) until it is fixed; the extended resource it mapped stays mapped, so pods
+    asking for it wait instead of being taken for HAMi pods."""
 
     @property
     def extended_names(self) -> tuple[str, ...]:
@@ -270,6 +274,18 @@ def parse_class(obj: Mapping[str, Any]) -> DeviceClassInfo:
     spec = obj.get("spec") or {}
     where = f"deviceclass {name}: spec.selectors"
     return DeviceClassInfo(name, _selectors(spec.get("selectors"), where), str(spec.get("extendedResourceName") or ""))
+
+
+def unreadable_class(obj: Mapping[str, Any], previous: DeviceClassInfo | None, why: str) -> DeviceClassInfo:
+    """A DeviceClass whose current version :func:`parse_class` refused (``why``): marked unreadable (no
+    allocation through it), mapping the extended resource its spec names if that much can be read, else the one
+    its last readable version (``previous``) mapped."""
+    meta = _meta(obj)
+    spec = obj.get("spec")
+    ext = spec.get("extendedResourceName") if isinstance(spec, Mapping) else None
+    if not isinstance(ext, str):
+        ext = previous.extended_resource if previous is not None else ""
+    return DeviceClassInfo(str(meta.get("name") or ""), (), ext, unreadable=why)
 
 
 # ------------------------------------------------------------------------------------------------ claims
@@ -316,6 +332,9 @@ class ClaimInfo:
     resource_version: str = ""
     deleting: bool = False
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    unreadable: str = ""
+    """Why the claim's current version cannot be read (empty when it can; see :func:`unreadable_claim`): it
+    is never allocated by us nor given to a pod, but the devices it holds stay held."""
 
     @property
     def key(self) -> str:
@@ -397,6 +416,62 @@ def parse_claim(obj: Mapping[str, Any]) -> ClaimInfo:
     return ClaimInfo(namespace, name, str(meta.get("uid") or ""), requests, allocated, reserved,
                      str(annotations.get(EXTENDED_CLAIM_ANNOTATION, "")) == "true",
                      str(meta.get("resourceVersion") or ""), bool(meta.get("deletionTimestamp")), obj)
+
+
+def _lenient_results(alloc: object) -> tuple[list[AllocatedDevice], bool]:
+    """The allocation results of ``status.allocation`` that can be read (a device named by strings; a
+    ``consumedCapacity`` that cannot be read is taken as the whole device), and whether every result could."""
+    devices = alloc.get("devices") if isinstance(alloc, Mapping) else None
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    if not isinstance(results, list):
+        return [], False
+    out = []
+    complete = True
+    for r in results:
+        ids = [r.get(k) for k in ("driver", "pool", "device")] if isinstance(r, Mapping) else []
+        if not ids or not all(isinstance(x, str) for x in ids) or not ids[2]:
+            complete = False
+            continue
+        consumed: dict[str, Decimal] = {}
+        raw = r.get("consumedCapacity")
+        try:
+            consumed = {str(k): _number(v, "") for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+        except DraInputError:
+            consumed = {}  # the whole device: holding more than the share keeps it from being given twice
+        out.append(AllocatedDevice(str(r.get("request") or ""), str(ids[0]), str(ids[1]), str(ids[2]), consumed,
+                                   str(r.get("shareID") or ""), r.get("adminAccess") is True))
+    return out, complete
+
+
+def unreadable_claim(obj: Mapping[str, Any], previous: ClaimInfo | None, why: str) -> ClaimInfo:
+    """A ResourceClaim whose current version :func:`parse_claim` refused (``why``), kept so that the devices it
+    holds are never given to another claim: the allocation results that can be read (a share that cannot is the
+    whole device), and, where the allocation cannot be read whole, also what its last readable version
+    (``previous``) held. A claim without ``status.allocation`` holds nothing (it was deallocated). No
+    requests: we never allocate it, and no pod is given it, until it can be read again."""
+    meta = _meta(obj)
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name") or "")
+    status = obj.get("status")
+    allocated: tuple[AllocatedDevice, ...] | None
+    if status is None or (isinstance(status, Mapping) and status.get("allocation") is None):
+        allocated = None  # no allocation (a status that is not a mapping says nothing: below)
+    else:
+        found, complete = _lenient_results(status.get("allocation") if isinstance(status, Mapping) else None)
+        if not complete and previous is not None and previous.allocated:
+            keys = {d.key for d in found}
+            found += [d for d in previous.allocated if d.key not in keys]
+        allocated = tuple(found) if found or complete else None
+    refs = status.get("reservedFor") if isinstance(status, Mapping) else None
+    if isinstance(refs, list):
+        reserved = tuple((str(c.get("resource") or ""), str(c.get("name") or ""), str(c.get("uid") or ""))
+                         for c in refs if isinstance(c, Mapping))
+    else:
+        reserved = previous.reserved_for if previous is not None else ()
+    annotations = meta.get("annotations")
+    extended = isinstance(annotations, Mapping) and str(annotations.get(EXTENDED_CLAIM_ANNOTATION, "")) == "true"
+    return ClaimInfo(namespace, name, str(meta.get("uid") or ""), (), allocated, reserved, extended,
+                     str(meta.get("resourceVersion") or ""), bool(meta.get("deletionTimestamp")), obj, why)
 
 
 # ------------------------------------------------------------------------------------------------ CEL

@@ -9,13 +9,23 @@ tenant gets isolation). A workload in a bound namespace that names no tenant (a 
 label) is charged to the namespace's tenant.
 
 The control plane lists and watches Namespaces with the label (:class:`NamespaceBindings` is its cache, fed by
-every event and relist): a label set, changed or removed takes effect for the workloads seen from then on,
-without a restart. A workload already admitted is not taken back when a binding changes.
+every event and relist): a label set, changed or removed takes effect without a restart, for the workloads seen
+from then on and, at once, for those not admitted yet (:meth:`NamespaceBindings.recheck`):
+
+* a workload refused *for its namespace* that its namespace may now use is accepted: queued as if new (the
+  ``gpucluster.io/refused`` annotation removed, a Normal ``Accepted`` Event saying why);
+* a queued workload (not running: never admitted, or preempted back to the queue) whose namespace may no longer
+  use its tenant is refused, as a new one would be (it holds nothing and was never charged while queued);
+* a running workload is left running, charged to its tenant until it ends: a label edit never kills work
+  (take it back with ``gpucluster cancel`` or by deleting it). Should it be preempted later, it waits in the
+  queue again and is re-checked at the next binding change;
+* a workload refused for another reason (a bad spec) stays refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 NAMESPACE_TENANT_LABEL = "gpucluster.io/tenant"
@@ -87,4 +97,46 @@ class NamespaceBindings:
                 f"(Namespace label {NAMESPACE_TENANT_LABEL}) and takes workloads from them only")
 
 
-__all__ = ["NAMESPACE_TENANT_LABEL", "NamespaceBindings"]
+    def allowance(self, namespace: str, tenant: str) -> str:
+        """Why a workload in ``namespace`` may charge ``tenant`` now (when :meth:`refusal` is None)."""
+        if namespace in self._bound.get(tenant, ()):
+            return f"namespace {namespace} is bound to tenant {tenant}"
+        return f"tenant {tenant} is bound to no namespace (any namespace may name it)"
+
+    def recheck(self, workloads: Iterable[Held]) -> list[Verdict]:
+        """What a binding change does to the workloads not admitted (see the module docstring): a verdict for
+        each refused one its namespace may now use (accept) and each queued one it may no longer use (refuse);
+        nothing for the rest."""
+        out = []
+        for w in workloads:
+            why = self.refusal(w.namespace, w.tenant)
+            if w.refused and why is None:
+                out.append(Verdict(w.key, True, self.allowance(w.namespace, w.tenant)))
+            elif not w.refused and why is not None:
+                out.append(Verdict(w.key, False, why))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A workload a binding change re-checks: not running, not ended other than by a refusal for its namespace."""
+
+    key: str
+    """Its job id."""
+    namespace: str
+    tenant: str
+    """The tenant it names (a refused one is listed under another: this is the one it asked for)."""
+    refused: bool
+    """Refused because its namespace may not use ``tenant`` (else: queued, not admitted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A re-checked workload's fate: ``accept`` (queue it) or refuse it, and why."""
+
+    key: str
+    accept: bool
+    why: str
+
+
+__all__ = ["NAMESPACE_TENANT_LABEL", "Held", "NamespaceBindings", "Verdict"]
