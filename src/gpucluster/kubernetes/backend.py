@@ -37,7 +37,8 @@ The API server is the source of truth; the one job engine (:class:`gpucluster.jo
 * **Tenants by namespace** (:mod:`.tenancy`): a workload in a namespace that may not use the tenant it names is
   refused; a change of the Namespace bindings re-checks, at the next tick, the workloads not admitted
   (:meth:`KubeRuntime._recheck_tenancy`): refused ones now allowed are queued, queued ones now foreign refused,
-  running ones left running.
+  running ones left running. A change of a refused Job's own queue label re-checks it as a new one; a queued or
+  running one keeps its tenant (:meth:`KubeRuntime._relabelled`).
 * **Status from Kubernetes.** The Job's ``Complete``/``Failed`` condition ends the job (``duration_s`` is only an
   estimate here); while it runs, its message counts the pods by phase, restarts, and the last container's exit
   code and reason. Cancel deletes the Job; preemption suspends it again and frees its GPUs at once (its pods
@@ -218,6 +219,13 @@ class _Rec:
     foreign: str = ""
     """Refused because its namespace may not use this tenant (the one it named), "" otherwise: a change of the
     bindings re-checks it (:meth:`KubeRuntime._recheck_tenancy`)."""
+    label: str | None = None
+    """A Job's (JobSet's, PyTorchJob's) ``gpucluster.io/queue`` label when its record was made (None: a pod
+    group): a change of it re-checks a refused one, and is answered on any other (:meth:`KubeRuntime._relabelled`)."""
+    rejected: bool = False
+    """Ended here as refused (on arrival, or by a binding change), not by running."""
+    told: str = ""
+    """The last new label a queued or running one was told it does not follow (one Event for each)."""
 
 
 @dataclass(slots=True)
@@ -898,6 +906,13 @@ class KubeRuntime(EngineFront):
         self._job_event(namespace, name, kind, reason, message)
         return "ok"
 
+    def write_event(self, namespace: str, name: str, kind: str, reason: str, message: str) -> str:
+        """An Event on the Job (JobSet, PyTorchJob), nothing else."""
+        if not self.leading:
+            return "lost"
+        self._job_event(namespace, name, kind, reason, message)
+        return "ok"
+
     def write_accepted(self, namespace: str, name: str, message: str) -> str:
         """A refused Job (JobSet, PyTorchJob) that is queued now: its ``gpucluster.io/refused`` taken off and a
         Normal ``Accepted`` Event saying why."""
@@ -1195,6 +1210,7 @@ class KubeRuntime(EngineFront):
 
     def _job_seen(self, obj: Mapping[str, Any]) -> None:
         q = parse_queue_job(obj, self.registry, self.scheduler_name, submit_s=self.now)
+        label = q.tenant  # as labelled (a refused one's is shown under its namespace's tenant below)
         rec = self.recs.get(q.job_id)
         job = self.engine.jobs.get(q.job_id)
         if rec is None or (job is None and q.job_id not in self._creating):
@@ -1218,10 +1234,11 @@ class KubeRuntime(EngineFront):
             self._claim_waits.pop(q.uid, None)
             rec = self.recs.setdefault(q.job_id, _Rec(q.job_id, q.ours))
             rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
-            rec.foreign = foreign
+            rec.foreign, rec.label = foreign, label
             self.by_uid[q.uid] = q.job_id
             job = self._new_record(q, rec)
             if job is None:
+                rec.rejected = True
                 return
         rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
         self.by_uid[q.uid] = q.job_id
@@ -1232,6 +1249,9 @@ class KubeRuntime(EngineFront):
             # that saw the change first): mirror the leader, as a new record at the next tick
             self._reopen(rec)
             return
+        if (job is not None and rec.label is not None and label != rec.label and not q.finished and not q.deleting
+                and not (rec.ours and rec.namespace == self.namespace)):
+            self._relabelled(rec, job, label)
         if job is None or job.done:
             return
         if q.finished == "Complete":
@@ -1409,6 +1429,31 @@ class KubeRuntime(EngineFront):
             else:
                 self._refuse_queued(rec, v.why, bound[v.key] or "default")
 
+    def _relabelled(self, rec: _Rec, job: Job, label: str) -> None:
+        """The Job's ``gpucluster.io/queue`` label changed to ``label`` (:meth:`NamespaceBindings.relabel`): a
+        refused one is read again as a new one (queued under ``label`` when its namespace may use it, the refusal
+        taken off; else refused again, a new Event only when the reason changed); a queued or running one keeps
+        its tenant until it ends, and a Normal ``Relabelled`` Event says so (once for each new label). Caller
+        holds the cluster lock."""
+        assert rec.label is not None
+        if job.done and not rec.rejected:
+            return  # it ran and ended: nothing to re-check
+        if not job.done and label == rec.told:
+            return
+        held = Held(rec.job_id, rec.namespace, rec.label, refused=job.done)
+        with self._lock:
+            verdict = self.bindings.relabel(held, label, running=job.state == JobState.RUNNING)
+        if verdict is None:
+            return
+        log.info("%s/%s relabelled %s -> %s: %s", rec.namespace, rec.name, rec.label, label, verdict.why)
+        if verdict.recheck:
+            self._reopen(rec, verdict.why if verdict.allowed else "")
+            return
+        rec.told = label
+        if self._leading:
+            self.submit_write("note", rec.job_id, self.write_event, rec.namespace, rec.name, "Normal", "Relabelled",
+                              verdict.why)
+
     def _reopen(self, rec: _Rec, accepted: str = "") -> None:
         """Forget the ended record of a workload refused for its namespace: it is seen again as new (a Job at the
         next read of it, a pod group at the next :meth:`_sync_groups`). ``accepted``: why it is let in now
@@ -1442,7 +1487,7 @@ class KubeRuntime(EngineFront):
         job.spec = replace(job.spec, tenant=shown)
         if job.tally is not None:
             job.tally.moved(job)
-        rec.foreign, rec.refused = tenant, True
+        rec.foreign, rec.refused, rec.rejected = tenant, True, True
         self._discovered.append(job)  # the store files it under ``shown`` too
         if rec.group:
             self._group_ended[rec.uid] = set(self._group_pod_keys(rec.uid))
