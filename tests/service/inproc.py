@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from gpucluster.monitoring import RemediationPolicy
 from gpucluster.service import EmbeddedRuntime, Service, ServiceConfig, create_app, open_service
 from gpucluster.service.limits import RateLimits
+from gpucluster.service.retention import JobRetention
 from gpucluster.spec import Cluster, ClusterSpecFile, cluster_from_spec
 from gpucluster.web import mount as web_mount
 
@@ -67,15 +68,17 @@ class InProc:
 def in_process(data_dir: Path, admin: str = ADMIN, rates: RateLimits | None = None,
                cluster: Cluster | None = None, queue_policy: str = "default", web: bool = False,
                remediation: RemediationPolicy | None = None, tenants_on_first_use: bool = True,
-               unique_job_names: bool = True) -> Iterator[InProc]:
+               unique_job_names: bool = True, retention: JobRetention | None = None) -> Iterator[InProc]:
     """``web``: with the dashboard's routes mounted, as ``gpucluster up`` serves them. ``remediation``: what
     automatic remediation may do (``up --remediate``; default: the monitoring package's). ``tenants_on_first_use``:
     ``up --tenants on-first-use`` (these tests name tenants they do not create; False: up's default).
-    ``unique_job_names``: ``up --job-names unique`` (the default) or, False, ``shared``."""
+    ``unique_job_names``: ``up --job-names unique`` (the default) or, False, ``shared``. ``retention``: which
+    finished jobs stay in memory (``up --finished-job-ttl``, ``--max-finished-jobs``; default: up's)."""
     runtime = EmbeddedRuntime(cluster or small_cluster(), background=0.0, fault_rate_per_hour=0.0,
                               queue_policy=queue_policy, remediation=remediation)
     config = ServiceConfig(data_dir=data_dir, speed=0.0, admin_token=admin, rates=rates or RateLimits(),
-                           tenants_on_first_use=tenants_on_first_use, unique_job_names=unique_job_names)
+                           tenants_on_first_use=tenants_on_first_use, unique_job_names=unique_job_names,
+                           retention=retention or JobRetention())
     service, _ = open_service(runtime, config)
     app = create_app(service, mount_web=web_mount if web else None)
     client = TestClient(app, headers={"Authorization": f"Bearer {admin}"}, raise_server_exceptions=False)

@@ -89,6 +89,10 @@ def test_up_refuses_bad_flags(tmp_path: Path) -> None:
     assert r.returncode == 2 and "--placement-policy: unknown placement policy 'roundrobin'" in r.stderr
     r = _up("--queue-policy", "lifo", "--data-dir", str(tmp_path / "d"))
     assert r.returncode == 2 and "--queue-policy: unknown queue policy 'lifo'" in r.stderr
+    r = _up("--finished-job-ttl", "nan", "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2 and "--finished-job-ttl" in r.stderr
+    r = _up("--max-finished-jobs", "-1", "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2 and "--max-finished-jobs" in r.stderr
 
 
 def test_up_prints_the_url_and_a_generated_admin_token(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def test_a_failed_group_commit_stores_and_applies_none(tmp_path: Path) -> None:
         responses = asyncio.run(_post_all(ip, [{"name": f"n{i}", "tenant": "team", "resources": GPU}
                                                for i in range(6)]))
         assert [r.status_code for r in responses] == [507] * 6, [r.text for r in responses]
-        assert ip.service.order == [] and ip.service.runtime.jobs() == []
+        assert not ip.service.order and ip.service.runtime.jobs() == []
         assert ip.service.pending_jobs("team") == 0  # nothing left counted as waiting for the commit
         fake.error = None
         assert _stored_ids(ip) == set()

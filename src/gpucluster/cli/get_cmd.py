@@ -396,7 +396,8 @@ def find_job(http: httpx.Client, ref: str, prefer_active: bool = False) -> dict[
     listed = call(http, "GET", "/api/v1/jobs", params={"q": ref[:100], "limit": 5000})
     same = [j for j in listed["jobs"] if j["name"] == ref]
     if not same:
-        fail(f"job {ref!r}: not found (no job with that id or name)", 1)
+        fail(f"job {ref!r}: not found (no job with that id or name; a finished job that left the job list under "
+             "the retention policy is found by its id only)", 1)
     active = [j for j in same if j["status"] in ("pending", "running")]
     if prefer_active and active:
         same = active
@@ -466,6 +467,9 @@ def describe_job(job: dict[str, Any]) -> None:
         ("Started", clock(job.get("started_t"))), ("Finished", clock(job.get("finished_t"))),
         ("Message", job.get("message") or "<none>"),
     ]
+    if job.get("pruned"):
+        pairs.append(("Retention", "finished and out of the control plane's memory (read from the store; no longer "
+                                   "in `gpucluster jobs`)"))
     _kv(pairs)
     rows: list[Sequence[Any]] = []
     for p in job.get("placements", []):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import logging
+import math
 import os
 import socket
 import sys
@@ -156,6 +157,15 @@ def up(
         "--max-queued-jobs", min=0, max=1_000_000,
         help="Jobs each tenant may have pending at once (429 beyond), unless the tenant's own max_queued_jobs "
              "(POST /api/v1/tenants) says otherwise.")] = 1000,
+    finished_job_ttl: Annotated[float, typer.Option(
+        "--finished-job-ttl", min=0.0,
+        help="Clock seconds a finished (succeeded, failed, cancelled) job stays in memory, in the job list and the "
+             "overview (as Kubernetes' ttlSecondsAfterFinished); after that it reads back by id from the store "
+             "(gpucluster describe job ID). inf: no age limit.")] = 86400.0,  # retention.DEFAULT_MAX_AGE_S
+    max_finished_jobs: Annotated[int, typer.Option(
+        "--max-finished-jobs", min=0, max=10_000_000,
+        help="Finished jobs kept in memory at most; beyond it the longest finished leave first (they read back by "
+             "id from the store). Pending and running jobs always stay.")] = 10_000,  # retention.DEFAULT_MAX_FINISHED
     legacy_metrics: Annotated[bool, typer.Option(
         "--legacy-metrics", help="/metrics also carries HAMi's legacy names (GPUDeviceMemoryAllocated, ...).")]
     = False,
@@ -208,6 +218,7 @@ def up(
         open_service,
     )
     from gpucluster.service.limits import RateLimits
+    from gpucluster.service.retention import JobRetention
     from gpucluster.service.store import StoreWriteError, disk_full
 
     policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
@@ -228,6 +239,8 @@ def up(
             fail(f"--kubeconfig: {exc}")
         if not isinstance(kube_doc, dict):
             fail(f"--kubeconfig: {kubeconfig}: not a kubeconfig: expected a mapping with clusters, users, contexts")
+    if math.isnan(finished_job_ttl):
+        fail("--finished-job-ttl: expected seconds >= 0 (inf: no age limit), got nan")
     if admission not in ("devices", "count"):
         fail(f"--admission {admission!r}: expected devices or count")
     if pod_groups not in ("all", "labelled", "none"):
@@ -263,6 +276,7 @@ def up(
                            tenants_on_first_use=first_use,
                            unique_job_names=job_names == JobNameMode.UNIQUE,
                            max_queued_jobs=max_queued_jobs,
+                           retention=JobRetention(max_age_s=finished_job_ttl, max_finished=max_finished_jobs),
                            legacy_metrics=legacy_metrics)
     try:
         service, generated = open_service(runtime, config, lock)

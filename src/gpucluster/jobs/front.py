@@ -117,6 +117,16 @@ class EngineFront:
     def job(self, job_id: str) -> Job | None:
         return self.engine.jobs.get(job_id)
 
+    def forget(self, job_id: str) -> bool:
+        """Drop a finished job's record (the control plane's retention policy); False when it is not held or not
+        finished. The tally stops counting it; what tenants hold is unchanged (a finished job holds nothing)."""
+        with self.engine_lock():
+            job = self.engine.jobs.get(job_id)
+            if job is None or not job.done:
+                return False
+            self.engine.forget(job_id)
+            return True
+
     def jobs(self) -> list[Job]:
         return list(self.engine.jobs.values())
 

@@ -473,6 +473,9 @@ class KubeRuntime(EngineFront):
         self._creating: dict[str, Job] = {}
         """Jobs of our API whose Job object is being created (not in the engine yet)."""
         self._discovered: list[Job] = []
+        self._pruned: set[str] = set()
+        """Finished jobs the control plane dropped (:meth:`forget`) whose object is still in the cluster: not read
+        as new jobs when the informer shows the object again (until it is deleted)."""
         self.elector: LeaderElector | None = None
         if leader_elect:
             self.elector = LeaderElector(self.api, lease_name, lease_namespace or namespace, self.identity,
@@ -1025,6 +1028,20 @@ class KubeRuntime(EngineFront):
     def jobs(self) -> list[Job]:
         return [*self.engine.jobs.values(), *self._creating.values(), *self._gathering.values()]
 
+    def forget(self, job_id: str) -> bool:
+        """Drop a finished job's record (the control plane's retention policy). Its Job (JobSet, PyTorchJob) object
+        may stay in the cluster until its ``ttlSecondsAfterFinished`` or a ``kubectl delete``: until then the
+        informer's views of it are not read as a new job. A pod group's job is kept (its pods, bound or ended,
+        would make it again)."""
+        if job_id.startswith("g-") or job_id in self._creating:
+            return False
+        with self.cluster.lock:
+            if not super().forget(job_id):
+                return False
+            self.recs.pop(job_id, None)
+            self._pruned.add(job_id)
+        return True
+
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
         """The engine's counts, plus the jobs whose Job object is being created (pending: accepted, not yet in
         the engine), so a tenant's limit of queued jobs counts them too."""
@@ -1183,6 +1200,7 @@ class KubeRuntime(EngineFront):
                 self._claim_waits.pop(uid, None)
                 job_id = self.by_uid.pop(uid, None)
                 if job_id is not None:
+                    self._pruned.discard(job_id)  # its object is gone: nothing can bring the record back
                     self._observed_end(job_id, Cancel("its Job was deleted"))
             for obj in sorted(objs, key=lambda o: str((o.get("metadata") or {}).get("creationTimestamp") or "")):
                 try:
@@ -1210,6 +1228,8 @@ class KubeRuntime(EngineFront):
 
     def _job_seen(self, obj: Mapping[str, Any]) -> None:
         q = parse_queue_job(obj, self.registry, self.scheduler_name, submit_s=self.now)
+        if q.job_id in self._pruned:
+            return  # finished and dropped (:meth:`forget`): its object, still there, is not a new job
         label = q.tenant  # as labelled (a refused one's is shown under its namespace's tenant below)
         rec = self.recs.get(q.job_id)
         job = self.engine.jobs.get(q.job_id)

@@ -26,7 +26,17 @@ from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.limits import RateLimits, TokenBucket
 from gpucluster.service.lock import DataDirLock
 from gpucluster.service.logs import EVENTS_LOGGER, log_event
-from gpucluster.service.runtime import DiscoveredJobs, Job, JobEvent, JobState, NodeActions, RemediationAudit, Runtime
+from gpucluster.service.retention import FinishedJobs, JobRetention
+from gpucluster.service.runtime import (
+    DiscoveredJobs,
+    ForgetsJobs,
+    Job,
+    JobEvent,
+    JobState,
+    NodeActions,
+    RemediationAudit,
+    Runtime,
+)
 from gpucluster.service.store import BadRow, Store, StoreWriteError
 from gpucluster.service.tasks import TaskManager
 
@@ -76,6 +86,9 @@ class ServiceConfig:
     refused with 409 naming the live one's id, as a Kubernetes or Kueue user expects of a namespace (a finished
     job's name may be used again). ``up --job-names shared`` (False) lets names repeat, as Slurm does; the id is
     unique either way, and the CLI never picks one of several jobs of a name silently."""
+    retention: JobRetention = field(default_factory=JobRetention)
+    """Which finished jobs stay in memory (``up --finished-job-ttl``, ``--max-finished-jobs``): the others leave
+    it and read back from the store by id (:mod:`gpucluster.service.retention`)."""
 
 
 @dataclass(slots=True)
@@ -107,8 +120,12 @@ class Service:
     clock_origin: float = 0.0
     ticks: int = 0
     loop_error: str | None = None
-    order: list[str] = field(default_factory=list)
-    """Persisted (user) job ids in submission order: the job list reads it backwards, newest first."""
+    order: dict[str, None] = field(default_factory=dict)
+    """Persisted (user) job ids held in memory, in submission order (a dict: a pruned job leaves it in O(1)): the
+    job list reads it backwards, newest first."""
+    pruned: int = 0
+    """Finished user jobs that left memory under the retention policy since the start (:meth:`prune_finished`);
+    they read back from the store (:meth:`stored_job`)."""
     version: int = 0
     """Bumped by every tick and every mutation; cached views are valid for one version."""
     limiter: TokenBucket = field(default_factory=lambda: TokenBucket(0.0, 0))
@@ -133,6 +150,11 @@ class Service:
     """Accepted jobs waiting for the group commit (:meth:`store_submission`)."""
     _storing: dict[str, int] = field(default_factory=dict)
     """Tenant -> its jobs in :attr:`_batch` (counted as pending by :meth:`pending_jobs`)."""
+    _finished: FinishedJobs = field(init=False)
+    """The finished user jobs in memory, in the order they finished (:meth:`ended`, :meth:`prune_finished`)."""
+
+    def __post_init__(self) -> None:
+        self._finished = FinishedJobs(self.config.retention)
 
     async def store_submission(self, job: Job, actor: str, idempotency: tuple[str, str, str] | None,
                                apply: Callable[[], None]) -> None:
@@ -253,6 +275,7 @@ class Service:
         self.version += 1
         self.unrecorded.extend(events)
         self._unname(events)
+        self._ended_in(events)
         yield
         try:
             self.adopt_discovered()
@@ -263,6 +286,7 @@ class Service:
         yield
         for hook in self.tick_hooks:
             hook(events)
+        self.prune_finished()
         if failed is not None:
             raise failed
         return events
@@ -277,13 +301,14 @@ class Service:
             job = self.discovered[0]
             if not self.store.has_job(job.id):
                 self.store.insert_job(job, DISCOVERED_ACTOR, message=f"found in the cluster: {job.message}")
-                self.order.append(job.id)
+                self.order[job.id] = None
                 self.named(job)
                 self.invalidate_views()
             elif self.store.refile_job(job.id, job.tenant):  # let in or refused for its namespace (Kubernetes)
                 self.named(job)
                 self.invalidate_views()
             self.discovered.pop(0)
+            self.ended(job)
             with contextlib.suppress(StoreWriteError):  # its run fields follow with its next event
                 self.store.record_events([], {job.id: job})
 
@@ -307,6 +332,7 @@ class Service:
         """Persist the job events of an action already carried out (a drain, a fault drill): a store that does
         not take them now keeps them for the next tick (:attr:`unrecorded`), as a tick's own, so the request is
         answered as done (it is) and no event is lost. Remediation records too (:meth:`persist_remediation`)."""
+        self._ended_in(events)
         try:
             self.record(events)
         except StoreWriteError as exc:
@@ -354,7 +380,57 @@ class Service:
             self.audit_pending.append((actor, action, target, detail))
 
     def find_job(self, job_id: str) -> Job | None:
+        """The job held in memory (the runtime's, else a finished one restored from the store), or None."""
         return self.runtime.job(job_id) or self.archive.get(job_id)
+
+    def stored_job(self, job_id: str) -> Job | None:
+        """A finished user job that is no longer in memory (the retention policy pruned it), read back from the
+        store as it ended; None when the store has no finished job of that id."""
+        job = self.store.load_job(job_id, self.runtime.registry)
+        return job if job is not None and job.status.terminal else None
+
+    def ended(self, job: Job) -> None:
+        """``job`` is finished: it leaves memory once past the retention policy (:meth:`prune_finished`). Called
+        wherever a user job ends (the tick's events, a cancel, an action's events, a restart); pending and running
+        jobs, and the background workload's (the embedded runtime keeps its last few), are not noted."""
+        if job.status.terminal and not job.synthetic:  # the age counts from when it ended (in a tick: its time)
+            self._finished.note(job.id, job.finish_s if job.finish_s >= 0 else self.runtime.now)
+
+    def _ended_in(self, events: list[JobEvent]) -> None:
+        for e in events:
+            if e.state is not None and e.state.terminal:
+                job = self.find_job(e.job_id)
+                if job is not None:
+                    self.ended(job)
+
+    def finished_in_memory(self) -> int:
+        """Finished user jobs held in memory and waiting for the retention policy (at most ``max_finished`` after
+        a tick)."""
+        return len(self._finished)
+
+    def prune_finished(self) -> list[str]:
+        """Drop from memory the finished user jobs past the retention policy (the runtime's record, the archive,
+        the job list) and return their ids: the store keeps each with its events (:meth:`stored_job`). Only the
+        jobs due are looked at (:class:`~gpucluster.service.retention.FinishedJobs`). Nothing is pruned while the
+        store has not taken every event and found job (a full disk): a pruned job's final state is in the store.
+        Tenant usage, quotas and fair shares are not touched: a finished job holds nothing."""
+        if self.unrecorded or self.discovered:
+            return []
+        out: list[str] = []
+        forget = self.runtime.forget if isinstance(self.runtime, ForgetsJobs) else None
+        for jid in self._finished.due(self.runtime.now):
+            job = self.find_job(jid)
+            if job is not None and not job.status.terminal:
+                continue  # live again (the cluster's record of it): noted again when it ends
+            if forget is not None and self.runtime.job(jid) is not None and not forget(jid):
+                continue  # the runtime keeps it (see ForgetsJobs): so does the job list
+            self.archive.pop(jid, None)
+            self.order.pop(jid, None)
+            out.append(jid)
+        if out:
+            self.pruned += len(out)
+            self.invalidate_views()
+        return out
 
     def all_jobs(self) -> list[Job]:
         live = self.runtime.jobs()
@@ -525,8 +601,12 @@ def _restore(runtime: Runtime, config: ServiceConfig, lock: DataDirLock, admin: 
     recovered: list[JobEvent] = []
     found: dict[str, Job] = {}
     bad: list[BadRow] = []
-    loaded = store.load_jobs(bad, runtime.registry)
-    svc.order.extend(job.id for job in loaded)
+    # the finished jobs past the retention policy stay in the store (read back by id), never loaded
+    keep = config.retention
+    loaded = store.load_jobs(bad, runtime.registry, finished_after=runtime.now - keep.max_age_s,
+                             finished_limit=keep.max_finished)
+    svc.pruned = store.count_finished() - sum(1 for job in loaded if job.status.terminal)
+    svc.order.update(dict.fromkeys(job.id for job in loaded))
     ran = store.job_ids(JobStatus.RUNNING)
     # the jobs that ran before the restart are restored first (in submission order), then the waiting ones
     for job in sorted(loaded, key=lambda j: j.id not in ran):
@@ -559,6 +639,11 @@ def _restore(runtime: Runtime, config: ServiceConfig, lock: DataDirLock, admin: 
     if recovered:
         store.record_events(recovered, found)
     svc.adopt_discovered()
+    # the finished jobs restored wait for the retention policy as if they had finished here (in the order they did)
+    for job in sorted(svc.archive.values(), key=lambda j: (j.finish_s, j.id)):
+        if job.status.terminal and not job.synthetic:
+            svc._finished.note(job.id, job.finish_s if job.finish_s >= 0 else runtime.now)
+    svc.prune_finished()
     live = sum(1 for e in recovered if e.kind in ("requeued", "recovered"))
     store.audit("system", "service.start", "", f"{live} live job(s) recovered, {len(recovered) - live} not restored")
     return svc, admin.source == "generated"

@@ -19,8 +19,8 @@ from gpucluster.devices import VendorRegistry
 from gpucluster.jobs import Job, JobEvent, JobState, JobStatus
 from gpucluster.monitoring import AuditRecord
 
-__all__ = ["DiscoveredJobs", "FaultDrill", "Job", "JobEvent", "JobState", "JobStatus", "NodeActions", "PodLogs",
-           "RemediationAudit", "Runtime"]
+__all__ = ["DiscoveredJobs", "FaultDrill", "ForgetsJobs", "Job", "JobEvent", "JobState", "JobStatus", "NodeActions",
+           "PodLogs", "RemediationAudit", "Runtime"]
 
 
 @runtime_checkable
@@ -114,6 +114,19 @@ class DiscoveredJobs(Protocol):
 
     def take_discovered(self) -> list[Job]:
         """Jobs found since the last call (each handed out once)."""
+        ...
+
+
+@runtime_checkable
+class ForgetsJobs(Protocol):
+    """A runtime that can drop a finished job's record (the control plane's retention policy,
+    :mod:`gpucluster.service.retention`)."""
+
+    def forget(self, job_id: str) -> bool:
+        """Drop the finished job's record: :meth:`Runtime.job` no longer finds it and nothing brings it back (the
+        cluster's object of an ended job included). False when the job is not finished or the runtime keeps it
+        (nothing changes); a pending or running job is never dropped. Usage and quotas are unchanged: a finished
+        job holds nothing."""
         ...
 
 

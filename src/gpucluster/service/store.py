@@ -437,11 +437,28 @@ class Store:
                                    (owner, key)).fetchone()
         return None if row is None else (str(row["job_id"]), str(row["request_hash"]))
 
-    def load_jobs(self, bad: list[BadRow] | None = None, registry: VendorRegistry | None = None) -> list[Job]:
+    def load_jobs(self, bad: list[BadRow] | None = None, registry: VendorRegistry | None = None,
+                  finished_after: float | None = None, finished_limit: int | None = None) -> list[Job]:
         """Every stored job in submission order, its request parsed with ``registry`` (the runtime's; default the
-        configured vendors); rows that cannot be read are appended to ``bad`` and skipped."""
+        configured vendors); rows that cannot be read are appended to ``bad`` and skipped. Of the finished jobs
+        only those that finished after clock time ``finished_after`` are read, and of them the ``finished_limit``
+        that finished last (the retention policy: the rest are never loaded; :meth:`load_job` reads one by id);
+        pending and running jobs always."""
+        terminal = tuple(s.value for s in JobStatus if s.terminal)
+        marks = ",".join("?" * len(terminal))
+        where = f"status IN ({marks})"
+        args: list[Any] = [*terminal]
+        if finished_after is not None and finished_after > -math.inf:
+            where += " AND COALESCE(finished_t, 0) > ?"
+            args.append(finished_after if math.isfinite(finished_after) else 1e308)
+        finished = f"SELECT * FROM jobs WHERE {where}"
+        if finished_limit is not None:
+            finished = f"SELECT * FROM ({finished} ORDER BY COALESCE(finished_t, 0) DESC, id DESC LIMIT ?)"
+            args.append(finished_limit)
+        sql = (f"SELECT * FROM (SELECT * FROM jobs WHERE status NOT IN ({marks}) UNION ALL {finished}) "
+               "ORDER BY submitted_at, id")
         with self._lock:
-            rows = self._db.execute("SELECT * FROM jobs ORDER BY submitted_at, id").fetchall()
+            rows = self._db.execute(sql, (*terminal, *args)).fetchall()
         out: list[Job] = []
         for r in rows:
             try:
@@ -450,6 +467,26 @@ class Store:
                 if bad is not None:
                     bad.append(BadRow(str(r["id"]), f"{type(exc).__name__}: {exc}"[:300]))
         return out
+
+    def load_job(self, job_id: str, registry: VendorRegistry | None = None) -> Job | None:
+        """One stored job as :meth:`load_jobs` reads it; None when there is none or its row cannot be read."""
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return _job(row, registry)
+        except (ValueError, TypeError, OverflowError) as exc:
+            log.warning("stored job %s cannot be read: %s", job_id[:64], exc)
+            return None
+
+    def count_finished(self) -> int:
+        """How many finished (succeeded, failed, cancelled) jobs the store holds."""
+        terminal = tuple(s.value for s in JobStatus if s.terminal)
+        with self._lock:
+            row = self._db.execute(f"SELECT COUNT(*) AS n FROM jobs WHERE status IN ({','.join('?' * len(terminal))})",
+                                   terminal).fetchone()
+        return int(row["n"])
 
     def has_job(self, job_id: str) -> bool:
         with self._lock:

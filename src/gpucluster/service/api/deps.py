@@ -50,7 +50,8 @@ def visible(who: Principal, job: Job) -> bool:
 
 
 def job_or_404(service: Service, who: Principal, job_id: str) -> Job:
-    job = service.find_job(job_id)
+    """The job held in memory, else a finished one the retention policy pruned, read back from the store."""
+    job = service.find_job(job_id) or service.stored_job(job_id)
     if job is None or not visible(who, job):  # a tenant cannot tell others' jobs from missing ones
         raise ApiError(404, "path.id", f"no job {job_id[:64]!r}")
     return job

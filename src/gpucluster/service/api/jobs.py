@@ -129,7 +129,7 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
                                     "--job-names shared lets them repeat)")
 
     def apply() -> None:  # once stored (its tenant too, in the same transaction)
-        service.order.append(job.id)
+        service.order[job.id] = None
         service.named(job)
         service.invalidate_views()
         try:
@@ -139,6 +139,7 @@ async def submit_job(body: JobIn, who: Auth, service: Svc, response: Response,
             events = transition(job, Fail(f"accepted but could not be queued: {type(exc).__name__}"),
                                 service.runtime.now)
             service.archive[job.id] = job
+            service.ended(job)
             service.store.record_events(events)
 
     try:
@@ -161,7 +162,7 @@ def _replay(service: Service, who: Principal, key: str, body: JobIn, response: R
         return None
     if found[1] != digest:
         raise ApiError(409, "headers.Idempotency-Key", "this key was used for another request body")
-    earlier = service.find_job(found[0])
+    earlier = service.find_job(found[0]) or service.stored_job(found[0])  # pruned since: as it ended
     if earlier is None:
         return None
     response.status_code = 200
@@ -179,7 +180,9 @@ async def list_jobs(
     include_synthetic: bool = False,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ) -> dict[str, Any]:
-    """Newest first. Tenants only ever see their own jobs."""
+    """Newest first, the jobs held in memory: pending, running and the finished ones the retention policy keeps
+    (``up --finished-job-ttl``, ``--max-finished-jobs``); a finished job pruned since reads back by id
+    (``GET /api/v1/jobs/{id}``) and is counted in ``pruned``. Tenants only ever see their own jobs."""
     if not who.is_admin:
         tenant = tenant if tenant == who.tenant else (who.tenant if tenant is None else "\0none")
     if include_synthetic or tenant == SYNTHETIC_TENANT:
@@ -190,7 +193,7 @@ async def list_jobs(
         source = service.user_jobs_newest_first()
     if who.is_admin and not (tenant or status or q or include_synthetic):
         newest = [j.to_dict() for _, j in zip(range(limit), source, strict=False)]
-        return {"total": len(service.order), "t": service.runtime.now, "jobs": newest}
+        return {"total": len(service.order), "t": service.runtime.now, "jobs": newest, "pruned": service.pruned}
     out: list[dict[str, Any]] = []
     total = 0
     for j in source:
@@ -200,7 +203,7 @@ async def list_jobs(
         total += 1
         if len(out) < limit:
             out.append(j.to_dict())
-    return {"total": total, "t": service.runtime.now, "jobs": out}
+    return {"total": total, "t": service.runtime.now, "jobs": out, "pruned": service.pruned}
 
 
 @router.get("/api/v1/jobs/{job_id}", response_model=JobDetail, responses=ERRORS)
@@ -208,6 +211,7 @@ async def get_job(job_id: str, who: Auth, service: Svc) -> dict[str, Any]:
     job = job_or_404(service, who, job_id)
     out = job.to_dict()
     out["events"] = [] if job.synthetic else service.store.job_events(job.id)
+    out["pruned"] = service.find_job(job.id) is None
     return out
 
 
@@ -254,6 +258,7 @@ async def cancel_job(job_id: str, who: Auth, service: Svc) -> dict[str, Any]:
     if cancelled is None:
         raise ApiError(409, "path.id", f"job {job_id} is not running here")
     service.invalidate_views()
+    service.ended(cancelled)
     if not cancelled.synthetic:
         cancelled.message = message
         try:  # its run fields (when it ended); the cancellation itself is stored above

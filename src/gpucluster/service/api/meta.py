@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpucluster import __version__
@@ -27,6 +27,8 @@ TENANT_GPUS_HELD = "gpucluster_tenant_gpus_held"
 TENANT_GPUS_PENDING = "gpucluster_tenant_gpus_pending"
 TENANT_QUOTA_GPUS = "gpucluster_tenant_quota_gpus"
 TENANT_JOBS_PENDING = "gpucluster_tenant_jobs_pending"
+JOBS_PRUNED = "gpucluster_jobs_pruned"
+"""Counter (exposed as ``gpucluster_jobs_pruned_total``) of finished jobs the retention policy took out of memory."""
 
 
 class TenantCollector(Collector):
@@ -57,6 +59,9 @@ class TenantCollector(Collector):
         yield pending
         yield jobs
         yield quota
+        yield CounterMetricFamily(JOBS_PRUNED, "Finished jobs that left the control plane's memory under the retention "
+                                  "policy since it started (they read back from the store by id).",
+                                  value=float(self.service.pruned))
 
 
 def metrics_renderer(service: Service) -> Callable[[], tuple[bytes, str]] | None:

@@ -328,12 +328,18 @@ class JobEventOut(_Out):
 
 class JobDetail(JobOut):
     events: list[JobEventOut]
+    pruned: bool = Field(False, description=(
+        "The job finished and left the control plane's memory under the retention policy (up --finished-job-ttl, "
+        "--max-finished-jobs): read back from the store as it ended; the job list no longer shows it."))
 
 
 class JobList(_Out):
     total: int
     t: float
     jobs: list[JobOut]
+    pruned: int = Field(0, description=(
+        "Finished jobs that left memory under the retention policy since the control plane started: not listed, "
+        "each reads back by id (GET /api/v1/jobs/{id})."))
 
 
 class Health(_Out):
