@@ -28,6 +28,9 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     # a pod count past a C long overflowed in numpy (OverflowError, exit 1)
     ("demo --pod-count 99999999999999999999", ("--pod-count", "less than or equal to")),
     (f"simulate --trace {SYNTH} --seed -1", SEED),
+    # a synthetic trace of 10**20 jobs overflowed in numpy (exit 1); a fourth field was dropped without a word
+    ("simulate --trace synthetic:99999999999999999999", ("synthetic:99999999999999999999", "within 1..1,000,000")),
+    ("simulate --trace synthetic:5:philly:0.1:9", ("--trace 'synthetic:5:philly:0.1:9'", "'9' is one field too many")),
     (f"whatif --design {{design}} --trace {SYNTH} --seed -1", SEED),
     ("up --port 9 --data-dir {tmp}/data --seed -1", SEED),
     # a host that is no address was reported as "--port: ... is already in use"
