@@ -466,8 +466,11 @@ class KubeRuntime(EngineFront):
         """Jobs of our API whose Job object is being created (not in the engine yet)."""
         self._discovered: list[Job] = []
         self._pruned: set[str] = set()
-        """Finished jobs the control plane dropped (:meth:`forget`) whose object is still in the cluster: not read
-        as new jobs when the informer shows the object again (until it is deleted)."""
+        """Tombstones: finished jobs the control plane dropped (:meth:`forget`) whose object (Job, JobSet,
+        PyTorchJob, a pod group's pods) is still in the cluster: not read as new jobs when the informer shows the
+        object again. Each keeps its ``by_uid`` entry, and both go when the object does (a deleted Job, a group's
+        last pod); a job whose object is gone already leaves no tombstone. So ``recs`` and ``by_uid`` hold the
+        jobs in the engine plus one entry per tombstone, never one per job ever seen."""
         self.elector: LeaderElector | None = None
         if leader_elect:
             self.elector = LeaderElector(self.api, lease_name, lease_namespace or namespace, self.identity,
@@ -993,6 +996,7 @@ class KubeRuntime(EngineFront):
         if job_id in self._creating:
             del self._creating[job_id]
             transition(job, Cancel(), self.now)
+            self.engine.jobs[job_id] = job  # held as an ended job (as one whose create failed): prunable
         else:
             self.quiet.add(job_id)
             try:
@@ -1014,18 +1018,28 @@ class KubeRuntime(EngineFront):
         return [*self.engine.jobs.values(), *self._creating.values(), *self._gathering.values()]
 
     def forget(self, job_id: str) -> bool:
-        """Drop a finished job's record (the control plane's retention policy). Its Job (JobSet, PyTorchJob) object
-        may stay in the cluster until its ``ttlSecondsAfterFinished`` or a ``kubectl delete``: until then the
-        informer's views of it are not read as a new job. A pod group's job is kept (its pods, bound or ended,
-        would make it again)."""
-        if job_id.startswith("g-") or job_id in self._creating:
+        """Drop a finished job's record (the control plane's retention policy), and its events not taken yet (a
+        finished job read again from its object after a restart). Its Job (JobSet, PyTorchJob) object may stay in
+        the cluster until its ``ttlSecondsAfterFinished`` or a ``kubectl delete``, a pod group's ended pods until
+        someone deletes them: until then a tombstone (:attr:`_pruned`) keeps the informer's views of it from
+        being read as a new job; a job whose object is gone already leaves nothing."""
+        if job_id in self._creating:
             return False
         with self.cluster.lock:
             if not super().forget(job_id):
                 return False
-            self.recs.pop(job_id, None)
-            self._pruned.add(job_id)
+            rec = self.recs.pop(job_id, None)
+            if rec is not None and rec.uid and self.by_uid.get(rec.uid) == job_id:
+                self._pruned.add(job_id)  # its object is still there (its deletion, if seen, not read yet)
+            elif rec is not None and any(w == "create" and j == job_id for w, j, _ in self._writes):
+                self._pruned.add(job_id)  # cancelled while its Job is being created: its uid comes with the reply
+            if any(e.job_id == job_id for e in self._events):
+                self._events = [e for e in self._events if e.job_id != job_id]
         return True
+
+    def tombstones(self) -> int:
+        """Pruned jobs whose object is still in the cluster (:attr:`_pruned`)."""
+        return len(self._pruned)
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
         """The engine's counts, plus the jobs whose Job object is being created (pending: accepted, not yet in
@@ -1101,7 +1115,7 @@ class KubeRuntime(EngineFront):
             self._new_engine()
             self.engine.kernel.advance(old.now)
             self.recs = {k: r for k, r in self.recs.items() if k in self._creating}
-            self.by_uid = {}
+            self.by_uid = {u: j for u, j in self.by_uid.items() if j in self._pruned}  # tombstones stay
             self._gathering = {}
             self._group_ended = {}
         with self._lock:
@@ -1124,6 +1138,16 @@ class KubeRuntime(EngineFront):
         rec = self.recs.get(job_id)
         if what == "create":
             job = self._creating.pop(job_id, None)
+            if job is None:  # cancelled while its Job was being created (its deletion is written next)
+                if exc is not None:
+                    self.recs.pop(job_id, None)
+                    self._pruned.discard(job_id)
+                elif job_id in self._pruned:  # and pruned since: a tombstone until its Job is gone
+                    self.by_uid[result[0]] = job_id
+                elif rec is not None:  # its object's views are the ended job's until it is gone
+                    rec.uid, rec.rv = result
+                    self.by_uid[rec.uid] = job_id
+                return
             if job is None or rec is None:
                 return
             if exc is not None:
@@ -1183,6 +1207,7 @@ class KubeRuntime(EngineFront):
         with self.cluster.lock:
             for uid in gone:
                 self._claim_waits.pop(uid, None)
+                self._accepted.pop(uid, None)
                 job_id = self.by_uid.pop(uid, None)
                 if job_id is not None:
                     self._pruned.discard(job_id)  # its object is gone: nothing can bring the record back
@@ -1309,6 +1334,8 @@ class KubeRuntime(EngineFront):
 
     def _group_seen(self, uid: str, member: Member, pods: list[PodView]) -> None:
         job_id = self.by_uid.get(uid)
+        # ended and pruned (:meth:`forget`): its pods are read as an ended job's, only pods made since are new
+        pruned = job_id if job_id is not None and job_id in self._pruned else ""
         job = self.engine.jobs.get(job_id) if job_id else None
         if not pods:  # every member is gone
             self._gathering.pop(uid, None)
@@ -1316,6 +1343,7 @@ class KubeRuntime(EngineFront):
             if job is not None and not job.done:
                 self._observed_end(job.id, Cancel("its pods were deleted"))
             self.by_uid.pop(uid, None)
+            self._pruned.discard(pruned)
             return
         if job is not None and not job.done:
             if job.state == JobState.RUNNING:
@@ -1332,13 +1360,13 @@ class KubeRuntime(EngineFront):
             # that saw the change first): adopted from its bound members below, as the leader runs it
             self._reopen(rec)
             job = None
-        if job is not None:  # it ended: only pods made since make a new job of the group
+        if job is not None or pruned:  # it ended: only pods made since make a new job of the group
             ended = self._group_ended.setdefault(uid, {p.key for p in pods})
             pods = [p for p in pods if p.key not in ended]
         # bound by a replica before (a restart, a new leader, a replica started later): that job, even when its
         # pods have ended since (it is then adopted and ends at once, as a finished Job is found finished)
         bound = [p for p in pods if p.node and p.reservation]
-        if bound and job is None:
+        if bound and job is None and not pruned:
             self._adopt_group(uid, member, pods, bound)
             return
         waiting = [p for p in pods if p.live and not p.node]
@@ -1376,6 +1404,7 @@ class KubeRuntime(EngineFront):
             return
         self._gathering.pop(uid, None)
         self._group_ended.pop(uid, None)
+        self._pruned.discard(pruned)  # a new run of the group: a pruned one's tombstone goes with the uid
         rec = _Rec(new_id, False, member.namespace, member.name, uid, group=True)
         self.recs[new_id] = rec
         self.by_uid[uid] = new_id
