@@ -7,11 +7,13 @@ kube-apiserver, with kube-controller-manager's Job controller and a test kubelet
   control plane (its stored events and end are those it had);
 * in process: the runtime's per-job records (``recs``, ``by_uid``) of a pruned job become a tombstone while its
   Job object exists and go with the object; a job cancelled while its Job was being created is prunable too and
-  leaves nothing once its Job is deleted.
+  leaves nothing once its Job is deleted; a pod group's job (bare pods with our gang annotations) that succeeded
+  is a tombstone while its ended pods stay (their changes do not make it a job again) and nothing once they are gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -169,3 +171,52 @@ def test_the_runtime_keeps_a_tombstone_of_a_pruned_job_only_while_its_object_exi
     finally:
         rt.close()
         _gc_jobs(kube_client, tenant)
+
+
+def test_a_pruned_pod_group_job_is_a_tombstone_until_its_pods_are_gone(
+        cp_with_jobs: Any, kube_client: Any, run: str, fleet: list[Any]) -> None:
+    """In process: a pod group (our gang annotations, 2 bare pods) that succeeds is prunable; while its ended pods
+    are still there its pods changing does not make it a job again; deleting them takes the tombstone."""
+    from kubernetes import client
+    from test_k8s_pod_group_queue import _member
+
+    from gpucluster.kubernetes import KubeRuntime
+    from gpucluster.kubernetes.podgroups import group_uid
+    from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION
+
+    core = client.CoreV1Api(kube_client)
+    tenant = f"g-{run}"
+    gang = f"grp-{run}"
+    rt = KubeRuntime(cp_with_jobs.kubeconfig, namespace=NS, identity=f"test-{run}")
+    tick = ticking(rt)
+    uid = group_uid(NS, gang)
+    names = [f"{gang}-{i}" for i in range(2)]
+    try:
+        for name in names:
+            core.create_namespaced_pod(NS, _member(name, run, gpus=1, run_s=1, labels={QUEUE_LABEL: tenant},
+                                                   annotations={GANG_ANNOTATION: gang, GANG_MIN_ANNOTATION: "2"}))
+        job = wait_until(tick(lambda: next((j for j in rt.jobs() if j.tenant == tenant and j.status == "succeeded"),
+                                           None)), 90, "the pod group to succeed")
+        assert job.id.startswith("g-") and rt.by_uid[uid] == job.id
+        rt.take_discovered()
+        assert rt.forget(job.id)
+        assert rt.job(job.id) is None and job.id not in rt.recs and rt.by_uid[uid] == job.id
+        assert job.id in rt._pruned
+        for name in names:
+            core.patch_namespaced_pod(name, NS, {"metadata": {"labels": {"touched": "1"}}})
+        wait_until(tick(lambda: all((rt._pods.get(f"{NS}/{n}") is not None
+                                     and ((rt._pods[f"{NS}/{n}"].obj.get("metadata") or {}).get("labels") or {})
+                                     .get("touched") == "1") for n in names)), 30,
+                   "the informer to show the changed pods")
+        rt.advance(rt.now + 0.25)  # read them
+        assert all(j.tenant != tenant for j in rt.jobs())  # not a job again
+        assert all(j.tenant != tenant for j in rt.take_discovered())
+        for name in names:
+            core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
+        wait_until(tick(lambda: uid not in rt.by_uid), 30, "the group's pods gone and read")
+        assert job.id not in rt._pruned and job.id not in rt.recs
+    finally:
+        rt.close()
+        for name in names:
+            with contextlib.suppress(Exception):
+                core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
