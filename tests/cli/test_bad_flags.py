@@ -25,9 +25,18 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     # a negative seed reached numpy's generators (ValueError: expected non-negative integer)
     ("schedule --pods {pods} --seed -1", SEED),
     ("demo --pod-count 10 --seed -3", SEED),
+    # a pod count past a C long overflowed in numpy (OverflowError, exit 1)
+    ("demo --pod-count 99999999999999999999", ("--pod-count", "less than or equal to")),
     (f"simulate --trace {SYNTH} --seed -1", SEED),
+    # a synthetic trace of 10**20 jobs overflowed in numpy (exit 1); a fourth field was dropped without a word
+    ("simulate --trace synthetic:99999999999999999999", ("synthetic:99999999999999999999", "within 1..1,000,000")),
+    ("simulate --trace synthetic:5:philly:0.1:9", ("--trace 'synthetic:5:philly:0.1:9'", "'9' is one field too many")),
     (f"whatif --design {{design}} --trace {SYNTH} --seed -1", SEED),
     ("up --port 9 --data-dir {tmp}/data --seed -1", SEED),
+    # a host that is no address was reported as "--port: ... is already in use"
+    ("up --port 9 --data-dir {tmp}/data --host 999.1.1.1", ("--host '999.1.1.1'", "not an address")),
+    # an infinite fault rate looped forever before serving, deaf to SIGTERM
+    ("up --port 9 --data-dir {tmp}/data --faults-per-hour inf", ("--faults-per-hour", "less than or equal to")),
     ("experiment fgd --nodes {dir}/openb_node_list_gpu_node.csv --pods {dir}/openb_pod_list_tiny.csv --seeds -1",
      ("--seeds", "'-1'", "negative")),
     ("experiment fgd --nodes {dir}/openb_node_list_gpu_node.csv --pods {dir}/openb_pod_list_tiny.csv --seeds 3,-2-4",
@@ -42,6 +51,13 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
        f"--inflation {value}", ("--inflation", "must be in (0, 10]")) for value in ("0", "-1", "nan", "11")),
     ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --jobs -3",
      ("--jobs", "greater than or equal to 0")),
+    # ... and forked a pool of as many processes as --jobs said, 10**20 included
+    ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --jobs 99999999999999999999",
+     ("--jobs", "less than or equal to 1024")),
+    # kind-config built a config of 10**20 workers (memory) or overflowed on 10**20 GPUs (OverflowError)
+    ("deploy kind-config --workers 99999999999999999999", ("--workers", "must be within 1..256")),
+    ("deploy kind-config --gpus 99999999999999999999", ("--gpus", "must be within 0..128")),
+    ("deploy kind-config --gpus 4 --gpus-per-worker 0-99999999999", ("--gpus-per-worker[0]", "GPU 99999999999 does not exist")),
     # ... and named --placement-policy (a flag it does not have) for an unknown policy in --policies
     ("experiment fgd-sweep --trace-dir {dir} --workloads tiny --out {tmp}/sweep --seeds 1 --policies fgd,nope",
      ("--policies:", "unknown policy 'nope'")),
@@ -57,6 +73,16 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     (f"whatif --design {{design}} --trace {SYNTH} --years 0", ("--years", "must be > 0")),
     # k8s manifests printed objects the API server refuses (kubectl apply failed later, object by object)
     ("k8s manifests --namespace Bad_NS", ("--namespace 'Bad_NS'", "not a namespace name")),
+    # NaN or a negative timeout was taken (every node stale, or never); a NaN or infinite lease raised in the
+    # leader elector (a traceback)
+    *((f"k8s {cmd} --listen 127.0.0.1:9 {flag} {value}", (flag, "must be > 0"))
+      for cmd, flag in (("extender", "--handshake-timeout"), ("extender", "--assume-ttl"),
+                        ("scheduler", "--handshake-timeout"))
+      for value in ("nan", "-5", "0")),
+    *((f"k8s scheduler --lease-duration {value}", ("--lease-duration", "must be within 1..3600"))
+      for value in ("nan", "inf", "0.5")),
+    *((f"k8s register-nodes --interval {value}", ("--interval", "must be > 0 and at most 86400"))
+      for value in ("nan", "inf", "-1")),
     ("k8s manifests --namespace " + "n" * 64, ("--namespace", "at most 63 characters")),
     ("k8s manifests --release 9lives", ("--release '9lives'", "a lower-case letter")),
     ("k8s manifests --release Prod", ("--release 'Prod'", "a lower-case letter")),

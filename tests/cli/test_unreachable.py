@@ -61,3 +61,24 @@ def test_an_unreachable_server_exits_2_naming_it(tmp_path: Path, command: str, a
     assert res.exit_code == 2, (line, res.output)
     assert f"--server: cannot reach {NOWHERE}" in " ".join(res.stderr.split()), (line, res.output)
     assert res.stdout == ""
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://[::1", "not a URL (Invalid IPv6 URL)"),  # was a ValueError out of httpx (exit 1, no flag named)
+    ("http://127.0.0.1:99999", "not a URL (Port out of range"),
+    ("http://", "no host in the URL"),
+    ("notaurl", "expected an http:// or https:// URL"),  # was checked only after the token, if at all
+])
+@pytest.mark.parametrize("command", ["jobs", "tenants create", "get"])
+def test_a_server_url_that_is_no_url_exits_2_naming_where_it_came_from(tmp_path: Path, command: str, url: str,
+                                                                       why: str) -> None:
+    args = ARGS[command]
+    env = {"GPUCLUSTER_CONFIG": str(tmp_path / "none.yaml")}
+    for line, where in (([*command.split(), *args, "--server", url, "--token", "t"], "--server"),
+                        ([*command.split(), *args, "--token", "t"], "$GPUCLUSTER_SERVER")):
+        res = runner.invoke(app, line, env={**env, "GPUCLUSTER_SERVER": url} if where != "--server" else env)
+        assert res.exception is None or isinstance(res.exception, SystemExit), (line, repr(res.exception))
+        assert res.exit_code == 2, (line, res.output)
+        assert f"{where} {url!r}: {why}" in " ".join(res.stderr.split()), (line, res.output)
+    res = runner.invoke(app, ["config", "set-context", "c", "--server", url], env=env)
+    assert res.exit_code == 2 and f"--server {url!r}: {why}" in " ".join(res.stderr.split()), res.output

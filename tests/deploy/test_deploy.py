@@ -50,7 +50,7 @@ def test_kind_config_cli() -> None:
     assert len(doc["nodes"][2]["extraMounts"]) == 3
     r = runner.invoke(app, ["deploy", "kind-config", "--workers", "0"])
     assert r.exit_code == 2
-    assert "--workers: must be >= 1" in r.stderr
+    assert "--workers: must be within 1..256" in r.stderr
 
 
 def _fake_tool(bindir: Path, name: str, output: str, code: int = 0) -> None:

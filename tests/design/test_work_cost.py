@@ -137,3 +137,10 @@ def test_on_the_price_sheet_an_h100_hour_of_training_is_cheaper_on_an_h100_than_
     assert cloud_prices(PRICES, "L40S-48GB")[0].usd_per_gpu_hour < cloud_prices(PRICES, "H100-SXM5-80GB")[0].usd_per_gpu_hour
     assert h100 < l40s
     assert math.isclose(h100, 55.04 / 8)
+
+
+def test_spot_so_risky_that_work_never_gets_done_costs_infinity_not_an_overflow() -> None:
+    """``whatif --spot-restart-h 1e20`` (or interruptions so frequent that exp() overflows) raised OverflowError
+    (exit 1 with no message naming a flag); the work never gets done: its overhead is infinite."""
+    assert SpotRisk(interruptions_per_hour=1.0, restart_h=1e20).overhead() == math.inf
+    assert SpotRisk(interruptions_per_hour=1e20 / 24).overhead(2.0) == math.inf

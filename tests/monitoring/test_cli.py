@@ -119,6 +119,12 @@ def test_analyze_job_from_file_and_sim(files: tuple[Path, Path], tmp_path: Path)
     (["analyze", "job", "j1", "--source", "carrier-pigeon", "--metrics", "{m}"], "--source 'carrier-pigeon'"),
     (["analyze", "job", "j1", "--metrics", "{missing}"], "no such file"),
     (["analyze", "job", "ghost", "--source", "sim", "--pods", "{p}", "--cluster", "{c}"], "job 'ghost'"),
+    # flags the chosen source does not read were ignored without a word (exit 0, an answer from the other source)
+    (["analyze", "job", "j1", "--metrics", "{m}", "--pods", "{p}"], "--pods: used with --source sim only"),
+    (["analyze", "job", "j1", "--metrics", "{m}", "--cluster", "{c}"], "--cluster: used with --source sim only"),
+    (["analyze", "job", "p1", "--source", "sim", "--pods", "{p}", "--metrics", "{m}"], "not read with --source sim"),
+    (["agent", "--source", "sim", "--cluster", "{c}", "--placement-policy", "bogus", "--duration", "0.01"],
+     "--placement-policy 'bogus': unknown"),
     (["agent", "--listen", "localhost"], "expected HOST:PORT"),
     (["agent", "--listen", "127.0.0.1:99999"], "expected HOST:PORT"),
     (["agent", "--source", "tpu"], "--source 'tpu'"),

@@ -40,6 +40,8 @@ def test_executor_choice() -> None:
     assert isinstance(executor_for(jobs=4, tasks=1), SerialExecutor)
     pool = executor_for(jobs=2, tasks=10)
     assert isinstance(pool, ProcessExecutor) and pool.description == "2 local processes"
+    # never more processes than tasks (--jobs 10**20 forked without end)
+    assert executor_for(jobs=10**20, tasks=3).description == "3 local processes"
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:notaport", "127.0.0.1:1"])

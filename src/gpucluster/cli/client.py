@@ -89,6 +89,21 @@ def save_config(doc: dict[str, Any], path: Path | None = None) -> Path:
     return path
 
 
+def server_url_error(url: str) -> str | None:
+    """Why ``url`` is no control-plane URL (``http[s]://HOST[:PORT][/PATH]``), or None when it is one."""
+    if not url.startswith(("http://", "https://")):
+        return "expected an http:// or https:// URL"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is no number or out of range
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if not parts.hostname:
+        return "no host in the URL"
+    del port
+    return None
+
+
 def _is_local(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     if host == "localhost":
@@ -132,18 +147,24 @@ def resolve(server: str | None, token: str | None, context: str | None = None) -
     elif ctx_name and ctx_name in doc["contexts"]:
         ctx = doc["contexts"][ctx_name]
     env_server, env_token = os.environ.get(SERVER_ENV), os.environ.get(TOKEN_ENV)
+    from_ctx = (ctx.get("server"), f"context {ctx_name}")
+    from_env = (env_server, f"${SERVER_ENV}")
     if context is not None:  # an explicit context wins over the environment
-        url = server or ctx.get("server") or env_server or DEFAULT_SERVER
+        order = [(server, "--server"), from_ctx, from_env]
         tok, src = (token, "--token") if token else (ctx.get("token"), f"context {context}")
     else:
-        url = server or env_server or ctx.get("server") or DEFAULT_SERVER
+        order = [(server, "--server"), from_env, from_ctx]
         if token:
             tok, src = token, "--token"
         elif env_token:
             tok, src = env_token, f"${TOKEN_ENV}"
         else:
             tok, src = ctx.get("token"), f"context {ctx_name}"
-    url = str(url).rstrip("/")
+    url, came = next(((str(u), w) for u, w in order if u), (DEFAULT_SERVER, "the default server"))
+    bad = server_url_error(url)
+    if bad is not None:  # before the token: a URL that cannot be used is the first thing to fix
+        fail(f"{came} {url!r}: {bad}")
+    url = url.rstrip("/")
     if not tok and _is_local(url):
         tok, src = _saved_admin_token(), "the admin token saved by gpucluster up"
     if not tok:
@@ -186,4 +207,5 @@ def call(http: httpx.Client, method: str, path: str, **kw: Any) -> Any:
 
 
 __all__ = ["CONFIG_ENV", "DEFAULT_SERVER", "SERVER_ENV", "TOKEN_ENV", "Connection", "ContextOpt", "ServerOpt",
-           "TokenOpt", "call", "client", "config_path", "load_config", "resolve", "save_config", "send"]
+           "TokenOpt", "call", "client", "config_path", "load_config", "resolve", "save_config", "send",
+           "server_url_error"]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gpucluster.cli.client import config_path, load_config, save_config
+from gpucluster.cli.client import config_path, load_config, save_config, server_url_error
 from gpucluster.cli.common import fail
 from gpucluster.cli.output import OutputFormat, print_table, write, write_machine
 
@@ -28,8 +28,11 @@ def set_context(
     use: Annotated[bool, typer.Option("--use/--no-use", help="Make it the current context.")] = True,
 ) -> None:
     """Create or update a context (the file is written with mode 0600)."""
-    if server is not None and not server.startswith(("http://", "https://")):
-        fail(f"--server {server!r}: expected an http:// or https:// URL")
+    if not name.strip():
+        fail("NAME: a context needs a name (not empty)")
+    bad = server_url_error(server) if server is not None else None
+    if server is not None and bad is not None:
+        fail(f"--server {server!r}: {bad}")
     doc = load_config()
     ctx = dict(doc["contexts"].get(name, {}))
     if server is not None:

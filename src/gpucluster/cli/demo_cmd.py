@@ -53,7 +53,8 @@ def register(app: typer.Typer) -> None:
     def demo(
         cluster: Annotated[Path | None, typer.Option("--cluster", help=cluster_option_help())] = None,
         pod_count: Annotated[int | None, typer.Option(
-            "--pod-count", min=1, help="How many synthetic pods to place (default 12000).")] = None,
+            "--pod-count", min=1, max=1_000_000,
+            help="How many synthetic pods to place (default 12000; at most 1,000,000).")] = None,
         old_pods: Annotated[int | None, deprecated_option("--pods", "--pod-count")] = None,
         seed: Annotated[int, typer.Option("--seed", min=0, help="Workload and tie-break seed (>= 0).")] = 1,
         policies: Annotated[

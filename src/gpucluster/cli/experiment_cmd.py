@@ -134,7 +134,8 @@ def fgd_sweep_cmd(
                                                                "with published results).")] = "",
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 42-51.")] = "42-51",
     inflation: Annotated[float, typer.Option("--inflation", help=INFLATION_HELP)] = 1.3,
-    jobs: Annotated[int, typer.Option("--jobs", min=0, help="Worker processes (default 0: all cores).")] = 0,
+    jobs: Annotated[int, typer.Option("--jobs", min=0, max=1024,
+                                      help="Worker processes (default 0: all cores; at most 1024).")] = 0,
     ray_address: Annotated[str | None, typer.Option(
         "--ray-address", envvar="RAY_ADDRESS",
         help="Run on this Ray cluster instead of local processes (HOST:PORT of the head, ray://HOST:10001, or "

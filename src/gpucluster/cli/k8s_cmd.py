@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import sys
 import time
@@ -100,6 +101,14 @@ def _listen(value: str) -> tuple[str, int]:
         fail(str(exc))
 
 
+def _check_seconds(flag: str, value: float, *, most: float = math.inf) -> None:
+    """``value`` (seconds) must be > 0 and at most ``most`` (inf: "never" where that is allowed); NaN fails every
+    comparison, so it is refused too (a NaN timeout made every node stale, or none, without a word)."""
+    if not 0 < value <= most:
+        limit = "" if most == math.inf else f" and at most {most:g}"
+        fail(f"{flag}: must be > 0{limit} seconds, got {value:g}")
+
+
 def register(app: typer.Typer) -> None:
     k8s = typer.Typer(help="Run gpucluster's scheduler on a real Kubernetes cluster.", no_args_is_help=True)
     app.add_typer(k8s, name="k8s")
@@ -124,6 +133,8 @@ def register(app: typer.Typer) -> None:
         host, port = _listen(listen)
         policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
         _check_policy(policy)
+        _check_seconds("--handshake-timeout", handshake_timeout)
+        _check_seconds("--assume-ttl", assume_ttl)
         registry = registry_or_fail(device_config)
         opts = RunOptions(placement_policy=policy, scheduler_name=scheduler_name, handshake_timeout=handshake_timeout,
                           assume_ttl=assume_ttl, collectors=_metrics(legacy_metrics))
@@ -172,8 +183,9 @@ def register(app: typer.Typer) -> None:
         policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
         _check_policy(policy)
         registry = registry_or_fail(device_config)
-        if lease_duration < 1:
-            fail("--lease-duration: must be >= 1 second")
+        if not 1 <= lease_duration <= 3600:  # NaN and inf made the elector's own check raise (a traceback)
+            fail(f"--lease-duration: must be within 1..3600 seconds, got {lease_duration:g}")
+        _check_seconds("--handshake-timeout", handshake_timeout)
         if not 0 <= claim_settle <= 60:
             fail(f"--claim-settle: must be within 0..60 seconds, got {claim_settle:g}")
         where = _listen(listen) if listen else None
@@ -201,8 +213,7 @@ def register(app: typer.Typer) -> None:
         from gpucluster.kubernetes.client import ApiException
         from gpucluster.kubernetes.register import NodeRegistrar
 
-        if interval <= 0:
-            fail("--interval: must be > 0")
+        _check_seconds("--interval", interval, most=86400.0)
         spec = load_cluster_or_fail(cluster)
         reg = NodeRegistrar(_api(kubeconfig), spec.nodes, registry_or_fail(None), interval=interval)
         try:

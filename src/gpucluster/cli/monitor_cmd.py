@@ -188,9 +188,9 @@ def register(app: typer.Typer) -> None:
             c = load_cluster_or_fail(cluster)
             state = c.state()
             nodes = _sim_nodes(state, list(node or []))
+            policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
+            _check_policy(policy)  # also without --pods: an unknown name is a mistake however it is used
             if pods is not None:
-                policy = renamed(policy, old_policy, "--placement-policy", "--policy") or "default"
-                _check_policy(policy)
                 _sched, waiting = _place(state, _load_pods_or_fail(pods), policy,
                                          control.observe_decision if control is not None else None)
             src = SimSource(state, nodes)
@@ -358,6 +358,10 @@ def register(app: typer.Typer) -> None:
         if source == "file":
             if metrics is None:
                 fail("give --metrics FILE (JSON or CSV), or --source sim --pods FILE")
+            unused = [flag for flag, value in (("--pods", pods), ("--cluster", cluster)) if value is not None]
+            if unused:  # read by --source sim only: saying so beats answering from --metrics as if they counted
+                fail(f"{' and '.join(unused)}: used with --source sim only (this analysis reads --metrics "
+                     f"{metrics})")
             try:
                 by_job = load_metrics(metrics)
             except MetricsInputError as exc:
@@ -371,6 +375,8 @@ def register(app: typer.Typer) -> None:
         elif source == "sim":
             if pods is None:
                 fail("--source sim needs --pods FILE")
+            if metrics is not None:
+                fail(f"--metrics {metrics}: not read with --source sim (it watches --pods on the simulated cluster)")
             samples = _sim_job_samples(job_id, load_cluster_or_fail(cluster).state(), _load_pods_or_fail(pods),
                                        seconds)
         else:

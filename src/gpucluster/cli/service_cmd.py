@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import errno
 import ipaddress
 import logging
 import math
@@ -95,14 +96,26 @@ def _default_data_dir() -> Path:
     return Path(env) if env else Path.home() / ".gpucluster"
 
 
-def _port_free(host: str, port: int) -> bool:
+def _bind_error(host: str, port: int) -> str | None:
+    """Why ``up`` could not listen on ``host:port`` (the flag at fault and the reason), or None when it can: only
+    a port taken by another process is "already in use"; a host that is no address (``999.1.1.1``), or not one of
+    this machine's, and a port that needs privileges say so."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
-            return False
-    return True
+        except socket.gaierror as exc:
+            return f"--host {host!r}: not an address or a name this machine resolves ({exc.strerror})"
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"--port: {host}:{port} is already in use (pick another with --port)"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return f"--host {host!r}: not an address of this machine ({exc.strerror})"
+            if exc.errno == errno.EACCES:
+                return f"--port {port}: not allowed to listen on it here ({exc.strerror}; ports below 1024 need " \
+                       "privileges)"
+            return f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None
 
 
 def _shown_host(host: str) -> tuple[str, bool]:
@@ -130,8 +143,9 @@ def up(
                                          help="Clock seconds per real second.")] = 1.0,
     background: Annotated[float, typer.Option("--background", min=0.0, max=1.0,
                                               help="Target load of the synthetic background workload.")] = 0.6,
-    faults_per_hour: Annotated[float, typer.Option("--faults-per-hour", min=0.0,
-                                                   help="Injected GPU faults per clock hour.")] = 1.0,
+    faults_per_hour: Annotated[float, typer.Option("--faults-per-hour", min=0.0, max=3600.0,
+                                                   help="Injected GPU faults per clock hour (at most 3600: one a "
+                                                        "clock second).")] = 1.0,
     old_policy: Annotated[str | None, deprecated_option("--policy", "--placement-policy")] = None,
     policy: Annotated[str | None, typer.Option("--placement-policy", help=PLACEMENT_HELP + "; default: default")]
     = None,
@@ -258,8 +272,9 @@ def up(
         fail(f"--data-dir: {data}: {exc.strerror}")
     except DataDirLockedError as exc:
         fail(f"--data-dir: {exc}")
-    if not _port_free(host, port):
-        fail(f"--port: {host}:{port} is already in use (pick another with --port)")
+    bind_error = _bind_error(host, port)
+    if bind_error is not None:
+        fail(bind_error)
     try:
         runtime = build_runtime(RuntimeOptions(cluster=spec, kubeconfig=kubeconfig, placement_policy=policy,
                                                queue_policy=queue_policy, background=background,

@@ -18,6 +18,10 @@ import yaml
 
 CDI_PREFIX = "/var/run/nvidia-container-devices/cdi/runtime.nvidia.com/gpu"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+MAX_WORKERS = 256
+"""Most worker nodes of a kind cluster we write a config for (each is a container on one host)."""
+MAX_GPUS = 128
+"""Most GPUs on the host (``--gpus``)."""
 KIND_NAME = re.compile(r"[a-z0-9.-]+")
 """Cluster names kind accepts (its config validation: ``^[a-z0-9.-]+$``); it refuses others at create time."""
 
@@ -36,6 +40,9 @@ def _parse_list(text: str, where: str, gpus: int) -> list[int]:
             lo, _, hi = part.partition("-")
             if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
                 raise KindConfigError(f"{where}: {part!r} is not a GPU index range like 2-5")
+            if int(hi) >= gpus:  # before the range is built: '0-99999999999' is no list to make
+                raise KindConfigError(f"{where}: GPU {int(hi)} does not exist (--gpus {gpus}: indices "
+                                      f"0..{gpus - 1})")
             out += list(range(int(lo), int(hi) + 1))
         elif part.isdigit():
             out.append(int(part))
@@ -49,10 +56,10 @@ def _parse_list(text: str, where: str, gpus: int) -> list[int]:
 
 def gpu_assignment(workers: int, gpus: int, per_worker: Sequence[str] | None = None) -> list[list[int]]:
     """GPU indices per worker."""
-    if workers < 1:
-        raise KindConfigError(f"--workers: must be >= 1, got {workers}")
-    if gpus < 0:
-        raise KindConfigError(f"--gpus: must be >= 0, got {gpus}")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise KindConfigError(f"--workers: must be within 1..{MAX_WORKERS}, got {workers}")
+    if not 0 <= gpus <= MAX_GPUS:
+        raise KindConfigError(f"--gpus: must be within 0..{MAX_GPUS}, got {gpus}")
     if per_worker:
         if len(per_worker) != workers:
             raise KindConfigError(

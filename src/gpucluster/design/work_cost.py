@@ -54,7 +54,10 @@ class SpotRisk:
         r = self.interruptions_per_hour
         if r * c < 1e-12:  # no (or vanishingly rare) interruptions: the limit, without dividing by ~0
             return (c + self.checkpoint_cost_h) / c
-        return math.exp(r * self.restart_h) * math.expm1(r * (c + self.checkpoint_cost_h)) / (r * c)
+        try:
+            return math.exp(r * self.restart_h) * math.expm1(r * (c + self.checkpoint_cost_h)) / (r * c)
+        except OverflowError:  # interrupted so often, or restarting so slowly, that the work never gets done
+            return math.inf
 
     def lost_work_h(self, run_h: float) -> float:
         """Expected hours of GPU time lost (redone work, restarts, checkpoints) by a job of ``run_h`` hours."""

@@ -151,10 +151,10 @@ def _check_reachable(address: str) -> None:
 
 def executor_for(jobs: int = 0, ray_address: str | None = None, tasks: int = 2) -> Executor:
     """Ray when an address is given; else a local pool of ``jobs`` processes (0 = all cores), or this process
-    when one job (or at most one task) makes a pool pointless."""
+    when one job (or at most one task) makes a pool pointless; never more processes than tasks."""
     if ray_address:
         return RayExecutor(ray_address)
-    n = jobs or os.cpu_count() or 1
+    n = min(jobs or os.cpu_count() or 1, tasks)
     if n <= 1 or tasks <= 1:
         return SerialExecutor()
     return ProcessExecutor(n)

@@ -54,6 +54,9 @@ def load_trace(trace: str, cluster: Cluster, seed: int = 0, notes: list[str] | N
         from gpucluster.simulator.traces.synthetic import DEFAULT_PROFILE, generate
 
         parts = arg.split(":")
+        if len(parts) > 3:  # a fourth field was dropped without a word
+            raise TraceError(f"--trace {trace!r}: expected synthetic:N[:PROFILE[:LOAD]]; "
+                             f"{':'.join(parts[3:])!r} is one field too many")
         try:
             n = int(parts[0])
             load = float(parts[2]) if len(parts) > 2 else 0.7

@@ -86,6 +86,8 @@ PROFILES: Mapping[str, WorkloadProfile] = {
     "pai": WorkloadProfile("pai", 4787.109, 480.667, 626371.0, 1.1, (2, 4, 8), (4, 2, 1), 401.742, 9.0),
 }
 DEFAULT_PROFILE = "philly"
+MAX_SYNTHETIC_JOBS = 1_000_000
+"""Most jobs a synthetic trace may hold (each is a JobSpec in memory; real traces here hold up to ~100,000)."""
 _MODELS = ("ResNet-50", "ResNet-18", "Transformer", "LM", "Recommendation", "CycleGAN")
 
 
@@ -105,8 +107,8 @@ def generate(
 
     Raises TraceError for a bad argument, or when the ``n`` jobs together ask for fewer GPUs than the load needs.
     """
-    if n <= 0:
-        raise TraceError(f"synthetic:{n}: the job count must be > 0")
+    if not 0 < n <= MAX_SYNTHETIC_JOBS:  # 10**20 overflowed in numpy (OverflowError, no word of which flag)
+        raise TraceError(f"synthetic:{n}: the job count must be within 1..{MAX_SYNTHETIC_JOBS:,}")
     if profile not in PROFILES:
         raise TraceError(f"synthetic: unknown profile {profile!r}; known: {', '.join(sorted(PROFILES))}")
     if not 0 < load <= 10:
