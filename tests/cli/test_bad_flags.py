@@ -69,6 +69,9 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     (f"whatif --design {{design}} --trace {SYNTH} --jct-tolerance nan", ("--jct-tolerance", "must be >= 0")),
     # design and whatif wrote their errors without the "error:" every other command's carry
     ("design --gpu H100 --servers 0", ("--servers", "must be > 0")),
+    # 10**20 scalable units were reported as "servers: must be <= 50000" (a field the user did not give)
+    ("design --preset dgx-h100-superpod --scalable-units 99999999999999999999",
+     ("--scalable-units", "must be within 1..1000")),
     ("design --gpu H100 --servers 2 --fabric bogus", ("--fabric", "must be ib or roce")),
     (f"whatif --design {{design}} --trace {SYNTH} --years 0", ("--years", "must be > 0")),
     # k8s manifests printed objects the API server refuses (kubectl apply failed later, object by object)

@@ -9,14 +9,18 @@ from gpucluster.design.requirements import DesignError, Requirements, parse_requ
 PRESETS = ("dgx-h100-superpod", "dgx-b200-superpod")
 
 
+MAX_SCALABLE_UNITS = 1000
+"""Most scalable units a preset is built with (32,000 servers, within the cluster's node limit)."""
+
+
 def preset_data(name: str, scalable_units: int) -> dict[str, Any]:
     """Requirements mapping for a preset with N scalable units of 32 node slots.
 
     H100: one slot of the first SU holds the UFM appliances (4 fabric ports), so 32N - 1 DGX;
     4 DGX per rack (4 x 10.2 kW). B200: 32 DGX per SU; 4 DGX B200 per 48U rack at ~57 kW.
     """
-    if scalable_units < 1:
-        raise DesignError("--scalable-units", "must be >= 1")
+    if not 1 <= scalable_units <= MAX_SCALABLE_UNITS:  # 10**20 was reported as "servers: must be <= 50000"
+        raise DesignError("--scalable-units", f"must be within 1..{MAX_SCALABLE_UNITS}")
     if name == "dgx-h100-superpod":
         return {
             "name": f"dgx-h100-superpod-{scalable_units}su",
