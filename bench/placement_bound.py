@@ -29,8 +29,9 @@ Both must-place bounds add GPU-packing rows found from the binding LP's optimum 
 dual-feasible function on the workload's sharing sizes, not only the fixed family) and scan again, up to three
 times; ``--config-cuts 0`` gives the bounds without them. ``--node-cuts`` adds node-packing rows in the same
 refinement (``bound.NODE_CUTS_DOC``: one node's CPU, memory and GPUs together; off by default). ``--earliest N``
-first proves, for the N shapes with the most GPU milli, the latest segment cut before which no pod of the shape
-can fail in any must-place run, and forces those pods in every LP (``bound.EARLIEST_DOC``; off by default).
+first proves, for the N shapes with the most GPU milli, the longest prefix of the shape's pods of which none can
+fail in any must-place run, and forces those pods in every LP with the earlier pods of the shapes each proved pod
+covers (``bound.EARLIEST_DOC``; off by default).
 
 ``gap closed`` = (ours - FGD) / (bound - FGD), on the two-class bound (the one-class one with ``--no-two-class``).
 Idle GPUs = (capacity - allocation) / 1000. The traces are read from ``--traces`` (never copied).

@@ -11,12 +11,18 @@ its bound namespaces.
   for naming A (its refusal taken off, a Normal ``Accepted`` Event; it runs), refuses the Job of ns-b that waited
   in C's queue, and leaves C's running Job of ns-b running;
 * a JobSet, a PyTorchJob and a pod group in ns-b naming A are refused as a Job is (the Event on the object, or on
-  each member pod), and let in once A is unbound.
+  each member pod), and let in once A is unbound;
+* a change of a refused Job's own queue label re-checks it (refused again for a bad name, let in under a tenant
+  bound nowhere, filed under it in the store); a running Job relabelled keeps its tenant;
+* across a restart, with the bindings changed while the control plane was down: the running Job of a namespace
+  now foreign runs on, charged as before; a queued one is refused; a refused one now allowed is let in; the store
+  files each under the tenant it is listed under.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -86,6 +92,16 @@ def _refused(kube: Any, namespace: str, name: str, kind: str = "Job",
 def _status(server: ControlPlane, name: str, status: str) -> dict[str, Any] | None:
     job = _api_job(server, name)
     return job if job is not None and job["status"] == status else None
+
+
+def _stored(data: Path, *names: str) -> dict[str, str]:
+    """Job name -> the tenant the control plane's store files it under (read from its SQLite file, read-only)."""
+    db = sqlite3.connect(f"file:{data / 'gpucluster.db'}?mode=ro", uri=True)
+    try:
+        marks = ",".join("?" * len(names))
+        return dict(db.execute(f"SELECT name, tenant FROM jobs WHERE name IN ({marks})", names))
+    finally:
+        db.close()
 
 
 def _usage(server: ControlPlane, tenant: str) -> dict[str, Any]:
@@ -232,3 +248,106 @@ def test_a_jobset_a_pytorchjob_and_a_pod_group_naming_a_bound_tenant_are_refused
     assert _refused(kube_client, ns_b, f"{group}-0", kind="Pod", reason="Accepted")
     done = wait_until(lambda: _status(server, group, "succeeded"), 90, "the pod group let in to run")
     assert done["tenant"] == tenant
+
+
+def test_a_queue_label_change_rechecks_a_refused_job_and_never_moves_a_running_one(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
+        server: ControlPlane) -> None:
+    """ns-a bound to A. A Job of ns-b naming A is refused; its label changed to a bad tenant name, it is refused
+    again for that (a second Refused event, the annotation rewritten); changed to C (bound nowhere), it is let in
+    (the refusal taken off, an Accepted event), runs charged to C and the store files it under C. A running Job
+    of ns-a naming A, relabelled to C, runs on charged to A (a Relabelled event says so)."""
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant, ns_a, ns_b = namespaces
+    other = f"tc-{run}"
+    fixed, running = f"fixed-{run}", f"running-{run}"
+    _apply(kube_control_plane, fixed, ns_b, tenant, run)
+    wait_until(lambda: _refused(kube_client, ns_b, fixed), 60, "the Job of ns-b naming A refused")
+    _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
+    wait_until(lambda: _status(server, running, "running"), 60, "the Job of ns-a to run")
+
+    def relabel(name: str, namespace: str, label: str) -> None:
+        batch.patch_namespaced_job(name, namespace, {"metadata": {"labels": {QUEUE_LABEL: label}}})
+
+    relabel(fixed, ns_b, "Not_A_Tenant")
+    events = wait_until(lambda: (e := _refused(kube_client, ns_b, fixed)) and len(e) == 2 and e, 60,
+                        "a second Refused event, for the bad name")
+    assert any("'Not_A_Tenant' is not a tenant name" in e["message"] for e in events)
+    wait_until(lambda: "not a tenant name" in (batch.read_namespaced_job(fixed, ns_b).metadata.annotations or {})
+               .get(REFUSED_ANNOTATION, ""), 30, "the refusal annotation rewritten")
+    assert not _refused(kube_client, ns_b, fixed, reason="Accepted")
+
+    relabel(fixed, ns_b, other)
+    [accepted] = wait_until(lambda: _refused(kube_client, ns_b, fixed, reason="Accepted"), 60,
+                            "an Accepted event on the relabelled Job")
+    assert accepted["type"] == "Normal"
+    assert f"accepted: queued for tenant {other}: its label {QUEUE_LABEL} now names tenant {other}" \
+        in accepted["message"]
+    done = wait_until(lambda: _status(server, fixed, "succeeded"), 90, "the relabelled Job to run")
+    assert done["tenant"] == other
+    assert REFUSED_ANNOTATION not in (batch.read_namespaced_job(fixed, ns_b).metadata.annotations or {})
+    wait_until(lambda: _stored(server.data, fixed) == {fixed: other}, 30, "the store to file it under C")
+
+    relabel(running, ns_a, other)
+    [told] = wait_until(lambda: _refused(kube_client, ns_a, running, reason="Relabelled"), 60,
+                        "a Relabelled event on the running Job")
+    assert f"it stays running, charged to tenant {tenant} until it ends" in told["message"]
+    still = _status(server, running, "running")
+    assert still is not None and still["tenant"] == tenant
+    assert _usage(server, tenant)["gpus"] == 2 and _usage(server, other)["gpus"] == 0
+    assert not _refused(kube_client, ns_a, running)
+
+
+def test_a_restart_after_the_bindings_changed_keeps_running_jobs_and_files_each_under_its_tenant(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str], fleet: list[Any],
+        tmp_path: Path) -> None:
+    """ns-a bound to A (quota 2 GPUs). A Job of ns-a naming A runs, another waits for quota, a Job of ns-b naming
+    A is refused (stored under ``default``). The control plane stops; meanwhile ns-a is bound to C and ns-b to A.
+    Restarted, it adopts the running Job (still running, charged to A, never refused), refuses the waiting one
+    (ns-a may not use A now; listed and stored under C) and lets the refused one in (the refusal taken off, an
+    Accepted event; listed and stored under A)."""
+    from kubernetes import client
+
+    batch, core = client.BatchV1Api(kube_client), client.CoreV1Api(kube_client)
+    tenant, ns_a, ns_b = namespaces
+    other = f"tc-{run}"
+    running, waiting, intruder = f"running-{run}", f"waiting-{run}", f"intruder-{run}"
+    with serving(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect") as first:
+        with first.client() as c:
+            r = c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2})
+            assert r.status_code == 201, r.text
+        _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: _status(first, running, "running"), 60, "A's first Job to run")
+        _apply(kube_control_plane, waiting, ns_a, tenant, run)
+        wait_until(lambda: (j := _status(first, waiting, "pending")) and "quota" in j["message"], 60,
+                   "A's second Job to wait for quota")
+        _apply(kube_control_plane, intruder, ns_b, tenant, run)
+        wait_until(lambda: _refused(kube_client, ns_b, intruder), 60, "the Job of ns-b naming A refused")
+        wait_until(lambda: _stored(first.data, intruder) == {intruder: "default"}, 30,
+                   "the refused Job stored under default")
+    assert _stored(first.data, running, waiting) == {running: tenant, waiting: tenant}
+
+    core.patch_namespace(ns_a, {"metadata": {"labels": {NAMESPACE_TENANT_LABEL: other}}})
+    core.patch_namespace(ns_b, {"metadata": {"labels": {NAMESPACE_TENANT_LABEL: tenant}}})
+    with serving(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect") as second:
+        # the running Job is adopted as it runs: ns-a's new binding never stops it
+        again = wait_until(lambda: _status(second, running, "running"), 60, "the running Job adopted")
+        assert again["tenant"] == tenant
+        assert batch.read_namespaced_job(running, ns_a).spec.suspend is False
+        assert not _refused(kube_client, ns_a, running)
+        # the waiting one is refused, listed under ns-a's tenant now
+        [event] = wait_until(lambda: _refused(kube_client, ns_a, waiting), 60, "the waiting Job refused")
+        assert f"namespace {ns_a} may not use tenant {tenant}" in event["message"]
+        shown = wait_until(lambda: _status(second, waiting, "failed"), 30, "the refused Job failed in get jobs")
+        assert shown["tenant"] == other
+        # the refused one is let in, listed under A
+        wait_until(lambda: _refused(kube_client, ns_b, intruder, reason="Accepted"), 60, "the refused Job let in")
+        let_in = wait_until(lambda: (j := _api_job(second, intruder)) and j["status"] != "failed" and j, 30,
+                            "the Job let in listed as queued or run")
+        assert let_in["tenant"] == tenant
+        assert REFUSED_ANNOTATION not in (batch.read_namespaced_job(intruder, ns_b).metadata.annotations or {})
+        wait_until(lambda: _stored(second.data, running, waiting, intruder)
+                   == {running: tenant, waiting: other, intruder: tenant}, 30, "the store to file each anew")
+    assert _stored(second.data, running, waiting, intruder) == {running: tenant, waiting: other, intruder: tenant}

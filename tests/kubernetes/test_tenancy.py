@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucluster.kubernetes.podgroups import group_spec, member_of
-from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, Held, NamespaceBindings, Verdict
+from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, Held, NamespaceBindings, Relabel, Verdict
 from gpucluster.model.labels import QUEUE_LABEL, TENANT_ANNOTATION
 from tests.kubernetes.helpers import registry
 from tests.kubernetes.test_podgroups import member
@@ -72,6 +72,33 @@ def test_a_binding_change_accepts_the_refused_workloads_now_allowed_and_refuses_
     assert v == Verdict("j-1", True, "namespace ns-b is bound to tenant team-a")
     # a refused workload still refused, and a queued one still allowed, are left as they are
     assert b.recheck([Held("j-4", "ns-x", "team-c", refused=True), Held("j-5", "ns-a", "team-c", refused=False)]) == []
+
+
+def test_a_queue_label_change_rechecks_a_refused_workload_and_leaves_a_queued_or_running_ones_tenant() -> None:
+    b = NamespaceBindings()
+    b.event("ADDED", ns("ns-a", "team-a"))
+    b.event("ADDED", ns("ns-c", "team-c"))
+    refused = Held("j-1", "ns-b", "team-a", refused=True)  # refused for naming team-a from ns-b
+    assert b.relabel(refused, "team-a") is None  # the same label: nothing to do
+    # fixed to a tenant bound nowhere: let in, saying why
+    assert b.relabel(refused, "team-x") == Relabel(
+        "j-1", True, True, "its label gpucluster.io/queue now names tenant team-x: tenant team-x is bound to no "
+                           "namespace (any namespace may name it)")
+    # to another tenant bound elsewhere: refused again, for that tenant
+    v = b.relabel(refused, "team-c")
+    assert v is not None and v.recheck and not v.allowed and v.why == b.refusal("ns-b", "team-c")
+    # fixed to the tenant its namespace is bound to
+    b.event("ADDED", ns("ns-b", "team-b"))
+    v = b.relabel(refused, "team-b")
+    assert v is not None and v.recheck and v.allowed and v.why.endswith("namespace ns-b is bound to tenant team-b")
+    # a queued or a running one keeps its tenant, wherever the new label points, and is told so
+    queued, running = Held("j-2", "ns-b", "team-b", refused=False), Held("j-3", "ns-b", "team-b", refused=False)
+    for w, shown in ((queued, "queued for"), (running, "running, charged to")):
+        for label in ("team-x", "team-a", ""):
+            v = b.relabel(w, label, running=w is running)
+            assert v is not None and not v.recheck and not v.allowed
+            assert f"it stays {shown} tenant team-b until it ends" in v.why
+    assert b.relabel(queued, "team-b") is None
 
 
 def test_a_pod_group_in_a_bound_namespace_naming_no_tenant_is_charged_to_the_namespaces_tenant() -> None:

@@ -8,7 +8,10 @@ stayed in memory for ever: the REST, restart and property tests below fail there
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -280,3 +283,108 @@ def test_no_live_job_is_pruned_and_no_job_is_lost(ops: list[tuple[str, Any, int]
             tally = engine.jobs.tally
             assert (states, user, usage, pods, placed) == (tally.states, tally.user_states, tally.usage_by_tenant(),
                                                           tally.pending_pods, set(tally.placed))
+
+
+# ---------------------------------------------------------------------------------------------- the history
+def test_the_history_lists_pruned_jobs_from_the_store_in_pages(tmp_path: Path) -> None:
+    """``GET /api/v1/jobs?include=pruned``: every stored job, newest submitted first, the pruned ones marked, in
+    pages whose ``next`` cursor leads to the following page until the last; tenant-scoped as the job list."""
+    with in_process(tmp_path / "d", retention=JobRetention(max_age_s=math.inf, max_finished=0)) as ip:
+        done = [post(ip, f"done-{i}", duration_s=1).json()["id"] for i in range(5)]
+        other = ip.tenant("other")
+        theirs = ip.as_(other).post("/api/v1/jobs", json={"name": "theirs", "tenant": "other", "resources": GPU,
+                                                          "duration_s": 1}).json()["id"]
+        ip.tick()
+        ip.tick(5.0)
+        live = post(ip, "live").json()["id"]  # runs until cancelled
+        ip.tick()
+        assert [j["id"] for j in ip.client.get("/api/v1/jobs").json()["jobs"]] == [live]
+        newest_first = [live, theirs, *reversed(done)]
+        seen: list[str] = []
+        cursor = None
+        pages = 0
+        while True:
+            params: dict[str, Any] = {"include": "pruned", "limit": 3, **({"before": cursor} if cursor else {})}
+            body = ip.client.get("/api/v1/jobs", params=params).json()
+            assert body["total"] == 7 and len(body["jobs"]) <= 3
+            for j in body["jobs"]:
+                assert j["pruned"] is (j["id"] != live)
+                assert j["status"] == ("running" if j["id"] == live else "succeeded")
+            seen += [j["id"] for j in body["jobs"]]
+            pages += 1
+            cursor = body["next"]
+            if cursor is None:
+                break
+        assert seen == newest_first and pages == 3
+        # filters, and a tenant sees only its own
+        body = ip.client.get("/api/v1/jobs", params={"include": "pruned", "tenant": "other"}).json()
+        assert [j["id"] for j in body["jobs"]] == [theirs] and body["total"] == 1
+        body = ip.client.get("/api/v1/jobs", params={"include": "pruned", "status": "running"}).json()
+        assert [j["id"] for j in body["jobs"]] == [live]
+        body = ip.client.get("/api/v1/jobs", params={"include": "pruned", "q": "done-3"}).json()
+        assert [j["id"] for j in body["jobs"]] == [done[3]]
+        body = ip.as_(other).get("/api/v1/jobs", params={"include": "pruned"}).json()
+        assert [j["id"] for j in body["jobs"]] == [theirs] and body["next"] is None
+        body = ip.as_(other).get("/api/v1/jobs", params={"include": "pruned", "tenant": "team"}).json()
+        assert body["jobs"] == [] and body["total"] == 0
+        # a bad cursor, or one without the history, is 422 with where
+        r = ip.client.get("/api/v1/jobs", params={"include": "pruned", "before": "nan:x"})
+        assert r.status_code == 422 and "query.before" in r.text, r.text
+        r = ip.client.get("/api/v1/jobs", params={"before": "1.0:x"})
+        assert r.status_code == 422 and "include=pruned" in r.text, r.text
+        assert ip.client.get("/api/v1/jobs", params={"include": "all"}).status_code == 422
+
+
+def test_the_history_pages_once_over_jobs_submitted_at_the_same_time(tmp_path: Path) -> None:
+    """Keyset paging by (submitted_at, id): jobs that share a submission time are each listed once."""
+    from gpucluster.jobs import Job, job_spec
+
+    store = Store(tmp_path / "s.db")
+    try:
+        for i in range(7):
+            spec = job_spec(f"j-{i:012d}", name=f"n{i}", tenant="team", replicas=1, resources=GPU, duration_s=1.0,
+                            submit_s=0.0)
+            store.insert_job(Job(dataclasses.replace(spec, submitted_at=100.0)), "admin")
+        assert {j.spec.submitted_at for j in store.history(limit=10)[0]} == {100.0}
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page, total = store.history(before=cursor, limit=2)
+            assert total == 7
+            seen += [j.id for j in page]
+            if len(page) < 2:
+                break
+            cursor = (page[-1].spec.submitted_at, page[-1].id)
+        assert seen == sorted(seen, reverse=True) and len(set(seen)) == 7
+    finally:
+        store.close()
+
+
+def test_gpucluster_jobs_history_pages_through_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpucluster jobs --history``: the pruned jobs marked, a ``more: --before CURSOR`` line under a page that
+    has more, ``--before`` giving the next; ``--before`` alone is refused."""
+    import contextlib
+
+    from typer.testing import CliRunner
+
+    from gpucluster.cli import service_cmd
+    from gpucluster.cli.main import app
+
+    with in_process(tmp_path / "d", retention=JobRetention(max_age_s=math.inf, max_finished=0)) as ip:
+        ids = [post(ip, f"hist-{i}", duration_s=1).json()["id"] for i in range(3)]
+        ip.tick()
+        ip.tick(5.0)
+        monkeypatch.setattr(service_cmd, "resolve", lambda *_a: None)
+        monkeypatch.setattr(service_cmd, "client", lambda _conn: contextlib.nullcontext(ip.client))
+        runner = CliRunner(env={"COLUMNS": "240"})  # the table is cut to the terminal's width
+        r = runner.invoke(app, ["jobs", "--history", "--limit", "2"])
+        assert r.exit_code == 0, r.output
+        assert "succeeded (pruned)" in r.stdout and ids[2] in r.stdout and ids[0] not in r.stdout
+        cursor = re.search(r"more: --before (\S+)", r.stdout)
+        assert cursor is not None, r.stdout
+        r = runner.invoke(app, ["jobs", "--history", "--limit", "2", "--before", cursor.group(1), "--json"])
+        assert r.exit_code == 0, r.output
+        body = json.loads(r.stdout)
+        assert [j["id"] for j in body["jobs"]] == [ids[0]] and body["next"] is None and body["jobs"][0]["pruned"]
+        assert runner.invoke(app, ["jobs", "--before", cursor.group(1)]).exit_code == 2
+        assert "succeeded" not in runner.invoke(app, ["jobs"]).stdout  # the list: in memory only

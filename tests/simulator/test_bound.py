@@ -12,6 +12,7 @@ from gpucluster.scheduler.plugins.baselines import node_rank
 from gpucluster.simulator.experiments.bound import (
     MILLI,
     _GpuKnapsack,
+    _OrderLP,
     allocation_bound,
     class_bound,
     covers,
@@ -431,3 +432,92 @@ def test_a_pod_that_arrives_on_an_empty_cluster_is_placed() -> None:
         470, abs=1e-6)
     assert class_bound(nodes, pods, _is_a, _is_b, segments=2, earliest=2).bound_milli == pytest.approx(
         470, abs=1e-6)
+
+
+def test_a_prefix_ends_between_two_cuts() -> None:
+    """The same two pods as above and a third 470 (it finds no CPU left and fails in every run), with one segment:
+    the only cut inside the order is its end, and "a 470 fails before the end" holds in every run, so a bisection
+    over the cuts proved nothing (bound 810: the key never fails, the 470s stay out). Over the 470s' own count it
+    proves the first one placed (the probe "one of the first 470s fails": nothing arrived before it to block the
+    node), and the bound is exact."""
+    nodes = [OpenbNode("n0", 4000, 65536, 1, "G2")]
+    pods = [OpenbPod("p", 4000, 1024, 1, 470), OpenbPod("k", 1000, 1024, 1, 810), OpenbPod("q", 4000, 1024, 1, 470)]
+    assert _best_must_place_run(nodes, pods) == 470
+    assert must_place_bound(nodes, pods, segments=1, key=_is_a).bound_milli == pytest.approx(810, abs=1e-6)
+    assert must_place_bound(nodes, pods, segments=1, key=_is_a, earliest=3).bound_milli == pytest.approx(
+        470, abs=1e-6)
+    assert class_bound(nodes, pods, _is_a, _is_b, segments=1, earliest=3).bound_milli == pytest.approx(
+        470, abs=1e-6)
+
+
+def test_a_proved_pod_forces_the_earlier_pods_it_covers() -> None:
+    """One 4-core node with one GPU: a 2-core 160-milli pod, a 2-core 470 (the node's CPU is taken), the 810-milli
+    key, then a 1-core 530-milli pod that does not cover the key: both fail, and every run ends at 630. Probing
+    the three largest shapes (``earliest=3``: all but the 160) proves the 470 placed (nothing before it but the
+    160 to block the node), not the 530; the LP of the key's failure may still leave the 160 out and place the
+    530 beside the 470 (1,000). The 470 covers the 160, which arrived before it and so fitted: forced too, the
+    530 finds no CPU and the bound is exact."""
+    nodes = [OpenbNode("n0", 4000, 65536, 1, "G2")]
+    pods = [OpenbPod("s", 2000, 1024, 1, 160), OpenbPod("p", 2000, 1024, 1, 470), OpenbPod("k", 1000, 1024, 1, 810),
+            OpenbPod("x", 1000, 1024, 1, 530)]
+    assert _best_must_place_run(nodes, pods) == 630
+    assert must_place_bound(nodes, pods, segments=4, key=_is_a).bound_milli == pytest.approx(1000, abs=1e-6)
+    assert must_place_bound(nodes, pods, segments=4, key=_is_a, earliest=3).bound_milli == pytest.approx(
+        630, abs=1e-6)
+
+
+# -------------------------------------------------------- blocked GPUs counted by their items (bound.BLOCKED_GPUS_DOC)
+mixed_pod_st = st.builds(OpenbPod, name=st.just("p"), cpu_milli=st.sampled_from([0, 1000, 3152]),
+                         memory_mib=st.sampled_from([0, 4096]), num_gpu=st.sampled_from([1, 1, 1, 2]),
+                         gpu_milli=st.sampled_from([110, 160, 230, 470, 810, 840, 1000]), gpu_spec=st.just(()))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(tiny_node_st, min_size=1, max_size=2), st.lists(mixed_pod_st, min_size=1, max_size=6),
+       st.sampled_from([810, 470]), st.integers(1, 6), st.booleans())
+def test_no_must_place_run_beats_the_weighted_blocking_items(nodes: list[OpenbNode], pods: list[OpenbPod],
+                                                             key_milli: int, segments: int, earliest: bool) -> None:
+    """Whole-GPU pods with small sharing pods (under the 191 and 531 milli that block a GPU for the 810- and
+    470-milli keys): every must-place run (brute force) is within both must-place bounds, with and without the
+    earliest-failure prefixes, and the weights never loosen either bound (compared with each item counted as a
+    GPU, without the GPU-packing rows)."""
+    nodes = [OpenbNode(f"n{i}", n.cpu_milli, n.memory_mib, n.gpus, n.model) for i, n in enumerate(nodes)]
+    pods = [_fix(p, i) for i, p in enumerate(pods)]
+    best = _best_must_place_run(nodes, pods)
+    first = len(pods) if earliest else 0
+
+    def key(s: tuple[int, int, int, int, tuple[str, ...]]) -> bool:
+        return s[2] == 1 and s[3] == key_milli
+
+    def bounds() -> tuple[float, float]:
+        one = must_place_bound(nodes, pods, segments=segments, key=key, earliest=first, config_cuts=0)
+        two = class_bound(nodes, pods, _is_a, _is_b, segments=segments, earliest=first, config_cuts=0)
+        return one.bound_milli, two.bound_milli
+
+    one, two = bounds()
+    assert best <= one + 1e-6
+    assert best <= two + 1e-6
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_OrderLP, "item_cover", False)
+        one_before, two_before = bounds()
+    assert one <= one_before + 1e-6
+    assert two <= two_before + 1e-6
+
+
+def test_a_small_item_does_not_block_a_gpu_for_the_key() -> None:
+    """One node with two GPUs: a whole-GPU pod, a 160-milli pod, the 810-milli key, then an 840-milli pod that asks
+    less CPU than the key (so it does not cover it). The whole pod takes one GPU, the 160 the other, and the key
+    fits beside the 160: every run ends at 1,970, and the 840 never fits. Counting the 160-milli item as a blocked
+    GPU (its GPU's shortfall made up by the whole pod's 1,000 milli, pooled), the LP of the runs where the key
+    fails leaves it out and puts the 840 in its room (2,000). Weighted min(1, 160 / 191), the item cannot block
+    its GPU: no such run, and both bounds are exact."""
+    nodes = [OpenbNode("n0", 96000, 262144, 2, "G2")]
+    pods = [OpenbPod("w", 0, 0, 1, 1000), OpenbPod("s", 0, 0, 1, 160), OpenbPod("k", 1000, 1024, 1, 810),
+            OpenbPod("y", 0, 0, 1, 840)]
+    assert _best_must_place_run(nodes, pods) == 1970
+    assert must_place_bound(nodes, pods, segments=4, key=_is_a).bound_milli == pytest.approx(1970, abs=1e-6)
+    assert class_bound(nodes, pods, _is_a, _is_b, segments=4).bound_milli == pytest.approx(1970, abs=1e-6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_OrderLP, "item_cover", False)
+        assert must_place_bound(nodes, pods, segments=4, key=_is_a).bound_milli == pytest.approx(2000, abs=1e-6)
+        assert class_bound(nodes, pods, _is_a, _is_b, segments=4).bound_milli == pytest.approx(2000, abs=1e-6)

@@ -153,7 +153,8 @@ def _job_row(j: dict[str, Any], body: dict[str, Any]) -> list[Any]:
     ran = None
     if j.get("started_t") is not None:
         ran = (j["finished_t"] if j.get("finished_t") is not None else body.get("t", 0.0)) - j["started_t"]
-    return [j["id"], j["name"], j["tenant"], j["status"], _num(j["gpus"]),
+    status = f"{j['status']} (pruned)" if j.get("pruned") else j["status"]
+    return [j["id"], j["name"], j["tenant"], status, _num(j["gpus"]),
             age(now - j["submitted_at"]) if j.get("submitted_at") else "-", j.get("message", ""),
             j["replicas"], j.get("priority", 0), j.get("gpu_type") or "-", age(ran) if ran is not None else "-",
             _job_nodes(j)]
@@ -322,6 +323,8 @@ def get(
     all_jobs: Annotated[bool, typer.Option("--all", "-A", help="jobs, queue: include the background "
                                                                "workload.")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, max=5000, help="jobs: at most this many.")] = 200,
+    history: Annotated[bool, typer.Option("--history", help="jobs: the history from the store, the finished jobs "
+                                                            "the retention policy pruned included.")] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,
@@ -339,6 +342,8 @@ def get(
             params["tenant"] = tenant
         if all_jobs:
             params["include_synthetic"] = "true"
+        if history:
+            params["include"] = "pruned"
     elif res == Resource.QUEUE and all_jobs:
         params["include_synthetic"] = "true"
     conn = resolve(server, token, context)

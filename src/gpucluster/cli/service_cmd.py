@@ -431,6 +431,8 @@ def _list(res: Resource, params: dict[str, Any], server: str | None, token: str 
     items = view.items(body)
     print_table(view.headers, [view.row(x, body)[:len(view.headers)] for x in items],
                 title=f"{body.get('total', len(items))} {res.value[:-1]}(s)", right=view.right)
+    if body.get("next"):
+        print(f"more: --before {body['next']}")
 
 
 def jobs(
@@ -441,9 +443,19 @@ def jobs(
     status: Annotated[str | None, typer.Option("--status", help="Filter by status.")] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Filter by tenant.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=5000, help="At most this many jobs.")] = 50,
+    history: Annotated[bool, typer.Option("--history", help="The history from the store: every job, the finished "
+                                                            "ones the retention policy pruned included.")] = False,
+    before: Annotated[str | None, typer.Option("--before", help="--history: the page after this cursor (printed "
+                                                                "under a page that has more).")] = None,
 ) -> None:
     """List jobs (newest first) on a running control plane (`gpucluster get jobs` does more)."""
     params: dict[str, Any] = {"limit": limit}
+    if history:
+        params["include"] = "pruned"
+    if before is not None:
+        if not history:
+            fail("--before: pages the history; add --history")
+        params["before"] = before
     if status:
         params["status"] = status
     if tenant:

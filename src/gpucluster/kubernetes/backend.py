@@ -37,7 +37,8 @@ The API server is the source of truth; the one job engine (:class:`gpucluster.jo
 * **Tenants by namespace** (:mod:`.tenancy`): a workload in a namespace that may not use the tenant it names is
   refused; a change of the Namespace bindings re-checks, at the next tick, the workloads not admitted
   (:meth:`KubeRuntime._recheck_tenancy`): refused ones now allowed are queued, queued ones now foreign refused,
-  running ones left running.
+  running ones left running. A change of a refused Job's own queue label re-checks it as a new one; a queued or
+  running one keeps its tenant (:meth:`KubeRuntime._relabelled`).
 * **Status from Kubernetes.** The Job's ``Complete``/``Failed`` condition ends the job (``duration_s`` is only an
   estimate here); while it runs, its message counts the pods by phase, restarts, and the last container's exit
   code and reason. Cancel deletes the Job; preemption suspends it again and frees its GPUs at once (its pods
@@ -218,6 +219,13 @@ class _Rec:
     foreign: str = ""
     """Refused because its namespace may not use this tenant (the one it named), "" otherwise: a change of the
     bindings re-checks it (:meth:`KubeRuntime._recheck_tenancy`)."""
+    label: str | None = None
+    """A Job's (JobSet's, PyTorchJob's) ``gpucluster.io/queue`` label when its record was made (None: a pod
+    group): a change of it re-checks a refused one, and is answered on any other (:meth:`KubeRuntime._relabelled`)."""
+    rejected: bool = False
+    """Ended here as refused (on arrival, or by a binding change), not by running."""
+    told: str = ""
+    """The last new label a queued or running one was told it does not follow (one Event for each)."""
 
 
 @dataclass(slots=True)
@@ -466,8 +474,11 @@ class KubeRuntime(EngineFront):
         """Jobs of our API whose Job object is being created (not in the engine yet)."""
         self._discovered: list[Job] = []
         self._pruned: set[str] = set()
-        """Finished jobs the control plane dropped (:meth:`forget`) whose object is still in the cluster: not read
-        as new jobs when the informer shows the object again (until it is deleted)."""
+        """Tombstones: finished jobs the control plane dropped (:meth:`forget`) whose object (Job, JobSet,
+        PyTorchJob, a pod group's pods) is still in the cluster: not read as new jobs when the informer shows the
+        object again. Each keeps its ``by_uid`` entry, and both go when the object does (a deleted Job, a group's
+        last pod); a job whose object is gone already leaves no tombstone. So ``recs`` and ``by_uid`` hold the
+        jobs in the engine plus one entry per tombstone, never one per job ever seen."""
         self.elector: LeaderElector | None = None
         if leader_elect:
             self.elector = LeaderElector(self.api, lease_name, lease_namespace or namespace, self.identity,
@@ -901,6 +912,13 @@ class KubeRuntime(EngineFront):
         self._job_event(namespace, name, kind, reason, message)
         return "ok"
 
+    def write_event(self, namespace: str, name: str, kind: str, reason: str, message: str) -> str:
+        """An Event on the Job (JobSet, PyTorchJob), nothing else."""
+        if not self.leading:
+            return "lost"
+        self._job_event(namespace, name, kind, reason, message)
+        return "ok"
+
     def write_accepted(self, namespace: str, name: str, message: str) -> str:
         """A refused Job (JobSet, PyTorchJob) that is queued now: its ``gpucluster.io/refused`` taken off and a
         Normal ``Accepted`` Event saying why."""
@@ -993,6 +1011,7 @@ class KubeRuntime(EngineFront):
         if job_id in self._creating:
             del self._creating[job_id]
             transition(job, Cancel(), self.now)
+            self.engine.jobs[job_id] = job  # held as an ended job (as one whose create failed): prunable
         else:
             self.quiet.add(job_id)
             try:
@@ -1014,18 +1033,28 @@ class KubeRuntime(EngineFront):
         return [*self.engine.jobs.values(), *self._creating.values(), *self._gathering.values()]
 
     def forget(self, job_id: str) -> bool:
-        """Drop a finished job's record (the control plane's retention policy). Its Job (JobSet, PyTorchJob) object
-        may stay in the cluster until its ``ttlSecondsAfterFinished`` or a ``kubectl delete``: until then the
-        informer's views of it are not read as a new job. A pod group's job is kept (its pods, bound or ended,
-        would make it again)."""
-        if job_id.startswith("g-") or job_id in self._creating:
+        """Drop a finished job's record (the control plane's retention policy), and its events not taken yet (a
+        finished job read again from its object after a restart). Its Job (JobSet, PyTorchJob) object may stay in
+        the cluster until its ``ttlSecondsAfterFinished`` or a ``kubectl delete``, a pod group's ended pods until
+        someone deletes them: until then a tombstone (:attr:`_pruned`) keeps the informer's views of it from
+        being read as a new job; a job whose object is gone already leaves nothing."""
+        if job_id in self._creating:
             return False
         with self.cluster.lock:
             if not super().forget(job_id):
                 return False
-            self.recs.pop(job_id, None)
-            self._pruned.add(job_id)
+            rec = self.recs.pop(job_id, None)
+            if rec is not None and rec.uid and self.by_uid.get(rec.uid) == job_id:
+                self._pruned.add(job_id)  # its object is still there (its deletion, if seen, not read yet)
+            elif rec is not None and any(w == "create" and j == job_id for w, j, _ in self._writes):
+                self._pruned.add(job_id)  # cancelled while its Job is being created: its uid comes with the reply
+            if any(e.job_id == job_id for e in self._events):
+                self._events = [e for e in self._events if e.job_id != job_id]
         return True
+
+    def tombstones(self) -> int:
+        """Pruned jobs whose object is still in the cluster (:attr:`_pruned`)."""
+        return len(self._pruned)
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
         """The engine's counts, plus the jobs whose Job object is being created (pending: accepted, not yet in
@@ -1101,7 +1130,7 @@ class KubeRuntime(EngineFront):
             self._new_engine()
             self.engine.kernel.advance(old.now)
             self.recs = {k: r for k, r in self.recs.items() if k in self._creating}
-            self.by_uid = {}
+            self.by_uid = {u: j for u, j in self.by_uid.items() if j in self._pruned}  # tombstones stay
             self._gathering = {}
             self._group_ended = {}
         with self._lock:
@@ -1124,6 +1153,16 @@ class KubeRuntime(EngineFront):
         rec = self.recs.get(job_id)
         if what == "create":
             job = self._creating.pop(job_id, None)
+            if job is None:  # cancelled while its Job was being created (its deletion is written next)
+                if exc is not None:
+                    self.recs.pop(job_id, None)
+                    self._pruned.discard(job_id)
+                elif job_id in self._pruned:  # and pruned since: a tombstone until its Job is gone
+                    self.by_uid[result[0]] = job_id
+                elif rec is not None:  # its object's views are the ended job's until it is gone
+                    rec.uid, rec.rv = result
+                    self.by_uid[rec.uid] = job_id
+                return
             if job is None or rec is None:
                 return
             if exc is not None:
@@ -1183,6 +1222,7 @@ class KubeRuntime(EngineFront):
         with self.cluster.lock:
             for uid in gone:
                 self._claim_waits.pop(uid, None)
+                self._accepted.pop(uid, None)
                 job_id = self.by_uid.pop(uid, None)
                 if job_id is not None:
                     self._pruned.discard(job_id)  # its object is gone: nothing can bring the record back
@@ -1215,6 +1255,7 @@ class KubeRuntime(EngineFront):
         q = parse_queue_job(obj, self.registry, self.scheduler_name, submit_s=self.now)
         if q.job_id in self._pruned:
             return  # finished and dropped (:meth:`forget`): its object, still there, is not a new job
+        label = q.tenant  # as labelled (a refused one's is shown under its namespace's tenant below)
         rec = self.recs.get(q.job_id)
         job = self.engine.jobs.get(q.job_id)
         if rec is None or (job is None and q.job_id not in self._creating):
@@ -1238,10 +1279,11 @@ class KubeRuntime(EngineFront):
             self._claim_waits.pop(q.uid, None)
             rec = self.recs.setdefault(q.job_id, _Rec(q.job_id, q.ours))
             rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
-            rec.foreign = foreign
+            rec.foreign, rec.label = foreign, label
             self.by_uid[q.uid] = q.job_id
             job = self._new_record(q, rec)
             if job is None:
+                rec.rejected = True
                 return
         rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
         self.by_uid[q.uid] = q.job_id
@@ -1252,6 +1294,9 @@ class KubeRuntime(EngineFront):
             # that saw the change first): mirror the leader, as a new record at the next tick
             self._reopen(rec)
             return
+        if (job is not None and rec.label is not None and label != rec.label and not q.finished and not q.deleting
+                and not (rec.ours and rec.namespace == self.namespace)):
+            self._relabelled(rec, job, label)
         if job is None or job.done:
             return
         if q.finished == "Complete":
@@ -1309,6 +1354,8 @@ class KubeRuntime(EngineFront):
 
     def _group_seen(self, uid: str, member: Member, pods: list[PodView]) -> None:
         job_id = self.by_uid.get(uid)
+        # ended and pruned (:meth:`forget`): its pods are read as an ended job's, only pods made since are new
+        pruned = job_id if job_id is not None and job_id in self._pruned else ""
         job = self.engine.jobs.get(job_id) if job_id else None
         if not pods:  # every member is gone
             self._gathering.pop(uid, None)
@@ -1316,6 +1363,7 @@ class KubeRuntime(EngineFront):
             if job is not None and not job.done:
                 self._observed_end(job.id, Cancel("its pods were deleted"))
             self.by_uid.pop(uid, None)
+            self._pruned.discard(pruned)
             return
         if job is not None and not job.done:
             if job.state == JobState.RUNNING:
@@ -1332,13 +1380,13 @@ class KubeRuntime(EngineFront):
             # that saw the change first): adopted from its bound members below, as the leader runs it
             self._reopen(rec)
             job = None
-        if job is not None:  # it ended: only pods made since make a new job of the group
+        if job is not None or pruned:  # it ended: only pods made since make a new job of the group
             ended = self._group_ended.setdefault(uid, {p.key for p in pods})
             pods = [p for p in pods if p.key not in ended]
         # bound by a replica before (a restart, a new leader, a replica started later): that job, even when its
         # pods have ended since (it is then adopted and ends at once, as a finished Job is found finished)
         bound = [p for p in pods if p.node and p.reservation]
-        if bound and job is None:
+        if bound and job is None and not pruned:
             self._adopt_group(uid, member, pods, bound)
             return
         waiting = [p for p in pods if p.live and not p.node]
@@ -1376,6 +1424,7 @@ class KubeRuntime(EngineFront):
             return
         self._gathering.pop(uid, None)
         self._group_ended.pop(uid, None)
+        self._pruned.discard(pruned)  # a new run of the group: a pruned one's tombstone goes with the uid
         rec = _Rec(new_id, False, member.namespace, member.name, uid, group=True)
         self.recs[new_id] = rec
         self.by_uid[uid] = new_id
@@ -1429,6 +1478,31 @@ class KubeRuntime(EngineFront):
             else:
                 self._refuse_queued(rec, v.why, bound[v.key] or "default")
 
+    def _relabelled(self, rec: _Rec, job: Job, label: str) -> None:
+        """The Job's ``gpucluster.io/queue`` label changed to ``label`` (:meth:`NamespaceBindings.relabel`): a
+        refused one is read again as a new one (queued under ``label`` when its namespace may use it, the refusal
+        taken off; else refused again, a new Event only when the reason changed); a queued or running one keeps
+        its tenant until it ends, and a Normal ``Relabelled`` Event says so (once for each new label). Caller
+        holds the cluster lock."""
+        assert rec.label is not None
+        if job.done and not rec.rejected:
+            return  # it ran and ended: nothing to re-check
+        if not job.done and label == rec.told:
+            return
+        held = Held(rec.job_id, rec.namespace, rec.label, refused=job.done)
+        with self._lock:
+            verdict = self.bindings.relabel(held, label, running=job.state == JobState.RUNNING)
+        if verdict is None:
+            return
+        log.info("%s/%s relabelled %s -> %s: %s", rec.namespace, rec.name, rec.label, label, verdict.why)
+        if verdict.recheck:
+            self._reopen(rec, verdict.why if verdict.allowed else "")
+            return
+        rec.told = label
+        if self._leading:
+            self.submit_write("note", rec.job_id, self.write_event, rec.namespace, rec.name, "Normal", "Relabelled",
+                              verdict.why)
+
     def _reopen(self, rec: _Rec, accepted: str = "") -> None:
         """Forget the ended record of a workload refused for its namespace: it is seen again as new (a Job at the
         next read of it, a pod group at the next :meth:`_sync_groups`). ``accepted``: why it is let in now
@@ -1462,7 +1536,7 @@ class KubeRuntime(EngineFront):
         job.spec = replace(job.spec, tenant=shown)
         if job.tally is not None:
             job.tally.moved(job)
-        rec.foreign, rec.refused = tenant, True
+        rec.foreign, rec.refused, rec.rejected = tenant, True, True
         self._discovered.append(job)  # the store files it under ``shown`` too
         if rec.group:
             self._group_ended[rec.uid] = set(self._group_pod_keys(rec.uid))

@@ -20,6 +20,16 @@ from then on and, at once, for those not admitted yet (:meth:`NamespaceBindings.
   (take it back with ``gpucluster cancel`` or by deleting it). Should it be preempted later, it waits in the
   queue again and is re-checked at the next binding change;
 * a workload refused for another reason (a bad spec) stays refused.
+
+A change of a Job's (JobSet's, PyTorchJob's) own ``gpucluster.io/queue`` label is re-checked too
+(:meth:`NamespaceBindings.relabel`):
+
+* a refused workload (for its namespace, or for a bad label) is read again as a new one under the tenant it
+  names now: accepted when its namespace may use it (queued, the refusal taken off, a Normal ``Accepted``
+  Event), else refused again (a new Event only when the reason changed);
+* a queued or running workload keeps the tenant it was seen under until it ends (a running job's charge never
+  moves to another tenant behind its users' backs, nor does a queued one jump queues): a Normal ``Relabelled``
+  Event says so, once for each new label. Delete and re-create it to move it.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from gpucluster.model.labels import QUEUE_LABEL
 
 NAMESPACE_TENANT_LABEL = "gpucluster.io/tenant"
 """On a Namespace: the tenant the namespace is bound to."""
@@ -116,6 +128,39 @@ class NamespaceBindings:
                 out.append(Verdict(w.key, False, why))
         return out
 
+    def relabel(self, w: Held, label: str, *, running: bool = False) -> Relabel | None:
+        """What a change of a workload's ``gpucluster.io/queue`` label to ``label`` does now (``w.tenant``: the
+        label it was seen with; ``w.refused``: it was refused, for its namespace or for a bad label; ``running``:
+        it was admitted and runs). None when the label is the same. A refused one is ``recheck``ed: read again
+        as a new one (``allowed``: its namespace may use ``label``, why; else why not); any other keeps its
+        tenant (``recheck`` False, the message its users are told)."""
+        if label == w.tenant:
+            return None
+        if w.refused:
+            why = self.refusal(w.namespace, label)
+            if why is None:
+                return Relabel(w.key, True, True, f"its label {QUEUE_LABEL} now names tenant {label}: "
+                                                  + self.allowance(w.namespace, label))
+            return Relabel(w.key, True, False, why)
+        what = "running, charged to" if running else "queued for"
+        return Relabel(w.key, False, False,
+                       f"its label {QUEUE_LABEL} now names {label or '(none)'}, but it stays {what} tenant "
+                       f"{w.tenant} until it ends (a queued or running workload never changes tenant): delete and "
+                       "re-create it to move it")
+
+
+@dataclass(frozen=True, slots=True)
+class Relabel:
+    """What a change of a workload's ``gpucluster.io/queue`` label does (:meth:`NamespaceBindings.relabel`)."""
+
+    key: str
+    recheck: bool
+    """Read it again as a new workload (it was refused); else it keeps its tenant."""
+    allowed: bool
+    """(``recheck``) Its namespace may use the tenant it names now."""
+    why: str
+    """Why it is allowed, refused, or keeps its tenant."""
+
 
 @dataclass(frozen=True, slots=True)
 class Held:
@@ -139,4 +184,4 @@ class Verdict:
     why: str
 
 
-__all__ = ["NAMESPACE_TENANT_LABEL", "Held", "NamespaceBindings", "Verdict"]
+__all__ = ["NAMESPACE_TENANT_LABEL", "Held", "NamespaceBindings", "Relabel", "Verdict"]

@@ -299,6 +299,9 @@ class Service:
         self.discovered.extend(self.runtime.take_discovered())
         while self.discovered:  # one at a time: a full disk keeps the rest for the next tick
             job = self.discovered[0]
+            if self._pruned_again(job):
+                self.discovered.pop(0)
+                continue
             if not self.store.has_job(job.id):
                 self.store.insert_job(job, DISCOVERED_ACTOR, message=f"found in the cluster: {job.message}")
                 self.order[job.id] = None
@@ -311,6 +314,16 @@ class Service:
             self.ended(job)
             with contextlib.suppress(StoreWriteError):  # its run fields follow with its next event
                 self.store.record_events([], {job.id: job})
+
+    def _pruned_again(self, job: Job) -> bool:
+        """``job``, found finished in the cluster, is one the retention policy pruned before (a restart read its
+        remaining Job object, or a pod group's ended pods, again): the runtime forgets it at once and the store
+        keeps it as it ended (no new event, no run fields rewritten), so it is neither listed nor held again."""
+        if job.id in self.order or not job.status.terminal or not isinstance(self.runtime, ForgetsJobs):
+            return False
+        if self.stored_job(job.id) is None:  # not in the store, or not finished there: a job found anew
+            return False
+        return self.runtime.forget(job.id)
 
     def record(self, events: list[JobEvent]) -> None:
         """Persist events and, whole, the persisted jobs they are about (status, message, run fields)."""

@@ -92,6 +92,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     status TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', submitted_at REAL NOT NULL,
     updated_at REAL NOT NULL, options TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant);
+CREATE INDEX IF NOT EXISTS jobs_history ON jobs (submitted_at, id);
+CREATE INDEX IF NOT EXISTS jobs_tenant_history ON jobs (tenant, submitted_at, id);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, at REAL NOT NULL, t REAL NOT NULL,
     kind TEXT NOT NULL, status TEXT NOT NULL, message TEXT NOT NULL DEFAULT '');
@@ -479,6 +481,43 @@ class Store:
         except (ValueError, TypeError, OverflowError) as exc:
             log.warning("stored job %s cannot be read: %s", job_id[:64], exc)
             return None
+
+    def history(self, *, tenant: str | None = None, status: str | None = None, q: str | None = None,
+                before: tuple[float, str] | None = None, limit: int = 200,
+                registry: VendorRegistry | None = None) -> tuple[list[Job], int]:
+        """A page of the job history, every stored job (pruned ones included), newest submitted first: at most
+        ``limit`` of those submitted before the cursor ``before`` (the ``(submitted_at, id)`` of the last job of
+        the page before), filtered by tenant, status and a substring of name or id; and how many match the
+        filters in all. Keyset paging over an index: a page costs the same at any depth. Unreadable rows are
+        skipped (they read back as failed at the next restart)."""
+        where: list[str] = []
+        args: list[Any] = []
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        if q:
+            where.append("(instr(name, ?) > 0 OR instr(id, ?) > 0)")
+            args += [q, q]
+        cond = f" WHERE {' AND '.join(where)}" if where else ""
+        page_cond, page_args = list(where), list(args)
+        if before is not None:
+            page_cond.append("(submitted_at < ? OR (submitted_at = ? AND id < ?))")
+            page_args += [before[0], before[0], before[1]]
+        page = f" WHERE {' AND '.join(page_cond)}" if page_cond else ""
+        with self._lock:
+            rows = self._db.execute(f"SELECT * FROM jobs{page} ORDER BY submitted_at DESC, id DESC LIMIT ?",
+                                    (*page_args, limit)).fetchall()
+            total = int(self._db.execute(f"SELECT COUNT(*) AS n FROM jobs{cond}", args).fetchone()["n"])
+        out: list[Job] = []
+        for r in rows:
+            try:
+                out.append(_job(r, registry))
+            except (ValueError, TypeError, OverflowError) as exc:
+                log.warning("stored job %s cannot be read: %s", str(r["id"])[:64], exc)
+        return out, total
 
     def count_finished(self) -> int:
         """How many finished (succeeded, failed, cancelled) jobs the store holds."""

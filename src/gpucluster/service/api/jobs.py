@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import sqlite3
 import time
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
@@ -179,12 +180,22 @@ async def list_jobs(
     q: Annotated[str | None, Query(max_length=100, description="Substring of name or id.")] = None,
     include_synthetic: bool = False,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+    include: Annotated[Literal["pruned"] | None, Query(description=(
+        "pruned: the job history from the store, the pruned jobs included (each with pruned: true), newest "
+        "submitted first, a page of at most limit with the cursor of the next in next."))] = None,
+    before: Annotated[str | None, Query(max_length=400, description=(
+        "include=pruned: the next of the page before (its cursor)."))] = None,
 ) -> dict[str, Any]:
     """Newest first, the jobs held in memory: pending, running and the finished ones the retention policy keeps
     (``up --finished-job-ttl``, ``--max-finished-jobs``); a finished job pruned since reads back by id
-    (``GET /api/v1/jobs/{id}``) and is counted in ``pruned``. Tenants only ever see their own jobs."""
+    (``GET /api/v1/jobs/{id}``) and is counted in ``pruned``. ``include=pruned``: the history instead, every
+    stored job, paged (:func:`_history`). Tenants only ever see their own jobs."""
     if not who.is_admin:
         tenant = tenant if tenant == who.tenant else (who.tenant if tenant is None else "\0none")
+    if include == "pruned":
+        return _history(service, tenant, status, q, before, limit)
+    if before is not None:
+        raise ApiError(422, "query.before", "a cursor pages the history: add include=pruned")
     if include_synthetic or tenant == SYNTHETIC_TENANT:
         pool = sorted(service.all_jobs(), key=lambda j: (j.submitted_at or 0.0, j.submitted_t, j.id),
                       reverse=True)
@@ -204,6 +215,35 @@ async def list_jobs(
         if len(out) < limit:
             out.append(j.to_dict())
     return {"total": total, "t": service.runtime.now, "jobs": out, "pruned": service.pruned}
+
+
+def _history(service: Service, tenant: str | None, status: JobStatus | None, q: str | None, before: str | None,
+             limit: int) -> dict[str, Any]:
+    """A page of the job history from the store (``Store.history``, keyset-paged, the same cost at any depth):
+    a job held in memory as it is now (``pruned: false``), a pruned one as it ended (``pruned: true``); ``next`` is
+    the cursor of the page after (``before``), None on the last page. Filters apply to the stored status (a tick
+    behind at most). The background workload's jobs are not stored, so never listed here."""
+    cursor = None
+    if before is not None:
+        t, sep, last = before.partition(":")
+        try:
+            at = float(t)
+        except ValueError:
+            at = math.nan
+        if not sep or not last or not math.isfinite(at):
+            raise ApiError(422, "query.before", "expected the next of a page (SUBMITTED_AT:ID)")
+        cursor = (at, last)
+    stored, total = service.store.history(tenant=tenant, status=status.value if status is not None else None, q=q,
+                                          before=cursor, limit=limit + 1, registry=service.runtime.registry)
+    out = []
+    for job in stored[:limit]:
+        held = service.find_job(job.id)
+        row = (held or job).to_dict()
+        row["pruned"] = held is None
+        out.append(row)
+    last_job = stored[limit - 1] if len(stored) > limit else None
+    nxt = f"{last_job.spec.submitted_at!r}:{last_job.id}" if last_job is not None else None
+    return {"total": total, "t": service.runtime.now, "jobs": out, "pruned": service.pruned, "next": nxt}
 
 
 @router.get("/api/v1/jobs/{job_id}", response_model=JobDetail, responses=ERRORS)

@@ -312,6 +312,10 @@ class JobOut(_Out):
     finished_t: float | None
     gpus: float = Field(description="GPU-equivalents: held while running, the least it could hold before.")
     placements: list[Placement]
+    pruned: bool = Field(False, description=(
+        "The job finished and left the control plane's memory under the retention policy (up --finished-job-ttl, "
+        "--max-finished-jobs): read back from the store as it ended; the job list no longer shows it (the history, "
+        "include=pruned, does)."))
 
 
 class JobEventOut(_Out):
@@ -328,9 +332,6 @@ class JobEventOut(_Out):
 
 class JobDetail(JobOut):
     events: list[JobEventOut]
-    pruned: bool = Field(False, description=(
-        "The job finished and left the control plane's memory under the retention policy (up --finished-job-ttl, "
-        "--max-finished-jobs): read back from the store as it ended; the job list no longer shows it."))
 
 
 class JobList(_Out):
@@ -339,7 +340,9 @@ class JobList(_Out):
     jobs: list[JobOut]
     pruned: int = Field(0, description=(
         "Finished jobs that left memory under the retention policy since the control plane started: not listed, "
-        "each reads back by id (GET /api/v1/jobs/{id})."))
+        "each reads back by id (GET /api/v1/jobs/{id}) and in the history (include=pruned)."))
+    next: str | None = Field(None, description=(
+        "include=pruned: the cursor of the next page (pass it as before); null on the last page."))
 
 
 class Health(_Out):

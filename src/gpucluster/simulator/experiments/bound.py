@@ -254,7 +254,8 @@ placed; at T the pod did not fit anywhere. Split the arrival order into segments
   nodes' CPU, memory and GPU milli; ``cpu(yc) >= (C_t - c_q + 1) bc``; ``mem(ym) >= (M_t - mem_q + 1) bm``;
   ``milli(yg) >= (G_t - k_q + 1)(1001 - m_q) bg``; and the touched GPUs ``(G_t - k_q + 1) bg`` are at most the
   GPU items of ``yg``, those touched by sharing items at most ``S_t`` (a GPU that held a sharing item stays a
-  sharing GPU: pods only arrive).
+  sharing GPU: pods only arrive), a sharing item counting ``min(1, m / (1001 - m_q))`` GPUs
+  (``BLOCKED_GPUS_DOC``).
 
 Two more rows use the order through *cover*: a shape P covers a shape Q when every node state that can hold a
 P pod can hold a Q pod (``covers``: Q asks no more CPU, memory, GPUs or milli, and allows every model P allows).
@@ -280,6 +281,27 @@ over segments stops once that relaxed optimum is below the best found.
 ``must_place_bound`` solves these LPs as ``class_bound``'s with one class (``_OrderLP``, ``CLASSES_DOC``): the
 order is cut at the end of the segment into two ranges, ``xa + xb`` is the first (at least the forced pods, at
 most the pods there) and ``xc`` the second; the rows are the ones above."""
+
+
+BLOCKED_GPUS_DOC = """A GPU-blocked node's GPUs are blocked by their items' milli, not by their number (issue 30).
+
+A GPU is blocked for the pseudo-pod q when more than 1000 - m_q of its milli is used, so at least
+``theta = 1001 - m_q`` (milli are integers). ``MUST_PLACE_DOC``'s rows count the blocked GPUs of the GPU-blocked
+nodes (``(G_t - k_q + 1) bg <= St + W``) by their items - ``W`` at most the whole-GPU items of ``yg``, ``St``
+at most its sharing items and ``S_t`` - and ask ``theta`` milli per blocked GPU of ``yg`` as a whole. Pooled that
+way, the surplus of a whole-GPU pod (1000 milli where ``theta`` would do) or of an 810-milli item makes up for
+the GPUs whose items sum to less than ``theta``: a GPU holding one 320-milli item could count as blocked for a
+470-milli pod (``theta`` = 531), its shortfall paid by a whole-GPU pod's surplus on another GPU.
+
+Row: a sharing item of ``m`` milli counts ``min(1, m / theta)`` GPUs, ``St <= sum_sharing k min(1, m / theta)
+yg``. Why it holds for every run: at the failure take, on each GPU-blocked node, ``G_t - k_q + 1`` GPUs with at
+least ``theta`` milli used, and let ``St`` be those among them that hold no whole-GPU item (``W`` the others).
+Such a GPU holds sharing items whose milli sum to at least ``theta``: if one of them has ``m >= theta`` its
+weight is 1, else their weights ``m / theta`` sum to at least 1. Each item is on one GPU (a k-GPU sharing pod is
+k items of ``m``), so summing over those GPUs gives ``St`` at most the weights of the sharing items of ``yg``. It
+implies the row it replaces (``St`` at most the sharing items: every weight is at most 1) and the milli row
+(``theta (St + W)`` is at most the milli of ``yg``), which is kept. The same rows serve every failure: a key
+class's (``MUST_PLACE_DOC``, ``CLASSES_DOC``) and a probe's (``EARLIEST_DOC``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,8 +448,18 @@ row of the object that holds for every run (the packing rows, the GPU- and node-
 before). So when HiGHS reports the probe infeasible, no run has a Q pod fail before k: in every run every Q pod
 before k is placed, and ``x >= the Q pods before k`` holds in every LP of every segment and class assignment
 (``_OrderLP.placed_before``, merged into the forced prefixes). The probe for a larger k is a relaxation of the
-one for a smaller k (aggregate its ranges), so bisection over the segment cuts finds the latest cut proved this
-way (each cut kept was itself proved infeasible; a probe HiGHS gives up on counts as feasible). The prefixes are
+one for a smaller k (aggregate its ranges), so a bisection finds the longest prefix proved this way: over the
+count c of Q pods, each probe asking whether one of the first c fails (k = the index of the c-th Q pod, plus
+one; any k is valid, and this one lets the fewest pods block the nodes), each count kept itself proved
+infeasible, and a probe HiGHS gives up on counts as feasible. (Until 2026-12-05 21:00 UTC the bisection ran over
+the 40 segment cuts: the prefixes ended at a cut, up to a segment earlier.)
+
+*Covered prefixes*: once the first c pods of Q are proved placed in every run, the c-th fitted when it arrived;
+free CPU, memory and per-GPU milli only fall, so at every earlier time a Q pod fitted, and so did a pod of any
+shape S that Q covers (``covers``). The must-place rule placed every S pod that arrived before the c-th Q pod:
+the rows ``x >= the S pods before it`` hold in every LP too (the argument of ``MUST_PLACE_DOC``'s covered pods,
+from a proved pod instead of the last key pod). They reach the shapes that are not probed (CPU-only pods and
+small sharing pods), and a probe of a covered shape starts from them. The prefixes are
 the same in every LP of a scan, so the pruning of ``MUST_PLACE_DOC`` and ``CLASSES_DOC`` holds as before.
 What it needs: the blocking rows at T_Q cannot be met by the pods that arrived before k - too few pods have
 arrived to take the CPU, memory or GPU milli of every node where Q fits."""
@@ -732,6 +764,10 @@ class _NodeKnapsack:
 class _OrderLP:
     """The LPs of ``CLASSES_DOC`` for one arrival order on one set of nodes, for any subset of the classes."""
 
+    item_cover = True
+    """``BLOCKED_GPUS_DOC``'s weights on the blocking sharing items (False: each item counts a whole GPU, the rows
+    before them; for the tests that show what they add)."""
+
     def __init__(self, nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segments: int,
                  classes: Sequence[Callable[[PodShape], bool]]) -> None:
         self.types = Counter((n.cpu_milli, n.memory_mib, n.gpus, n.model) for n in nodes)
@@ -783,17 +819,17 @@ class _OrderLP:
 
     def earliest_failures(self, shapes: Sequence[int], time_limit: float | None = None,
                           progress: Callable[[str], None] | None = None) -> int:
-        """``EARLIEST_DOC``: for each shape index in ``shapes``, the latest cut of the segments before which no
-        pod of the shape can fail (bisection over the cuts; each LP that is infeasible proves its cut), kept in
+        """``EARLIEST_DOC``: for each shape index in ``shapes``, the most pods of the shape (a prefix of them) that
+        no run can fail (bisection over their count; each LP that is infeasible proves its count), kept in
         ``placed_before`` for every later LP of this object. The LPs solved."""
         solved = 0
         for i in shapes:
-            lo, hi = 0, self.segments  # no failure before cuts[lo] (proved, or trivially at 0)
+            idx = np.flatnonzero(self.seq == i)  # the shape's pods, in arrival order
+            lo, hi = int(self.prefix[self.placed_before[i]][i]), len(idx)  # the first lo are placed (proved)
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                k = int(self.cuts[mid])
-                try:
-                    proved = self._solve_once({}, True, time_limit, probe=(i, k)) is None
+                try:  # "one of the first mid pods of the shape fails": every pod before the mid-th's index + 1
+                    proved = self._solve_once({}, True, time_limit, probe=(i, int(idx[mid - 1]) + 1)) is None
                 except _LPTroubleError:
                     proved = False  # not proved: as if a failure were possible
                 solved += 1
@@ -801,7 +837,12 @@ class _OrderLP:
                     lo = mid
                 else:
                     hi = mid - 1
-            self.placed_before[i] = max(int(self.placed_before[i]), int(self.cuts[lo]))
+            if lo:
+                last = int(idx[lo - 1])  # placed in every run, so it fitted: the pods before it that it covers did
+                self.placed_before[i] = max(int(self.placed_before[i]), last + 1)
+                for s, shape in enumerate(self.plist):
+                    if s != i and covers(self.plist[i], shape):
+                        self.placed_before[s] = max(int(self.placed_before[s]), last)
             if progress is not None:
                 progress(f"shape {self.plist[i]}: no pod fails before pod {int(self.placed_before[i])} of {self.n} "
                          f"({int(self.prefix[self.placed_before[i]][i])} of its {int(self.prefix[self.n][i])} pods)")
@@ -966,7 +1007,10 @@ class _OrderLP:
                 row([(o["st"] + j2, 1.0), (s_off + j2, -1.0)], 0.0)
                 sh = [v for v in vs if 0 < self._shape(v)[3] < MILLI and self._shape(v)[2] > 0]
                 wh = [v for v in vs if self._shape(v)[3] >= MILLI and self._shape(v)[2] > 0]
-                row([(o["st"] + j2, 1.0)] + [(o["yg"] + v, -float(self._shape(v)[2])) for v in sh], 0.0)
+                theta = MILLI + 1 - m_q  # BLOCKED_GPUS_DOC: an item of m milli blocks min(1, m / theta) GPUs
+                row([(o["st"] + j2, 1.0)]
+                    + [(o["yg"] + v, -self._shape(v)[2] * (min(1.0, self._shape(v)[3] / theta)
+                                                           if self.item_cover else 1.0)) for v in sh], 0.0)
                 row([(o["w"] + j2, 1.0)] + [(o["yg"] + v, -float(self._shape(v)[2])) for v in wh], 0.0)
         # blocking variables of types where q never fits (and their y) stay 0
         blocking_vars = {c for o in blk for c in range(o["st"], o["yc"])}
