@@ -427,3 +427,49 @@ def test_the_wait_changes_nothing_on_one_model_or_without_speeds(seed: int, n: i
     for h100, l40s in ((1, 1),) if mixed else ((2, 0), (0, 2)):
         assert _placements(_run(h100, l40s, jobs, "default", "fifo")) == \
             _placements(_run(h100, l40s, jobs, "default", "fifo", tier_args={"wait_fast": False}))
+
+
+
+
+def _small_before_gang(whole_ahead: bool, queue: str = "fifo") -> Simulation:
+    """3 x 8 H100 + 1 x 8 L40S, the L40S node busy. At 0 s four 2-GPU jobs of 0.5 s (the submitted mix is mostly
+    2-GPU jobs, so stranding-fgd keeps 2-GPU holes); at 0.1 s a 6-GPU job of 10,000 s (its H100 node keeps 2 GPUs
+    idle) and an 8-GPU job of one task (500 s: a task of a whole node among the submitted jobs) take two H100 nodes;
+    at 1 s a 1-GPU job of 3,000 s arrives with the third H100 node whole; at 600 s a gang of two 8-GPU tasks."""
+    jobs = [JobSpec("l40s-filler", 0.0, 8, 10_000, kind=JobKind.TRAIN, gpu_type="L40S"),
+            *(JobSpec(f"pair{i}", 0.0, 2, 0.5, gpus_per_task=2, kind=JobKind.TRAIN, ref_gpu="H100") for i in range(4)),
+            JobSpec("long", 0.1, 6, 10_000, gpus_per_task=6, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("big", 0.1, 8, 500, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("small", 1.0, 1, 3_000, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("gang", 600.0, 16, 3_600, kind=JobKind.TRAIN, ref_gpu="H100")]
+    return _run(3, 1, jobs, "default", queue, tier_args={"whole_ahead": whole_ahead})
+
+
+def test_under_fifo_a_small_job_keeps_a_whole_node_for_the_gang_to_come() -> None:
+    """``whole_ahead``: under ``fifo``, with a task of a whole node among the submitted jobs, the 1-GPU job fills
+    the partly used H100 node rather than break the whole one, so at 600 s (the 8-GPU job ended at 500 s) the gang
+    finds two whole H100 nodes and starts at once. Without the rule (the rule before) stranding-fgd puts the 1-GPU
+    job on the whole node, and the gang, which nothing can help while it waits at the head, waits until the 1-GPU
+    job ends (3,001 s)."""
+    sim = _small_before_gang(True)
+    assert sim.job("small").nodes == sim.job("long").nodes
+    assert sim.job("gang").first_start_s == pytest.approx(600.0)
+    assert set(sim.job("gang").nodes) == {"h100-0", "h100-1", "h100-2"} - set(sim.job("long").nodes)
+    before = _small_before_gang(False)
+    assert _model(before, "small") == "h100"
+    assert before.job("small").nodes[0] not in (before.job("long").nodes[0], before.job("big").nodes[0])
+    assert before.job("gang").first_start_s == pytest.approx(3_001.0)
+
+def test_a_queue_that_backfills_keeps_no_whole_node_ahead() -> None:
+    """Under the ``default`` queue (backfill; ``keep_whole`` acts while a gang waits) the rule changes nothing."""
+    assert _placements(_small_before_gang(True, "default")) == _placements(_small_before_gang(False, "default"))
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(30, 50), gpus=st.sampled_from([1, 2, 4]))
+def test_without_a_whole_node_task_the_rule_changes_nothing(seed: int, n: int, gpus: int) -> None:
+    """``fifo``, jobs of fewer GPUs than a node only: no task asks for a whole node, so every decision and finish
+    time is the rule's before (``whole_ahead: false``)."""
+    jobs = [replace(j, num_gpus=gpus, ref_gpu="H100") for j in generate(n, 16, seed=seed, load=1.0, max_gpus=8)]
+    assert _placements(_run(2, 2, jobs, "default", "fifo")) == \
+        _placements(_run(2, 2, jobs, "default", "fifo", tier_args={"whole_ahead": False}))

@@ -101,6 +101,8 @@ class GpuSpeeds:
         self._longest: list[tuple[float, str]] = []
         """The submitted jobs' ``(duration_s, job_id)`` (those with a speed and a finite duration), sorted, for
         :meth:`long_job` and :meth:`queued_long`."""
+        self._task = 0
+        """The most whole GPUs one task of a submitted job (with a speed) asks for, for :meth:`submitted_task`."""
         self.waiting_whole: Callable[[int], int] | None = None
         """Queued jobs of whole GPUs with tasks of at least so many GPUs (set by the driver), for
         :meth:`queued_whole`."""
@@ -181,6 +183,8 @@ class GpuSpeeds:
                 self._work[key] = self._work.get(key, 0.0) + work
             if math.isfinite(spec.duration_s):
                 bisect.insort(self._longest, (float(spec.duration_s), spec.job_id))
+            if spec.whole:
+                self._task = max(self._task, int(spec.task_gpus))
             self._scores.clear()
             self._mixes.clear()
             self._preferred.clear()
@@ -409,6 +413,11 @@ class GpuSpeeds:
         """GPUs the engine's queued jobs ask for now, summed (0 when no engine is attached): the ``GpuSpeedTier``
         plugin's measure of contention."""
         return self.waiting_gpus() if self.waiting_gpus is not None else 0.0
+
+    def submitted_task(self) -> int:
+        """The most whole GPUs one task of the submitted jobs (those with a speed) asks for on one node (0 before
+        any asks for whole GPUs): the ``GpuSpeedTier`` plugin's test of whether whole nodes are worth keeping."""
+        return self._task
 
     def queued_task(self) -> int:
         """The most whole GPUs one task of the engine's queued jobs asks for on one node (0 when none does, or

@@ -24,7 +24,11 @@ H100). **Whole nodes for a waiting gang** (``keep_whole``): while a queued job a
 than the pod (``TaskTable.queued_task``: a gang of 8-GPU tasks waiting for whole nodes), the kept models' nodes where
 the pod would leave fewer idle GPUs than such a task needs -- the holes it could start in -- score 50 instead of
 100, so stranding-FGD fills the kept models' other nodes first and breaks such a hole only when nothing else of
-those models fits; the models kept stay the same. **Short jobs together** (``group_short``, with ``keep_whole``):
+those models fits; the models kept stay the same. **Whole nodes ahead** (``whole_ahead``): under a queue that stops
+at its head (``fifo``: once such a gang is the head nothing else is placed, so ``keep_whole`` never gets to act),
+the same test runs with nothing waiting, for the whole nodes (every usable GPU idle) whose GPUs a task of a
+submitted job asks for all of (``AheadTable.submitted_task``): a smaller pod fills the kept models' partly used
+nodes before it breaks a whole one. **Short jobs together** (``group_short``, with ``keep_whole``):
 while such a gang waits, a job among the shortest 10 % of the submitted jobs by reference duration
 (``short_quantile``) goes first to the kept models' partly used nodes whose running jobs all end within that
 duration from now, and any other job to partly used nodes that hold a longer job; each may start a whole node rather
@@ -109,6 +113,19 @@ class TaskTable(Protocol):
 
     def queued_task(self) -> int:
         """The most whole GPUs one task of a queued job asks for on one node (0 when no queued job asks for whole
+        GPUs)."""
+        ...
+
+
+class AheadTable(Protocol):
+    """Whether the queue stops at its head, and the largest task submitted (``GpuSpeedTier``'s ``whole_ahead``)."""
+
+    def holds_head(self) -> bool:
+        """Whether a job being placed is the queue's head and the jobs behind it wait while it does (``fifo``)."""
+        ...
+
+    def submitted_task(self) -> int:
+        """The most whole GPUs one task of the submitted jobs asks for on one node (0 when none asks for whole
         GPUs)."""
         ...
 
@@ -273,7 +290,7 @@ class GpuSpeedTier:
                  scarcity: bool = True, keep_whole: bool = True, long_quantile: float | None = DEFAULT_LONG,
                  reserve_long: bool = True, group_short: bool = True,
                  short_quantile: float = DEFAULT_SHORT, reserve_whole: bool = True,
-                 wait_fast: bool = True) -> None:
+                 wait_fast: bool = True, whole_ahead: bool = True) -> None:
         self.table = table
         self.ends: EndTable | None = None
         if group_short and keep_whole and all(hasattr(table, m) for m in (
@@ -300,6 +317,9 @@ class GpuSpeedTier:
         self.holes: HoleTable | None = None
         if self.reserve is not None and reserve_whole and hasattr(table, "queued_long_tasks"):
             self.holes = table  # type: ignore[assignment]
+        self.ahead: AheadTable | None = None
+        if whole_ahead and all(hasattr(table, m) for m in ("holds_head", "submitted_task")):
+            self.ahead = table  # type: ignore[assignment]
         self.wait: WaitTable | None = None
         if self.long is not None and wait_fast and all(hasattr(table, m) for m in (
                 "holds_head", "pod_remaining", "free_at", "now")):
@@ -385,6 +405,9 @@ class GpuSpeedTier:
             else:
                 keep = self._reserved(pod, snap, per_model, present, keep)
         breaks = self._breaks(pod, snap, candidates)
+        ahead = self._ahead(pod, snap, candidates)
+        if ahead is not None:
+            breaks = ahead if breaks is None else breaks | ahead
         # every model the pod can go to is as good, and no whole node to keep or reserve: nothing to choose
         same = bool(keep[present].all()) and breaks is None and hit is None
         if same and self.ends is None:
@@ -496,6 +519,20 @@ class GpuSpeedTier:
             return None
         idle = snap.node_idle[candidates]
         out = (idle >= need) & (idle - size < need)
+        return out if bool(out.any()) else None
+
+    def _ahead(self, pod: Pod, snap: Snapshot, candidates: IntArray) -> BoolArray | None:
+        """``whole_ahead``: per candidate, whether the pod would break a whole node (every usable GPU idle) that a
+        task of a submitted job asks for all of, under a queue that stops at its head (``fifo``). There, once a
+        gang of whole-node tasks is the head, nothing is placed until it fits (``keep_whole`` never gets to act),
+        so the whole nodes are kept before it comes. None when there is no such candidate (another queue, no
+        submitted whole-node task, a pod as large as the node, the rule off)."""
+        if self.ahead is None or not self.ahead.holds_head():
+            return None
+        task = self.ahead.submitted_task()
+        size = sum(r.count for _, r in pod.device_requests)
+        usable = snap.node_usable[candidates]
+        out = (snap.node_idle[candidates] >= usable) & (usable <= task) & (usable > size)
         return out if bool(out.any()) else None
 
     def _group(self, pod: Pod, snap: Snapshot, candidates: IntArray, score: FloatArray) -> bool:
@@ -625,6 +662,12 @@ class _TierArgs(PluginArgs):
     on its fastest model, as many nodes' worth of k idle GPUs as it has tasks, and a pod that would break the last
     of them goes to another node of the model that does not, or to another model (needs ``queued_long_tasks``).
     False: idle GPUs counted (the rule before)."""
+    whole_ahead: bool = True
+    """Under a queue that stops at its head (``fifo``), while the submitted jobs include tasks of a whole node's
+    GPUs, a smaller pod keeps whole nodes whole before any such gang waits: the kept models' whole nodes score
+    ``BREAK_SCORE`` while a partly used node of theirs fits the pod (``keep_whole``'s test with the whole node as
+    the hole; the models kept stay the same; needs ``holds_head`` and ``submitted_task``). False: the rule
+    before."""
     wait_fast: bool = True
     """A long job (``long_quantile``) at the head of a queue that stops at it (``fifo``) waits for its fast models
     while the known expected ends say they free the GPUs it needs soon enough that waiting ends it sooner than a
@@ -640,7 +683,7 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
     return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole,
                         parsed.long_quantile, parsed.reserve_long, parsed.group_short, parsed.short_quantile,
-                        parsed.reserve_whole, parsed.wait_fast)
+                        parsed.reserve_whole, parsed.wait_fast, parsed.whole_ahead)
 
 
 def register(reg: PluginRegistry) -> None:
