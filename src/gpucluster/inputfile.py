@@ -246,17 +246,16 @@ def _yaml_error(source: str | Path, exc: yaml.YAMLError) -> InputFileError:
     return InputFileError(f"{source}: {at}: not valid YAML: {problem}")
 
 
-def parse_yaml_all(text: str, source: str | Path) -> list[Any]:
-    """Every document of a YAML stream (``None`` for an empty one), within the nesting and expansion limits."""
+@contextlib.contextmanager
+def _loading(text: str, source: str | Path) -> Iterator[_BoundedLoader]:
+    """A bounded loader over ``text``, disposed of after; a YAML, number or nesting error while it loads is an
+    :class:`InputFileError` naming ``source``."""
     try:
         loader = _BoundedLoader(text)
     except yaml.YAMLError as exc:
         raise _yaml_error(source, exc) from None
     try:
-        docs = []
-        while loader.check_data():  # type: ignore[no-untyped-call]
-            docs.append(loader.get_data())
-        return docs
+        yield loader
     except yaml.YAMLError as exc:
         raise _yaml_error(source, exc) from None
     except (ValueError, OverflowError) as exc:  # an integer of more digits than Python converts
@@ -265,6 +264,15 @@ def parse_yaml_all(text: str, source: str | Path) -> list[Any]:
         raise InputFileError(f"{source}: nested too deeply") from None
     finally:
         loader.dispose()
+
+
+def parse_yaml_all(text: str, source: str | Path) -> list[Any]:
+    """Every document of a YAML stream (``None`` for an empty one), within the nesting and expansion limits."""
+    with _loading(text, source) as loader:
+        docs = []
+        while loader.check_data():  # type: ignore[no-untyped-call]
+            docs.append(loader.get_data())
+        return docs
 
 
 def parse_yaml(text: str, source: str | Path) -> Any:
@@ -308,22 +316,10 @@ class YamlLines:
 def parse_yaml_lines(text: str, source: str | Path) -> tuple[Any, YamlLines]:
     """The one document of a YAML text (``None`` when empty), and where each of its parts was written, for
     errors that name a line (``FILE:LINE: field: why``) rather than a path into the document."""
-    try:
-        loader = _BoundedLoader(text)
-    except yaml.YAMLError as exc:
-        raise _yaml_error(source, exc) from None
-    try:
+    with _loading(text, source) as loader:
         node = loader.get_single_node()
         doc = None if node is None else loader.construct_document(node)
         return doc, YamlLines(node)
-    except yaml.YAMLError as exc:
-        raise _yaml_error(source, exc) from None
-    except (ValueError, OverflowError) as exc:  # an integer of more digits than Python converts
-        raise InputFileError(f"{source}: {exc}") from None
-    except RecursionError:  # a guard: the nesting limit stops this first
-        raise InputFileError(f"{source}: nested too deeply") from None
-    finally:
-        loader.dispose()
 
 
 def load_yaml_lines(path: str | Path, max_bytes: int = MAX_DOCUMENT_BYTES) -> tuple[Any, YamlLines]:
