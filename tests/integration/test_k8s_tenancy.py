@@ -16,7 +16,9 @@ its bound namespaces.
   bound nowhere, filed under it in the store); a running Job relabelled keeps its tenant;
 * across a restart, with the bindings changed while the control plane was down: the running Job of a namespace
   now foreign runs on, charged as before; a queued one is refused; a refused one now allowed is let in; the store
-  files each under the tenant it is listed under.
+  files each under the tenant it is listed under;
+* across a restart with nothing changed: a tenant's running Job is adopted and its Job waiting for quota still
+  waits (the stored quota is known from the restarted control plane's first admission pass on).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from test_k8s_workloads import _api_job, _kubectl, job_yaml
 from up_process import ControlPlane, serving, wait_until
 
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
-from gpucluster.kubernetes.workloads import QUEUE_LABEL, REFUSED_ANNOTATION
+from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, REFUSED_ANNOTATION
 from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION
 
 pytestmark = pytest.mark.integration
@@ -351,3 +353,35 @@ def test_a_restart_after_the_bindings_changed_keeps_running_jobs_and_files_each_
         wait_until(lambda: _stored(second.data, running, waiting, intruder)
                    == {running: tenant, waiting: other, intruder: tenant}, 30, "the store to file each anew")
     assert _stored(second.data, running, waiting, intruder) == {running: tenant, waiting: other, intruder: tenant}
+
+
+def test_a_restart_keeps_the_job_waiting_for_quota_waiting(kube_control_plane: Any, kube_client: Any, run: str,
+                                                          namespaces: tuple[str, str, str], fleet: list[Any],
+                                                          tmp_path: Path) -> None:
+    """A (quota 2 GPUs, set through the API) runs a 2-GPU Job and has a second one waiting for quota. Restarted,
+    the control plane adopts the running Job and the second still waits, saying so, through its first ticks: A
+    holds 2 GPUs, never 4. Before the fix the first admission pass after a restart ran before the stored quotas
+    were given to the runtime, and admitted the waiting Job."""
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant, ns_a, _ns_b = namespaces
+    running, waiting = f"running-{run}", f"waiting-{run}"
+    with serving(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect") as first:
+        with first.client() as c:
+            assert c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2}).status_code == 201
+        _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: _status(first, running, "running"), 60, "A's first Job to run")
+        _apply(kube_control_plane, waiting, ns_a, tenant, run)
+        wait_until(lambda: (j := _status(first, waiting, "pending")) and "quota" in j["message"], 60,
+                   "A's second Job to wait for quota")
+    with serving(kube_control_plane.kubeconfig, tmp_path, "--no-leader-elect") as second:
+        wait_until(lambda: _status(second, running, "running"), 60, "the running Job adopted")
+        ticks = second.get("/healthz")["ticks"]
+        wait_until(lambda: second.get("/healthz")["ticks"] >= ticks + 5, 60, "five more ticks")
+        shown = _status(second, waiting, "pending")
+        assert shown is not None and "quota" in shown["message"], _api_job(second, waiting)
+        assert ADMISSION_ANNOTATION not in (batch.read_namespaced_job(waiting, ns_a).metadata.annotations or {})
+        assert batch.read_namespaced_job(waiting, ns_a).spec.suspend is True
+        tenants = {t["name"]: t for t in second.get("/api/v1/tenants")["tenants"]}
+        assert tenants[tenant]["gpus"] == 2 and tenants[tenant]["quota_gpus"] == 2, tenants[tenant]

@@ -608,9 +608,11 @@ def _restore(runtime: Runtime, config: ServiceConfig, lock: DataDirLock, admin: 
     _restore_held_nodes(runtime, store)  # before anything is placed: no job lands on a node the operator holds
     svc.clock_origin = max(t for t in candidates if math.isfinite(t))
     svc.persisted_clock = svc.clock_origin
+    # the stored quotas before the first pass: a runtime that found its workloads in the cluster (Kubernetes: a
+    # running Job and one waiting for quota) admits at the advance below, which must not see unlimited tenants
+    svc.sync_quotas()
     if svc.clock_origin > runtime.now:
         runtime.advance(svc.clock_origin)
-    svc.sync_quotas()
     recovered: list[JobEvent] = []
     found: dict[str, Job] = {}
     bad: list[BadRow] = []
