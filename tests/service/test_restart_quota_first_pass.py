@@ -12,7 +12,6 @@ from pathlib import Path
 
 from gpucluster.jobs import Job, JobSpec, JobState
 from gpucluster.service import EmbeddedRuntime, ServiceConfig, open_service
-
 from tests.service.inproc import ADMIN, in_process, small_cluster
 
 
