@@ -84,6 +84,7 @@ from gpucluster.jobs import (
     EngineOptions,
     Fail,
     Job,
+    JobEngine,
     JobEvent,
     JobSpec,
     JobState,
@@ -496,9 +497,18 @@ class KubeRuntime(EngineFront):
         self._sample()
 
     def _new_engine(self) -> None:
+        """A fresh engine from the recipe (at the start, and when this replica lost the lease and rebuilds every
+        job from the cluster). The quota tree is the recipe's, shared with the scheduler's ``Quota`` plugin: its
+        limits stay, every charge the old engine made goes (the new one charges the jobs it finds running, and
+        only those: a job that ended or was deleted meanwhile must not hold its tenant's quota here). The tenants'
+        fair-share weights (:meth:`set_quotas`) carry over."""
+        old: JobEngine | None = getattr(self, "engine", None)
         with self.cluster.lock:
+            self.quota.refund_all()
             self.engine = self.recipe.build(KubePlacer(self), kernel=Kernel())
             self.engine.paused = not self._leading
+            if old is not None:
+                self.engine.ledger.weights = dict(old.ledger.weights)
         self.engine.listeners.append(self._report)
 
     def _probe(self) -> str:
