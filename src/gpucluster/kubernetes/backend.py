@@ -1131,6 +1131,8 @@ class KubeRuntime(EngineFront):
         self._leading = leading
         if leading:
             log.info("%s leads: admitting jobs", self.identity)
+            with self.cluster.lock:
+                self._write_owed()
             self.engine.resume()
             return
         log.warning("%s lost the lease: following, rebuilding every job from the cluster", self.identity)
@@ -1145,6 +1147,32 @@ class KubeRuntime(EngineFront):
             self._group_ended = {}
         with self._lock:
             self._dirty = set(self._job_objs) | set(self._sets.objs) | set(self._ptjs.objs)  # JobSets, PyTorchJobs
+
+    def _write_owed(self) -> None:
+        """This replica leads now: write what only a leader writes about the verdicts it reached while it
+        followed, where the workload's object does not show them (the leader that died may have frozen or died
+        before writing them, e.g. a binding change it never saw): the refusal of a workload refused here (a
+        Warning ``Refused`` Event and ``gpucluster.io/refused``), and the acceptance of one still carrying a
+        refusal that is queued or running here (the annotation taken off, a Normal ``Accepted`` Event). Both are
+        written before this replica's first admission (the writer keeps their order). Pod groups carry no
+        annotation to compare with: their Events are not written again. Caller holds the cluster lock."""
+        with self._lock:
+            objs = {**self._job_objs, **self._sets.objs, **self._ptjs.objs}
+        for rec in self.recs.values():
+            job = self.engine.jobs.get(rec.job_id)
+            obj = objs.get(rec.uid)
+            if job is None or obj is None or rec.group:
+                continue
+            refusal = ((obj.get("metadata") or {}).get("annotations") or {}).get(REFUSED_ANNOTATION)
+            if job.done and rec.rejected and not refusal:
+                rec.refused = True
+                self.submit_write("note", rec.job_id, self.write_note, rec.namespace, rec.name, "Warning", "Refused",
+                                  job.message.removeprefix("refused: "), REFUSED_ANNOTATION)
+            elif not job.done and refusal:
+                with self._lock:
+                    why = self.bindings.allowance(rec.namespace, job.tenant)
+                self.submit_write("note", rec.job_id, self.write_accepted, rec.namespace, rec.name,
+                                  f"accepted: queued for tenant {job.tenant}: {why}")
 
     def _check_writes(self) -> None:
         left = []
