@@ -2,7 +2,8 @@
 rebuilds every job from the cluster with a fresh engine: the tenants' quotas and fair-share weights carry over,
 the old engine's quota charges do not (the new engine charges the jobs it finds running; one that ended meanwhile
 holds nothing). One that comes to lead writes the verdicts it reached while following that the Jobs do not show
-(a refusal, an acceptance).
+(a refusal, an acceptance). A replica restarted on its store does not make again a Job someone applied and
+deleted since (:meth:`KubeRuntime.restore`).
 
 No API server (the stub informer of ``test_retention_records``); the same on a real kube-apiserver, with two
 replicas, is ``tests/integration/test_k8s_tenancy_ha.py``."""
@@ -15,9 +16,12 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from gpucluster.jobs import Job, job_spec
 from gpucluster.kubernetes import backend
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
-from gpucluster.kubernetes.workloads import QUEUE_LABEL, REFUSED_ANNOTATION
+from gpucluster.kubernetes.workloads import QUEUE_LABEL, REFUSED_ANNOTATION, native_id
 
 from .helpers import node_obj
 from .test_retention_records import _job_obj, new_runtime  # noqa: F401 (a fixture)
@@ -81,3 +85,23 @@ def test_a_follower_that_comes_to_lead_writes_the_verdicts_it_reached_while_foll
         rt._leadership()  # already leading: nothing more
         assert len(written) == 2
 
+
+def test_a_job_found_in_the_cluster_and_deleted_since_is_not_restored(
+        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:  # noqa: F811
+    """The store of a restarted replica knows a Job someone applied; its object is gone: it is not made again
+    (``LookupError``, the service fails its record saying why). One whose object is there but not read yet (its
+    claims are not ready) is left to be read."""
+    with new_runtime() as rt:
+        creates: list[str] = []
+        rt.submit_write = lambda what, job_id, *_a: creates.append(job_id)  # type: ignore[method-assign]
+        gone = native_id(str(uuid.uuid4()))
+        with pytest.raises(LookupError, match="deleted from the cluster"):
+            rt.restore(Job(job_spec(gone, name="gone", tenant="a", replicas=1, resources={"nvidia.com/gpu": 1}, duration_s=60.0, submit_s=0.0)))
+        obj = _job_in("ns-a", "waits", "a")
+        with rt._lock:
+            rt._job_objs[obj["metadata"]["uid"]] = obj  # seen by the informer, not read into a job yet
+        rt.restore(Job(job_spec(native_id(obj["metadata"]["uid"]), name="waits", tenant="a", replicas=1,
+                                resources={"nvidia.com/gpu": 1}, duration_s=60.0, submit_s=0.0)))
+        api = job_spec("j-0123456789ab", name="api", tenant="a", replicas=1, resources={"nvidia.com/gpu": 1}, duration_s=60.0, submit_s=0.0)
+        rt.restore(Job(api))  # a job of the REST API whose Job is missing is made again, as before
+        assert creates == ["j-0123456789ab"]

@@ -126,6 +126,7 @@ from gpucluster.kubernetes.workloads import (
     DEFAULT_IMAGE,
     JOBSET_API,
     JOBSET_NAME_LABEL,
+    NATIVE_ID_PREFIX,
     PYTORCHJOB_API,
     Admission,
     PodView,
@@ -136,6 +137,7 @@ from gpucluster.kubernetes.workloads import (
     claim_tenant,
     job_manifest,
     jobset_as_job,
+    native_id,
     parse_queue_job,
     pod_view,
     pytorchjob_as_job,
@@ -1004,12 +1006,21 @@ class KubeRuntime(EngineFront):
     def restore(self, job: Job, admitted: bool = False) -> None:
         """A job the store knows after a restart: the cluster's record wins (a running Job object is adopted as
         it runs, whatever the quota is now); a job whose Job object is missing is created again (nothing
-        accepted is lost) and admitted again."""
+        accepted is lost) and admitted again. A job found in the cluster (a Job, JobSet or PyTorchJob someone
+        applied: ``k-`` and its uid) whose object is gone was deleted while this replica was down (or before a
+        replica that follows saw it end): it is not made again (``LookupError``), nor is a pod group whose pods
+        are gone."""
         if job.id in self.engine.jobs or job.id in self._creating or any(
                 j.id == job.id for j in self._gathering.values()):
             return
         if job.id.startswith("g-"):  # a pod group's: nothing here can make its pods again
             raise LookupError("its pod group's pods are gone from the cluster")
+        if job.id.startswith(NATIVE_ID_PREFIX):
+            with self._lock:
+                uids = {*self._job_objs, *self._sets.objs, *self._ptjs.objs}
+            if any(native_id(u) == job.id for u in uids):
+                return  # its object is there, not read yet (its claims are not ready): read when it is
+            raise LookupError("its object (Job, JobSet or PyTorchJob) was deleted from the cluster")
         job.spec = restored_submission(job.spec, self.now)
         self.submit(job)
 
