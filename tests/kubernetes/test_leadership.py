@@ -21,7 +21,7 @@ import pytest
 from gpucluster.jobs import Job, job_spec
 from gpucluster.kubernetes import backend
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
-from gpucluster.kubernetes.workloads import QUEUE_LABEL, REFUSED_ANNOTATION, native_id
+from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, REFUSED_ANNOTATION, native_id
 
 from .helpers import node_obj
 from .test_retention_records import _job_obj, new_runtime  # noqa: F401 (a fixture)
@@ -75,6 +75,14 @@ def test_a_follower_that_comes_to_lead_writes_the_verdicts_it_reached_while_foll
         assert written == []  # a follower writes nothing
         assert {j.name: j.status.value for j in rt.jobs()} == {"refused": "failed", "told": "failed",
                                                                "let-in": "pending"}
+        # the old leader admitted one it refused here (it saw the binding change later): not refused on the Job
+        admitted = _job_in("ns-b", "admitted", "a")
+        rt._on_job("ADDED", admitted)
+        rt.advance(rt.now + 1.0)
+        assert rt.job(native_id(admitted["metadata"]["uid"])).status.value == "failed"  # type: ignore[union-attr]
+        admitted["metadata"]["annotations"] = {ADMISSION_ANNOTATION: "{}"}
+        admitted["spec"]["suspend"] = False
+        rt._on_job("MODIFIED", admitted)  # seen, not read yet
         rt.elector = SimpleNamespace(is_leader=True, stop=lambda: None)  # type: ignore[assignment]
         rt._leadership()
         assert sorted(written) == [

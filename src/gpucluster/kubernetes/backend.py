@@ -1174,8 +1174,11 @@ class KubeRuntime(EngineFront):
             obj = objs.get(rec.uid)
             if job is None or obj is None or rec.group:
                 continue
-            refusal = ((obj.get("metadata") or {}).get("annotations") or {}).get(REFUSED_ANNOTATION)
-            if job.done and rec.rejected and not refusal:
+            notes = (obj.get("metadata") or {}).get("annotations") or {}
+            refusal = notes.get(REFUSED_ANNOTATION)
+            released = bool(notes.get(ADMISSION_ANNOTATION)) and not (obj.get("spec") or {}).get("suspend")
+            if job.done and rec.rejected and not refusal and not released:  # released: the old leader admitted
+                # it before the binding change; mirrored as it runs when this tick reads it (:meth:`_job_seen`)
                 rec.refused = True
                 self.submit_write("note", rec.job_id, self.write_note, rec.namespace, rec.name, "Warning", "Refused",
                                   job.message.removeprefix("refused: "), REFUSED_ANNOTATION)
