@@ -536,9 +536,10 @@ class Store:
 
         What each costs, at any depth and store size: a page is keyset-paged over the index that has the filters
         first (``(tenant, status, submitted_at, id)`` and its prefixes): ``limit`` rows read. The count without
-        ``q`` sums ``job_counts``' rows (one per tenant and status) and never reads ``jobs``. With ``q`` (:data:`MIN_INDEXED_TEXT` characters
-        or more) the count and a page that :data:`HISTORY_SCAN_ROWS` rows in order do not fill look the text up
-        in the trigram index ``jobs_text``: they cost what matches, not the table; a shorter ``q`` reads rows."""
+        ``q`` sums ``job_counts``' rows (one per tenant and status) and never reads ``jobs``. With ``q``
+        (:data:`MIN_INDEXED_TEXT` characters or more) the count and a page that :data:`HISTORY_SCAN_ROWS` rows in
+        order do not fill look the text up in the trigram index ``jobs_text``: they cost what matches, not the
+        table; a shorter ``q`` reads rows."""
         where: list[str] = []
         args: list[Any] = []
         if tenant is not None:
