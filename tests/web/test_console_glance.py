@@ -28,7 +28,7 @@ PHONE = {"width": 390, "height": 844}
 VIEWPORTS = [pytest.param(DESKTOP, id="1440x900"), pytest.param(PHONE, id="390x844")]
 PAGES = {  # page -> what shows once it has drawn
     "overview": "#ov-chart svg", "racks": ".node-row", "topology": "[data-testid=topology-svg]",
-    "jobs": "#jl-table > *", "queue": "#q-table > *", "tenants": "#tn-table table", "alerts": "#al-table > *",
+    "jobs": "#jl-table > *", "history": "#hs-table > *", "queue": "#q-table > *", "tenants": "#tn-table table", "alerts": "#al-table > *",
     "design": "#dz-form", "experiments": "#ex-form",
 }
 
