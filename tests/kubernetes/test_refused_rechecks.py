@@ -1,5 +1,5 @@
 """Refused workloads are re-checked whether or not the retention policy pruned them, and a pod group's tenant label
-is re-checked as a Job's is, without a server: the informer is a stub (``test_retention_records.new_runtime``), the
+is re-checked as a Job's is, without a server: the informer is a stub (``conftest.new_runtime``), the
 test feeds the watch events, the runtime follows (no writes). The same on a real kube-apiserver:
 ``tests/integration/test_k8s_rechecks.py``.
 
@@ -23,7 +23,7 @@ from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
 from gpucluster.kubernetes.workloads import QUEUE_LABEL, native_id
 from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION
 from tests.kubernetes.helpers import node_obj, pod_obj
-from tests.kubernetes.test_retention_records import _job_obj, new_runtime  # noqa: F401 (a fixture)
+from tests.kubernetes.test_retention_records import _job_obj
 
 Runtime = Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]
 
