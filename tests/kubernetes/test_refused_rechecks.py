@@ -195,9 +195,10 @@ def test_a_running_job_whose_slot_cannot_be_held_here_is_running_never_queued(ne
         assert job is not None and job.state == JobState.RUNNING, job.message if job else None
         assert rt.recs[job_id].unmirrored == {0: "node n2 is unknown"} and "not held here yet" in job.message
         assert job.pod_keys == () and task.key not in rt.cluster.reserved
+        assert rt.usage_by_tenant()["team-a"]["gpus"] == 1.0  # the slot it runs in, charged meanwhile
         rt.cluster.apply_node(node_obj("n2"))
         _tick(rt)
         assert rt.recs[job_id].unmirrored == {} and rt.recs[job_id].slots == [task.key]
         assert job.pod_keys == (task.key,) and task.key in rt.cluster.reserved
-        assert rt.quota._charged[task.key][0] == "team-a"
+        assert rt.quota._charged[task.key][0] == "team-a" and rt.usage_by_tenant()["team-a"]["gpus"] == 1.0
         assert "not held here yet" not in job.message

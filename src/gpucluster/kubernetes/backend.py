@@ -171,7 +171,7 @@ EXTRA_SUFFIX = "-extra"
 EXTRA_KEY_PREFIX = "extra:"
 """A pod group's member beyond its ``minMember`` slots is bound with the reservation ``NAMESPACE/<job id>-extra``."""
 UNMIRRORED_KEY_PREFIX = "unmirrored:"
-"""The outside-use key of a running job's bound pod whose slot is not held here (:meth:`KubeRuntime._adopt`)."""
+"""The outside-use key of a running job's slot that is not held here (:meth:`KubeRuntime._adopt`)."""
 JOBSET_RECHECK_S = 5.0
 """How often the JobSet (and PyTorchJob) list is tried again while the API server does not serve them (no CRD
 yet)."""
@@ -1127,7 +1127,7 @@ class KubeRuntime(EngineFront):
                 if rec is not None:
                     self._observe(job, rec, by_uid.get(rec.uid, []))
             self.engine.set_outside_use({**self._claims_outside(), **self._extras_outside(pods),
-                                         **self._unmirrored_outside(pods)})
+                                         **self._unmirrored_outside()})
             self.engine.run_until(t)
         if self._leading:
             self._write_notes()
@@ -1914,7 +1914,7 @@ class KubeRuntime(EngineFront):
         """Take the job as running where ``adm`` placed it (reserving its slots). It runs (its object says so):
         it is running here at once even when a slot cannot be held here yet (its node unknown, its devices held
         by another pod): such a slot is left out (:attr:`_Rec.unmirrored`), its bound pod accounted as any bound
-        pod and charged to the job's tenant (:meth:`_unmirrored_outside`), and it is tried again at each pass
+        pod, the slot charged to the job's tenant (:meth:`_unmirrored_outside`), and it is tried again at each pass
         (:meth:`_mirror_slots`). Never queued: a running job queued here would be admitted a second time."""
         tasks = task_pods(job.spec, adm.attempt, self.namespace)
         slots: list[str] = []
@@ -1962,26 +1962,25 @@ class KubeRuntime(EngineFront):
                 rec.unmirrored.pop(i)
                 rec.slots[i] = task.key
                 job.pod_keys = (*job.pod_keys, task.key)
+                job.held_gpus += allocation_gpus(self.cluster.state, self.cluster.reserved[task.key])
+                if job.tally is not None:
+                    job.tally.moved(job)
                 self.quota.charge(task.key, task.charged_tenant, pod_charge(task, self.cluster.state.snapshot()))
                 log.info("job %s: slot %d of its admission is held here now", job.id, i)
 
-    def _unmirrored_outside(self, pods: Mapping[str, PodView]) -> dict[str, tuple[str, dict[str, float]]]:
-        """The bound pods of running jobs in slots not held here (:meth:`_adopt`): accounted as bound pods, each
-        charged to its job's tenant while it holds devices. Caller holds the cluster lock."""
-        state = self.cluster.state
+    def _unmirrored_outside(self) -> dict[str, tuple[str, dict[str, float]]]:
+        """The slots of running jobs not held here (:meth:`_adopt`): each charged to its job's tenant as its task
+        asks (the job runs there: its admission holds it), until the slot is held. Caller holds the cluster lock."""
         out: dict[str, tuple[str, dict[str, float]]] = {}
-        waiting = {r.uid: r for r in self.recs.values() if r.unmirrored and r.uid}
-        if not waiting:
-            return out
-        for p in pods.values():
-            rec = waiting.get(p.job_uid)
-            job = self.engine.jobs.get(rec.job_id) if rec is not None else None
-            alloc = state.allocations.get(p.key)
-            if job is None or job.state != JobState.RUNNING or alloc is None or not p.live or not p.node:
+        snap = None
+        for rec in self.recs.values():
+            job = self.engine.jobs.get(rec.job_id) if rec.unmirrored else None
+            if job is None or job.state != JobState.RUNNING:
                 continue
-            out[UNMIRRORED_KEY_PREFIX + p.key] = (job.tenant, {
-                "gpu": allocation_gpus(state, alloc), "gpumem": float(sum(g.memory_mib for g in alloc.grants)),
-                "gpucores": sum(g.core_milli for g in alloc.grants) / 10})
+            snap = snap or self.cluster.state.snapshot()
+            for i in rec.unmirrored:
+                if i < len(rec.tasks):
+                    out[UNMIRRORED_KEY_PREFIX + rec.tasks[i].key] = (job.tenant, pod_charge(rec.tasks[i], snap))
         return out
 
     # ------------------------------------------------------------------ pods of admitted jobs
