@@ -37,8 +37,12 @@ The API server is the source of truth; the one job engine (:class:`gpucluster.jo
 * **Tenants by namespace** (:mod:`.tenancy`): a workload in a namespace that may not use the tenant it names is
   refused; a change of the Namespace bindings re-checks, at the next tick, the workloads not admitted
   (:meth:`KubeRuntime._recheck_tenancy`): refused ones now allowed are queued, queued ones now foreign refused,
-  running ones left running. A change of a refused Job's own queue label re-checks it as a new one; a queued or
-  running one keeps its tenant (:meth:`KubeRuntime._relabelled`).
+  running ones left running. A change of a refused Job's own queue label (a pod group's members') re-checks it as
+  a new one; a queued or running one keeps its tenant (:meth:`KubeRuntime._relabelled`,
+  :meth:`KubeRuntime._group_relabelled`). A refused one the retention policy pruned is re-checked alike while its
+  object stays (:attr:`KubeRuntime._refused_tombs`).
+* **A running job is never queued here**: found admitted and released, it is adopted running even when a slot of
+  its admission cannot be held yet (:meth:`KubeRuntime._adopt`; the slot is tried again at each pass).
 * **Status from Kubernetes.** The Job's ``Complete``/``Failed`` condition ends the job (``duration_s`` is only an
   estimate here); while it runs, its message counts the pods by phase, restarts, and the last container's exit
   code and reason. Cancel deletes the Job; preemption suspends it again and frees its GPUs at once (its pods
