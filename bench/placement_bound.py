@@ -33,6 +33,10 @@ first proves, for the N shapes with the most GPU milli, the longest prefix of th
 fail in any must-place run, and forces those pods in every LP with the earlier pods of the shapes each proved pod
 covers (``bound.EARLIEST_DOC``; off by default).
 
+Each bound is the tightest of its scans (``bound.SCANS_DOC``: every scan's figure is a bound; a later scan whose
+LP hit ``--lp-time-limit`` may fall back to a looser one): the JSON gives the scan (``bound_scan``, 0 the first)
+and every scan's idle GPUs (``scan_idle_gpus``), the table the scan after the figure.
+
 ``gap closed`` = (ours - FGD) / (bound - FGD), on the two-class bound (the one-class one with ``--no-two-class``).
 Idle GPUs = (capacity - allocation) / 1000. The traces are read from ``--traces`` (never copied).
 """
@@ -114,6 +118,8 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
         got["class_b_alone_idle_gpus"] = (cb.capacity_milli - cb.one_class_b_milli) / MILLI
         got["two_class_idle_gpus"] = cb.idle_gpus
         got["bound_segments"] = [cb.segment_a, cb.segment_b]
+        got["bound_scan"] = cb.scan
+        got["scan_idle_gpus"] = [round((cb.capacity_milli - m) / MILLI, 2) for m in cb.scan_milli]
         got["pairs"] = cb.pairs_solved
         got["lps"] = cb.lps_solved + 1
     else:
@@ -122,6 +128,8 @@ def measure(traces: Path, workload: str, seed: int, segments: int, two_class: bo
                               earliest=earliest)
         got["must_place_idle_gpus"] = mp.idle_gpus
         got["bound_segment"] = mp.segment
+        got["bound_scan"] = mp.scan
+        got["scan_idle_gpus"] = [round((mp.capacity_milli - m) / MILLI, 2) for m in mp.scan_milli]
         got["lps"] = mp.lps_solved + 1
     got["bound_s"] = round(time.perf_counter() - t, 1)
     got["node_cuts"] = node_cuts
@@ -171,9 +179,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         gap = f"{100 * r['gap_closed']:.0f} %" if r["gap_closed"] is not None else "-"
-        two = f"{r['two_class_idle_gpus']:.1f}" if "two_class_idle_gpus" in r else "-"
+        scan = f" (scan {r['bound_scan']})"
+        two = f"{r['two_class_idle_gpus']:.1f}{scan}" if "two_class_idle_gpus" in r else "-"
+        one = f"{r['must_place_idle_gpus']:.1f}" + ("" if "two_class_idle_gpus" in r else scan)
         print(f"| {r['workload']} | {r['seed']} | {r['fgd_idle_gpus']:.1f} | {r['ours_idle_gpus']:.1f} | "
-              f"{r['must_place_idle_gpus']:.1f} | {two} | {r['any_placement_idle_gpus']:.1f} | {gap} | {r['lps']} | "
+              f"{one} | {two} | {r['any_placement_idle_gpus']:.1f} | {gap} | {r['lps']} | "
               f"{r['bound_s']} |")
 
 

@@ -12,6 +12,7 @@ from gpucluster.scheduler.plugins.baselines import node_rank
 from gpucluster.simulator.experiments.bound import (
     MILLI,
     _GpuKnapsack,
+    _LPTroubleError,
     _OrderLP,
     allocation_bound,
     class_bound,
@@ -521,3 +522,47 @@ def test_a_small_item_does_not_block_a_gpu_for_the_key() -> None:
         mp.setattr(_OrderLP, "item_cover", False)
         assert must_place_bound(nodes, pods, segments=4, key=_is_a).bound_milli == pytest.approx(2000, abs=1e-6)
         assert class_bound(nodes, pods, _is_a, _is_b, segments=4).bound_milli == pytest.approx(2000, abs=1e-6)
+
+
+# ------------------------------------------------------------ the tightest scan is reported (bound.SCANS_DOC)
+def _time_out_after_the_first_scan(mp: pytest.MonkeyPatch) -> None:
+    """Fault injection: once an ``_OrderLP`` has been refined (so from the second scan on), every LP with failure
+    rows ends as one that hits HiGHS's time limit does (``_LPTroubleError`` after the three solver tries)."""
+    refine, solve_once = _OrderLP.refine, _OrderLP._solve_once
+
+    def refine_then_time_out(self: _OrderLP, *args: object, **kwargs: object) -> bool:
+        added = refine(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.fault_time_limit = True  # type: ignore[attr-defined]
+        return added
+
+    def solve_or_time_out(self: _OrderLP, assign: dict[int, int | None], failure_rows: bool,
+                          time_limit: float | None, probe: tuple[int, int] | None = None) -> object:
+        if failure_rows and getattr(self, "fault_time_limit", False):
+            raise _LPTroubleError("fault injection: the time limit")
+        return solve_once(self, assign, failure_rows, time_limit, probe)
+
+    mp.setattr(_OrderLP, "refine", refine_then_time_out)
+    mp.setattr(_OrderLP, "_solve_once", solve_or_time_out)
+
+
+def test_a_later_scan_that_times_out_does_not_loosen_the_bound() -> None:
+    """One node with two GPUs: an 810-milli pod (the key), a 320 and a 650 (both on the other GPU, 970), then an
+    810 and a 470 that fit nowhere: every run ends at 1,780. The first scan bounds it by 1,810 and finds
+    GPU-packing rows; when every blocking LP of the second scan hits the time limit (fault injection) its
+    fallbacks (the LPs without failure rows; for a pair, the smaller one-class optimum) give 1,845, valid but
+    looser. Both bounds report the first scan's 1,810, and say so."""
+    nodes = [OpenbNode("n0", 96000, 262144, 2, "G2")]
+    pods = [OpenbPod(f"p{i}", c, 1024, 1, m)
+            for i, (c, m) in enumerate([(0, 810), (0, 320), (0, 650), (0, 810), (1000, 470)])]
+    assert _best_must_place_run(nodes, pods) == 1780
+    with pytest.MonkeyPatch.context() as mp:
+        _time_out_after_the_first_scan(mp)
+        one = must_place_bound(nodes, pods, segments=2, key=_is_a)
+        two = class_bound(nodes, pods, _is_a, _is_b, segments=2)
+    for got in (one, two):
+        assert len(got.scan_milli) >= 2
+        assert got.scan_milli[0] == pytest.approx(1810, abs=1e-3)
+        assert got.scan_milli[-1] > 1810 + 1  # the fallback: looser
+        assert got.scan == 0
+        assert got.bound_milli == pytest.approx(1810, abs=1e-3)
+    assert two.one_class_a_milli == pytest.approx(1810, abs=1e-3)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -283,6 +283,22 @@ order is cut at the end of the segment into two ranges, ``xa + xb`` is the first
 most the pods there) and ``xc`` the second; the rows are the ones above."""
 
 
+SCANS_DOC = """Which scan's figure ``must_place_bound`` and ``class_bound`` report: the tightest (issue 30).
+
+With ``config_cuts`` both run their scan over the segments (one class) or the segment pairs (two) up to
+``config_passes + 1`` times, adding GPU- and node-packing rows between scans. Every scan's figure bounds every
+must-place run on its own: each of its LPs holds every run of its segment (or pair) with rows valid for every run
+(``CONFIG_CUTS_DOC``, ``NODE_CUTS_DOC``), and an LP that hits the time limit or that HiGHS gives up on is answered
+with a larger valid value (its LP without the failure rows; for a pair, the smaller one-class optimum;
+``CLASSES_DOC``). So the smallest figure over the scans is a bound, and it is the one reported, with the index
+of its scan (``scan``, 0 the first) and every scan's figure (``scan_milli``). A later scan has more rows, so it is
+never looser unless one of its LPs fell back: on ``gpuspec25`` (seed 42, ``--lp-time-limit 30``) a complete scan
+gave 164.0 idle GPUs and the last one, whose binding LP hit the limit, 141.8. (Until 2026-12-05 the last scan's
+figure was reported, so a fallback in a later scan loosened the result.) ``class_bound``'s one-class figures are
+each the smallest over the scans, by the same argument (each scan's largest one-class optimum is
+``must_place_bound``'s figure for that class with that scan's rows)."""
+
+
 BLOCKED_GPUS_DOC = """A GPU-blocked node's GPUs are blocked by their items' milli, not by their number (issue 30).
 
 A GPU is blocked for the pseudo-pod q when more than 1000 - m_q of its milli is used, so at least
@@ -313,6 +329,10 @@ class MustPlaceBound(_BoundFigures):
     """Segment (of ``segments``) whose LP gave the bound; -1: no pod need fail."""
     segments: int
     lps_solved: int
+    scan: int = 0
+    """The scan (0: the first, before any refinement; ``SCANS_DOC``) whose figure this is: the tightest."""
+    scan_milli: tuple[float, ...] = ()
+    """Every scan's bound, in order (each one valid)."""
 
 
 def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segments: int = 40,
@@ -324,11 +344,12 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
     failure among the pods whose shape ``key`` selects (default: all). Only those pods are forced before the
     segment and make the pseudo-pod; the others are optional everywhere. Valid for every ``key``. ``progress``
     is called with a line after every LP. ``config_cuts``: up to that many rounds of ``CONFIG_CUTS_DOC`` on the
-    LP that gave the bound, then the scan again with the rows found, up to ``config_passes`` times (0: the
-    family's rows alone). ``time_limit`` (seconds per solver try) turns a segment's LP that runs longer into
-    HiGHS trouble, answered with its LP without the failure rows (valid, and looser). ``node_cuts``: the
-    refinement adds ``NODE_CUTS_DOC``'s rows too (only with ``config_cuts`` > 0). ``earliest``: before the
-    scan, ``EARLIEST_DOC``'s forced prefixes for that many shapes (``_OrderLP.earliest_shapes``; 0: none)."""
+    LP that gave the last scan's bound, then the scan again with the rows found, up to ``config_passes`` times
+    (0: the family's rows alone); the tightest scan's figure is reported (``SCANS_DOC``). ``time_limit``
+    (seconds per solver try) turns a segment's LP that runs longer into HiGHS trouble, answered with its LP
+    without the failure rows (valid, and looser). ``node_cuts``: the refinement adds ``NODE_CUTS_DOC``'s rows
+    too (only with ``config_cuts`` > 0). ``earliest``: before the scan, ``EARLIEST_DOC``'s forced prefixes for
+    that many shapes (``_OrderLP.earliest_shapes``; 0: none)."""
     key = key or (lambda _p: True)
     lp = _OrderLP(nodes, order, segments, [key])
     lp.node_cuts = node_cuts
@@ -371,15 +392,19 @@ def must_place_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], segm
                 best, where = none, -1
         return best, where
 
-    best, where = scan()
+    scans = [scan()]
     for _ in range(config_passes if config_cuts > 0 else 0):
+        where = scans[-1][1]
         if where == -2 or not lp.refine({0: where if where >= 0 else None}, config_cuts, time_limit=time_limit):
             break
         if progress is not None:
-            progress(f"{len(lp.knapsack.functions)} GPU-packing rows, {len(lp.nodepack.rows)} node-packing rows; "
+            progress(f"scan {len(scans) - 1}: {(capacity - scans[-1][0]) / MILLI:.1f} idle GPUs; "
+                     f"{len(lp.knapsack.functions)} GPU-packing rows, {len(lp.nodepack.rows)} node-packing rows; "
                      "the scan again")
-        best, where = scan()
-    return MustPlaceBound(min(best, float(capacity)), capacity, lp.arrived, where, segments, solved)
+        scans.append(scan())
+    figures = tuple(min(b, float(capacity)) for b, _ in scans)
+    k = min(range(len(scans)), key=lambda s: (figures[s], s))  # SCANS_DOC: the tightest scan, the earliest on ties
+    return MustPlaceBound(figures[k], capacity, lp.arrived, scans[k][1], segments, solved, k, figures)
 
 
 # ------------------------------------------------------------------------------------ two key classes (issue 30)
@@ -477,8 +502,14 @@ class ClassBound(_BoundFigures):
     lps_solved: int
     pairs_solved: int
     one_class_a_milli: float
-    """The one-class bound of class A alone (``must_place_bound`` with key A), from the same LPs."""
+    """The one-class bound of class A alone (``must_place_bound`` with key A), from the same LPs (the tightest
+    scan's, which may be another scan than the two-class figure's; ``SCANS_DOC``)."""
     one_class_b_milli: float
+    scan: int = 0
+    """The scan (0: the first; ``SCANS_DOC``) whose two-class figure this is (and whose segments): the tightest."""
+    scan_milli: tuple[float, ...] = ()
+    """Every scan's two-class bound, in order (each one valid); the one-class figures are each the tightest over
+    the scans."""
 
 
 CONFIG_CUTS_DOC = """GPU-packing rows found from an LP's own optimum (``config_cuts``; issue 30).
@@ -508,8 +539,9 @@ row that the optimum violates; it is added for every type, in this LP and every 
 ``config_cuts`` rounds). ``must_place_bound`` and ``class_bound`` refine the LP that gave the bound, then run
 their whole scan again with the rows found (up to ``config_passes`` times, stopping when the binding LP yields
 no row): the rows change only between scans, so each scan prunes exactly as before, and every row is valid for
-every LP, so the last scan's figure bounds every run. What is still relaxed: a type's items are packed per GPU
-only fractionally (the configuration LP), and CPU and memory stay pooled per type."""
+every LP, so every scan's figure bounds every run (the tightest is reported, ``SCANS_DOC``). What is still
+relaxed: a type's items are packed per GPU only fractionally (the configuration LP), and CPU and memory stay
+pooled per type."""
 
 
 def _weight_function(weights: dict[int, int], k: int) -> Callable[[int], float]:
@@ -1053,8 +1085,8 @@ def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Ca
     select two disjoint sets of shapes. ``progress`` is called with a line after every LP. ``time_limit``
     (seconds per solver try) turns an LP that runs longer into HiGHS trouble, answered with the valid larger
     value of ``CLASSES_DOC`` (so the bound stays valid, and may be looser). ``config_cuts``, ``config_passes``:
-    as in ``must_place_bound``, on the pair's LP that gave the bound (and the one-class figures come from the
-    last scan); ``node_cuts`` and ``earliest`` as in ``must_place_bound``."""
+    as in ``must_place_bound``, on the pair's LP that gave the last scan's bound; the figures reported are the
+    tightest over the scans (``SCANS_DOC``); ``node_cuts`` and ``earliest`` as in ``must_place_bound``."""
     lp = _OrderLP(nodes, order, segments, [key_a, key_b])
     lp.node_cuts = node_cuts
     cands: list[int | None] = [*range(segments), None]
@@ -1106,10 +1138,16 @@ def class_bound(nodes: Sequence[OpenbNode], order: Sequence[OpenbPod], key_a: Ca
         return ClassBound(min(best, cap), lp.capacity, lp.arrived, where[0], where[1], segments, solved, pairs,
                           min(max(one[0].values()), cap), min(max(one[1].values()), cap)), best_assign
 
-    got, assign = scan()
+    scans = [scan()]
     for _ in range(config_passes if config_cuts > 0 else 0):
+        assign = scans[-1][1]
         if assign is None or not lp.refine(assign, config_cuts, time_limit=time_limit):
             break
-        say(f"{len(lp.knapsack.functions)} GPU-packing rows, {len(lp.nodepack.rows)} node-packing rows; the scan again")
-        got, assign = scan()
-    return got
+        say(f"scan {len(scans) - 1}: {scans[-1][0].idle_gpus:.1f} idle GPUs; {len(lp.knapsack.functions)} "
+            f"GPU-packing rows, {len(lp.nodepack.rows)} node-packing rows; the scan again")
+        scans.append(scan())
+    figures = tuple(got.bound_milli for got, _ in scans)
+    k = min(range(len(scans)), key=lambda s: (figures[s], s))  # SCANS_DOC: the tightest scan, the earliest on ties
+    return replace(scans[k][0], lps_solved=solved, scan=k, scan_milli=figures,
+                   one_class_a_milli=min(got.one_class_a_milli for got, _ in scans),
+                   one_class_b_milli=min(got.one_class_b_milli for got, _ in scans))
