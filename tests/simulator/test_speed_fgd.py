@@ -473,3 +473,46 @@ def test_without_a_whole_node_task_the_rule_changes_nothing(seed: int, n: int, g
     jobs = [replace(j, num_gpus=gpus, ref_gpu="H100") for j in generate(n, 16, seed=seed, load=1.0, max_gpus=8)]
     assert _placements(_run(2, 2, jobs, "default", "fifo")) == \
         _placements(_run(2, 2, jobs, "default", "fifo", tier_args={"whole_ahead": False}))
+
+
+def _beside_ending_jobs(under_ends: bool, queue: str = "default") -> Simulation:
+    """2 x 8 H100 + 1 x 8 L40S, the L40S node busy. At 0 s a 6-GPU job of 1,000 s and at 0.1 s one of 10,000 s each
+    take an H100 node (2 GPUs idle on each); at 1 s a 2-GPU job of 2,000 s, with nothing queued; at 1,500 s an 8-GPU
+    job."""
+    jobs = [JobSpec("l40s-filler", 0.0, 8, 10_000, kind=JobKind.TRAIN, gpu_type="L40S"),
+            JobSpec("short", 0.0, 6, 1_000, gpus_per_task=6, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("long", 0.1, 6, 10_000, gpus_per_task=6, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("mid", 1.0, 2, 2_000, gpus_per_task=2, kind=JobKind.TRAIN, ref_gpu="H100"),
+            JobSpec("big", 1_500.0, 8, 3_600, kind=JobKind.TRAIN, ref_gpu="H100")]
+    return _run(2, 1, jobs, "default", queue, tier_args={"under_ends": under_ends})
+
+
+def test_a_job_goes_beside_a_longer_one_so_the_ending_jobs_node_comes_free_whole() -> None:
+    """``under_ends``, ``default`` queue: the 2-GPU job (ends at 2,001 s) goes beside the 10,000 s job rather than
+    the 1,000 s one, so that node comes free whole at 1,000 s and the 8-GPU job starts when it arrives (1,500 s).
+    Without the rule (the rule before) stranding-fgd puts it beside the 1,000 s job, keeping that node partly busy
+    until 2,001 s, and the 8-GPU job waits until then."""
+    sim = _beside_ending_jobs(True)
+    assert sim.job("mid").nodes == sim.job("long").nodes
+    assert sim.job("big").nodes == sim.job("short").nodes
+    assert sim.job("big").first_start_s == pytest.approx(1_500.0)
+    before = _beside_ending_jobs(False)
+    assert before.job("mid").nodes == before.job("short").nodes
+    assert before.job("big").first_start_s == pytest.approx(2_001.0)
+
+
+def test_under_fifo_the_job_is_placed_as_before() -> None:
+    """Under ``fifo`` (``whole_ahead``'s queue; measured worse there) the rule does not act."""
+    assert _placements(_beside_ending_jobs(True, "fifo")) == _placements(_beside_ending_jobs(False, "fifo"))
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(30, 50), one_model=st.booleans())
+def test_under_fifo_or_on_one_model_the_rule_changes_nothing(seed: int, n: int, one_model: bool) -> None:
+    """Where ``under_ends`` must not act -- a mixed cluster under ``fifo``, and a cluster of one GPU model under the
+    ``default`` queue -- every decision and finish time is the rule's before (``under_ends: false``)."""
+    jobs = [replace(j, ref_gpu="H100") for j in generate(n, 16, seed=seed, load=1.0, max_gpus=8)]
+    cases = [(3, 0, "default"), (0, 3, "default")] if one_model else [(3, 1, "fifo")]
+    for h100, l40s, queue in cases:
+        assert _placements(_run(h100, l40s, jobs, "default", queue)) == \
+            _placements(_run(h100, l40s, jobs, "default", queue, tier_args={"under_ends": False}))

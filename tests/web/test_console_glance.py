@@ -28,7 +28,7 @@ PHONE = {"width": 390, "height": 844}
 VIEWPORTS = [pytest.param(DESKTOP, id="1440x900"), pytest.param(PHONE, id="390x844")]
 PAGES = {  # page -> what shows once it has drawn
     "overview": "#ov-chart svg", "racks": ".node-row", "topology": "[data-testid=topology-svg]",
-    "jobs": "#jl-table > *", "queue": "#q-table > *", "tenants": "#tn-table table", "alerts": "#al-table > *",
+    "jobs": "#jl-table > *", "history": "#hs-table > *", "queue": "#q-table > *", "tenants": "#tn-table table", "alerts": "#al-table > *",
     "design": "#dz-form", "experiments": "#ex-form",
 }
 
@@ -145,10 +145,18 @@ def test_the_heatmap_switch(page: Any, server: Server) -> None:
     expect(switch.locator("button")).to_have_text(["Allocation", "Utilisation", "Memory", "Temperature"])
     body = page.locator("#rk-body")
     expect(body).to_have_attribute("data-metric", "alloc")
-    # an allocated-but-idle GPU: full colour by allocation, dark by utilisation
-    x = o["allocated_idle"][0]
-    cell = page.locator(f"[data-testid=node-{x['node']}] .cell").nth(x["gpu"])
-    assert float(cell.get_attribute("data-v") or 0) > 0
+    # an allocated-but-idle GPU: full colour by allocation, dark by utilisation. The clock runs 10x, so the GPU the
+    # overview named may be freed before the page is drawn: read both again until they describe the same moment
+    assert o["allocated_idle"]
+
+    def allocated_gpu_drawn_coloured() -> bool:
+        x = _scraped(server)["allocated_idle"][0]
+        page.reload()
+        expect(page.locator("#rk-body")).to_have_attribute("data-metric", "alloc")
+        cell = page.locator(f"[data-testid=node-{x['node']}] .cell").nth(x["gpu"])
+        return float(cell.get_attribute("data-v") or 0) > 0
+
+    wait_for(allocated_gpu_drawn_coloured, "an allocated GPU of the overview drawn coloured by allocation", timeout=60)
     shot(page, "32-heatmap-allocation")
     switch.get_by_role("radio", name="Utilisation").click()
     expect(body).to_have_attribute("data-metric", "util")

@@ -94,6 +94,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant);
 CREATE INDEX IF NOT EXISTS jobs_history ON jobs (submitted_at, id);
 CREATE INDEX IF NOT EXISTS jobs_tenant_history ON jobs (tenant, submitted_at, id);
+CREATE INDEX IF NOT EXISTS jobs_status_history ON jobs (status, submitted_at, id);
+CREATE INDEX IF NOT EXISTS jobs_tenant_status_history ON jobs (tenant, status, submitted_at, id);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, at REAL NOT NULL, t REAL NOT NULL,
     kind TEXT NOT NULL, status TEXT NOT NULL, message TEXT NOT NULL DEFAULT '');
@@ -105,6 +107,46 @@ CREATE TABLE IF NOT EXISTS idempotency (
     owner TEXT NOT NULL, key TEXT NOT NULL, job_id TEXT NOT NULL, request_hash TEXT NOT NULL, created REAL NOT NULL,
     PRIMARY KEY (owner, key));
 """
+HISTORY_SCHEMA = """
+CREATE TABLE job_counts (
+    tenant TEXT NOT NULL, status TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (tenant, status)) WITHOUT ROWID;
+CREATE VIRTUAL TABLE jobs_text USING fts5(id, name, tokenize='trigram case_sensitive 1', columnsize=0);
+CREATE TRIGGER jobs_counted AFTER INSERT ON jobs BEGIN
+    INSERT INTO job_counts(tenant, status, n) VALUES (new.tenant, new.status, 1)
+        ON CONFLICT(tenant, status) DO UPDATE SET n = n + 1;
+    INSERT INTO jobs_text(rowid, id, name) VALUES (new.rowid, new.id, new.name);
+END;
+CREATE TRIGGER jobs_recounted AFTER UPDATE OF tenant, status ON jobs
+        WHEN old.tenant IS NOT new.tenant OR old.status IS NOT new.status BEGIN
+    UPDATE job_counts SET n = n - 1 WHERE tenant = old.tenant AND status = old.status;
+    INSERT INTO job_counts(tenant, status, n) VALUES (new.tenant, new.status, 1)
+        ON CONFLICT(tenant, status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER jobs_retexted AFTER UPDATE OF id, name ON jobs BEGIN
+    DELETE FROM jobs_text WHERE rowid = old.rowid;
+    INSERT INTO jobs_text(rowid, id, name) VALUES (new.rowid, new.id, new.name);
+END;
+CREATE TRIGGER jobs_uncounted AFTER DELETE ON jobs BEGIN
+    UPDATE job_counts SET n = n - 1 WHERE tenant = old.tenant AND status = old.status;
+    DELETE FROM jobs_text WHERE rowid = old.rowid;
+END;
+INSERT INTO job_counts(tenant, status, n) SELECT tenant, status, COUNT(*) FROM jobs GROUP BY tenant, status;
+INSERT INTO jobs_text(rowid, id, name) SELECT rowid, id, name FROM jobs;
+"""
+"""What makes the job history's counts and text search cost what they find, not the table (:meth:`Store.history`):
+``job_counts`` holds how many stored jobs each (tenant, status) has, and ``jobs_text`` is a trigram index of each
+job's id and name (SQLite FTS5, case-sensitive as ``instr``); triggers keep both in step with every write to
+``jobs``. Created, and filled from the jobs already stored, in one transaction the first time a store opens
+without them (an older database). ``jobs_text`` rows share their job's rowid, which the delete and rename triggers
+use (the control plane never deletes or renames a stored job); reads join it to ``jobs`` by id, so a ``VACUUM``
+that renumbered rowids would not change what a search finds."""
+HISTORY_SCAN_ROWS = 2000
+"""A text-filtered history page first reads at most this many rows in order, newest first (a common substring
+fills its page among them); only when they do not fill it does it turn to the trigram index (a rare one)."""
+MIN_INDEXED_TEXT = 3
+"""The shortest text filter the trigram index answers (its tokens are three characters): a shorter one is matched
+by reading the rows (nearly every job matches one or two characters of an id's hexadecimal anyway)."""
+
 MIGRATIONS = (
     ("tenants", "max_priority", "ALTER TABLE tenants ADD COLUMN max_priority INTEGER"),
     ("tenants", "max_queued_jobs", "ALTER TABLE tenants ADD COLUMN max_queued_jobs INTEGER"),
@@ -167,6 +209,8 @@ class Store:
                 have = {str(r["name"]) for r in self._db.execute(f"PRAGMA table_info({table})")}
                 if column not in have:
                     self._db.execute(statement)
+            if self._db.execute("SELECT 1 FROM sqlite_master WHERE name='job_counts'").fetchone() is None:
+                self._db.executescript(f"BEGIN IMMEDIATE;{HISTORY_SCHEMA}COMMIT;")
         except (sqlite3.Error, OSError) as exc:
             self._rollback()
             self._db.close()
@@ -488,8 +532,14 @@ class Store:
         """A page of the job history, every stored job (pruned ones included), newest submitted first: at most
         ``limit`` of those submitted before the cursor ``before`` (the ``(submitted_at, id)`` of the last job of
         the page before), filtered by tenant, status and a substring of name or id; and how many match the
-        filters in all. Keyset paging over an index: a page costs the same at any depth. Unreadable rows are
-        skipped (they read back as failed at the next restart)."""
+        filters in all. Unreadable rows are skipped (they read back as failed at the next restart).
+
+        What each costs, at any depth and store size: a page is keyset-paged over the index that has the filters
+        first (``(tenant, status, submitted_at, id)`` and its prefixes): ``limit`` rows read. The count without
+        ``q`` sums ``job_counts``' rows (one per tenant and status) and never reads ``jobs``. With ``q``
+        (:data:`MIN_INDEXED_TEXT` characters or more) the count and a page that :data:`HISTORY_SCAN_ROWS` rows in
+        order do not fill look the text up in the trigram index ``jobs_text``: they cost what matches, not the
+        table; a shorter ``q`` reads rows."""
         where: list[str] = []
         args: list[Any] = []
         if tenant is not None:
@@ -498,19 +548,18 @@ class Store:
         if status is not None:
             where.append("status = ?")
             args.append(status)
-        if q:
-            where.append("(instr(name, ?) > 0 OR instr(id, ?) > 0)")
-            args += [q, q]
-        cond = f" WHERE {' AND '.join(where)}" if where else ""
-        page_cond, page_args = list(where), list(args)
-        if before is not None:
-            page_cond.append("(submitted_at < ? OR (submitted_at = ? AND id < ?))")
-            page_args += [before[0], before[0], before[1]]
-        page = f" WHERE {' AND '.join(page_cond)}" if page_cond else ""
         with self._lock:
-            rows = self._db.execute(f"SELECT * FROM jobs{page} ORDER BY submitted_at DESC, id DESC LIMIT ?",
-                                    (*page_args, limit)).fetchall()
-            total = int(self._db.execute(f"SELECT COUNT(*) AS n FROM jobs{cond}", args).fetchone()["n"])
+            if not q:
+                rows = self._history_rows(where, args, before, limit)
+                total = self._history_count(tenant, status)
+            elif len(q) < MIN_INDEXED_TEXT:
+                text = [*where, "(instr(name, ?) > 0 OR instr(id, ?) > 0)"]
+                rows = self._history_rows(text, [*args, q, q], before, limit)
+                cond = f" WHERE {' AND '.join(text)}"
+                total = int(self._db.execute(f"SELECT COUNT(*) AS n FROM jobs{cond}", (*args, q, q)).fetchone()["n"])
+            else:
+                rows = self._history_text_rows(where, args, q, before, limit)
+                total = self._history_text_count(where, args, q)
         out: list[Job] = []
         for r in rows:
             try:
@@ -518,6 +567,56 @@ class Store:
             except (ValueError, TypeError, OverflowError) as exc:
                 log.warning("stored job %s cannot be read: %s", str(r["id"])[:64], exc)
         return out, total
+
+    def _history_rows(self, where: list[str], args: list[Any], before: tuple[float, str] | None,
+                      limit: int) -> list[sqlite3.Row]:
+        """At most ``limit`` rows matching ``where`` before the cursor, newest first (the caller holds the lock).
+        The cursor is a row value, so the index's range starts at it (an ``OR`` of the two comparisons would read
+        every row newer than it first)."""
+        cond, params = list(where), list(args)
+        if before is not None:
+            cond.append("(submitted_at, id) < (?, ?)")
+            params += [before[0], before[1]]
+        page = f" WHERE {' AND '.join(cond)}" if cond else ""
+        return list(self._db.execute(f"SELECT * FROM jobs{page} ORDER BY submitted_at DESC, id DESC LIMIT ?",
+                                     (*params, limit)).fetchall())
+
+    def _history_count(self, tenant: str | None, status: str | None) -> int:
+        """How many stored jobs have this tenant and status (None: any), from ``job_counts``."""
+        cond, params = [], []
+        if tenant is not None:
+            cond.append("tenant = ?")
+            params.append(tenant)
+        if status is not None:
+            cond.append("status = ?")
+            params.append(status)
+        sql = "SELECT COALESCE(SUM(n), 0) AS n FROM job_counts" + (f" WHERE {' AND '.join(cond)}" if cond else "")
+        return int(self._db.execute(sql, params).fetchone()["n"])
+
+    def _history_text_rows(self, where: list[str], args: list[Any], q: str, before: tuple[float, str] | None,
+                           limit: int) -> list[sqlite3.Row]:
+        """A page of the rows whose name or id holds ``q``: among the next :data:`HISTORY_SCAN_ROWS` rows in order
+        when they hold ``limit`` matches (or are the last), else those and the rest from the trigram index."""
+        scanned = self._history_rows(where, args, before, HISTORY_SCAN_ROWS)
+        hits = [r for r in scanned if q in str(r["name"]) or q in str(r["id"])]
+        if len(hits) >= limit or len(scanned) < HISTORY_SCAN_ROWS:
+            return hits[:limit]
+        last = scanned[-1]
+        cond = ["jobs_text MATCH ?", *(f"j.{w}" for w in where), "(j.submitted_at, j.id) < (?, ?)"]
+        sql = (f"SELECT j.* FROM jobs_text f CROSS JOIN jobs j ON j.id = f.id WHERE {' AND '.join(cond)} "
+               "ORDER BY j.submitted_at DESC, j.id DESC LIMIT ?")
+        rest = self._db.execute(sql, (_phrase(q), *args, float(last["submitted_at"]), str(last["id"]),
+                                      limit - len(hits))).fetchall()
+        return hits + [r for r in rest if q in str(r["name"]) or q in str(r["id"])]
+
+    def _history_text_count(self, where: list[str], args: list[Any], q: str) -> int:
+        """How many stored jobs match ``where`` and hold ``q`` in name or id, from the trigram index."""
+        if not where:
+            sql = "SELECT COUNT(*) AS n FROM jobs_text WHERE jobs_text MATCH ?"
+        else:
+            sql = ("SELECT COUNT(*) AS n FROM jobs_text f CROSS JOIN jobs j ON j.id = f.id WHERE jobs_text MATCH ? "
+                   f"AND {' AND '.join(f'j.{w}' for w in where)}")
+        return int(self._db.execute(sql, (_phrase(q), *args)).fetchone()["n"])
 
     def count_finished(self) -> int:
         """How many finished (succeeded, failed, cancelled) jobs the store holds."""
@@ -620,6 +719,11 @@ class Store:
             rows = self._db.execute("SELECT at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ?",
                                     (limit,)).fetchall()
         return [dict(r) for r in rows]
+
+
+def _phrase(text: str) -> str:
+    """``text`` as one FTS5 phrase: in the trigram index, the rows that hold it as a substring."""
+    return '"' + text.replace('"', '""') + '"'
 
 
 def _event_row(r: sqlite3.Row) -> dict[str, Any]:

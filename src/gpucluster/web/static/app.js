@@ -632,6 +632,84 @@ pages.jobs = {
   },
 };
 
+pages.history = {
+  // every stored job, the ones the retention policy pruned from memory included (GET /api/v1/jobs?include=pruned):
+  // newest submitted first, a page at a time; "Older" follows the page's next cursor (keyset: a page never shifts
+  // as jobs arrive), "Newer" goes back through the cursors seen. A tenant's token lists its own jobs only.
+  title: "Job history",
+  init(el) {
+    const admin = S.me && S.me.role === "admin";
+    this.cursors = [];  // the before of each page shown after the first, in order
+    this.next = null;
+    this.seq = 0;
+    el.innerHTML = `<div class="card">
+        <div class="toolbar">
+          <div><label for="hs-status">Status</label><select id="hs-status" data-testid="hs-status"><option value="">any</option>
+            ${["pending", "running", "succeeded", "cancelled", "failed"].map((s) => `<option>${s}</option>`).join("")}</select></div>
+          ${admin ? `<div><label for="hs-tenant">Tenant</label><input id="hs-tenant" data-testid="hs-tenant" placeholder="all"></div>` : ""}
+          <div><label for="hs-q">Search</label><input id="hs-q" data-testid="hs-q" placeholder="name or id"></div>
+          <div><label for="hs-limit">Per page</label><select id="hs-limit" data-testid="hs-limit">${[10, 25, 50, 100, 200].map((n) =>
+            `<option${n === 50 ? " selected" : ""}>${n}</option>`).join("")}</select></div>
+        </div>
+        <div id="hs-table" data-testid="hs-table"></div>
+        <div class="toolbar" style="margin-top:8px">
+          <button type="button" class="ghost" id="hs-newest" data-testid="hs-newest">Newest</button>
+          <button type="button" class="ghost" id="hs-newer" data-testid="hs-newer">‹ Newer</button>
+          <button type="button" class="ghost" id="hs-older" data-testid="hs-older">Older ›</button>
+          <span id="hs-info" class="muted small" data-testid="hs-info"></span>
+        </div></div>`;
+    const restart = () => { this.cursors = []; this.refresh(); };
+    for (const id of ["#hs-status", "#hs-tenant", "#hs-q", "#hs-limit"]) {
+      const x = $(id);
+      if (x) x.addEventListener(x.tagName === "INPUT" ? "input" : "change", restart);
+    }
+    $("#hs-newest").addEventListener("click", restart);
+    $("#hs-newer").addEventListener("click", () => { this.cursors.pop(); this.refresh(); });
+    $("#hs-older").addEventListener("click", () => {
+      if (!this.next) return;
+      this.cursors.push(this.next);
+      this.refresh();
+    });
+  },
+  async refresh() {
+    const seq = ++this.seq;  // a newer request (a click, a filter) wins over one still in flight
+    const p = new URLSearchParams({ include: "pruned", limit: $("#hs-limit").value });
+    const st = $("#hs-status").value, q = $("#hs-q").value.trim(), t = $("#hs-tenant") ? $("#hs-tenant").value.trim() : "";
+    if (st) p.set("status", st);
+    if (q) p.set("q", q);
+    if (t) p.set("tenant", t);
+    const before = this.cursors.length ? this.cursors[this.cursors.length - 1] : null;
+    if (before) p.set("before", before);
+    let d;
+    try {
+      d = await api("GET", `/api/v1/jobs?${p}`);
+    } catch (e) {
+      if (seq === this.seq) $("#hs-info").textContent = e.message;
+      throw e;
+    }
+    if (seq !== this.seq) return;
+    this.next = d.next;
+    const rows = d.jobs.map((j) => {
+      const took = j.finished_t !== null && j.started_t !== null ? dur(j.finished_t - j.started_t) : "–";
+      return `<tr class="clickable" data-job="${esc(j.id)}" data-testid="history-row-${esc(j.name)}" data-pruned="${j.pruned ? "true" : "false"}">
+        <td><b>${esc(j.name)}</b><div class="muted mono">${esc(j.id)}</div></td><td>${esc(j.tenant)}</td>
+        <td>${j.replicas}</td><td>${num(j.gpus, 2)}</td>
+        <td class="job-status" data-status="${esc(j.status)}">${statusPill(j.status)}${j.pruned ? ` <span class="tag" title="finished and left memory under the retention policy: read back from the store">pruned</span>` : ""}</td>
+        <td class="muted">${j.submitted_at ? esc(new Date(j.submitted_at * 1000).toLocaleString()) : "–"}</td>
+        <td class="muted">${took}</td>
+        <td class="muted small" style="max-width:340px">${esc(j.message)}</td></tr>`;
+    }).join("");
+    const page = this.cursors.length + 1;
+    $("#hs-table").innerHTML = d.jobs.length ? `<table><thead><tr><th>Job</th><th>Tenant</th><th>Replicas</th><th>GPUs</th><th>Status</th><th>Submitted</th><th>Ran</th><th>Message</th></tr></thead><tbody>${rows}</tbody></table>`
+      : `<div class="empty">No stored job matches.</div>`;
+    $("#hs-info").textContent = `${num(d.total)} job(s) · page ${page}${d.next ? "" : " (the last)"}`;
+    $("#hs-older").disabled = !d.next;
+    $("#hs-newer").disabled = page === 1;
+    $("#hs-newest").disabled = page === 1;
+    $$("tr[data-job]", $("#hs-table")).forEach((r) => r.addEventListener("click", () => openJob(r.dataset.job)));
+  },
+};
+
 // ---- the submit form's container fields -> the job body's image, command, env, volumes ... (only those given)
 function words(text, what) {
   // a JSON list, or words split on white space

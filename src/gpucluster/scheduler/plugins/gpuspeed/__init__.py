@@ -33,7 +33,10 @@ while such a gang waits, a job among the shortest 10 % of the submitted jobs by 
 (``short_quantile``) goes first to the kept models' partly used nodes whose running jobs all end within that
 duration from now, and any other job to partly used nodes that hold a longer job; each may start a whole node rather
 than join the other class while more nodes are whole than gangs wait (:meth:`GpuSpeedTier._group`), so the GPUs the
-short jobs free come back as whole nodes rather than as holes beside long jobs. **The longest jobs**
+short jobs free come back as whole nodes rather than as holes beside long jobs. **Under the other jobs' ends**
+(``under_ends``): under a queue that lets jobs pass its head (not ``fifo``), when ``group_short`` does not act, a pod
+goes first to the kept models' partly used nodes whose running jobs end no sooner than it would there, so it does not
+keep a node busy after its jobs end (:meth:`GpuSpeedTier._under_ends`). **The longest jobs**
 (``long_quantile``: among the longest 1 % of the submitted jobs by reference duration) keep their fastest models
 whatever the comparative advantage, and (``reserve_long``) a job that is not long leaves a kept model's last idle
 GPUs to the queued long jobs whose fastest model it is: when placing the pod there would leave fewer idle GPUs of
@@ -281,6 +284,12 @@ points apart, 330-340 at the tier's weight, more than every other score but the 
 Topology 0..200 at their weights), and above the other models' (0)."""
 
 
+UNDER_SCORE = 75.0
+"""``GpuSpeedTier``'s score (``under_ends``) for a kept model's partly used node whose running jobs end before the pod
+would: 250 points below the nodes where it would not (100) at the tier's weight, above ``BREAK_SCORE`` (so a hole a
+waiting task needs is still kept first) and the other models' (0)."""
+
+
 class GpuSpeedTier:
     """Two-stage speed-aware placement, stage one (see the module docstring)."""
 
@@ -290,8 +299,11 @@ class GpuSpeedTier:
                  scarcity: bool = True, keep_whole: bool = True, long_quantile: float | None = DEFAULT_LONG,
                  reserve_long: bool = True, group_short: bool = True,
                  short_quantile: float = DEFAULT_SHORT, reserve_whole: bool = True,
-                 wait_fast: bool = True, whole_ahead: bool = True) -> None:
+                 wait_fast: bool = True, whole_ahead: bool = True, under_ends: bool = True) -> None:
         self.table = table
+        self.under: EndTable | None = None
+        if under_ends and all(hasattr(table, m) for m in ("node_ends", "now", "pod_duration")):
+            self.under = table  # type: ignore[assignment]
         self.ends: EndTable | None = None
         if group_short and keep_whole and all(hasattr(table, m) for m in (
                 "node_ends", "now", "pod_duration", "duration_quantile", "queued_whole")):
@@ -410,14 +422,15 @@ class GpuSpeedTier:
             breaks = ahead if breaks is None else breaks | ahead
         # every model the pod can go to is as good, and no whole node to keep or reserve: nothing to choose
         same = bool(keep[present].all()) and breaks is None and hit is None
-        if same and self.ends is None:
+        if same and self.ends is None and self.under is None:
             return SKIP
         score = np.where(keep[snap.dev_model[candidates, 0]], 100.0, 0.0)
         if hit is not None:
             score[hit] = 0.0
         if breaks is not None:
             score[breaks & (score > 0.0)] = BREAK_SCORE
-        if not self._group(pod, snap, candidates, score) and same:
+        if not self._group(pod, snap, candidates, score) and not self._under_ends(
+                pod, snap, candidates, score, per_model) and same:
             return SKIP  # the finish-time grouping did not choose either
         state.write(TIER_NAME, score)
         return Status.success()
@@ -575,6 +588,44 @@ class GpuSpeedTier:
         score[np.flatnonzero(kept)[off]] = MIX_SCORE
         return True
 
+    def _under_ends(self, pod: Pod, snap: Snapshot, candidates: IntArray, score: FloatArray,
+                    per_model: FloatArray) -> bool:
+        """``under_ends``, under a queue that lets jobs pass its head (not ``fifo``), when ``group_short`` did not
+        act: among the kept models' candidates that score 100, the partly used nodes whose last running job is
+        expected to end no sooner than the pod would there (now + its reference duration over its speed on the
+        node's model) keep 100 -- placed there, the pod does not delay the time the node comes free whole -- and
+        the other partly used nodes score ``UNDER_SCORE``, when there are both. So a short job fills a hole
+        beside a longer one rather than keeping a node of ending jobs busy after them, and the GPUs that jobs free
+        come back together, as whole nodes and large holes for the queued tasks of 4 and 8 GPUs, rather than as
+        one- to three-GPU holes. In place; whether it changed a score."""
+        u = self.under
+        if u is None:
+            return False
+        holds = getattr(self.table, "holds_head", None)
+        if holds is not None and holds():
+            return False  # fifo: whole_ahead's queue; measured worse there
+        kept = score >= GROUP_SCORE
+        if not bool(kept.any()):
+            return False
+        mine = u.pod_duration(pod)
+        ends = u.node_ends()
+        if mine is None or ends is None or not np.isfinite(mine):
+            return False
+        idx = np.flatnonzero(kept)
+        nodes = candidates[idx]
+        e = np.asarray(ends, np.float64)
+        if nodes.max() >= e.shape[0]:
+            return False
+        busy = snap.node_idle[nodes] < snap.node_usable[nodes]
+        speed = per_model[snap.dev_model[nodes, 0]]
+        end = u.now() + mine / np.where(speed > 0.0, speed, np.inf)
+        under = busy & (end <= e[nodes])
+        over = busy & ~under
+        if not bool(under.any()) or not bool(over.any()):
+            return False
+        score[idx[over]] = UNDER_SCORE
+        return True
+
     def _may_open(self, snap: Snapshot, nodes: IntArray, busy: BoolArray) -> bool:
         """Whether the pod may start a whole node of the kept models (``nodes``): there are more of them than
         queued jobs of whole-node tasks (each of which needs at least one)."""
@@ -668,6 +719,10 @@ class _TierArgs(PluginArgs):
     ``BREAK_SCORE`` while a partly used node of theirs fits the pod (``keep_whole``'s test with the whole node as
     the hole; the models kept stay the same; needs ``holds_head`` and ``submitted_task``). False: the rule
     before."""
+    under_ends: bool = True
+    """Under a queue that lets jobs pass its head (not ``fifo``), a pod goes first to the kept models' partly used
+    nodes whose running jobs are expected to end no sooner than it would there, before those it would keep busy
+    after them (needs ``node_ends``, ``now`` and ``pod_duration``; the engine's clock). False: the rule before."""
     wait_fast: bool = True
     """A long job (``long_quantile``) at the head of a queue that stops at it (``fifo``) waits for its fast models
     while the known expected ends say they free the GPUs it needs soon enough that waiting ends it sooner than a
@@ -683,7 +738,7 @@ def new_gpu_speed_tier(args: Mapping[str, Any], handle: Handle) -> GpuSpeedTier:
         table = None  # a service without speeds (e.g. a scores-only oracle): speed cannot choose
     return GpuSpeedTier(table, parsed.tolerance, parsed.comparative, parsed.scarcity, parsed.keep_whole,
                         parsed.long_quantile, parsed.reserve_long, parsed.group_short, parsed.short_quantile,
-                        parsed.reserve_whole, parsed.wait_fast, parsed.whole_ahead)
+                        parsed.reserve_whole, parsed.wait_fast, parsed.whole_ahead, parsed.under_ends)
 
 
 def register(reg: PluginRegistry) -> None:
