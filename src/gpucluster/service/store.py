@@ -210,7 +210,13 @@ class Store:
                 if column not in have:
                     self._db.execute(statement)
             if self._db.execute("SELECT 1 FROM sqlite_master WHERE name='job_counts'").fetchone() is None:
-                self._db.executescript(f"BEGIN IMMEDIATE;{HISTORY_SCHEMA}COMMIT;")
+                # looked at again under the write lock: another process opening this older store at the same
+                # time may have made them while this one waited for it
+                self._db.execute("BEGIN IMMEDIATE")
+                if self._db.execute("SELECT 1 FROM sqlite_master WHERE name='job_counts'").fetchone() is None:
+                    for statement in _statements(HISTORY_SCHEMA):
+                        self._db.execute(statement)
+                self._db.execute("COMMIT")
         except (sqlite3.Error, OSError) as exc:
             self._rollback()
             self._db.close()
@@ -719,6 +725,21 @@ class Store:
             rows = self._db.execute("SELECT at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ?",
                                     (limit,)).fetchall()
         return [dict(r) for r in rows]
+
+
+def _statements(script: str) -> list[str]:
+    """``script``'s SQL statements one by one (a trigger's body stays whole), to run inside a transaction the
+    caller holds (``executescript`` would commit it first)."""
+    out: list[str] = []
+    part = ""
+    for line in script.splitlines(keepends=True):
+        part += line
+        if sqlite3.complete_statement(part):
+            out.append(part.strip())
+            part = ""
+    if part.strip():
+        out.append(part.strip())
+    return out
 
 
 def _phrase(text: str) -> str:
