@@ -145,7 +145,8 @@ HISTORY_SCAN_ROWS = 2000
 fills its page among them); only when they do not fill it does it turn to the trigram index (a rare one)."""
 MIN_INDEXED_TEXT = 3
 """The shortest text filter the trigram index answers (its tokens are three characters): a shorter one is matched
-by reading the rows (nearly every job matches one or two characters of an id's hexadecimal anyway)."""
+by reading the rows (nearly every job matches one or two characters of an id's hexadecimal anyway), as is one
+holding a NUL character (an FTS5 phrase ends at it: 'unterminated string')."""
 
 MIGRATIONS = (
     ("tenants", "max_priority", "ALTER TABLE tenants ADD COLUMN max_priority INTEGER"),
@@ -558,7 +559,7 @@ class Store:
             if not q:
                 rows = self._history_rows(where, args, before, limit)
                 total = self._history_count(tenant, status)
-            elif len(q) < MIN_INDEXED_TEXT:
+            elif len(q) < MIN_INDEXED_TEXT or "\0" in q:  # FTS5 reads a phrase only up to a NUL
                 text = [*where, "(instr(name, ?) > 0 OR instr(id, ?) > 0)"]
                 rows = self._history_rows(text, [*args, q, q], before, limit)
                 cond = f" WHERE {' AND '.join(text)}"
