@@ -292,7 +292,7 @@ def test_an_older_store_opened_by_two_at_once_is_migrated_once(tmp_path: Path,
     def open_store() -> None:
         try:
             opened.append(Store(path))
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as exc:  # reported by the assertion below
             opened.append(exc)
 
     t = threading.Thread(target=open_store)
