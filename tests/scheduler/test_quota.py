@@ -147,6 +147,19 @@ def test_charges_are_idempotent_and_refunds_give_back_exactly() -> None:
     assert tree.used["team-a"] == tree.used["org"] == {"gpu": 0.0, "gpumem": 0.0, "gpucores": 0.0}
 
 
+def test_refund_all_gives_back_every_charge_and_keeps_the_queues() -> None:
+    tree = _org()
+    _use(tree, "a", "team-a", gpu=2, gpumem=100)
+    _use(tree, "b", "team-a", gpu=3)
+    tree.refund_all()
+    assert tree.used["team-a"] == tree.used["org"] == {"gpu": 0.0, "gpumem": 0.0, "gpucores": 0.0}
+    assert set(tree.queues) == {"org", "team-a", "team-b", "solo"}
+    _use(tree, "a", "team-a", gpu=2)  # charged anew (not taken for the old charge of the same pod)
+    assert tree.used["org"]["gpu"] == 2
+    tree.refund("b")  # a pod refunded by refund_all gives nothing back twice
+    assert tree.used["org"]["gpu"] == 2
+
+
 def _org_sim(tree: QuotaTree) -> Simulation:
     return Simulation(_cluster(), "sjf", profile=jobs_profile(False, extra=[PluginConfig(name="Quota")]),
                       services={"quota": tree})

@@ -84,6 +84,7 @@ from gpucluster.jobs import (
     EngineOptions,
     Fail,
     Job,
+    JobEngine,
     JobEvent,
     JobSpec,
     JobState,
@@ -125,6 +126,7 @@ from gpucluster.kubernetes.workloads import (
     DEFAULT_IMAGE,
     JOBSET_API,
     JOBSET_NAME_LABEL,
+    NATIVE_ID_PREFIX,
     PYTORCHJOB_API,
     Admission,
     PodView,
@@ -135,6 +137,7 @@ from gpucluster.kubernetes.workloads import (
     claim_tenant,
     job_manifest,
     jobset_as_job,
+    native_id,
     parse_queue_job,
     pod_view,
     pytorchjob_as_job,
@@ -496,9 +499,18 @@ class KubeRuntime(EngineFront):
         self._sample()
 
     def _new_engine(self) -> None:
+        """A fresh engine from the recipe (at the start, and when this replica lost the lease and rebuilds every
+        job from the cluster). The quota tree is the recipe's, shared with the scheduler's ``Quota`` plugin: its
+        limits stay, every charge the old engine made goes (the new one charges the jobs it finds running, and
+        only those: a job that ended or was deleted meanwhile must not hold its tenant's quota here). The tenants'
+        fair-share weights (:meth:`set_quotas`) carry over."""
+        old: JobEngine | None = getattr(self, "engine", None)
         with self.cluster.lock:
+            self.quota.refund_all()
             self.engine = self.recipe.build(KubePlacer(self), kernel=Kernel())
             self.engine.paused = not self._leading
+            if old is not None:
+                self.engine.ledger.weights = dict(old.ledger.weights)
         self.engine.listeners.append(self._report)
 
     def _probe(self) -> str:
@@ -994,12 +1006,21 @@ class KubeRuntime(EngineFront):
     def restore(self, job: Job, admitted: bool = False) -> None:
         """A job the store knows after a restart: the cluster's record wins (a running Job object is adopted as
         it runs, whatever the quota is now); a job whose Job object is missing is created again (nothing
-        accepted is lost) and admitted again."""
+        accepted is lost) and admitted again. A job found in the cluster (a Job, JobSet or PyTorchJob someone
+        applied: ``k-`` and its uid) whose object is gone was deleted while this replica was down (or before a
+        replica that follows saw it end): it is not made again (``LookupError``), nor is a pod group whose pods
+        are gone."""
         if job.id in self.engine.jobs or job.id in self._creating or any(
                 j.id == job.id for j in self._gathering.values()):
             return
         if job.id.startswith("g-"):  # a pod group's: nothing here can make its pods again
             raise LookupError("its pod group's pods are gone from the cluster")
+        if job.id.startswith(NATIVE_ID_PREFIX):
+            with self._lock:
+                uids = {*self._job_objs, *self._sets.objs, *self._ptjs.objs}
+            if any(native_id(u) == job.id for u in uids):
+                return  # its object is there, not read yet (its claims are not ready): read when it is
+            raise LookupError("its object (Job, JobSet or PyTorchJob) was deleted from the cluster")
         job.spec = restored_submission(job.spec, self.now)
         self.submit(job)
 
@@ -1121,6 +1142,8 @@ class KubeRuntime(EngineFront):
         self._leading = leading
         if leading:
             log.info("%s leads: admitting jobs", self.identity)
+            with self.cluster.lock:
+                self._write_owed()
             self.engine.resume()
             return
         log.warning("%s lost the lease: following, rebuilding every job from the cluster", self.identity)
@@ -1135,6 +1158,35 @@ class KubeRuntime(EngineFront):
             self._group_ended = {}
         with self._lock:
             self._dirty = set(self._job_objs) | set(self._sets.objs) | set(self._ptjs.objs)  # JobSets, PyTorchJobs
+
+    def _write_owed(self) -> None:
+        """This replica leads now: write what only a leader writes about the verdicts it reached while it
+        followed, where the workload's object does not show them (the leader that died may have frozen or died
+        before writing them, e.g. a binding change it never saw): the refusal of a workload refused here (a
+        Warning ``Refused`` Event and ``gpucluster.io/refused``), and the acceptance of one still carrying a
+        refusal that is queued or running here (the annotation taken off, a Normal ``Accepted`` Event). Both are
+        written before this replica's first admission (the writer keeps their order). Pod groups carry no
+        annotation to compare with: their Events are not written again. Caller holds the cluster lock."""
+        with self._lock:
+            objs = {**self._job_objs, **self._sets.objs, **self._ptjs.objs}
+        for rec in self.recs.values():
+            job = self.engine.jobs.get(rec.job_id)
+            obj = objs.get(rec.uid)
+            if job is None or obj is None or rec.group:
+                continue
+            notes = (obj.get("metadata") or {}).get("annotations") or {}
+            refusal = notes.get(REFUSED_ANNOTATION)
+            released = bool(notes.get(ADMISSION_ANNOTATION)) and not (obj.get("spec") or {}).get("suspend")
+            if job.done and rec.rejected and not refusal and not released:  # released: the old leader admitted
+                # it before the binding change; mirrored as it runs when this tick reads it (:meth:`_job_seen`)
+                rec.refused = True
+                self.submit_write("note", rec.job_id, self.write_note, rec.namespace, rec.name, "Warning", "Refused",
+                                  job.message.removeprefix("refused: "), REFUSED_ANNOTATION)
+            elif not job.done and refusal:
+                with self._lock:
+                    why = self.bindings.allowance(rec.namespace, job.tenant)
+                self.submit_write("note", rec.job_id, self.write_accepted, rec.namespace, rec.name,
+                                  f"accepted: queued for tenant {job.tenant}: {why}")
 
     def _check_writes(self) -> None:
         left = []

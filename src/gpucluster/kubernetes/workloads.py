@@ -338,9 +338,13 @@ def _epoch(stamp: Any) -> float:
         return 0.0
 
 
+NATIVE_ID_PREFIX = "k-"
+"""Job ids of the workloads found in the cluster (:func:`native_id`); the REST API's are ``j-``."""
+
+
 def native_id(uid: str) -> str:
     """The job id of a Job the control plane did not make: ``k-`` and its uid's first 12 hex digits."""
-    return "k-" + uid.replace("-", "")[:12]
+    return NATIVE_ID_PREFIX + uid.replace("-", "")[:12]
 
 
 def parse_queue_job(obj: Mapping[str, Any], registry: VendorRegistry, scheduler_name: str,
@@ -726,6 +730,7 @@ __all__ = [
     "JOBSET_NAME_LABEL",
     "JOB_ID_ANNOTATION",
     "MESSAGE_ANNOTATION",
+    "NATIVE_ID_PREFIX",
     "PYTORCHJOB_API",
     "PYTORCH_REPLICA_TYPES",
     "QUEUE_LABEL",

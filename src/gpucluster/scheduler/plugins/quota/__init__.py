@@ -149,6 +149,12 @@ class QuotaTree:
             for r, v in charge.items():
                 self.used[q][r] = self.used[q].get(r, 0.0) + v
 
+    def refund_all(self) -> None:
+        """Give back every charge (the queues and their limits stay): whoever made them is gone, e.g. a
+        control-plane replica that lost the lease rebuilds its jobs from the cluster and charges them again."""
+        self._charged.clear()
+        self.used = {n: dict.fromkeys(RESOURCES, 0.0) for n in self.queues}
+
     def refund(self, pod_key: str) -> None:
         found = self._charged.pop(pod_key, None)
         if found is None:

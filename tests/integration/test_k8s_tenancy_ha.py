@@ -1,0 +1,345 @@
+"""Tenant isolation and quota with two replicas (a leader and a follower, leader election on a Lease) on a real
+kube-apiserver, with kube-controller-manager's Job controller and the kubelet stand-in. Each replica has its own
+store, so each is told the tenants and their quotas.
+
+* a binding change seen by the follower alone (the leader frozen with ``SIGSTOP``, then ``kill -9``): the follower
+  re-checks as a follower (nothing written), and once it leads it writes what it decided: the refused Job now
+  allowed gets its ``Accepted`` Event and loses its refusal, and is admitted once; the queued Job now foreign gets
+  its ``Refused`` Event and annotation and is never admitted; the running one runs on; the tenants' use it reports
+  is what the Jobs on the server hold;
+* a binding change the leader carries out while the follower mirrors it, then ``kill -9`` of the leader: the new
+  leader admits nothing again and refuses nothing again, and reports the same use;
+* quota across a failover: a tenant at its quota with a Job waiting; ``kill -9`` of the leader; the new leader
+  keeps the Job waiting (the quota is known before its first admission pass), and admits it once the running
+  one is deleted;
+* quota across a lost lease: a leader frozen past its lease follows when it wakes up and rebuilds its jobs from
+  the cluster; a Job that ended meanwhile no longer counts against its tenant's quota there, so once it leads
+  again it admits the tenant's next Job;
+* a replica restarted on its store after a Job it knew was deleted does not make that Job again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_k8s_tenancy import _apply, _refused, _status, namespaces  # noqa: F401 (a fixture)
+from test_k8s_workloads import _api_job
+from up_process import ControlPlane, wait_until
+
+from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
+from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, REFUSED_ANNOTATION, Admission
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 3
+
+
+@contextlib.contextmanager
+def replicas(cp: Any, workdir: Path, run: str, tenants: dict[str, float | None]) -> Iterator[list[ControlPlane]]:
+    """Two replicas of ``gpucluster up`` sharing a Lease, each told ``tenants`` (name -> quota in GPUs, None: no
+    quota) through its API; the leader first. Their logs are printed when the block fails; stopped afterwards
+    (and the Lease deleted)."""
+    args = ("--lease-name", f"lease-{run}", "--lease-duration", str(LEASE_S))
+    both = [ControlPlane(cp.kubeconfig, workdir, *args, "--identity", f"r{i}-{run}", data=f"r{i}") for i in range(2)]
+    try:
+        for r in both:
+            with r.client() as c:
+                for name, quota in tenants.items():
+                    resp = c.post("/api/v1/tenants", json={"name": name, "quota_gpus": quota})
+                    assert resp.status_code == 201, resp.text
+        leader = wait_until(lambda: _leader(both), 120, "one replica to lead")
+        yield [leader, next(r for r in both if r is not leader)]
+    except BaseException:
+        for r in both:
+            print(f"---- {r.log.name}\n{r.output()[-5000:]}")
+        raise
+    finally:
+        for r in both:
+            if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGCONT)
+            r.stop()
+        subprocess.run([str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), "delete", "lease",
+                        f"lease-{run}", "--ignore-not-found"], capture_output=True, check=False, timeout=60)
+
+
+def _leader(reps: list[ControlPlane]) -> ControlPlane | None:
+    found = []
+    for r in reps:
+        try:
+            if r.proc.poll() is None and r.leading():
+                found.append(r)
+        except Exception:
+            continue
+    assert len(found) <= 1, "two replicas say they lead"
+    return found[0] if found else None
+
+
+def _leads(r: ControlPlane) -> bool:
+    """``r`` leads and has run five ticks since it said so (it admits, writes and reports as the leader)."""
+    if not r.leading():
+        return False
+    ticks = r.get("/healthz")["ticks"]
+    wait_until(lambda: r.get("/healthz")["ticks"] >= ticks + 5, 120, "five ticks of the new leader")
+    return r.leading()
+
+
+def _job(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    from kubernetes import client
+
+    resp = client.BatchV1Api(kube).read_namespaced_job(name, namespace, _preload_content=False)
+    return dict(json.loads(resp.data))
+
+
+def _annotations(kube: Any, namespace: str, name: str) -> dict[str, str]:
+    return dict(_job(kube, namespace, name)["metadata"].get("annotations") or {})
+
+
+def _admission_id(kube: Any, namespace: str, name: str) -> str | None:
+    raw = _annotations(kube, namespace, name).get(ADMISSION_ANNOTATION)
+    return Admission.parse(raw, name).id if raw else None
+
+
+def _held_on_server(kube: Any, spaces: tuple[str, ...]) -> dict[str, float]:
+    """Tenant -> GPUs its admitted, released, unfinished Jobs hold, read from the Jobs on the server (every pod of
+    the test's Jobs asks for whole GPUs)."""
+    from kubernetes import client
+
+    held: dict[str, float] = {}
+    for ns in spaces:
+        resp = client.BatchV1Api(kube).list_namespaced_job(ns, label_selector=QUEUE_LABEL, _preload_content=False)
+        for job in json.loads(resp.data)["items"]:
+            ended = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                        for c in (job.get("status") or {}).get("conditions") or [])
+            if ended or job["spec"].get("suspend") or ADMISSION_ANNOTATION not in (
+                    job["metadata"].get("annotations") or {}):
+                continue
+            per_pod = float(job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+            tenant = job["metadata"]["labels"][QUEUE_LABEL]
+            held[tenant] = held.get(tenant, 0.0) + per_pod * int(job["spec"]["parallelism"])
+    return held
+
+
+def _reported(server: ControlPlane) -> dict[str, float]:
+    """Tenant -> GPUs held, as ``server`` reports them (``GET /api/v1/tenants``); tenants holding none left out."""
+    return {t["name"]: float(t["gpus"]) for t in server.get("/api/v1/tenants")["tenants"] if float(t["gpus"])}
+
+
+def _events(kube: Any, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    return _refused(kube, namespace, name, reason=reason) or []
+
+
+def test_a_binding_change_the_follower_alone_saw_is_carried_out_once_it_leads(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        fleet: list[Any], tmp_path: Path) -> None:
+    """ns-a bound to A. In ns-b: a Job naming A (refused), two naming C (quota 2 GPUs: one runs, one waits for
+    quota). The leader is frozen (``SIGSTOP``), ns-a's label moved from A to C, the follower re-checks (lists the
+    refused Job queued, the waiting one refused), then the leader is killed (``kill -9``): it never wrote a thing
+    about the change. The follower, leading, writes the acceptance (Accepted Event, refusal taken off) and admits
+    the Job once, writes the refusal of C's waiting Job (Refused Event, annotation; never admitted), leaves C's
+    running Job as it was admitted, and reports the use the Jobs on the server hold (A 2, C 2 GPUs)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    tenant, ns_a, ns_b = namespaces
+    other = f"tc-{run}"
+    intruder, running, waiting = f"intruder-{run}", f"running-{run}", f"waiting-{run}"
+    with replicas(kube_control_plane, tmp_path, run, {tenant: None, other: 2}) as (leader, follower):
+        _apply(kube_control_plane, intruder, ns_b, tenant, run, run_s=600)
+        wait_until(lambda: _refused(kube_client, ns_b, intruder), 120, "the Job naming A refused")
+        _apply(kube_control_plane, running, ns_b, other, run, run_s=600)
+        wait_until(lambda: _status(leader, running, "running"), 120, "C's first Job to run")
+        _apply(kube_control_plane, waiting, ns_b, other, run)
+        for r in (leader, follower):
+            wait_until(lambda r=r: (j := _status(r, waiting, "pending")) and "quota" in j["message"], 120,
+                       "C's second Job to wait for quota")
+            wait_until(lambda r=r: _status(r, running, "running") and _status(r, intruder, "failed"), 120,
+                       "each replica to list the running Job running and the intruder refused")
+        admitted = _admission_id(kube_client, ns_b, running)
+
+        leader.proc.send_signal(signal.SIGSTOP)  # it writes nothing from now on
+        core.patch_namespace(ns_a, {"metadata": {"labels": {NAMESPACE_TENANT_LABEL: other}}})
+        wait_until(lambda: _status(follower, waiting, "failed") and _status(follower, intruder, "pending"), 120,
+                   "the follower to refuse the waiting Job and let the refused one in")
+        assert not _events(kube_client, ns_b, intruder, "Accepted") and not _events(kube_client, ns_b, waiting,
+                                                                                    "Refused")
+        assert REFUSED_ANNOTATION in _annotations(kube_client, ns_b, intruder)  # a follower writes nothing
+        leader.kill()
+        wait_until(lambda: _leads(follower), 120, "the follower to take over")
+
+        # the Job refused for naming A is let in by the new leader: accepted once, admitted once, runs
+        [accepted] = wait_until(lambda: _events(kube_client, ns_b, intruder, "Accepted"), 120,
+                                "an Accepted Event on the Job refused before")
+        assert accepted["type"] == "Normal" and f"tenant {tenant} is bound to no namespace" in accepted["message"]
+        wait_until(lambda: _status(follower, intruder, "running"), 120, "the Job let in to run")
+        assert REFUSED_ANNOTATION not in _annotations(kube_client, ns_b, intruder)
+        assert [e["reason"] for e in _events(kube_client, ns_b, intruder, "Admitted")] == ["Admitted"]
+        assert Admission.parse(_annotations(kube_client, ns_b, intruder)[ADMISSION_ANNOTATION], intruder).by == \
+            follower.overview()["kubernetes"]["identity"]
+        # C's waiting Job is refused for its namespace: the Event and the annotation, never released nor admitted
+        [event] = wait_until(lambda: _events(kube_client, ns_b, waiting, "Refused"), 120, "C's waiting Job refused")
+        assert event["type"] == "Warning" and f"namespace {ns_b} may not use tenant {other}" in event["message"]
+        job = _job(kube_client, ns_b, waiting)
+        assert job["spec"]["suspend"] is True and ADMISSION_ANNOTATION not in job["metadata"]["annotations"]
+        assert "may not use tenant" in job["metadata"]["annotations"][REFUSED_ANNOTATION]
+        shown = _status(follower, waiting, "failed")
+        assert shown is not None and shown["tenant"] != other
+        # C's running Job runs on under its first admission
+        assert _status(follower, running, "running") and _admission_id(kube_client, ns_b, running) == admitted
+        assert not _events(kube_client, ns_b, running, "Refused")
+        # what the new leader reports is what the Jobs on the server hold, and no tenant is over its quota
+        held = wait_until(lambda: (h := _held_on_server(kube_client, (ns_a, ns_b))) == _reported(follower) and h,
+                          120, "the new leader's use per tenant to match the Jobs on the server")
+        assert held == {tenant: 2.0, other: 2.0}, held
+        usage = {t["name"]: t for t in follower.get("/api/v1/tenants")["tenants"]}
+        assert usage[other]["pending"] == 0 and usage[other]["running"] == 1 and usage[tenant]["running"] == 1
+
+
+def test_a_binding_change_then_kill_9_of_the_leader_admits_and_refuses_nothing_twice(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        fleet: list[Any], tmp_path: Path) -> None:
+    """As above, but the leader carries the change out (accepts and admits the refused Job, refuses C's waiting
+    one) and the follower mirrors it before the leader is killed: the new leader admits nothing again (one
+    admission, one Admitted and one Accepted Event), refuses nothing again (one Refused Event), and reports the
+    use the Jobs on the server hold."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    tenant, ns_a, ns_b = namespaces
+    other = f"tc-{run}"
+    intruder, running, waiting = f"intruder-{run}", f"running-{run}", f"waiting-{run}"
+    with replicas(kube_control_plane, tmp_path, run, {tenant: None, other: 2}) as (leader, follower):
+        _apply(kube_control_plane, intruder, ns_b, tenant, run, run_s=600)
+        wait_until(lambda: _refused(kube_client, ns_b, intruder), 120, "the Job naming A refused")
+        _apply(kube_control_plane, running, ns_b, other, run, run_s=600)
+        wait_until(lambda: _status(leader, running, "running"), 120, "C's first Job to run")
+        _apply(kube_control_plane, waiting, ns_b, other, run)
+        wait_until(lambda: (j := _status(leader, waiting, "pending")) and "quota" in j["message"], 120,
+                   "C's second Job to wait for quota")
+
+        core.patch_namespace(ns_a, {"metadata": {"labels": {NAMESPACE_TENANT_LABEL: other}}})
+        wait_until(lambda: _events(kube_client, ns_b, intruder, "Accepted"), 120, "the leader to accept the Job")
+        wait_until(lambda: _events(kube_client, ns_b, waiting, "Refused"), 120, "the leader to refuse the waiting Job")
+        for r in (leader, follower):
+            wait_until(lambda r=r: _status(r, intruder, "running") and _status(r, waiting, "failed")
+                       and _status(r, running, "running"), 120, "each replica to list the outcome")
+        admissions = {n: _admission_id(kube_client, ns_b, n) for n in (intruder, running)}
+        leader.kill()
+        wait_until(lambda: _leads(follower), 120, "the follower to take over")
+        held = wait_until(lambda: (h := _held_on_server(kube_client, (ns_a, ns_b))) == _reported(follower) and h,
+                          120, "the new leader's use per tenant to match the Jobs on the server")
+        assert held == {tenant: 2.0, other: 2.0}, held
+        assert {n: _admission_id(kube_client, ns_b, n) for n in (intruder, running)} == admissions
+        assert len(_events(kube_client, ns_b, intruder, "Admitted")) == 1
+        assert len(_events(kube_client, ns_b, intruder, "Accepted")) == 1
+        assert len(_events(kube_client, ns_b, waiting, "Refused")) == 1
+        job = _job(kube_client, ns_b, waiting)
+        assert job["spec"]["suspend"] is True and ADMISSION_ANNOTATION not in job["metadata"]["annotations"]
+        assert _status(follower, waiting, "failed") and _status(follower, intruder, "running")
+
+
+def test_kill_9_of_the_leader_keeps_the_job_waiting_for_quota_waiting(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        fleet: list[Any], tmp_path: Path) -> None:
+    """A (quota 2 GPUs on both replicas) runs a 2-GPU Job and has a second one waiting for quota. ``kill -9`` of
+    the leader: the new leader keeps the second waiting through its first passes (A holds 2 GPUs, never 4; no
+    admission on the Job), and admits it, once, when the running Job is deleted."""
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant, ns_a, ns_b = namespaces
+    running, waiting = f"running-{run}", f"waiting-{run}"
+    with replicas(kube_control_plane, tmp_path, run, {tenant: 2}) as (leader, follower):
+        _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: _status(leader, running, "running"), 120, "A's first Job to run")
+        _apply(kube_control_plane, waiting, ns_a, tenant, run, run_s=600)
+        for r in (leader, follower):
+            wait_until(lambda r=r: (j := _status(r, waiting, "pending")) and "quota" in j["message"]
+                       and _status(r, running, "running"), 120, "A's second Job to wait for quota")
+        leader.kill()
+        wait_until(lambda: _leads(follower), 120, "the follower to take over")
+        shown = _status(follower, waiting, "pending")
+        assert shown is not None and "quota" in shown["message"], _api_job(follower, waiting)
+        job = _job(kube_client, ns_a, waiting)
+        assert job["spec"]["suspend"] is True and ADMISSION_ANNOTATION not in job["metadata"]["annotations"]
+        assert _reported(follower) == {tenant: 2.0} == _held_on_server(kube_client, (ns_a, ns_b))
+        batch.delete_namespaced_job(running, ns_a, propagation_policy="Background")
+        wait_until(lambda: _status(follower, waiting, "running"), 120, "the waiting Job admitted by the new leader")
+        assert Admission.parse(_annotations(kube_client, ns_a, waiting)[ADMISSION_ANNOTATION], waiting).by == \
+            follower.overview()["kubernetes"]["identity"]
+        assert len(_events(kube_client, ns_a, waiting, "Admitted")) == 1
+        wait_until(lambda: _reported(follower) == {tenant: 2.0} == _held_on_server(kube_client, (ns_a, ns_b)), 120,
+                   "A to hold 2 GPUs, as its Jobs on the server do")
+
+
+def test_a_leader_that_lost_its_lease_forgets_the_quota_of_a_job_that_ended_meanwhile(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        fleet: list[Any], tmp_path: Path) -> None:
+    """A (quota 2 GPUs on both replicas) runs a 2-GPU Job (15 s) admitted by r0. r0 is frozen past its lease
+    (``SIGSTOP``) and r1 takes over; the Job completes; r0 wakes up (``SIGCONT``), finds it lost the lease and
+    rebuilds its jobs from the cluster as a follower. Then r1 is killed (``kill -9``) and r0 leads again: A holds
+    nothing, so A's next Job is admitted. Before the fix the rebuild kept the ended Job's quota charge and the next
+    Job waited for quota (``tenant A holds 2 of 2 GPUs``) for ever."""
+    tenant, ns_a, ns_b = namespaces
+    first, second = f"first-{run}", f"second-{run}"
+    with replicas(kube_control_plane, tmp_path, run, {tenant: 2}) as (r0, r1):
+        _apply(kube_control_plane, first, ns_a, tenant, run, run_s=15)
+        wait_until(lambda: _status(r0, first, "running") and _status(r1, first, "running"), 120,
+                   "A's first Job to run, on both replicas")
+        r0.proc.send_signal(signal.SIGSTOP)
+        wait_until(lambda: _leads(r1), 120, "r1 to take over from the frozen r0")
+        wait_until(lambda: _status(r1, first, "succeeded"), 120, "the first Job to complete")
+        r0.proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: not r0.leading() and _status(r0, first, "succeeded"), 120,
+                   "r0 to follow and see the Job completed")
+        assert _reported(r0) == {} == _reported(r1)
+        r1.kill()
+        wait_until(lambda: _leads(r0), 120, "r0 to lead again")
+        _apply(kube_control_plane, second, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: _status(r0, second, "running"), 120, "A's next Job to be admitted")
+        assert _reported(r0) == {tenant: 2.0} == _held_on_server(kube_client, (ns_a, ns_b))
+
+
+def test_a_replica_restarted_after_a_job_it_knew_was_deleted_does_not_make_it_again(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        fleet: list[Any], tmp_path: Path) -> None:
+    """A (quota 2 GPUs, bound to ns-a) runs a Job and has a second one waiting for quota, which the follower stores.
+    The follower stops; the waiting Job is deleted; the follower starts again on its store: the deleted Job is not
+    restored (listed failed, saying why), and no Job is made for it anywhere (before the fix it was made again as
+    a Job of the REST API in the control plane's namespace, where no namespace binding applies, and run)."""
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant, ns_a, _ns_b = namespaces
+    running, waiting = f"running-{run}", f"waiting-{run}"
+    with replicas(kube_control_plane, tmp_path, run, {tenant: 2}) as (leader, follower):
+        _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
+        _apply(kube_control_plane, waiting, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: (j := _status(follower, waiting, "pending")) and "quota" in j["message"]
+                   and _status(follower, running, "running"), 120, "the follower to list A's two Jobs")
+        job_id = _api_job(follower, waiting)["id"]
+        follower.stop()
+        batch.delete_namespaced_job(waiting, ns_a, propagation_policy="Background")
+        wait_until(lambda: _status(leader, waiting, "cancelled"), 120, "the leader to see the Job deleted")
+        again = ControlPlane(kube_control_plane.kubeconfig, tmp_path, "--lease-name", f"lease-{run}",
+                             "--lease-duration", str(LEASE_S), "--identity", f"again-{run}", data=follower.data.name)
+        try:
+            ticks = again.get("/healthz")["ticks"]
+            wait_until(lambda: again.get("/healthz")["ticks"] >= ticks + 5, 120, "five ticks of the restarted follower")
+            shown = _api_job(again, waiting)
+            assert shown is not None and shown["id"] == job_id and shown["status"] in ("failed", "cancelled"), shown
+            made = [j.metadata.name for ns in ("default", ns_a)
+                    for j in batch.list_namespaced_job(ns, label_selector=f"{QUEUE_LABEL}={tenant}").items]
+            assert made == [running], made
+            assert _reported(again) == {tenant: 2.0} == _reported(leader)
+        except BaseException:
+            print(f"---- {again.log.name}\n{again.output()[-5000:]}")
+            raise
+        finally:
+            again.stop()
