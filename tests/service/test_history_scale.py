@@ -249,3 +249,73 @@ def test_a_tenant_never_sees_another_tenants_history_in_the_api_or_the_cli(
             assert ("alpha-run-3" in r.stdout) is ("--tenant" not in args), (args, r.stdout)
         r = runner.invoke(app, ["jobs", "--history", "--json"])
         assert sorted(j["id"] for j in json.loads(r.stdout)["jobs"]) == sorted(ids["alpha"])
+
+
+def _older_store(path: Path) -> None:
+    """A store as a version before ``job_counts`` and ``jobs_text`` wrote it."""
+    s = Store(path)
+    for i in range(3):
+        s.insert_job(_job(i, f"old-{i}", "team", 100.0 + i), "admin")
+    s.close()
+    db = sqlite3.connect(path)
+    db.executescript("DROP TRIGGER jobs_counted; DROP TRIGGER jobs_recounted; DROP TRIGGER jobs_retexted; "
+                     "DROP TRIGGER jobs_uncounted; DROP TABLE job_counts; DROP TABLE jobs_text;")
+    db.close()
+
+
+def test_an_older_store_opened_by_two_at_once_is_migrated_once(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes open an older store at the same time (a server starting on the new version and a CLI
+    command): the second one found no ``job_counts`` before the first had committed it, then waited for the write
+    lock. It must find the migration done once it has the lock, not fail with 'table job_counts already exists'
+    (it did: the check was outside the transaction). The interleaving is forced: the other connection holds the
+    write lock with the migration made but not committed until this one has checked and asked for the lock."""
+    import threading
+
+    path = tmp_path / "old.db"
+    _older_store(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    for statement in store_mod._statements(store_mod.HISTORY_SCHEMA):
+        other.execute(statement)
+    asking = threading.Event()
+    connect = sqlite3.connect
+
+    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
+        db = connect(*args, **kwargs)  # type: ignore[arg-type]
+        db.set_trace_callback(lambda sql: asking.set() if sql.strip().upper().startswith("BEGIN") else None)
+        return db
+
+    monkeypatch.setattr(store_mod.sqlite3, "connect", traced)
+    opened: list[Store | BaseException] = []
+
+    def open_store() -> None:
+        try:
+            opened.append(Store(path))
+        except BaseException as exc:  # reported by the assertion below
+            opened.append(exc)
+
+    t = threading.Thread(target=open_store)
+    t.start()
+    assert asking.wait(60), "the store never asked for the write lock"
+    other.execute("COMMIT")
+    other.close()
+    t.join(60)
+    assert len(opened) == 1 and isinstance(opened[0], Store), opened
+    s = opened[0]
+    try:
+        assert _counts(s) == {("team", "pending"): 3}
+        assert s.history(q="old-")[1] == 3
+    finally:
+        s.close()
+
+
+def test_a_text_filter_with_a_nul_character_is_answered_not_an_error(store: Store) -> None:
+    """``q`` is free text from the URL (``?q=abc%00def``): FTS5 reads a phrase only up to a NUL character and
+    answered 'unterminated string' (a 500 from the API). A NUL is matched by reading the rows, as before the
+    trigram index: such a q matches what ``instr`` says (here nothing), in the count and the page."""
+    for i in range(3):
+        store.insert_job(_job(i, f"nul-{i}", "team", 100.0 + i), "admin")
+    for q in ("nul-\x00", "\x00nul", "n\x00u", "\x00\x00\x00"):
+        assert store.history(q=q) == ([], 0)
+    assert store.history(q="nul-")[1] == 3

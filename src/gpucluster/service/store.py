@@ -145,7 +145,8 @@ HISTORY_SCAN_ROWS = 2000
 fills its page among them); only when they do not fill it does it turn to the trigram index (a rare one)."""
 MIN_INDEXED_TEXT = 3
 """The shortest text filter the trigram index answers (its tokens are three characters): a shorter one is matched
-by reading the rows (nearly every job matches one or two characters of an id's hexadecimal anyway)."""
+by reading the rows (nearly every job matches one or two characters of an id's hexadecimal anyway), as is one
+holding a NUL character (an FTS5 phrase ends at it: 'unterminated string')."""
 
 MIGRATIONS = (
     ("tenants", "max_priority", "ALTER TABLE tenants ADD COLUMN max_priority INTEGER"),
@@ -210,7 +211,13 @@ class Store:
                 if column not in have:
                     self._db.execute(statement)
             if self._db.execute("SELECT 1 FROM sqlite_master WHERE name='job_counts'").fetchone() is None:
-                self._db.executescript(f"BEGIN IMMEDIATE;{HISTORY_SCHEMA}COMMIT;")
+                # looked at again under the write lock: another process opening this older store at the same
+                # time may have made them while this one waited for it
+                self._db.execute("BEGIN IMMEDIATE")
+                if self._db.execute("SELECT 1 FROM sqlite_master WHERE name='job_counts'").fetchone() is None:
+                    for statement in _statements(HISTORY_SCHEMA):
+                        self._db.execute(statement)
+                self._db.execute("COMMIT")
         except (sqlite3.Error, OSError) as exc:
             self._rollback()
             self._db.close()
@@ -552,7 +559,7 @@ class Store:
             if not q:
                 rows = self._history_rows(where, args, before, limit)
                 total = self._history_count(tenant, status)
-            elif len(q) < MIN_INDEXED_TEXT:
+            elif len(q) < MIN_INDEXED_TEXT or "\0" in q:  # FTS5 reads a phrase only up to a NUL
                 text = [*where, "(instr(name, ?) > 0 OR instr(id, ?) > 0)"]
                 rows = self._history_rows(text, [*args, q, q], before, limit)
                 cond = f" WHERE {' AND '.join(text)}"
@@ -719,6 +726,21 @@ class Store:
             rows = self._db.execute("SELECT at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ?",
                                     (limit,)).fetchall()
         return [dict(r) for r in rows]
+
+
+def _statements(script: str) -> list[str]:
+    """``script``'s SQL statements one by one (a trigger's body stays whole), to run inside a transaction the
+    caller holds (``executescript`` would commit it first)."""
+    out: list[str] = []
+    part = ""
+    for line in script.splitlines(keepends=True):
+        part += line
+        if sqlite3.complete_statement(part):
+            out.append(part.strip())
+            part = ""
+    if part.strip():
+        out.append(part.strip())
+    return out
 
 
 def _phrase(text: str) -> str:
