@@ -123,7 +123,7 @@ def test_a_job_found_in_the_cluster_and_deleted_since_is_not_restored(
 
 
 def test_a_follower_shows_the_leaders_reason_on_a_job_it_first_sees_with_it(
-        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:  # noqa: F811
+        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:
     """The leader wrote why the Job waits (``gpucluster.io/message``) before the follower first read the Job: the
     follower lists it with that reason (before the fix it kept none: the leader writes it once per kind)."""
     with new_runtime() as rt:
