@@ -312,7 +312,8 @@ def test_a_replica_restarted_after_a_job_it_knew_was_deleted_does_not_make_it_ag
     running, waiting = f"running-{run}", f"waiting-{run}"
     with replicas(kube_control_plane, tmp_path, run, {tenant: 2}) as (leader, follower):
         _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
-        _apply(kube_control_plane, waiting, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: _status(leader, running, "running"), 120, "A's first Job to run")
+        _apply(kube_control_plane, waiting, ns_a, tenant, run, run_s=600)  # after it: it waits, the first runs
         wait_until(lambda: (j := _status(follower, waiting, "pending")) and "quota" in j["message"]
                    and _status(follower, running, "running"), 120, "the follower to list A's two Jobs")
         job_id = _api_job(follower, waiting)["id"]
