@@ -24,11 +24,11 @@ from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, REFUSED_ANNOTATION, native_id
 
 from .helpers import node_obj
-from .test_retention_records import _job_obj, new_runtime  # noqa: F401 (a fixture)
+from .test_retention_records import _job_obj
 
 
 def test_a_replica_that_lost_the_lease_keeps_quotas_and_weights_and_drops_the_old_charges(
-        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:  # noqa: F811
+        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:
     with new_runtime() as rt:
         rt.set_quotas({"team": 2.0}, {"team": 3.0})
         rt.quota.charge("default/ended-0", "team", {"gpu": 2.0})  # what the old engine charged for a job now ended
@@ -56,7 +56,7 @@ def _bound(namespace: str, tenant: str) -> dict[str, Any]:
 
 
 def test_a_follower_that_comes_to_lead_writes_the_verdicts_it_reached_while_following(
-        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:  # noqa: F811
+        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:
     """While following it refused a Job for its namespace and let in one still carrying a refusal; the Jobs do not
     show either (the leader never wrote them). Leading, it writes both, once; a Job that shows its verdict
     already (a refusal written by the old leader) is left alone."""
@@ -95,7 +95,7 @@ def test_a_follower_that_comes_to_lead_writes_the_verdicts_it_reached_while_foll
 
 
 def test_a_job_found_in_the_cluster_and_deleted_since_is_not_restored(
-        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:  # noqa: F811
+        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:
     """The store of a restarted replica knows a Job someone applied; its object is gone: it is not made again
     (``LookupError``, the service fails its record saying why). One whose object is there but not read yet (its
     claims are not ready) is left to be read."""

@@ -12,65 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import SimpleNamespace
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpucluster.kubernetes import backend
-from gpucluster.kubernetes.cluster import KubeCluster
 from gpucluster.kubernetes.workloads import QUEUE_LABEL, native_id
-
-
-class _Informer:
-    """What KubeRuntime asks of its informer, doing nothing: the test feeds the events."""
-
-    def __init__(self) -> None:
-        self.pod_listeners: list[Any] = []
-        self.pod_resync_listeners: list[Any] = []
-
-    def watch_kind(self, *_a: Any, **_k: Any) -> None:
-        return None
-
-    def start(self) -> None:
-        return None
-
-    def wait_synced(self, _timeout: float) -> bool:
-        return True
-
-    def stop(self) -> None:
-        return None
-
-
-@pytest.fixture
-def new_runtime(monkeypatch: pytest.MonkeyPatch) -> Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]:
-    """Makes a KubeRuntime on the stub informer, following (no writes); closed after the block."""
-    from kubernetes import client
-
-    def build(_api: Any, reg: Any, opts: Any, **kw: Any) -> tuple[KubeCluster, None, _Informer]:
-        cluster = KubeCluster(reg, opts.placement_policy, scheduler_name=opts.scheduler_name,
-                              profile=kw.get("profile"), services=kw.get("services"))
-        return cluster, None, _Informer()
-
-    monkeypatch.setattr(backend, "api_client", lambda *_a, **_k: client.ApiClient(client.Configuration()))
-    monkeypatch.setattr(backend.KubeRuntime, "_probe", lambda _self: "v1.37.2")
-    monkeypatch.setattr(backend, "build", build)
-
-    @contextlib.contextmanager
-    def make() -> Iterator[backend.KubeRuntime]:
-        rt = backend.KubeRuntime(Path("/nonexistent/kubeconfig"), identity="test")
-        rt.elector = SimpleNamespace(is_leader=False, stop=lambda: None)  # type: ignore[assignment]
-        rt._leading = False  # a follower: it mirrors the Jobs and writes nothing
-        rt.engine.paused = True
-        try:
-            yield rt
-        finally:
-            rt.writer.shutdown(wait=False)
-    return make
 
 
 def _job_obj(name: str, uid: str, rv: int, finished: str = "") -> dict[str, Any]:

@@ -258,6 +258,29 @@ def test_a_reservation_that_does_not_fit_holds_nothing() -> None:
     assert set(c.reserved) == {a.pod_key for a in allocs}
 
 
+def test_a_reservation_that_does_not_fit_gives_back_the_bound_pods_it_took_over() -> None:
+    """After a restart a pod bound into a slot is taken over by the slot's reservation; when the slot does not fit
+    (another pod holds its devices now) the pod is a bound pod again, accounted or reported, not an alias of a
+    reservation that was never made."""
+    c = _cluster(nodes=1, gpus=2)
+    [task] = task_pods(_spec(replicas=1), 1, "default")
+    [alloc] = [d.allocation for d in c.decide_group([task]).decisions if d.allocation is not None]
+    c.scheduler.cache.forget(task.key)
+    ann = decision_annotations(alloc, registry(), 0.0)
+    c.apply_pod(pod_obj("aaa-outside", count=2, mem=81920, cores=100, node="n0", annotations=ann, phase="Running"))
+    mine = pod_obj("bert-0-abcde", count=2, mem=81920, cores=100, node="n0",
+                   annotations={**ann, RESERVATION_ANNOTATION: task.key}, phase="Running")
+    c.apply_pod(mine)
+    assert "default/bert-0-abcde" in c.unaccounted  # its devices are held by the other pod
+    with pytest.raises(AllocationError):
+        c.reserve([alloc])
+    assert c.reserved == {} and c.aliases == {}
+    assert "default/bert-0-abcde" in c.bound and "default/bert-0-abcde" in c.unaccounted
+    c.delete_pod("default/aaa-outside")
+    c.reserve([alloc])  # the other pod is gone: the slot takes its pod over
+    assert c.aliases == {"default/bert-0-abcde": task.key} and "default/bert-0-abcde" not in c.unaccounted
+
+
 def test_pod_view_reads_exit_code_restarts_and_index() -> None:
     obj = pod_obj("bert-2-zz", node="n0", phase="Failed")
     obj["metadata"]["labels"] = {"batch.kubernetes.io/controller-uid": "u1"}

@@ -37,8 +37,12 @@ The API server is the source of truth; the one job engine (:class:`gpucluster.jo
 * **Tenants by namespace** (:mod:`.tenancy`): a workload in a namespace that may not use the tenant it names is
   refused; a change of the Namespace bindings re-checks, at the next tick, the workloads not admitted
   (:meth:`KubeRuntime._recheck_tenancy`): refused ones now allowed are queued, queued ones now foreign refused,
-  running ones left running. A change of a refused Job's own queue label re-checks it as a new one; a queued or
-  running one keeps its tenant (:meth:`KubeRuntime._relabelled`).
+  running ones left running. A change of a refused Job's own queue label (a pod group's members') re-checks it as
+  a new one; a queued or running one keeps its tenant (:meth:`KubeRuntime._relabelled`,
+  :meth:`KubeRuntime._group_relabelled`). A refused one the retention policy pruned is re-checked alike while its
+  object stays (:attr:`KubeRuntime._refused_tombs`).
+* **A running job is never queued here**: found admitted and released, it is adopted running even when a slot of
+  its admission cannot be held yet (:meth:`KubeRuntime._adopt`; the slot is tried again at each pass).
 * **Status from Kubernetes.** The Job's ``Complete``/``Failed`` condition ends the job (``duration_s`` is only an
   estimate here); while it runs, its message counts the pods by phase, restarts, and the last container's exit
   code and reason. Cancel deletes the Job; preemption suspends it again and frees its GPUs at once (its pods
@@ -119,6 +123,7 @@ from gpucluster.kubernetes.podgroups import (
     group_job_id,
     group_spec,
     member_of,
+    named_tenant,
 )
 from gpucluster.kubernetes.runtime import RunOptions, build
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, Held, NamespaceBindings
@@ -172,6 +177,8 @@ ADMISSIONS = ("devices", "count")
 EXTRA_SUFFIX = "-extra"
 EXTRA_KEY_PREFIX = "extra:"
 """A pod group's member beyond its ``minMember`` slots is bound with the reservation ``NAMESPACE/<job id>-extra``."""
+UNMIRRORED_KEY_PREFIX = "unmirrored:"
+"""The outside-use key of a running job's slot that is not held here (:meth:`KubeRuntime._adopt`)."""
 JOBSET_RECHECK_S = 5.0
 """How often the JobSet (and PyTorchJob) list is tried again while the API server does not serve them (no CRD
 yet)."""
@@ -223,12 +230,18 @@ class _Rec:
     """Refused because its namespace may not use this tenant (the one it named), "" otherwise: a change of the
     bindings re-checks it (:meth:`KubeRuntime._recheck_tenancy`)."""
     label: str | None = None
-    """A Job's (JobSet's, PyTorchJob's) ``gpucluster.io/queue`` label when its record was made (None: a pod
-    group): a change of it re-checks a refused one, and is answered on any other (:meth:`KubeRuntime._relabelled`)."""
+    """A Job's (JobSet's, PyTorchJob's) ``gpucluster.io/queue`` label when its record was made, a pod group's
+    :func:`~gpucluster.kubernetes.podgroups.named_tenant` (None: its members disagreed): a change of it re-checks a
+    refused one, and is answered on any other (:meth:`KubeRuntime._relabelled`, :meth:`KubeRuntime._group_seen`)."""
     rejected: bool = False
     """Ended here as refused (on arrival, or by a binding change), not by running."""
-    told: str = ""
+    told: str | None = None
     """The last new label a queued or running one was told it does not follow (one Event for each)."""
+    unmirrored: dict[int, str] = field(default_factory=dict)
+    """Slots of a running job's admission not held here yet (slot index -> why: its node unknown, its devices
+    held by another pod), tried again at each pass (:meth:`KubeRuntime._mirror_slots`)."""
+    refusal: str = ""
+    """A refused pod group's reason (a re-check that refuses it for the same one says nothing new)."""
 
 
 @dataclass(slots=True)
@@ -347,7 +360,7 @@ class KubePlacer:
             return
         if rec.admission is not None:
             rec.withdrawn.add(rec.admission.id)
-        rec.slots, rec.admission, rec.writing = [], None, False
+        rec.slots, rec.admission, rec.writing, rec.unmirrored = [], None, False, {}
         if job.id in rt.quiet or not rt.leading or rec.group:
             return  # a pod group is never preempted (nothing would make its pods again)
         # the engine stopped it (preemption): suspend the Job again, its GPUs are free already
@@ -482,6 +495,16 @@ class KubeRuntime(EngineFront):
         object again. Each keeps its ``by_uid`` entry, and both go when the object does (a deleted Job, a group's
         last pod); a job whose object is gone already leaves no tombstone. So ``recs`` and ``by_uid`` hold the
         jobs in the engine plus one entry per tombstone, never one per job ever seen."""
+        self._refused_tombs: dict[str, _Rec] = {}
+        """The tombstones (a subset of :attr:`_pruned`) of workloads that ended *refused* (for their namespace, or
+        for a bad label): their last record, so a binding change (:meth:`_recheck_tenancy`) or a change of their
+        queue label (:meth:`_job_seen`, :meth:`_group_seen`) re-checks them as it re-checks a refused workload
+        still in memory: the object is still there, so it is read again as a new one."""
+        self._rechecked: dict[str, tuple[_Rec, bool]] = {}
+        """Object uid -> (the last record of a refused workload being read again as new (:meth:`_reopen`: its
+        label changed, or a binding change let it in), whether it was a tombstone), until it is read: refused
+        again, a tombstone is one again at once (:meth:`_rebury`) and a pod group refused for the same reason
+        gets no second Event."""
         self.elector: LeaderElector | None = None
         if leader_elect:
             self.elector = LeaderElector(self.api, lease_name, lease_namespace or namespace, self.identity,
@@ -1067,6 +1090,8 @@ class KubeRuntime(EngineFront):
             rec = self.recs.pop(job_id, None)
             if rec is not None and rec.uid and self.by_uid.get(rec.uid) == job_id:
                 self._pruned.add(job_id)  # its object is still there (its deletion, if seen, not read yet)
+                if rec.rejected:  # refused: a binding or label change re-checks it (:attr:`_refused_tombs`)
+                    self._refused_tombs[job_id] = rec
             elif rec is not None and any(w == "create" and j == job_id for w, j, _ in self._writes):
                 self._pruned.add(job_id)  # cancelled while its Job is being created: its uid comes with the reply
             if any(e.job_id == job_id for e in self._events):
@@ -1076,6 +1101,11 @@ class KubeRuntime(EngineFront):
     def tombstones(self) -> int:
         """Pruned jobs whose object is still in the cluster (:attr:`_pruned`)."""
         return len(self._pruned)
+
+    def _unbury(self, job_id: str) -> None:
+        """The tombstone of ``job_id`` goes (its object is gone, or it is read again as a new workload)."""
+        self._pruned.discard(job_id)
+        self._refused_tombs.pop(job_id, None)
 
     def usage_by_tenant(self) -> dict[str, dict[str, float]]:
         """The engine's counts, plus the jobs whose Job object is being created (pending: accepted, not yet in
@@ -1113,6 +1143,7 @@ class KubeRuntime(EngineFront):
         for p in pods.values():
             by_uid.setdefault(p.job_uid, []).append(p)
         with self.cluster.lock:
+            self._mirror_slots()
             if self._leading:
                 self._place_waiting_slots()
                 self._bind(pods, by_uid)
@@ -1120,7 +1151,8 @@ class KubeRuntime(EngineFront):
                 rec = self.recs.get(job.id)
                 if rec is not None:
                     self._observe(job, rec, by_uid.get(rec.uid, []))
-            self.engine.set_outside_use({**self._claims_outside(), **self._extras_outside(pods)})
+            self.engine.set_outside_use({**self._claims_outside(), **self._extras_outside(pods),
+                                         **self._unmirrored_outside()})
             self.engine.run_until(t)
         if self._leading:
             self._write_notes()
@@ -1208,7 +1240,7 @@ class KubeRuntime(EngineFront):
             if job is None:  # cancelled while its Job was being created (its deletion is written next)
                 if exc is not None:
                     self.recs.pop(job_id, None)
-                    self._pruned.discard(job_id)
+                    self._unbury(job_id)
                 elif job_id in self._pruned:  # and pruned since: a tombstone until its Job is gone
                     self.by_uid[result[0]] = job_id
                 elif rec is not None:  # its object's views are the ended job's until it is gone
@@ -1275,9 +1307,10 @@ class KubeRuntime(EngineFront):
             for uid in gone:
                 self._claim_waits.pop(uid, None)
                 self._accepted.pop(uid, None)
+                self._rechecked.pop(uid, None)
                 job_id = self.by_uid.pop(uid, None)
                 if job_id is not None:
-                    self._pruned.discard(job_id)  # its object is gone: nothing can bring the record back
+                    self._unbury(job_id)  # its object is gone: nothing can bring the record back
                     self._observed_end(job_id, Cancel("its Job was deleted"))
             for obj in sorted(objs, key=lambda o: str((o.get("metadata") or {}).get("creationTimestamp") or "")):
                 try:
@@ -1305,8 +1338,12 @@ class KubeRuntime(EngineFront):
 
     def _job_seen(self, obj: Mapping[str, Any]) -> None:
         q = parse_queue_job(obj, self.registry, self.scheduler_name, submit_s=self.now)
-        if q.job_id in self._pruned:
-            return  # finished and dropped (:meth:`forget`): its object, still there, is not a new job
+        if q.job_id in self._pruned:  # finished and dropped (:meth:`forget`): its object, still there, is not a new
+            tomb = self._refused_tombs.get(q.job_id)  # job; but a refused one's new label is re-checked
+            if (tomb is not None and tomb.label is not None and q.tenant != tomb.label and not q.finished
+                    and not q.deleting):
+                self._relabelled_tomb(tomb, q.tenant)
+            return
         label = q.tenant  # as labelled (a refused one's is shown under its namespace's tenant below)
         rec = self.recs.get(q.job_id)
         job = self.engine.jobs.get(q.job_id)
@@ -1333,9 +1370,12 @@ class KubeRuntime(EngineFront):
             rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
             rec.foreign, rec.label = foreign, label
             self.by_uid[q.uid] = q.job_id
+            buried = self._rechecked.pop(q.uid, (None, False))[1]
             job = self._new_record(q, rec)
             if job is None:
                 rec.rejected = True
+                if buried:  # pruned while refused, re-checked and refused again: pruned again
+                    self._rebury(q.job_id)
                 return
         rec.namespace, rec.name, rec.uid, rec.rv = q.namespace, q.name, q.uid, q.resource_version
         self.by_uid[q.uid] = q.job_id
@@ -1415,9 +1455,14 @@ class KubeRuntime(EngineFront):
             if job is not None and not job.done:
                 self._observed_end(job.id, Cancel("its pods were deleted"))
             self.by_uid.pop(uid, None)
-            self._pruned.discard(pruned)
+            self._unbury(pruned)
+            self._rechecked.pop(uid, None)
             return
+        named = named_tenant([p.obj for p in pods if p.live])
         if job is not None and not job.done:
+            rec = self.recs.get(job.id)
+            if rec is not None:
+                self._group_relabelled(rec, job, named)
             if job.state == JobState.RUNNING:
                 self._group_running(job, uid, pods)
             else:  # queued here (a follower, or a new leader): the leader's binds, even of pods that already ended
@@ -1432,6 +1477,11 @@ class KubeRuntime(EngineFront):
             # that saw the change first): adopted from its bound members below, as the leader runs it
             self._reopen(rec)
             job = None
+        # refused (in memory, or pruned since) and its members name another tenant now: read again as a new one
+        prior = rec if job is not None and rec is not None and rec.rejected else self._refused_tombs.get(pruned)
+        if prior is not None and named is not None and named != prior.label:
+            self._relabelled_group(prior, named)
+            job, pruned = None, ""
         if job is not None or pruned:  # it ended: only pods made since make a new job of the group
             ended = self._group_ended.setdefault(uid, {p.key for p in pods})
             pods = [p for p in pods if p.key not in ended]
@@ -1476,8 +1526,10 @@ class KubeRuntime(EngineFront):
             return
         self._gathering.pop(uid, None)
         self._group_ended.pop(uid, None)
-        self._pruned.discard(pruned)  # a new run of the group: a pruned one's tombstone goes with the uid
-        rec = _Rec(new_id, False, member.namespace, member.name, uid, group=True)
+        self._unbury(pruned)  # a new run of the group: a pruned one's tombstone goes with the uid
+        prior, buried = self._rechecked.pop(uid, (None, False))
+        accepted = self._accepted.pop(uid, "")
+        rec = _Rec(new_id, False, member.namespace, member.name, uid, group=True, label=named)
         self.recs[new_id] = rec
         self.by_uid[uid] = new_id
         ns_tenant, _ = self._tenancy(member.namespace, "")
@@ -1490,17 +1542,29 @@ class KubeRuntime(EngineFront):
                 foreign = spec.tenant
                 raise ValueError(f"pod group {member.namespace}/{member.name}: {refusal}")
         except ValueError as exc:
-            rec.foreign = foreign
+            rec.foreign, rec.rejected, rec.refusal = foreign, True, str(exc)
             job = Job(self._group_placeholder(new_id, member, waiting, submit_s, created,
                                               refused=ns_tenant or "default"))
             self.engine.jobs[new_id] = job
             self._events.extend(transition(job, Reject(f"refused: {exc}"), self.now))
             self._discovered.append(job)
             self._group_ended[uid] = {p.key for p in pods}
+            # re-checked (a new label) and refused again: a new Event only when the reason changed; a pruned one
+            # is a tombstone again at once (its Refused events dropped with it: said here when new)
+            same = prior is not None and prior.refusal == rec.refusal
+            rec.refused = same
+            if buried:
+                if not same and self._leading:
+                    self.submit_write("note", new_id, self.write_pod_events, self._group_pod_keys(uid, waiting=True),
+                                      "Warning", "Refused", f"refused: {exc}")
+                self._rebury(new_id)
             return
         job = Job(restored_submission(spec, self.now))
         self.engine.submit(job)
         self._discovered.append(job)
+        if accepted and self._leading:
+            self.submit_write("note", new_id, self.write_pod_events, self._group_pod_keys(uid, waiting=True),
+                              "Normal", "Accepted", f"accepted: queued for tenant {spec.tenant}: {accepted}")
 
     # ------------------------------------------------------------------ bindings changed
     def _recheck_tenancy(self) -> None:
@@ -1519,11 +1583,15 @@ class KubeRuntime(EngineFront):
                 held.append(Held(rec.job_id, rec.namespace, rec.foreign, refused=True))
             elif job.state in (JobState.NEW, JobState.QUEUED):
                 held.append(Held(rec.job_id, rec.namespace, job.tenant, refused=False))
+        # pruned by the retention policy while refused for their namespace, their object still there: as above
+        held.extend(Held(rec.job_id, rec.namespace, rec.foreign, refused=True)
+                    for rec in self._refused_tombs.values() if rec.foreign and rec.uid in live)
         with self._lock:
             verdicts = self.bindings.recheck(held)
-            bound = {v.key: self.bindings.tenant_of(self.recs[v.key].namespace) for v in verdicts}
+            recs = {v.key: self.recs.get(v.key) or self._refused_tombs[v.key] for v in verdicts}
+            bound = {v.key: self.bindings.tenant_of(recs[v.key].namespace) for v in verdicts}
         for v in verdicts:
-            rec = self.recs[v.key]
+            rec = recs[v.key]
             log.info("%s %s/%s: %s", "accepting" if v.accept else "refusing", rec.namespace, rec.name, v.why)
             if v.accept:
                 self._reopen(rec, v.why)
@@ -1555,19 +1623,79 @@ class KubeRuntime(EngineFront):
             self.submit_write("note", rec.job_id, self.write_event, rec.namespace, rec.name, "Normal", "Relabelled",
                               verdict.why)
 
+    def _relabelled_tomb(self, tomb: _Rec, label: str) -> None:
+        """A refused workload the retention policy pruned (:attr:`_refused_tombs`) whose ``gpucluster.io/queue``
+        label changed to ``label``: read again as a new one, as :meth:`_relabelled` does for one in memory (let
+        in when its namespace may use ``label``; else refused again, and a tombstone again at once). Caller holds
+        the cluster lock."""
+        assert tomb.label is not None
+        with self._lock:
+            verdict = self.bindings.relabel(Held(tomb.job_id, tomb.namespace, tomb.label, refused=True), label)
+        if verdict is None:
+            return
+        log.info("%s/%s (pruned, refused) relabelled %s -> %s: %s", tomb.namespace, tomb.name, tomb.label, label,
+                 verdict.why)
+        self._reopen(tomb, verdict.why if verdict.allowed else "")
+
+    def _group_relabelled(self, rec: _Rec, job: Job, named: str | None) -> None:
+        """A queued or running pod group whose members now name the tenant ``named`` (their ``gpucluster.io/queue``
+        label, else their ``gpucluster.io/tenant`` annotation: :func:`named_tenant`; None while they disagree):
+        it keeps its tenant until it ends, as a Job does (:meth:`_relabelled`), and a Normal ``Relabelled`` Event
+        on its live members says so, once for each new name. Caller holds the cluster lock."""
+        if named is None or named in (rec.label, rec.told):
+            return
+        if rec.label is None:  # first seen here (adopted from its bound members): what they name now
+            rec.label = named
+            return
+        effective = named or self._tenancy(rec.namespace, "")[0] or rec.namespace
+        with self._lock:
+            verdict = self.bindings.relabel(Held(rec.job_id, rec.namespace, job.tenant, refused=False), effective,
+                                            running=job.state == JobState.RUNNING)
+        rec.told = named
+        if verdict is None:  # it names the tenant it is charged to: nothing to say
+            return
+        log.info("pod group %s/%s relabelled %s -> %s: %s", rec.namespace, rec.name, rec.label, named, verdict.why)
+        if self._leading:
+            self.submit_write("note", rec.job_id, self.write_pod_events, self._group_pod_keys(rec.uid, live=True),
+                              "Normal", "Relabelled", verdict.why)
+
+    def _relabelled_group(self, prior: _Rec, named: str) -> None:
+        """A refused pod group (in memory, or a tombstone of one the retention policy pruned) whose members now
+        name ``named``: read again as a new one (:meth:`_reopen`), as a relabelled refused Job is; let in, its
+        waiting members get a Normal ``Accepted`` Event; refused again, a ``Refused`` one only when the reason
+        changed. Caller holds the cluster lock."""
+        effective = named or self._tenancy(prior.namespace, "")[0] or prior.namespace
+        with self._lock:
+            refusal = self.bindings.refusal(prior.namespace, effective)
+            allowed = "" if refusal is not None else self.bindings.allowance(prior.namespace, effective)
+        said = (f"its members' label {QUEUE_LABEL} now names tenant {named}" if named else
+                f"its members now name no tenant (charged to {effective})")
+        log.info("pod group %s/%s (refused) relabelled %s -> %s: %s", prior.namespace, prior.name, prior.label,
+                 named, refusal or allowed)
+        self._reopen(prior, f"{said}: {allowed}" if allowed else "")
+
+    def _rebury(self, job_id: str) -> None:
+        """A pruned refused workload read again as new (:meth:`_reopen`) and refused again: a tombstone again at
+        once, as the retention policy left it (its store record is its first refusal; a new reason is said on the
+        object). Caller holds the cluster lock."""
+        self._discovered = [j for j in self._discovered if j.id != job_id]
+        self.forget(job_id)
+
     def _reopen(self, rec: _Rec, accepted: str = "") -> None:
-        """Forget the ended record of a workload refused for its namespace: it is seen again as new (a Job at the
-        next read of it, a pod group at the next :meth:`_sync_groups`). ``accepted``: why it is let in now
-        (said on the Job or the group's waiting pods; "" when a follower mirrors its leader)."""
+        """Forget the ended record of a refused workload (in memory, or a tombstone of one the retention policy
+        pruned): it is seen again as new (a Job at the next read of it, a pod group at the next
+        :meth:`_sync_groups`). ``accepted``: why it is let in now (said on the Job or the group's waiting pods; ""
+        when a follower mirrors its leader, or when a new label is re-checked)."""
+        buried = rec.job_id in self._refused_tombs
         self.engine.forget(rec.job_id)
         self.recs.pop(rec.job_id, None)
         self.by_uid.pop(rec.uid, None)
-        if rec.group:
+        self._unbury(rec.job_id)
+        self._rechecked[rec.uid] = (rec, buried)
+        if rec.group:  # read again at the next :meth:`_group_seen`, which says ``accepted`` once it is queued
             self._group_ended.pop(rec.uid, None)
-            if accepted and self._leading:
-                self.submit_write("note", rec.job_id, self.write_pod_events,
-                                  self._group_pod_keys(rec.uid, waiting=True), "Normal", "Accepted",
-                                  f"accepted: queued for tenant {rec.foreign}: {accepted}")
+            if accepted:
+                self._accepted[rec.uid] = accepted
             return
         with self._lock:
             if accepted:
@@ -1591,6 +1719,7 @@ class KubeRuntime(EngineFront):
         rec.foreign, rec.refused, rec.rejected = tenant, True, True
         self._discovered.append(job)  # the store files it under ``shown`` too
         if rec.group:
+            rec.refusal = f"pod group {rec.namespace}/{rec.name}: {why}"
             self._group_ended[rec.uid] = set(self._group_pod_keys(rec.uid))
             if self._leading:
                 self.submit_write("note", rec.job_id, self.write_pod_events,
@@ -1615,7 +1744,7 @@ class KubeRuntime(EngineFront):
         if rec is None:
             return
         self._fill_slots(rec, pods)
-        slots = {s for s in rec.slots if s}
+        slots = {s for s in rec.slots if s} | {rec.tasks[i].key for i in rec.unmirrored if i < len(rec.tasks)}
         ran = [p for p in pods if (self.cluster.aliases.get(p.key) or p.reservation) in slots]
         extras = [p for p in pods if p.node and p.reservation.partition("/")[2] == f"{job.id}{EXTRA_SUFFIX}"]
         failed = [p for p in [*ran, *extras] if p.phase == "Failed"]
@@ -1646,7 +1775,7 @@ class KubeRuntime(EngineFront):
             if not p.node or not p.reservation:
                 continue
             i = next((n for n, t in enumerate(rec.tasks) if t.key == p.reservation), -1)
-            if not 0 <= i < len(rec.slots) or rec.slots[i]:
+            if not 0 <= i < len(rec.slots) or rec.slots[i] or i in rec.unmirrored:  # (tried by _mirror_slots)
                 continue
             task = rec.tasks[i]
             if not p.live:  # it ran there and ended: nothing left to hold
@@ -1838,30 +1967,77 @@ class KubeRuntime(EngineFront):
         return job
 
     def _adopt(self, job: Job, rec: _Rec, adm: Admission) -> None:
-        """Take the job as running where ``adm`` placed it (reserving its slots)."""
+        """Take the job as running where ``adm`` placed it (reserving its slots). It runs (its object says so):
+        it is running here at once even when a slot cannot be held here yet (its node unknown, its devices held
+        by another pod): such a slot is left out (:attr:`_Rec.unmirrored`), its bound pod accounted as any bound
+        pod, the slot charged to the job's tenant (:meth:`_unmirrored_outside`), and it is tried again at each pass
+        (:meth:`_mirror_slots`). Never queued: a running job queued here would be admitted a second time."""
         tasks = task_pods(job.spec, adm.attempt, self.namespace)
-        allocs: list[Allocation] = []
         slots: list[str] = []
-        try:
-            for task, slot in zip(tasks, adm.slots, strict=False):
-                if not slot.node:
-                    slots.append("")
-                    continue
-                info = self.cluster.nodes.get(slot.node)
-                if info is None:
-                    raise KubeInputError(f"node {slot.node} is unknown")
-                allocs.append(slot_allocation(task, slot, info.spec, self.registry))
-                slots.append(task.key)
-            self.cluster.reserve(allocs)
-        except (KubeInputError, AllocationError) as exc:
-            if rec.note != f"mirror:{adm.id}":
-                log.warning("job %s: the admission by %s cannot be mirrored yet: %s", job.id, adm.by, exc)
-                rec.note = f"mirror:{adm.id}"
-            with self._lock:
-                self._dirty.add(rec.uid)  # tried again at the next advance
-            return
-        rec.admission, rec.writing, rec.slots, rec.tasks = adm, False, slots, tasks
+        unmirrored: dict[int, str] = {}
+        for i, (task, slot) in enumerate(zip(tasks, adm.slots, strict=False)):
+            why = self._mirror(task, slot) if slot.node else ""
+            slots.append(task.key if slot.node and not why else "")
+            if why:
+                unmirrored[i] = why
+        if unmirrored and rec.note != f"mirror:{adm.id}":
+            log.warning("job %s: %d slot(s) of the admission by %s cannot be held here yet (it runs; tried again at "
+                        "each pass): %s", job.id, len(unmirrored), adm.by or "a previous leader",
+                        "; ".join(f"slot {i}: {w}" for i, w in sorted(unmirrored.items())))
+            rec.note = f"mirror:{adm.id}"
+        rec.admission, rec.writing, rec.slots, rec.tasks, rec.unmirrored = adm, False, slots, tasks, unmirrored
         self.engine.adopt(job, [t for t in tasks if t.key in slots], self.engine_time(adm.at), attempt=adm.attempt)
+
+    def _mirror(self, task: Pod, slot: Slot) -> str:
+        """Reserve one slot of an admission (rebuilt from its annotations); "" when held, else why not."""
+        info = self.cluster.nodes.get(slot.node)
+        if info is None:
+            return f"node {slot.node} is unknown"
+        try:
+            self.cluster.reserve([slot_allocation(task, slot, info.spec, self.registry)])
+        except (KubeInputError, AllocationError) as exc:
+            return str(exc)
+        return ""
+
+    def _mirror_slots(self) -> None:
+        """Slots of running jobs that could not be held when the job was adopted (:meth:`_adopt`): tried again;
+        one held now joins the job's pods (freed with them, charged to its tenant's quota from now on)."""
+        for job in self.engine.views.running():
+            rec = self.recs.get(job.id)
+            if rec is None or not rec.unmirrored or rec.admission is None:
+                continue
+            for i in sorted(rec.unmirrored):
+                if i >= len(rec.tasks) or i >= len(rec.admission.slots):
+                    rec.unmirrored.pop(i)
+                    continue
+                task = rec.tasks[i]
+                why = self._mirror(task, rec.admission.slots[i])
+                if why:
+                    rec.unmirrored[i] = why
+                    continue
+                rec.unmirrored.pop(i)
+                rec.slots[i] = task.key
+                job.pod_keys = (*job.pod_keys, task.key)
+                job.held_gpus += allocation_gpus(self.cluster.state, self.cluster.reserved[task.key])
+                if job.tally is not None:
+                    job.tally.moved(job)
+                self.quota.charge(task.key, task.charged_tenant, pod_charge(task, self.cluster.state.snapshot()))
+                log.info("job %s: slot %d of its admission is held here now", job.id, i)
+
+    def _unmirrored_outside(self) -> dict[str, tuple[str, dict[str, float]]]:
+        """The slots of running jobs not held here (:meth:`_adopt`): each charged to its job's tenant as its task
+        asks (the job runs there: its admission holds it), until the slot is held. Caller holds the cluster lock."""
+        out: dict[str, tuple[str, dict[str, float]]] = {}
+        snap = None
+        for rec in self.recs.values():
+            job = self.engine.jobs.get(rec.job_id) if rec.unmirrored else None
+            if job is None or job.state != JobState.RUNNING:
+                continue
+            snap = snap or self.cluster.state.snapshot()
+            for i in rec.unmirrored:
+                if i < len(rec.tasks):
+                    out[UNMIRRORED_KEY_PREFIX + rec.tasks[i].key] = (job.tenant, pod_charge(rec.tasks[i], snap))
+        return out
 
     # ------------------------------------------------------------------ pods of admitted jobs
     def _place_waiting_slots(self) -> None:
@@ -1873,7 +2049,7 @@ class KubeRuntime(EngineFront):
             if rec is None or "" not in rec.slots or (self.admission != "count" and not rec.group):
                 continue
             for i, key in enumerate(rec.slots):
-                if key or i >= len(rec.tasks):
+                if key or i >= len(rec.tasks) or i in rec.unmirrored:  # placed already, not held here (yet)
                     continue
                 d = self.cluster.decide(solo(rec.tasks[i]))
                 if d.ok and d.allocation is not None:
@@ -1995,9 +2171,13 @@ class KubeRuntime(EngineFront):
             placements.append(entry)
         job.placements = placements
         parts = [f"{n} {phase.lower()}" for phase, n in sorted(phases.items())]
-        unplaced = sum(1 for s in rec.slots if not s)
+        unplaced = sum(1 for i, s in enumerate(rec.slots) if not s and i not in rec.unmirrored)
         message = f"running on {', '.join(sorted({e['node'] for e in placements if e['node']})) or '-'}: " + (
             ", ".join(parts) or "waiting for the Job controller to make the pods")
+        if rec.unmirrored:
+            i, why = min(rec.unmirrored.items())
+            message += (f"; {len(rec.unmirrored)} of {len(rec.slots)} slot(s) of its admission not held here yet "
+                        f"(slot {i}: {why})")
         if unplaced:
             message = (f"admitted by GPU count; {unplaced} of {len(rec.slots)} pod(s) have no place on any node"
                        f"{': ' + rec.unplaced_why if rec.unplaced_why else ''} (the job hangs); " + ", ".join(parts))

@@ -494,6 +494,7 @@ class KubeCluster:
         with self.lock:
             cache = self.scheduler.cache
             done: list[str] = []
+            taken: dict[str, tuple[Pod, str]] = {}
             try:
                 for alloc in allocations:
                     key = alloc.pod_key
@@ -501,8 +502,9 @@ class KubeCluster:
                     if held is not None and key not in self.bound:
                         cache.confirm(key)
                     else:
-                        for pod_k, (pod, _node) in list(self.bound.items()):
+                        for pod_k, (pod, node) in list(self.bound.items()):
                             if pod.annotations.get(RESERVATION_ANNOTATION) == key:
+                                taken[pod_k] = (pod, node)
                                 self.bound.pop(pod_k)
                                 self.unaccounted.pop(pod_k, None)
                                 cache.remove(pod_k)
@@ -513,7 +515,23 @@ class KubeCluster:
                     done.append(key)
             except AllocationError:
                 self.unreserve(done)
+                self._give_back(taken, {*done, alloc.pod_key})
                 raise
+
+    def _give_back(self, taken: Mapping[str, tuple[Pod, str]], keys: set[str]) -> None:
+        """Reservations ``keys`` that were not made (one did not fit): the bound pods (and their claims) they took
+        over are bound pods again, accounted as before (or reported unaccounted), not aliases of reservations that
+        do not exist. Caller holds the lock."""
+        for pod_k, (pod, node) in taken.items():
+            if self.aliases.get(pod_k) in keys:
+                del self.aliases[pod_k]
+            self.released.discard(pod_k)
+            self.bound[pod_k] = (pod, node)
+            self._account(pod_k)
+        for info in list(self.claims.values()):
+            if self.claim_slots.get(info.key) in keys:
+                del self.claim_slots[info.key]
+                self._account_claim(info)
 
     def _claims_to_slot(self, pod_uid: str, reservation: str) -> None:
         """The claims reserved for the pod ``pod_uid`` hold the devices of ``reservation`` (not accounted again)."""

@@ -38,6 +38,7 @@ from gpucluster.model.labels import (
     GANG_MIN_ANNOTATION,
     PRIORITY_ANNOTATION,
     QUEUE_LABEL,
+    TENANT_ANNOTATION,
 )
 from gpucluster.model.limits import MAX_JOB_DURATION_S, MAX_PRIORITY, MAX_REPLICAS
 
@@ -109,6 +110,18 @@ def group_job_id(namespace: str, gang: str, first_uid: str = "") -> str:
     if not first_uid:
         return f"g-{digest}"
     return f"g-{digest}-{hashlib.sha1(first_uid.encode(), usedforsecurity=False).hexdigest()[:8]}"
+
+
+def named_tenant(objs: Sequence[Mapping[str, Any]]) -> str | None:
+    """The tenant a pod group's members name, as :func:`group_spec` reads it: their ``gpucluster.io/queue`` label
+    (members without it follow the labelled ones), else their ``gpucluster.io/tenant`` annotation; "" when they
+    name none (the group is charged to its namespace's tenant). None while they disagree (members relabelled one
+    at a time): a change of it is acted on once they agree again (:meth:`KubeRuntime._group_relabelled`)."""
+    labels = {str(((o.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL) or "") for o in objs} - {""}
+    if not labels:
+        labels = {str(((o.get("metadata") or {}).get("annotations") or {}).get(TENANT_ANNOTATION) or "")
+                  for o in objs}
+    return next(iter(labels)) if len(labels) == 1 else ("" if not labels else None)
 
 
 def _tenant_ok(tenant: str) -> bool:
@@ -187,4 +200,4 @@ def group_spec(job_id: str, member: Member, objs: Sequence[Mapping[str, Any]], m
 
 
 __all__ = ["GROUP_UID_PREFIX", "MIXED_SHAPES_WHY", "POD_GROUP_MODES", "Member", "group_job_id", "group_spec",
-           "group_uid", "is_labelled", "member_of"]
+           "group_uid", "is_labelled", "member_of", "named_tenant"]

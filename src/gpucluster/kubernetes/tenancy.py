@@ -21,8 +21,9 @@ from then on and, at once, for those not admitted yet (:meth:`NamespaceBindings.
   queue again and is re-checked at the next binding change;
 * a workload refused for another reason (a bad spec) stays refused.
 
-A change of a Job's (JobSet's, PyTorchJob's) own ``gpucluster.io/queue`` label is re-checked too
-(:meth:`NamespaceBindings.relabel`):
+A change of a Job's (JobSet's, PyTorchJob's) own ``gpucluster.io/queue`` label, or of the tenant a pod group's
+members name, is re-checked too (:meth:`NamespaceBindings.relabel`), whether the workload is in memory or a
+refused one the retention policy pruned while its object stays:
 
 * a refused workload (for its namespace, or for a bad label) is read again as a new one under the tenant it
   names now: accepted when its namespace may use it (queued, the refusal taken off, a Normal ``Accepted``

@@ -307,9 +307,13 @@ class Service:
                 self.order[job.id] = None
                 self.named(job)
                 self.invalidate_views()
-            elif self.store.refile_job(job.id, job.tenant):  # let in or refused for its namespace (Kubernetes)
-                self.named(job)
-                self.invalidate_views()
+            else:  # stored already: let in or refused for its namespace (Kubernetes), filed under its tenant now
+                back = job.id not in self.order and not job.status.terminal  # pruned refused, let in since
+                if back:
+                    self.order[job.id] = None
+                if self.store.refile_job(job.id, job.tenant) or back:
+                    self.named(job)
+                    self.invalidate_views()
             self.discovered.pop(0)
             self.ended(job)
             with contextlib.suppress(StoreWriteError):  # its run fields follow with its next event
