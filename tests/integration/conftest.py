@@ -444,6 +444,31 @@ def namespace(kube_client: Any) -> Iterator[str]:
             pass
 
 
+@pytest.fixture
+def namespaces(kube_control_plane: Any, kube_controller_manager: Any, kube_client: Any,
+               run: str) -> Iterator[tuple[str, str, str]]:
+    """(tenant A, its namespace ns-a bound to it by ``NAMESPACE_TENANT_LABEL``, another namespace ns-b), made before
+    the control plane starts; deleted after the test with the Jobs and pods in them (the controller-manager
+    finishes the deletion)."""
+    from kubernetes import client
+
+    from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
+    from gpucluster.kubernetes.workloads import QUEUE_LABEL
+
+    core = client.CoreV1Api(kube_client)
+    tenant, ns_a, ns_b = f"ta-{run}", f"a-{run}", f"b-{run}"
+    core.create_namespace({"metadata": {"name": ns_a, "labels": {NAMESPACE_TENANT_LABEL: tenant}}})
+    core.create_namespace({"metadata": {"name": ns_b}})
+    try:
+        yield tenant, ns_a, ns_b
+    finally:
+        for ns in (ns_a, ns_b):
+            client.BatchV1Api(kube_client).delete_collection_namespaced_job(
+                ns, label_selector=QUEUE_LABEL, propagation_policy="Background")
+            core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+            core.delete_namespace(ns)
+
+
 # --------------------------------------------------------------------------------------------- prometheus
 @dataclass
 class Prometheus:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from test_k8s_workloads import _events_of, _gc_jobs, _kubectl, job_yaml
-from up_process import ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
+from up_process import ControlPlane, gpu_nodes, kubelet_fleet, leader_of, new_run, wait_until
 
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, Admission
 
@@ -80,17 +80,6 @@ class AdmissionWatch:
         self._stop.set()
 
 
-def _leader(replicas: list[ControlPlane]) -> ControlPlane | None:
-    found = []
-    for r in replicas:
-        try:
-            if r.proc.poll() is None and r.leading():
-                found.append(r)
-        except Exception:
-            continue
-    assert len(found) <= 1, "two replicas say they lead"
-    return found[0] if found else None
-
 
 def test_kill_9_of_the_leader_while_it_admits_loses_no_job_and_admits_none_twice(
         kube_control_plane: Any, kube_controller_manager: Any, kube_client: Any, tmp_path: Path) -> None:
@@ -106,7 +95,7 @@ def test_kill_9_of_the_leader_while_it_admits_loses_no_job_and_admits_none_twice
                     for i in range(2)]
         everyone = list(replicas)
         try:
-            leader = wait_until(lambda: _leader(replicas), 60, "one replica to lead")
+            leader = wait_until(lambda: leader_of(replicas), 60, "one replica to lead")
             for rnd in range(ROUNDS):
                 batch = [f"j{rnd}-{i}-{run}" for i in range(JOBS_PER_ROUND)]
                 names += batch
@@ -122,7 +111,7 @@ def test_kill_9_of_the_leader_while_it_admits_loses_no_job_and_admits_none_twice
                                      wait=False)
                 replicas.append(fresh)
                 everyone.append(fresh)
-                leader = wait_until(lambda: _leader(replicas), 90, f"round {rnd}: the follower to take over")
+                leader = wait_until(lambda: leader_of(replicas), 90, f"round {rnd}: the follower to take over")
                 takeovers.append(time.monotonic() - killed_at)
                 wait_until(fresh.healthy, 90, f"round {rnd}: the new replica to follow")
             done = wait_until(lambda: set(names) <= watch.complete and watch.complete, 240,

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
-from test_k8s_failover import LEASE_S, _leader
+from test_k8s_failover import LEASE_S
 from test_k8s_gang_bind import BindRefuser, register_webhook
 from test_k8s_jobset import GROUP as JS_GROUP
 from test_k8s_jobset import PLURAL as JS_PLURAL
@@ -33,7 +33,7 @@ from test_k8s_pod_group import PLURAL as PG_PLURAL
 from test_k8s_pod_group import VERSION as PG_VERSION
 from test_k8s_pod_group import pod_group_crd  # noqa: F401 (a fixture)
 from test_k8s_pod_group_queue import _member
-from up_process import ControlPlane, gpu_nodes, kubelet_fleet, new_run, wait_until
+from up_process import ControlPlane, gpu_nodes, kubelet_fleet, leader_of, new_run, wait_until
 
 from gpucluster.kubernetes.gangs import POD_GROUP_LABEL
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, JOBSET_NAME_LABEL, QUEUE_LABEL, Admission
@@ -177,7 +177,7 @@ def test_kill_9_of_the_leader_while_it_admits_pod_groups_and_jobsets_loses_none_
                     for i in range(2)]
         everyone = list(replicas)
         try:
-            leader = wait_until(lambda: _leader(replicas), 60, "one replica to lead")
+            leader = wait_until(lambda: leader_of(replicas), 60, "one replica to lead")
             for rnd in range(ROUNDS):
                 group, jobset = f"pg{rnd}-{run}", f"js{rnd}-{run}"
                 groups.append(group)
@@ -202,7 +202,7 @@ def test_kill_9_of_the_leader_while_it_admits_pod_groups_and_jobsets_loses_none_
                                      wait=False)
                 replicas.append(fresh)
                 everyone.append(fresh)
-                leader = wait_until(lambda: _leader(replicas), 90, f"round {rnd}: the follower to take over")
+                leader = wait_until(lambda: leader_of(replicas), 90, f"round {rnd}: the follower to take over")
                 takeovers.append(time.monotonic() - killed_at)
                 wait_until(fresh.healthy, 90, f"round {rnd}: the new replica to follow")
 

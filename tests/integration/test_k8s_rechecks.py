@@ -20,7 +20,7 @@ controller stand-ins of ``test_k8s_jobset.py`` and ``test_k8s_pytorchjob.py``):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,26 +42,6 @@ from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION, RESERV
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def namespaces(kube_control_plane: Any, kube_controller_manager: Any, kube_client: Any,
-               run: str) -> Iterator[tuple[str, str, str]]:
-    """(tenant A, its namespace ns-a, another namespace ns-b), made before the control plane starts; deleted
-    after the test with what is in them."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(kube_client)
-    tenant, ns_a, ns_b = f"ta-{run}", f"a-{run}", f"b-{run}"
-    core.create_namespace({"metadata": {"name": ns_a, "labels": {NAMESPACE_TENANT_LABEL: tenant}}})
-    core.create_namespace({"metadata": {"name": ns_b}})
-    try:
-        yield tenant, ns_a, ns_b
-    finally:
-        for ns in (ns_a, ns_b):
-            client.BatchV1Api(kube_client).delete_collection_namespaced_job(
-                ns, label_selector=QUEUE_LABEL, propagation_policy="Background")
-            core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-            core.delete_namespace(ns)
 
 
 def _history(server: ControlPlane, name: str) -> dict[str, Any] | None:

@@ -48,24 +48,6 @@ from gpucluster.model.labels import GANG_ANNOTATION, GANG_MIN_ANNOTATION
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def namespaces(kube_control_plane: Any, kube_controller_manager: Any, kube_client: Any,
-               run: str) -> Iterator[tuple[str, str, str]]:
-    """(tenant A, its namespace ns-a, another namespace ns-b), made before the control plane starts."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(kube_client)
-    tenant, ns_a, ns_b = f"ta-{run}", f"a-{run}", f"b-{run}"
-    core.create_namespace({"metadata": {"name": ns_a, "labels": {NAMESPACE_TENANT_LABEL: tenant}}})
-    core.create_namespace({"metadata": {"name": ns_b}})
-    try:
-        yield tenant, ns_a, ns_b
-    finally:
-        for ns in (ns_a, ns_b):
-            client.BatchV1Api(kube_client).delete_collection_namespaced_job(
-                ns, label_selector=QUEUE_LABEL, propagation_policy="Background")
-            core.delete_namespace(ns)
-
 
 @pytest.fixture
 def server(namespaces: tuple[str, str, str], kube_control_plane: Any, fleet: list[Any],

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_k8s_tenancy import _apply, _refused, _status, namespaces  # noqa: F401 (a fixture)
+from test_k8s_tenancy import _apply, _refused, _status
 from test_k8s_workloads import _api_job
-from up_process import ControlPlane, wait_until
+from up_process import ControlPlane, leader_of, wait_until
 
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
 from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, REFUSED_ANNOTATION, Admission
@@ -54,7 +54,7 @@ def replicas(cp: Any, workdir: Path, run: str, tenants: dict[str, float | None])
                 for name, quota in tenants.items():
                     resp = c.post("/api/v1/tenants", json={"name": name, "quota_gpus": quota})
                     assert resp.status_code == 201, resp.text
-        leader = wait_until(lambda: _leader(both), 120, "one replica to lead")
+        leader = wait_until(lambda: leader_of(both), 120, "one replica to lead")
         yield [leader, next(r for r in both if r is not leader)]
     except BaseException:
         for r in both:
@@ -69,16 +69,16 @@ def replicas(cp: Any, workdir: Path, run: str, tenants: dict[str, float | None])
                         f"lease-{run}", "--ignore-not-found"], capture_output=True, check=False, timeout=60)
 
 
-def _leader(reps: list[ControlPlane]) -> ControlPlane | None:
-    found = []
-    for r in reps:
-        try:
-            if r.proc.poll() is None and r.leading():
-                found.append(r)
-        except Exception:
-            continue
-    assert len(found) <= 1, "two replicas say they lead"
-    return found[0] if found else None
+
+def _three_jobs(cp: Any, kube: Any, leader: ControlPlane, run: str, ns_b: str, tenant: str, other: str) -> None:
+    """In ns-b: ``intruder-<run>`` naming A (waited for until refused), ``running-<run>`` naming C (waited for until
+    the leader runs it) and ``waiting-<run>`` naming C (applied; C's quota leaves it waiting)."""
+    intruder, running, waiting = f"intruder-{run}", f"running-{run}", f"waiting-{run}"
+    _apply(cp, intruder, ns_b, tenant, run, run_s=600)
+    wait_until(lambda: _refused(kube, ns_b, intruder), 120, "the Job naming A refused")
+    _apply(cp, running, ns_b, other, run, run_s=600)
+    wait_until(lambda: _status(leader, running, "running"), 120, "C's first Job to run")
+    _apply(cp, waiting, ns_b, other, run)
 
 
 def _leads(r: ControlPlane) -> bool:
@@ -136,7 +136,7 @@ def _events(kube: Any, namespace: str, name: str, reason: str) -> list[dict[str,
 
 
 def test_a_binding_change_the_follower_alone_saw_is_carried_out_once_it_leads(
-        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
         fleet: list[Any], tmp_path: Path) -> None:
     """ns-a bound to A. In ns-b: a Job naming A (refused), two naming C (quota 2 GPUs: one runs, one waits for
     quota). The leader is frozen (``SIGSTOP``), ns-a's label moved from A to C, the follower re-checks (lists the
@@ -151,11 +151,7 @@ def test_a_binding_change_the_follower_alone_saw_is_carried_out_once_it_leads(
     other = f"tc-{run}"
     intruder, running, waiting = f"intruder-{run}", f"running-{run}", f"waiting-{run}"
     with replicas(kube_control_plane, tmp_path, run, {tenant: None, other: 2}) as (leader, follower):
-        _apply(kube_control_plane, intruder, ns_b, tenant, run, run_s=600)
-        wait_until(lambda: _refused(kube_client, ns_b, intruder), 120, "the Job naming A refused")
-        _apply(kube_control_plane, running, ns_b, other, run, run_s=600)
-        wait_until(lambda: _status(leader, running, "running"), 120, "C's first Job to run")
-        _apply(kube_control_plane, waiting, ns_b, other, run)
+        _three_jobs(kube_control_plane, kube_client, leader, run, ns_b, tenant, other)
         for r in (leader, follower):
             wait_until(lambda r=r: (j := _status(r, waiting, "pending")) and "quota" in j["message"], 120,
                        "C's second Job to wait for quota")
@@ -202,7 +198,7 @@ def test_a_binding_change_the_follower_alone_saw_is_carried_out_once_it_leads(
 
 
 def test_a_binding_change_then_kill_9_of_the_leader_admits_and_refuses_nothing_twice(
-        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
         fleet: list[Any], tmp_path: Path) -> None:
     """As above, but the leader carries the change out (accepts and admits the refused Job, refuses C's waiting
     one) and the follower mirrors it before the leader is killed: the new leader admits nothing again (one
@@ -215,11 +211,7 @@ def test_a_binding_change_then_kill_9_of_the_leader_admits_and_refuses_nothing_t
     other = f"tc-{run}"
     intruder, running, waiting = f"intruder-{run}", f"running-{run}", f"waiting-{run}"
     with replicas(kube_control_plane, tmp_path, run, {tenant: None, other: 2}) as (leader, follower):
-        _apply(kube_control_plane, intruder, ns_b, tenant, run, run_s=600)
-        wait_until(lambda: _refused(kube_client, ns_b, intruder), 120, "the Job naming A refused")
-        _apply(kube_control_plane, running, ns_b, other, run, run_s=600)
-        wait_until(lambda: _status(leader, running, "running"), 120, "C's first Job to run")
-        _apply(kube_control_plane, waiting, ns_b, other, run)
+        _three_jobs(kube_control_plane, kube_client, leader, run, ns_b, tenant, other)
         wait_until(lambda: (j := _status(leader, waiting, "pending")) and "quota" in j["message"], 120,
                    "C's second Job to wait for quota")
 
@@ -245,7 +237,7 @@ def test_a_binding_change_then_kill_9_of_the_leader_admits_and_refuses_nothing_t
 
 
 def test_kill_9_of_the_leader_keeps_the_job_waiting_for_quota_waiting(
-        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
         fleet: list[Any], tmp_path: Path) -> None:
     """A (quota 2 GPUs on both replicas) runs a 2-GPU Job and has a second one waiting for quota. ``kill -9`` of
     the leader: the new leader keeps the second waiting through its first passes (A holds 2 GPUs, never 4; no
@@ -279,7 +271,7 @@ def test_kill_9_of_the_leader_keeps_the_job_waiting_for_quota_waiting(
 
 
 def test_a_leader_that_lost_its_lease_forgets_the_quota_of_a_job_that_ended_meanwhile(
-        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
         fleet: list[Any], tmp_path: Path) -> None:
     """A (quota 2 GPUs on both replicas) runs a 2-GPU Job (15 s) admitted by r0. r0 is frozen past its lease
     (``SIGSTOP``) and r1 takes over; the Job completes; r0 wakes up (``SIGCONT``), finds it lost the lease and
@@ -307,7 +299,7 @@ def test_a_leader_that_lost_its_lease_forgets_the_quota_of_a_job_that_ended_mean
 
 
 def test_a_replica_restarted_after_a_job_it_knew_was_deleted_does_not_make_it_again(
-        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],  # noqa: F811
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
         fleet: list[Any], tmp_path: Path) -> None:
     """A (quota 2 GPUs, bound to ns-a) runs a Job and has a second one waiting for quota, which the follower stores.
     The follower stops; the waiting Job is deleted; the follower starts again on its store: the deleted Job is not

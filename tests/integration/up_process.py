@@ -88,6 +88,19 @@ class ControlPlane:
                 self.proc.wait(10)
 
 
+def leader_of(replicas: list[ControlPlane]) -> ControlPlane | None:
+    """The one live replica that says it leads (None while none does); two that say so fail the test."""
+    found = []
+    for r in replicas:
+        try:
+            if r.proc.poll() is None and r.leading():
+                found.append(r)
+        except Exception:
+            continue
+    assert len(found) <= 1, "two replicas say they lead"
+    return found[0] if found else None
+
+
 def gpu_nodes(run: str, count: int, gpus: int, model: str = "A100-80GB") -> list[NodeSpec]:
     """``count`` nodes of ``gpus`` whole GPUs each, labelled ``gpucluster.io/run: run`` (jobs select them)."""
     return [

@@ -3,7 +3,8 @@ rebuilds every job from the cluster with a fresh engine: the tenants' quotas and
 the old engine's quota charges do not (the new engine charges the jobs it finds running; one that ended meanwhile
 holds nothing). One that comes to lead writes the verdicts it reached while following that the Jobs do not show
 (a refusal, an acceptance). A replica restarted on its store does not make again a Job someone applied and
-deleted since (:meth:`KubeRuntime.restore`).
+deleted since (:meth:`KubeRuntime.restore`). A follower shows the leader's reason a Job waits even when the Job
+was first read with it.
 
 No API server (the stub informer of ``test_retention_records``); the same on a real kube-apiserver, with two
 replicas, is ``tests/integration/test_k8s_tenancy_ha.py``."""
@@ -21,7 +22,13 @@ import pytest
 from gpucluster.jobs import Job, job_spec
 from gpucluster.kubernetes import backend
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
-from gpucluster.kubernetes.workloads import ADMISSION_ANNOTATION, QUEUE_LABEL, REFUSED_ANNOTATION, native_id
+from gpucluster.kubernetes.workloads import (
+    ADMISSION_ANNOTATION,
+    MESSAGE_ANNOTATION,
+    QUEUE_LABEL,
+    REFUSED_ANNOTATION,
+    native_id,
+)
 
 from .helpers import node_obj
 from .test_retention_records import _job_obj
@@ -113,3 +120,17 @@ def test_a_job_found_in_the_cluster_and_deleted_since_is_not_restored(
         api = job_spec("j-0123456789ab", name="api", tenant="a", replicas=1, resources={"nvidia.com/gpu": 1}, duration_s=60.0, submit_s=0.0)
         rt.restore(Job(api))  # a job of the REST API whose Job is missing is made again, as before
         assert creates == ["j-0123456789ab"]
+
+
+def test_a_follower_shows_the_leaders_reason_on_a_job_it_first_sees_with_it(
+        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:
+    """The leader wrote why the Job waits (``gpucluster.io/message``) before the follower first read the Job: the
+    follower lists it with that reason (before the fix it kept none: the leader writes it once per kind)."""
+    with new_runtime() as rt:
+        rt.cluster.apply_node(node_obj("n0"))
+        why = "waiting for quota: tenant c holds 2 of 2 GPUs, the job needs 1"
+        rt._on_job("ADDED", _job_in("ns-b", "waits", "c", {MESSAGE_ANNOTATION: why}))
+        rt.advance(rt.now + 1.0)
+        rt.advance(rt.now + 1.0)
+        [job] = rt.jobs()
+        assert job.status.value == "pending" and job.message == why

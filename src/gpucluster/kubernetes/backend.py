@@ -1422,6 +1422,10 @@ class KubeRuntime(EngineFront):
                 self.quiet.discard(q.job_id)
         elif job.state == JobState.QUEUED and not self._leading and q.message and q.message != job.message:
             self._events.extend(transition(job, Note(q.message), self.now))
+        elif job.state == JobState.NEW and not self._leading and q.message:
+            # first seen with the leader's reason on it already: it arrives at this tick's run, told at the next
+            with self._lock:
+                self._dirty.add(q.uid)
 
     # ------------------------------------------------------------------ pod groups -> records
     def _sync_groups(self) -> None:

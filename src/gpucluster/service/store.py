@@ -558,7 +558,7 @@ class Store:
         with self._lock:
             if not q:
                 rows = self._history_rows(where, args, before, limit)
-                total = self._history_count(tenant, status)
+                total = self._history_count(where, args)
             elif len(q) < MIN_INDEXED_TEXT or "\0" in q:  # FTS5 reads a phrase only up to a NUL
                 text = [*where, "(instr(name, ?) > 0 OR instr(id, ?) > 0)"]
                 rows = self._history_rows(text, [*args, q, q], before, limit)
@@ -588,17 +588,11 @@ class Store:
         return list(self._db.execute(f"SELECT * FROM jobs{page} ORDER BY submitted_at DESC, id DESC LIMIT ?",
                                      (*params, limit)).fetchall())
 
-    def _history_count(self, tenant: str | None, status: str | None) -> int:
-        """How many stored jobs have this tenant and status (None: any), from ``job_counts``."""
-        cond, params = [], []
-        if tenant is not None:
-            cond.append("tenant = ?")
-            params.append(tenant)
-        if status is not None:
-            cond.append("status = ?")
-            params.append(status)
-        sql = "SELECT COALESCE(SUM(n), 0) AS n FROM job_counts" + (f" WHERE {' AND '.join(cond)}" if cond else "")
-        return int(self._db.execute(sql, params).fetchone()["n"])
+    def _history_count(self, where: list[str], args: list[Any]) -> int:
+        """How many stored jobs match ``where`` (conditions on ``tenant`` and ``status`` only), from ``job_counts``
+        (which has those two columns)."""
+        sql = "SELECT COALESCE(SUM(n), 0) AS n FROM job_counts" + (f" WHERE {' AND '.join(where)}" if where else "")
+        return int(self._db.execute(sql, args).fetchone()["n"])
 
     def _history_text_rows(self, where: list[str], args: list[Any], q: str, before: tuple[float, str] | None,
                            limit: int) -> list[sqlite3.Row]:
