@@ -134,7 +134,7 @@ def test_refused_workloads_pruned_by_the_retention_policy_are_rechecked(
                                                                       reason="Accepted"), 60, f"{kind} let in")
             assert f"accepted: queued for tenant {other}: its label {QUEUE_LABEL} now names tenant {other}" \
                 in accepted["message"]
-            wait_until(lambda g=get: REFUSED_ANNOTATION not in (g()["metadata"].get("annotations") or {}), 30,  # type: ignore[misc]
+            wait_until(lambda g=get: REFUSED_ANNOTATION not in (g()["metadata"].get("annotations") or {}), 90,  # type: ignore[misc]
                        f"the refusal taken off the {kind}")
         wait_until(lambda: not get_js()["spec"].get("suspend"), 60, "the JobSet released")
         wait_until(lambda: not get_ptj()["spec"]["runPolicy"].get("suspend"), 60, "the PyTorchJob released")
@@ -146,7 +146,7 @@ def test_refused_workloads_pruned_by_the_retention_policy_are_rechecked(
             shown = wait_until(lambda n=name: (h := _listed(server, n)) and h["status"] == "running" and h, 60,  # type: ignore[misc]
                                f"{name} listed running")
             assert shown["tenant"] == other
-        wait_until(lambda: _stored(server.data, js_name, ptj_name) == {js_name: other, ptj_name: other}, 30,
+        wait_until(lambda: _stored(server.data, js_name, ptj_name) == {js_name: other, ptj_name: other}, 90,
                    "the store to file them under C")
         events = wait_until(lambda: (e := _refused(kube_client, ns_b, j)) and len(e) == 2 and e, 60,
                             "a second Refused event on j, for its bad name")
@@ -243,7 +243,7 @@ def test_jobsets_and_pytorchjobs_relabelled_and_pruned(kube_control_plane: Any, 
         return next((x for x in rt.jobs() if x.name == name and x.status == status), None)
 
     try:
-        wait_until(lambda: rt.jobsets and bool(rt.informer.served.get("pytorchjobs")), 30, "the CRDs served")
+        wait_until(lambda: rt.jobsets and bool(rt.informer.served.get("pytorchjobs")), 90, "the CRDs served")
         runs = {"JobSet": f"js-a-{run}", "PyTorchJob": f"ptj-a-{run}"}
         fixes = {"JobSet": f"js-b-{run}", "PyTorchJob": f"ptj-b-{run}"}
         for kind in kinds:
@@ -252,7 +252,7 @@ def test_jobsets_and_pytorchjobs_relabelled_and_pruned(kube_control_plane: Any, 
         for kind in kinds:
             wait_until(tick(lambda n=runs[kind]: job_named(n, "running")), 60, f"the {kind} of ns-a to run")  # type: ignore[misc]
             wait_until(tick(lambda n=fixes[kind]: job_named(n, "failed")), 60, f"the {kind} of ns-b refused")  # type: ignore[misc]
-            wait_until(tick(lambda n=fixes[kind], kd=kind: _refused(kube_client, ns_b, n, kind=kd)), 30,  # type: ignore[misc]
+            wait_until(tick(lambda n=fixes[kind], kd=kind: _refused(kube_client, ns_b, n, kind=kd)), 90,  # type: ignore[misc]
                        f"a Refused event on the {kind} of ns-b")
         for kind in kinds:
             patch(kind, runs[kind], ns_a, {"metadata": {"labels": {QUEUE_LABEL: other}}})
@@ -283,7 +283,7 @@ def test_jobsets_and_pytorchjobs_relabelled_and_pruned(kube_control_plane: Any, 
             patch(kind, runs[kind], ns_a, {"metadata": {"labels": {"touched": "1"}}})
             objs = rt._sets.objs if kind == "JobSet" else rt._ptjs.objs
             wait_until(tick(lambda u=uid, o=objs: (o.get(u) or {}).get("metadata", {}).get("labels", {})  # type: ignore[misc]
-                            .get("touched") == "1"), 30, f"the informer to show the changed {kind}")
+                            .get("touched") == "1"), 90, f"the informer to show the changed {kind}")
             rt.advance(rt.now + 0.25)
             assert rt.job(job.id) is None and all(x.id != job.id for x in rt.take_discovered())
             g, v, p = kinds[kind]
@@ -334,7 +334,7 @@ def test_a_running_job_whose_devices_were_taken_while_the_control_plane_was_down
                  "containers": [{"name": "other", "image": "registry.example/other:v1",
                                  "env": [{"name": "FAKE_RUN_S", "value": "600"}],
                                  "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}})
-    wait_until(lambda: core.read_namespaced_pod(outside, ns_a).status.phase == "Running", 30, "the other pod running")
+    wait_until(lambda: core.read_namespaced_pod(outside, ns_a).status.phase == "Running", 90, "the other pod running")
     rt = KubeRuntime(kube_control_plane.kubeconfig, namespace="default", identity=f"second-{run}")
     tick = ticking(rt)
     try:
@@ -344,7 +344,7 @@ def test_a_running_job_whose_devices_were_taken_while_the_control_plane_was_down
         for _ in range(8):  # passes of the engine: it never admits the Job again
             rt.advance(rt.now + 0.5)
             assert rt.job(job_id).status == "running"  # type: ignore[union-attr]
-        wait_until(lambda: not rt._writes, 30, "the writes done")
+        wait_until(lambda: not rt._writes, 90, "the writes done")
         assert batch.read_namespaced_job(name, ns_a).metadata.annotations[ADMISSION_ANNOTATION] == admission
         assert "not held here yet" in rt.job(job_id).message  # type: ignore[union-attr]
         assert rt.usage_by_tenant()[tenant]["gpus"] == 2

@@ -107,7 +107,7 @@ def test_a_tenant_bound_to_a_namespace_takes_jobs_from_it_only(kube_control_plan
     [event] = wait_until(lambda: _refused(kube_client, ns_b, intruder), 60, "a Refused event on the Job in ns-b")
     assert event["type"] == "Warning"
     assert f"namespace {ns_b} may not use tenant {tenant}" in event["message"] and ns_a in event["message"]
-    shown = wait_until(lambda: (j := _api_job(server, intruder)) and j["status"] == "failed" and j, 30,
+    shown = wait_until(lambda: (j := _api_job(server, intruder)) and j["status"] == "failed" and j, 90,
                        "the refused job in get jobs")
     assert shown["tenant"] != tenant and "may not use tenant" in shown["message"]
     job = batch.read_namespaced_job(intruder, ns_b)
@@ -123,7 +123,7 @@ def test_a_tenant_bound_to_a_namespace_takes_jobs_from_it_only(kube_control_plan
     assert not _refused(kube_client, ns_a, own)
     # unbinding (the label removed) takes effect without a restart: ns-b may name A again
     core.patch_namespace(ns_a, {"metadata": {"labels": {NAMESPACE_TENANT_LABEL: None}}})
-    wait_until(lambda: server.overview()["kubernetes"]["bound_namespaces"] == 0, 30, "the binding to be gone")
+    wait_until(lambda: server.overview()["kubernetes"]["bound_namespaces"] == 0, 90, "the binding to be gone")
     later = f"later-{run}"
     _apply(kube_control_plane, later, ns_b, tenant, run)
     done = wait_until(lambda: (j := _api_job(server, later)) and j["status"] == "succeeded" and j, 90,
@@ -165,7 +165,7 @@ def test_a_binding_change_rechecks_the_jobs_not_admitted(kube_control_plane: Any
     # C's Job that waited in the queue is refused, shown as a refused one (not C's); the running one runs on
     [event] = wait_until(lambda: _refused(kube_client, ns_b, waiting), 60, "C's waiting Job refused")
     assert event["type"] == "Warning" and f"namespace {ns_b} may not use tenant {other}" in event["message"]
-    shown = wait_until(lambda: _status(server, waiting, "failed"), 30, "the refused Job failed in get jobs")
+    shown = wait_until(lambda: _status(server, waiting, "failed"), 90, "the refused Job failed in get jobs")
     assert shown["tenant"] != other and "may not use tenant" in shown["message"]
     job = batch.read_namespaced_job(waiting, ns_b)
     assert job.spec.suspend is True and "may not use tenant" in job.metadata.annotations[REFUSED_ANNOTATION]
@@ -215,7 +215,7 @@ def test_a_jobset_a_pytorchjob_and_a_pod_group_naming_a_bound_tenant_are_refused
                              "a Refused event on each pod of the group")
         assert event["type"] == "Warning" and why in event["message"]
     for name in (js_name, ptj_name, group):
-        shown = wait_until(lambda n=name: _status(server, n, "failed"), 30, f"{name} refused in get jobs")  # type: ignore[misc]
+        shown = wait_until(lambda n=name: _status(server, n, "failed"), 90, f"{name} refused in get jobs")  # type: ignore[misc]
         assert shown["tenant"] != tenant and why in shown["message"]
     assert get_js()["spec"]["suspend"] is True and get_ptj()["spec"]["runPolicy"]["suspend"] is True
     assert not [p for p in core.list_namespaced_pod(ns_b).items if p.spec.node_name]
@@ -227,7 +227,7 @@ def test_a_jobset_a_pytorchjob_and_a_pod_group_naming_a_bound_tenant_are_refused
     wait_until(lambda: not get_ptj()["spec"]["runPolicy"].get("suspend"), 60, "the PyTorchJob released")
     for name, kind, get in ((js_name, "JobSet", get_js), (ptj_name, "PyTorchJob", get_ptj)):
         assert _refused(kube_client, ns_b, name, kind=kind, reason="Accepted")
-        wait_until(lambda g=get: REFUSED_ANNOTATION not in (g()["metadata"].get("annotations") or {}), 30,  # type: ignore[misc]
+        wait_until(lambda g=get: REFUSED_ANNOTATION not in (g()["metadata"].get("annotations") or {}), 90,  # type: ignore[misc]
                    f"the refusal taken off the {kind}")
     assert _refused(kube_client, ns_b, f"{group}-0", kind="Pod", reason="Accepted")
     done = wait_until(lambda: _status(server, group, "succeeded"), 90, "the pod group let in to run")
@@ -260,7 +260,7 @@ def test_a_queue_label_change_rechecks_a_refused_job_and_never_moves_a_running_o
                         "a second Refused event, for the bad name")
     assert any("'Not_A_Tenant' is not a tenant name" in e["message"] for e in events)
     wait_until(lambda: "not a tenant name" in (batch.read_namespaced_job(fixed, ns_b).metadata.annotations or {})
-               .get(REFUSED_ANNOTATION, ""), 30, "the refusal annotation rewritten")
+               .get(REFUSED_ANNOTATION, ""), 90, "the refusal annotation rewritten")
     assert not _refused(kube_client, ns_b, fixed, reason="Accepted")
 
     relabel(fixed, ns_b, other)
@@ -272,7 +272,7 @@ def test_a_queue_label_change_rechecks_a_refused_job_and_never_moves_a_running_o
     done = wait_until(lambda: _status(server, fixed, "succeeded"), 90, "the relabelled Job to run")
     assert done["tenant"] == other
     assert REFUSED_ANNOTATION not in (batch.read_namespaced_job(fixed, ns_b).metadata.annotations or {})
-    wait_until(lambda: _stored(server.data, fixed) == {fixed: other}, 30, "the store to file it under C")
+    wait_until(lambda: _stored(server.data, fixed) == {fixed: other}, 90, "the store to file it under C")
 
     relabel(running, ns_a, other)
     [told] = wait_until(lambda: _refused(kube_client, ns_a, running, reason="Relabelled"), 60,
@@ -309,7 +309,7 @@ def test_a_restart_after_the_bindings_changed_keeps_running_jobs_and_files_each_
                    "A's second Job to wait for quota")
         _apply(kube_control_plane, intruder, ns_b, tenant, run)
         wait_until(lambda: _refused(kube_client, ns_b, intruder), 60, "the Job of ns-b naming A refused")
-        wait_until(lambda: _stored(first.data, intruder) == {intruder: "default"}, 30,
+        wait_until(lambda: _stored(first.data, intruder) == {intruder: "default"}, 90,
                    "the refused Job stored under default")
     assert _stored(first.data, running, waiting) == {running: tenant, waiting: tenant}
 
@@ -324,16 +324,16 @@ def test_a_restart_after_the_bindings_changed_keeps_running_jobs_and_files_each_
         # the waiting one is refused, listed under ns-a's tenant now
         [event] = wait_until(lambda: _refused(kube_client, ns_a, waiting), 60, "the waiting Job refused")
         assert f"namespace {ns_a} may not use tenant {tenant}" in event["message"]
-        shown = wait_until(lambda: _status(second, waiting, "failed"), 30, "the refused Job failed in get jobs")
+        shown = wait_until(lambda: _status(second, waiting, "failed"), 90, "the refused Job failed in get jobs")
         assert shown["tenant"] == other
         # the refused one is let in, listed under A
         wait_until(lambda: _refused(kube_client, ns_b, intruder, reason="Accepted"), 60, "the refused Job let in")
-        let_in = wait_until(lambda: (j := _api_job(second, intruder)) and j["status"] != "failed" and j, 30,
+        let_in = wait_until(lambda: (j := _api_job(second, intruder)) and j["status"] != "failed" and j, 90,
                             "the Job let in listed as queued or run")
         assert let_in["tenant"] == tenant
         assert REFUSED_ANNOTATION not in (batch.read_namespaced_job(intruder, ns_b).metadata.annotations or {})
         wait_until(lambda: _stored(second.data, running, waiting, intruder)
-                   == {running: tenant, waiting: other, intruder: tenant}, 30, "the store to file each anew")
+                   == {running: tenant, waiting: other, intruder: tenant}, 90, "the store to file each anew")
     assert _stored(second.data, running, waiting, intruder) == {running: tenant, waiting: other, intruder: tenant}
 
 
