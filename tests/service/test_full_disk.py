@@ -204,16 +204,24 @@ def test_a_real_full_disk_cancel_is_507_and_up_exits_2(tmp_path: Path, small_dis
         with server.client() as c:
             jid = c.post("/api/v1/jobs", json={"name": "keep", "resources": GPU}).json()["id"]
             wait_for(lambda: c.get(f"/api/v1/jobs/{jid}").json()["status"] == "running", "the job to run")
+            # jobs whose cancels use up what room the WAL has left once a submission (a larger write: the job's
+            # row, its indexes, its text and its count) is refused
+            spare = [c.post("/api/v1/jobs", json={"name": f"spare-{i}", "resources": GPU}).json()["id"]
+                     for i in range(40)]
             _fill(small_disk, "filler")
-            # the WAL may still have room for a few writes: submit until the store refuses one
+            # the WAL may still have room for a few writes: submit until the store refuses one (each job its own
+            # name: a second live job of one name is refused 409 before anything is written)
             codes: list[int] = []
 
             def refused() -> bool:
-                codes.append(c.post("/api/v1/jobs", json={"name": "more", "resources": GPU}).status_code)
+                name = f"more-{len(codes)}"
+                codes.append(c.post("/api/v1/jobs", json={"name": name, "resources": GPU}).status_code)
                 return codes[-1] == 507
 
             wait_for(refused, "a write the full disk refuses", timeout=120, interval=0)
             assert set(codes) <= {201, 507}, codes
+            cancels = [c.delete(f"/api/v1/jobs/{s}").status_code for s in spare]
+            assert 507 in cancels and set(cancels) <= {200, 507}, cancels
             r = c.delete(f"/api/v1/jobs/{jid}")
             assert r.status_code == 507 and r.json()["where"] == "store", r.text
             assert c.get(f"/api/v1/jobs/{jid}").json()["status"] == "running"
