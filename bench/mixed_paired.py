@@ -21,18 +21,23 @@ of that mean (negative: better), the 95 % interval of it (at each end the wider 
 ``best`` / ``within`` (its mean is the best, or within 2 % of the best mean), ``MISS`` (more than 2 % from the best
 mean and both intervals beyond 2 %: a real miss) or ``open`` (more than 2 % on the mean, but the seeds cannot tell).
 ``--against stranding-fgd`` pairs with that placement instead and says ``better`` (both intervals on speed-fgd's
-better side of zero), ``WORSE`` (both on the other side) or ``level``: the issue's "strictly better" test.
+better side of zero), ``WORSE`` (both on the other side), ``better (signs)`` / ``WORSE (signs)`` (the intervals
+straddle zero but the exact sign test over the seeds gives p < 0.05: one seed's scale dominates the mean) or
+``level``: the issue's "strictly better" test. Each cell also shows the seeds where speed-fgd is better - worse.
+``--means`` prints ``mixed_placement.py``'s table of means (and speed-fgd's spread) for the same runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import binomtest
 from scipy.stats import t as student_t
 
 OTHERS = ("stranding-fgd", "gavel")
@@ -81,6 +86,8 @@ def paired(rows: list[dict[str, Any]], column: str, resamples: int = 20_000,
         ref = abs(means[best_other])
         lo_worse = min(-t_hi, -b_hi) if up else min(t_lo, b_lo)  # the interval's end nearest to "not worse"
         hi_worse = max(-t_lo, -b_lo) if up else max(t_hi, b_hi)  # and the end farthest from it
+        wins, losses = int((worse < 0).sum()), int((worse > 0).sum())
+        sign_p = float(binomtest(wins, wins + losses).pvalue) if wins + losses else 1.0
         out.append({
             "cluster": cname, "trace": tname, "queue": queue, "column": column, "seeds": seeds,
             "means": means, "best_other": best_other, "diff_mean": float(d.mean()),
@@ -92,6 +99,9 @@ def paired(rows: list[dict[str, Any]], column: str, resamples: int = 20_000,
             # interval (the wider of the two at each end) of how much worse speed-fgd is; > 0 is worse
             "worse_pct": 100.0 * float(worse.mean()) / ref if ref else 0.0,
             "worse_ci_pct": [100.0 * lo_worse / ref if ref else 0.0, 100.0 * hi_worse / ref if ref else 0.0],
+            # the seeds where speed-fgd is better / worse, and the exact two-sided sign test's p over them (ties
+            # left out): robust where one seed's scale dominates the mean (the Philly windows differ 15x in JCT)
+            "wins": wins, "losses": losses, "sign_p": sign_p,
             "per_seed_diff": [float(x) for x in d],
         })
     return out
@@ -110,9 +120,14 @@ def verdict(r: dict[str, Any], tolerance: bool = True) -> str:
     more than 2 % from the best, ``MISS`` when both 95 % intervals lie beyond 2 % (the miss is real and larger than
     the tolerance) and ``open`` otherwise (the seeds cannot tell). Against one placement (``tolerance`` false: is
     speed-fgd strictly better?): ``better`` when both intervals lie on speed-fgd's better side of zero, ``WORSE``
-    when both lie on the other side, ``level`` otherwise."""
+    when both lie on the other side; where the intervals straddle zero, ``better (signs)`` / ``WORSE (signs)`` when
+    the exact sign test over the seeds (ties left out) gives p < 0.05, ``level`` otherwise."""
     if not tolerance:
-        return "better" if r["better"] else "WORSE" if r["real"] else "level"
+        if r["better"] or r["real"]:
+            return "better" if r["better"] else "WORSE"
+        if r["sign_p"] < 0.05:  # the intervals straddle zero, but the seeds' signs do not
+            return "better (signs)" if r["wins"] > r["losses"] else "WORSE (signs)"
+        return "level"
     if r["miss_pct"] <= 0.0:
         return "best"
     if r["miss_pct"] <= 2.0:
@@ -123,7 +138,8 @@ def verdict(r: dict[str, Any], tolerance: bool = True) -> str:
 def grid(rows: list[dict[str, Any]], against: str | None = None) -> list[str]:
     """Markdown lines: one row per cluster, trace and queue, one cell per column of :data:`GRID_COLUMNS`: how much
     worse speed-fgd's mean is than the best mean in % (negative: better), the 95 % interval of that figure from
-    the paired differences (the wider of Student's t and the bootstrap at each end) and :func:`verdict`'s word."""
+    the paired differences (the wider of Student's t and the bootstrap at each end), the seeds where speed-fgd is
+    better - worse, and :func:`verdict`'s word."""
     cells: dict[tuple[str, str, str], dict[str, str]] = {}
     counts: dict[str, int] = {}
     for key, _ in GRID_COLUMNS:
@@ -133,7 +149,7 @@ def grid(rows: list[dict[str, Any]], against: str | None = None) -> list[str]:
             word = verdict(r, tolerance=against is None)
             counts[word] = counts.get(word, 0) + 1
             cells.setdefault((r["cluster"], r["trace"], r["queue"]), {})[key] = \
-                f"{pct:+.1f} % ({lo:+.1f} .. {hi:+.1f}) {word}"
+                f"{pct:+.1f} % ({lo:+.1f} .. {hi:+.1f}) {r['wins']}-{r['losses']} {word}"
     head = ["cluster", "trace", "queue", "seeds", *(t for _, t in GRID_COLUMNS)]
     seeds = {(r["cluster"], r["trace"], r["queue"]): r["seeds"]
              for r in paired(rows, GRID_COLUMNS[0][0], resamples=1, against=against)}
@@ -165,12 +181,21 @@ def main() -> None:
     ap.add_argument("--column", default="idle_gpus_while_waiting")
     ap.add_argument("--grid", action="store_true", help="every column at once, one cell each (see grid())")
     ap.add_argument("--against", default=None, help="pair with this placement instead of the best other")
+    ap.add_argument("--means", action="store_true",
+                    help="mixed_placement.py's table of means over the seeds of the runs (no simulation)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for f in a.files:
         for r in json.loads(f.read_text()):
             rows[(r["cluster"], r["trace"], r["queue"], r["placement"], r["seed"])] = r
+    if a.means:
+        spec = importlib.util.spec_from_file_location("mixed_placement", Path(__file__).with_name("mixed_placement.py"))
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        print("\n".join(mod.summarise(list(rows.values()))))
+        return
     if a.grid:
         print("\n".join(grid(list(rows.values()), a.against)))
         return

@@ -102,3 +102,18 @@ def test_identical_runs_are_level_and_best(mp: ModuleType, xs: list[float]) -> N
     assert mp.verdict(r) == "best"
     assert mp.verdict(mp.paired(rows, "avg_jct_s", resamples=200, against="stranding-fgd")[0],
                       tolerance=False) == "level"
+
+
+def test_one_large_seed_hides_a_consistent_sign_from_the_interval_but_not_from_the_sign_test(mp: ModuleType) -> None:
+    # the Philly windows differ 15x in JCT: speed-fgd better on every seed, by much more on the largest one
+    sfgd = [120_000.0, 8_000.0, 9_000.0, 7_800.0, 10_000.0, 8_500.0, 9_500.0, 8_200.0, 7_900.0]
+    fast = [96_000.0, *(x - 300.0 - 40.0 * (i % 3) for i, x in enumerate(sfgd[1:]))]
+    fast[3] = sfgd[3] - 10.0
+    rows = runs({"stranding-fgd": sfgd, "gavel": [x * 1.01 for x in sfgd], "speed-fgd": fast})
+    (r,) = mp.paired(rows, "avg_jct_s", against="stranding-fgd")
+    assert r["worse_ci_pct"][0] < 0.0 < r["worse_ci_pct"][1]  # the interval straddles zero ...
+    assert (r["wins"], r["losses"]) == (9, 0) and r["sign_p"] < 0.01  # ... the signs do not
+    assert mp.verdict(r, tolerance=False) == "better (signs)"
+    rows = runs({"stranding-fgd": sfgd, "gavel": sfgd, "speed-fgd": [*fast[:4], *(x + 5.0 for x in sfgd[4:])]})
+    (r,) = mp.paired(rows, "avg_jct_s", against="stranding-fgd")
+    assert (r["wins"], r["losses"]) == (4, 5) and mp.verdict(r, tolerance=False) == "level"
