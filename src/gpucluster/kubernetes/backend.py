@@ -1879,7 +1879,11 @@ class KubeRuntime(EngineFront):
             except (KubeInputError, AllocationError) as exc:
                 log.info("pod group %s: slot %d of pod %s not taken in: %s", rec.job_id, i, p.key, exc)
                 continue
-            rec.slots[i] = task.key
+            job = self.engine.jobs.get(rec.job_id)
+            if job is not None and job.state == JobState.RUNNING:
+                self._hold_slot(job, rec, i)
+            else:
+                rec.slots[i] = task.key
 
     def _adopt_group(self, uid: str, member: Member, pods: list[PodView], bound: list[PodView],
                      queued: Job | None = None) -> None:
@@ -2106,13 +2110,23 @@ class KubeRuntime(EngineFront):
                     rec.unmirrored[i] = why
                     continue
                 rec.unmirrored.pop(i)
-                rec.slots[i] = task.key
-                job.pod_keys = (*job.pod_keys, task.key)
-                job.held_gpus += allocation_gpus(self.cluster.state, self.cluster.reserved[task.key])
-                if job.tally is not None:
-                    job.tally.moved(job)
-                self.quota.charge(task.key, task.charged_tenant, pod_charge(task, self.cluster.state.snapshot()))
+                self._hold_slot(job, rec, i)
                 log.info("job %s: slot %d of its admission is held here now", job.id, i)
+
+    def _hold_slot(self, job: Job, rec: _Rec, i: int) -> None:
+        """Slot ``i`` of the running job, reserved only now (count-only admission placed it late, a follower or new
+        leader held it late, or a new leader placed a slot its predecessor never bound): it joins the job's pods,
+        so the job's status (placements, GPUs held, its tenant's use) counts it, its quota charge (made by the
+        placement's Reserve, else here) is the tenant's, and the job's end or deletion frees it with the rest.
+        Caller holds the cluster lock."""
+        task = rec.tasks[i]
+        rec.slots[i] = task.key
+        if task.key not in job.pod_keys:  # (a count-only admission's unplaced slots are its pods already)
+            job.pod_keys = (*job.pod_keys, task.key)
+        job.held_gpus += allocation_gpus(self.cluster.state, self.cluster.reserved[task.key])
+        if job.tally is not None:
+            job.tally.moved(job)
+        self.quota.charge(task.key, task.charged_tenant, pod_charge(task, self.cluster.state.snapshot()))
 
     def _unmirrored_outside(self) -> dict[str, tuple[str, dict[str, float]]]:
         """The slots of running jobs not held here (:meth:`_adopt`): each charged to its job's tenant as its task
@@ -2144,7 +2158,7 @@ class KubeRuntime(EngineFront):
                 d = self.cluster.decide(solo(rec.tasks[i]))
                 if d.ok and d.allocation is not None:
                     self.cluster.reserve([d.allocation])
-                    rec.slots[i] = rec.tasks[i].key
+                    self._hold_slot(job, rec, i)
                 else:
                     rec.unplaced_why = d.message()
 
