@@ -126,6 +126,7 @@ from gpucluster.kubernetes.podgroups import (
     named_tenant,
 )
 from gpucluster.kubernetes.runtime import RunOptions, build
+from gpucluster.kubernetes.sharedtenants import SharedTenants, TenancyWriteError, configmap_name
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, Held, NamespaceBindings
 from gpucluster.kubernetes.workloads import (
     DEFAULT_IMAGE,
@@ -163,6 +164,7 @@ from gpucluster.model.labels import (
     RESERVATION_ANNOTATION,
 )
 from gpucluster.model.share import allocation_gpus
+from gpucluster.model.tenants import DEFAULTS, SharedTenancy, TenantSettings
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, Decision, GroupDecision, Outcome
 from gpucluster.scheduler.framework import Status
 from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
@@ -475,6 +477,16 @@ class KubeRuntime(EngineFront):
                                  functools.partial(self.custom.list_cluster_custom_object, *PYTORCHJOB_API),
                                  self._on_pytorchjob, self._on_pytorchjob_list, label_selector=QUEUE_LABEL,
                                  optional=True, recheck_s=JOBSET_RECHECK_S)
+        self.tenancy: SharedTenants | None = None
+        """The tenants' settings the replicas share (:mod:`.sharedtenants`); with leader election only (one replica
+        without it: its store alone holds them)."""
+        self._tenancy_wait = ""
+        if leader_elect:
+            where = lease_namespace or namespace
+            self.tenancy = SharedTenants(self.core, where, configmap_name(lease_name), event=self._tenancy_event)
+            self.informer.watch_kind("configmaps", functools.partial(self.core.list_namespaced_config_map, where),
+                                     self.tenancy.on_event, self.tenancy.on_list,
+                                     field_selector=f"metadata.name={self.tenancy.name}")
         self.informer.start()
         if not self.informer.wait_synced(sync_timeout):
             self.informer.stop()
@@ -1223,6 +1235,8 @@ class KubeRuntime(EngineFront):
         leading = self.leading
         if leading == self._leading:
             return
+        if leading and not self._tenancy_current():
+            return  # leads (admits) once the newest shared tenant settings are applied: at a next tick
         self._leading = leading
         if leading:
             log.info("%s leads: admitting jobs", self.identity)
@@ -1242,6 +1256,66 @@ class KubeRuntime(EngineFront):
             self._group_ended = {}
         with self._lock:
             self._dirty = set(self._job_objs) | set(self._sets.objs) | set(self._ptjs.objs)  # JobSets, PyTorchJobs
+
+    def _tenancy_current(self) -> bool:
+        """Whether the shared tenant settings this replica applied are the newest on the server (read now): a
+        replica about to lead must admit under the quotas every replica holds, not under what its watch had
+        delivered. When they are not (or cannot be read), the service applies them at the next tick and this
+        replica leads after that."""
+        if self.tenancy is None:
+            return True
+        try:
+            read = self.tenancy.read_now()
+        except Exception as exc:
+            why = f"cannot read {self.tenancy.where}: {exc}"
+            if why != self._tenancy_wait:
+                log.warning("%s holds the lease but admits nothing until it %s", self.identity, why[:300])
+                self._tenancy_wait = why
+            return False
+        if self.tenancy.needs_apply(read):
+            assert read is not None
+            why = f"has applied {self.tenancy.where} version {read.version}"
+            if why != self._tenancy_wait:
+                log.info("%s holds the lease and leads once it %s", self.identity, why)
+                self._tenancy_wait = why
+            return False
+        self._tenancy_wait = ""
+        return True
+
+    def _tenancy_event(self, uid: str, reason: str, message: str) -> None:
+        if self.tenancy is not None:
+            self.writer.submit(self._event, ("v1", "ConfigMap"), self.tenancy.namespace, self.tenancy.name, uid,
+                               "Warning", reason, message)
+
+    # ------------------------------------------------------------------ protocol: SharedTenantSettings
+    def shared_tenancy(self) -> SharedTenancy | None:
+        return None if self.tenancy is None else self.tenancy.pending()
+
+    def tenancy_applied(self, version: str) -> None:
+        if self.tenancy is not None:
+            self.tenancy.mark_applied(version)
+
+    def seed_tenancy(self, local: Mapping[str, TenantSettings], synced_uid: str | None) -> str:
+        if self.tenancy is None:
+            return ""
+        try:
+            read = self.tenancy.read_now()
+        except Exception as exc:
+            raise TenancyWriteError(f"{self.tenancy.where} could not be read: {exc}") from None
+        if read is not None and read.uid == synced_uid:
+            return read.uid
+        named = set() if read is None else {*read.tenants, *read.bad}
+        missing = {n: s for n, s in local.items() if s != DEFAULTS and n not in named}
+        if read is None or missing:
+            if missing:
+                log.info("adding this store's tenants %s to %s (it does not name them)", ", ".join(sorted(missing)),
+                         self.tenancy.where)
+            read = self.tenancy.publish(missing, local, only_missing=True)
+        return read.uid
+
+    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings]) -> None:
+        if self.tenancy is not None:
+            self.tenancy.publish({name: settings}, local)
 
     def _write_owed(self) -> None:
         """This replica leads now: write what only a leader writes about the verdicts it reached while it
@@ -2400,6 +2474,7 @@ class KubeRuntime(EngineFront):
                 "leader": self.leading,
                 "leader_elect": self.elector is not None,
                 "bound_namespaces": self._bound_count(),
+                "tenancy": None if self.tenancy is None else self.tenancy.status(),
             },
         }
 
