@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
 from gpucluster.model.limits import DEFAULT_TENANT_MAX_PRIORITY
+from gpucluster.model.tenants import TenantSettings
 from gpucluster.service.api.deps import Auth, Svc, admin_only
 from gpucluster.service.api.models import (
     ERRORS,
@@ -23,10 +25,23 @@ from gpucluster.service.api.models import (
 from gpucluster.service.auth import Principal, new_tenant_token
 from gpucluster.service.core import SYNTHETIC_TENANT, Service
 from gpucluster.service.errors import ApiError
+from gpucluster.service.runtime import SharedTenantSettings
 
 router = APIRouter(tags=["tenants"])
 
 TenantName = Annotated[str, Path(pattern=NAME_RE, max_length=63)]
+
+
+async def _publish(service: Service, name: str, settings: TenantSettings) -> None:
+    """Where the replicas share the tenants' settings (Kubernetes), write the change there first, from any replica
+    (a worker thread: the write is a request to the API server); every replica, this one too, applies it before
+    its next pass. 503 ``where: tenancy`` when it cannot be written: nothing changed anywhere."""
+    if not isinstance(service.runtime, SharedTenantSettings):
+        return
+    try:
+        await asyncio.to_thread(service.runtime.publish_tenant, name, settings, service.local_tenants())
+    except RuntimeError as exc:
+        raise ApiError(503, "tenancy", f"tenant {name} not changed: {exc}", headers={"Retry-After": "5"}) from None
 
 
 def _max_priority(row: dict[str, Any]) -> int:
@@ -68,6 +83,8 @@ async def create_tenant(body: TenantIn, who: Auth, service: Svc) -> dict[str, An
     admin_only(who)
     if body.name == SYNTHETIC_TENANT:
         raise ApiError(422, "name", f"{SYNTHETIC_TENANT!r} is reserved for the background workload")
+    await _publish(service, body.name, TenantSettings(body.quota_gpus, body.weight, body.max_priority,
+                                                       body.max_queued_jobs))
     token = new_tenant_token(body.name)
     # tenant, token and audit line in one transaction, stored before the quota applies
     service.store.upsert_tenant(body.name, body.quota_gpus, body.weight, body.max_priority, token=token,
@@ -93,6 +110,9 @@ async def update_tenant(name: TenantName, body: TenantPatch, who: Auth, service:
     weight = body.weight if body.weight is not None else float(row["weight"])
     most = body.max_priority if "max_priority" in given else row["max_priority"]
     queued = body.max_queued_jobs if "max_queued_jobs" in given else row["max_queued_jobs"]
+    await _publish(service, name, TenantSettings(None if quota is None else float(quota), weight,
+                                                 None if most is None else int(most),
+                                                 None if queued is None else int(queued)))
     # the change and its audit line in one transaction: a store that takes neither changes nothing (507/503)
     service.store.upsert_tenant(name, quota, weight, most, max_queued_jobs=queued,
                                 audit=(who.actor, "tenant.update", name, f"quota={quota} weight={weight} "
