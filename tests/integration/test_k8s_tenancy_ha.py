@@ -462,3 +462,26 @@ def test_a_hand_broken_shared_object_keeps_the_last_good_settings_and_says_why(
         for r in (leader, follower):
             wait_until(lambda r=r: _quota(r, tenant) == 3 and not _tenancy(r)["errors"], 120,
                        "the replica to apply the mended key")
+
+
+def test_patches_of_different_fields_through_two_replicas_keep_both_on_the_real_configmap(
+        kube_client: Any, namespace: str) -> None:
+    """Two replicas' writers over one real ConfigMap: b changes the weight from a view that still has the old
+    quota, after a changed the quota; the ConfigMap keeps both (a PATCH writes only its fields, over the value the
+    read just before the replace holds, and a write between that read and the replace is a 409 and a new read)."""
+    from kubernetes import client
+
+    from gpucluster.kubernetes.sharedtenants import SharedTenants
+    from gpucluster.model.tenants import TenantSettings
+
+    core = client.CoreV1Api(kube_client)
+    a, b = SharedTenants(core, namespace, "pair-tenants"), SharedTenants(core, namespace, "pair-tenants")
+    a.publish({"ml": TenantSettings(2.0, 1.0, 5)}, {})
+    a.publish({"ml": TenantSettings(6.0, 1.0, 5)}, {}, fields={"quota_gpus"})
+    written = b.publish({"ml": TenantSettings(2.0, 4.0, 5)}, {}, fields={"weight"})  # b's view: quota 2
+    assert written.tenants["ml"] == TenantSettings(6.0, 4.0, 5)
+    data = core.read_namespaced_config_map("pair-tenants", namespace).data
+    assert TenantSettings.decode(data["ml"]) == TenantSettings(6.0, 4.0, 5)
+    # without fields a write is the whole settings (POST): b's stale quota would win
+    b.publish({"ml": TenantSettings(2.0, 4.0, 5)}, {})
+    assert TenantSettings.decode(core.read_namespaced_config_map("pair-tenants", namespace).data["ml"]).quota_gpus == 2
