@@ -192,3 +192,54 @@ def test_a_store_that_never_applied_the_shared_object_adds_its_tenants_at_the_st
         assert db.execute("SELECT value FROM meta WHERE key='shared_tenancy_uid'").fetchone() == ("uid-1",)
     finally:
         db.close()
+
+
+class Racing(Replica):
+    """A replica whose scheduling pass runs while a REST write of it waits for the shared object's answer (the
+    handler awaits a worker thread; the event loop runs ticks meanwhile): ``meanwhile`` runs after the write, as
+    another replica's change and this replica's tick would."""
+
+    meanwhile: Any = None
+
+    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings],
+                       fields: Collection[str] | None = None) -> TenantSettings:
+        self.shared.write({name: settings}, fields=fields)
+        written = self.shared.read().tenants[name]  # what this write wrote (the API server's answer)
+        if self.meanwhile is not None:
+            self.meanwhile()
+        return written
+
+
+def test_a_rest_write_answered_after_a_newer_shared_state_was_applied_does_not_undo_it(tmp_path: Path) -> None:
+    """a's PATCH of the weight is written; before its handler stores it, another replica sets a quota and a's
+    pass applies that newer state. The handler's store write (the weight's write: no quota) must not leave a
+    holding no quota while it counts the newer state applied: the quota holds on a from then on."""
+    shared = SharedObject()
+    runtime = Racing(shared)
+    config = ServiceConfig(data_dir=tmp_path / "a", speed=0.0, admin_token=ADMIN, tenants_on_first_use=True)
+    service, _ = open_service(runtime, config)
+    client = TestClient(create_app(service), headers={"Authorization": f"Bearer {ADMIN}"},
+                        raise_server_exceptions=False)
+    a = InProc(service, client, tmp_path / "a")
+    try:
+        a.tenant("ml")  # no quota
+        a.tick()
+
+        def other_replica_sets_a_quota_and_a_ticks() -> None:
+            shared.write({"ml": TenantSettings(quota_gpus=2.0)}, fields={"quota_gpus"})
+            a.tick()
+            runtime.meanwhile = None
+
+        runtime.meanwhile = other_replica_sets_a_quota_and_a_ticks
+        assert a.client.patch("/api/v1/tenants/ml", json={"weight": 3}).status_code == 200
+        assert TenantSettings.decode(shared.data["ml"]) == TenantSettings(2.0, 3.0)
+        a.tick()
+        assert _quota(a, "ml") == 2
+        for name in ("one", "two"):
+            assert a.client.post("/api/v1/jobs", json={"name": name, "tenant": "ml",
+                                                       "resources": GPU2}).status_code == 201
+        a.tick()
+        jobs = {j["name"]: j["status"] for j in a.client.get("/api/v1/jobs").json()["jobs"]}
+        assert jobs == {"one": "running", "two": "pending"}, jobs
+    finally:
+        service.close()

@@ -554,6 +554,18 @@ class Service:
         self.runtime.tenancy_applied(shared.version)
         return bool(changed)
 
+    def settle_shared_tenancy(self) -> None:
+        """After a REST write stored a tenant's settings as its write to the shared state answered: a pass may have
+        applied a newer shared state while the write was in flight (another replica's change of the same tenant),
+        which the store write just undid. Apply the newest shared state again now (each tenant it changes back
+        audited as any), so the store and the engine's quotas never hold an older state than the one counted
+        applied. A store that cannot take it now leaves it to the next pass (nothing is counted applied)."""
+        if not isinstance(self.runtime, SharedTenantSettings):
+            return
+        self.runtime.tenancy_applied("")  # what the store holds is no longer known to be the newest applied
+        with contextlib.suppress(StoreWriteError):
+            self.apply_shared_tenancy()
+
     def sync_quotas(self) -> None:
         rows = self.store.tenants()
         self.runtime.set_quotas({t["name"]: float(t["quota_gpus"]) for t in rows if t["quota_gpus"] is not None},

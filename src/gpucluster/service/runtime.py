@@ -186,7 +186,8 @@ class SharedTenantSettings(Protocol):
         ...
 
     def tenancy_applied(self, version: str) -> None:
-        """The service applied the shared state of ``version`` (its store and the engine's quotas hold it)."""
+        """The service applied the shared state of ``version`` (its store and the engine's quotas hold it); ``""``:
+        nothing is known applied, the newest shared state is pending again (``Service.settle_shared_tenancy``)."""
         ...
 
     def seed_tenancy(self, local: Mapping[str, TenantSettings], synced_uid: str | None) -> str:

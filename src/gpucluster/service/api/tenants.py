@@ -94,6 +94,7 @@ async def create_tenant(body: TenantIn, who: Auth, service: Svc) -> dict[str, An
     # tenant, token and audit line in one transaction, stored before the quota applies
     service.store.upsert_tenant(body.name, body.quota_gpus, body.weight, body.max_priority, token=token,
                                 actor=who.actor, max_queued_jobs=body.max_queued_jobs)
+    service.settle_shared_tenancy()
     service.sync_quotas()
     service.invalidate_views()
     max_priority = DEFAULT_TENANT_MAX_PRIORITY if body.max_priority is None else body.max_priority
@@ -126,6 +127,7 @@ async def update_tenant(name: TenantName, body: TenantPatch, who: Auth, service:
                                 audit=(who.actor, "tenant.update", name, f"quota={quota} weight={weight} "
                                                                          f"max_priority={most} "
                                                                          f"max_queued_jobs={queued}"))
+    service.settle_shared_tenancy()
     service.sync_quotas()
     service.invalidate_views()
     rows: list[dict[str, Any]] = (await tenants(who, service))["tenants"]
