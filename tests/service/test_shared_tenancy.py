@@ -13,10 +13,12 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from gpucluster.model.tenants import DEFAULTS, SharedTenancy, TenantSettings, encode_all, patched, read_shared
 from gpucluster.service import EmbeddedRuntime, ServiceConfig, create_app, open_service
+from gpucluster.service.factory import RuntimeUnavailableError
 from gpucluster.service.runtime import SharedTenantSettings
 from tests.service.inproc import ADMIN, InProc, small_cluster
 
@@ -243,3 +245,29 @@ def test_a_rest_write_answered_after_a_newer_shared_state_was_applied_does_not_u
         assert jobs == {"one": "running", "two": "pending"}, jobs
     finally:
         service.close()
+
+
+class Unreachable(Replica):
+    """A replica that cannot read (nor write) the shared object at its start."""
+
+    def seed_tenancy(self, local: Mapping[str, TenantSettings], synced_uid: str | None) -> str:
+        raise RuntimeError("ConfigMap default/x-tenants could not be read: 503 Service Unavailable")
+
+
+def test_a_replica_that_cannot_add_its_tenants_at_the_start_does_not_start(tmp_path: Path) -> None:
+    """A store that never applied the shared object (an upgrade from per-replica tenants) whose start cannot read
+    it: applying the shared object (read by the watch) at the first pass would reset the tenants it does not name
+    to no quota, and they would never be added. The start fails instead, saying why; the next one adds them."""
+    shared = SharedObject()
+    shared.data["cv"] = TenantSettings(quota_gpus=5.0).encode()
+    with replica(tmp_path / "a", shared) as a:
+        a.service.store.upsert_tenant("ml", 2.0, 1.0)
+        a.service.store.set_meta("shared_tenancy_uid", "")
+    config = ServiceConfig(data_dir=tmp_path / "a", speed=0.0, admin_token=ADMIN, tenants_on_first_use=True)
+    with pytest.raises(RuntimeUnavailableError, match="503 Service Unavailable"):
+        open_service(Unreachable(shared), config)  # (it started: its first pass left ml with no quota)
+    assert "ml" not in shared.data
+    with replica(tmp_path / "a", shared) as a:  # the data directory was given back; this start adds ml
+        assert TenantSettings.decode(shared.data["ml"]).quota_gpus == 2.0
+        a.tick()
+        assert _quota(a, "ml") == 2

@@ -297,6 +297,11 @@ def up(
         service, generated = open_service(runtime, config, lock)
     except TokenError as exc:
         fail(str(exc))
+    except RuntimeUnavailableError as exc:  # the tenants' shared settings cannot be read: one line
+        stop = getattr(runtime, "close", None)
+        if callable(stop):
+            stop()
+        fail(str(exc))
     except (StoreWriteError, OSError) as exc:  # a full disk, a read-only one: one line, not a traceback
         stop = getattr(runtime, "close", None)
         if callable(stop):

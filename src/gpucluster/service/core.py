@@ -24,6 +24,7 @@ from gpucluster.model.limits import DEFAULT_TENANT_MAX_QUEUED
 from gpucluster.model.tenants import TenantSettings, changes
 from gpucluster.monitoring import describe_record
 from gpucluster.service.auth import AdminToken, resolve_admin_token
+from gpucluster.service.factory import RuntimeUnavailableError
 from gpucluster.service.limits import RateLimits, TokenBucket
 from gpucluster.service.lock import DataDirLock
 from gpucluster.service.logs import EVENTS_LOGGER, log_event
@@ -630,16 +631,17 @@ def _restore_held_nodes(runtime: Runtime, store: Store) -> None:
 
 def _seed_shared_tenancy(svc: Service) -> None:
     """Before the first pass: read the tenants' settings the replicas share (adding this store's tenants the
-    shared object does not name, when this store never applied it: an upgrade loses no quota) and apply them. A
-    shared object that cannot be read is logged; the runtime then reads it again before it leads."""
+    shared object does not name, when this store never applied it: an upgrade loses no quota) and apply them.
+    Raises :class:`RuntimeUnavailableError` when the shared object can be neither read nor written: the start
+    fails (its first pass would apply the watch's read of it, which resets the tenants it does not name to no
+    quota, and they would never be added)."""
     runtime = svc.runtime
     if not isinstance(runtime, SharedTenantSettings):
         return
     try:
         uid = runtime.seed_tenancy(svc.local_tenants(), svc.store.get_meta(TENANCY_UID_META))
     except RuntimeError as exc:
-        log.error("shared tenant settings not read at the start: %s", exc)
-        return
+        raise RuntimeUnavailableError(f"the tenants' shared settings cannot be read at the start: {exc}") from None
     svc.apply_shared_tenancy()
     if uid and uid != svc.store.get_meta(TENANCY_UID_META):
         svc.store.set_meta(TENANCY_UID_META, uid)
@@ -652,7 +654,8 @@ def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | No
     reason (and audited); it never stops the start.
 
     Raises ``lock.DataDirLockedError``, ``auth.TokenError``, ``store.StoreWriteError`` (a full disk: nothing is
-    restored, the data directory is given back) and ``OSError``."""
+    restored, the data directory is given back), ``OSError`` and ``factory.RuntimeUnavailableError`` (the tenants'
+    shared settings cannot be read: the data directory is given back)."""
     lock = (lock or DataDirLock(config.data_dir)).acquire()
     try:
         admin: AdminToken = resolve_admin_token(config.data_dir, config.admin_token)
