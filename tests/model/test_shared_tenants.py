@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpucluster.model.tenants import (
     DEFAULTS,
+    UNREADABLE,
     SharedTenancy,
     TenantSettings,
     apply_shared,
@@ -134,3 +135,17 @@ def test_a_patch_of_an_unknown_field_is_refused() -> None:
 def test_resource_versions_compare_as_numbers_when_they_are() -> None:
     assert newer("10", "9") and not newer("9", "10") and not newer("9", "9")
     assert newer("a", None) and newer("b", "a") and not newer("a", "a")
+
+
+@given(tenant_maps, shared_states())
+def test_a_tenant_whose_key_cannot_be_read_and_that_has_no_settings_here_gets_no_gpus(
+        current: dict[str, TenantSettings], shared: SharedTenancy) -> None:
+    """A replica that never applied a good value of a tenant (it started after the key broke, or its watch
+    delivered the broken value only) has no last good settings for it: the tenant gets a quota of 0 until its key
+    can be read, never the defaults' no quota (unlimited) while the replicas that hold its last good quota keep
+    it."""
+    after = apply_shared(current, shared)
+    for name in shared.bad:
+        assert after[name] == (current[name] if name in current else UNREADABLE)
+    assert UNREADABLE.quota_gpus == 0.0
+    assert apply_shared({}, read_shared({"ml": "{", "Bad_Key": "{}"}, "3")) == {"ml": UNREADABLE}

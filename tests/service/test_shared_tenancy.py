@@ -271,3 +271,24 @@ def test_a_replica_that_cannot_add_its_tenants_at_the_start_does_not_start(tmp_p
         assert TenantSettings.decode(shared.data["ml"]).quota_gpus == 2.0
         a.tick()
         assert _quota(a, "ml") == 2
+
+
+def test_a_replica_with_no_good_value_of_a_broken_key_admits_none_of_its_tenants_jobs(tmp_path: Path) -> None:
+    """ml's key broke before this replica applied a good value of it (it started later): ml gets no GPUs here
+    (a quota of 0: a job is refused at submission, saying so) until the key can be read (the replicas that
+    applied its quota keep it), never no quota."""
+    shared = SharedObject()
+    shared.data["ml"] = '{"quota_gpus": "2"}'
+    with replica(tmp_path / "b", shared) as b:
+        b.tick()
+        r = b.client.post("/api/v1/jobs", json={"name": "one", "tenant": "ml", "resources": GPU2})
+        assert r.status_code == 422 and "quota is 0 GPUs" in r.json()["error"], r.text
+        assert _quota(b, "ml") == 0
+        shared.data["ml"] = '{"quota_gpus": 2}'
+        shared.version += 1
+        b.tick()
+        assert _quota(b, "ml") == 2
+        r = b.client.post("/api/v1/jobs", json={"name": "one", "tenant": "ml", "resources": GPU2})
+        assert r.status_code == 201, r.text
+        b.tick()
+        assert b.client.get("/api/v1/jobs").json()["jobs"][0]["status"] == "running"

@@ -10,7 +10,9 @@ store (:func:`apply_shared`). Tokens are not settings: they stay in each replica
 
 * a tenant with a readable key in ``S`` gets exactly ``S``'s settings (created when new);
 * a tenant whose key cannot be read (hand-edited: bad JSON, a value out of range, a key that is no tenant name)
-  keeps what it had (``current``: the last good state), and the key is reported with why;
+  keeps what it had (``current``: the last good state), and the key is reported with why; one this replica has
+  no settings for (it never applied a good value of the key) gets :data:`UNREADABLE` (a quota of 0) until the
+  key can be read, never the defaults' unlimited;
 * a tenant ``S`` does not name is reset to the defaults (no quota, weight 1): removing its key deletes its
   settings everywhere (the tenant itself, its jobs and its tokens stay).
 
@@ -84,6 +86,8 @@ class TenantSettings:
 
 DEFAULTS = TenantSettings()
 """A tenant nobody set anything for (created on first use): no quota, weight 1."""
+UNREADABLE = TenantSettings(quota_gpus=0.0)
+"""A tenant whose key cannot be read and that has no last good settings on this replica: no GPUs until it can."""
 
 
 def _number(doc: Mapping[str, Any], name: str, low: float, high: float, *, none_ok: bool,
@@ -148,6 +152,8 @@ def apply_shared(current: Mapping[str, TenantSettings], shared: SharedTenancy) -
     for name in shared.bad:
         if name in current:
             out[name] = current[name]  # the last good state
+        elif TENANT_NAME_RE.match(name):
+            out[name] = UNREADABLE  # none here: never unlimited while the replicas that have one keep a quota
     out.update(shared.tenants)
     return out
 
@@ -187,5 +193,5 @@ def newer(version: str, than: str | None) -> bool:
     return version != than
 
 
-__all__ = ["DEFAULTS", "SharedTenancy", "TenantSettings", "apply_shared", "changes", "encode_all", "newer",
-           "patched", "read_shared"]
+__all__ = ["DEFAULTS", "UNREADABLE", "SharedTenancy", "TenantSettings", "apply_shared", "changes", "encode_all",
+           "newer", "patched", "read_shared"]
