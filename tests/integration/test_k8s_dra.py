@@ -309,3 +309,69 @@ def test_claim_pods_of_one_pass_are_checked_after_one_settle_and_a_conflict_cost
     assert counts["claims"] == 7, counts  # six of ours and theirs, each on its own GPU (p0 moved off the stolen one)
     assert stolen, "the settle's read never ran"
     assert all(p["spec"].get("nodeName") for p in list_pods(core, namespace))
+
+
+def test_an_extended_resource_claim_left_unallocated_by_a_killed_scheduler_is_replaced_not_kept(
+    kube_control_plane: Any, kube_client: Any, gpu_node_factory: Any, namespace: str,
+) -> None:
+    """A scheduler creates a pod's extended-resource claim, then allocates it: killed between the two writes (seen
+    in the mixed 500-pod test, whose scheduler is killed half way), it leaves a claim owned by the pod that holds
+    nothing. The scheduler that binds the pod later must not keep it beside the one it makes: the pod ends up
+    with one extended-resource claim, allocated, named in its status. (The crash is stood in for by the test,
+    which makes that claim as the killed scheduler had.)"""
+    if _version(kube_client) < (1, 36):
+        pytest.skip("DRA with consumable capacity and extended resources needs Kubernetes >= 1.36")
+    from k8s_helpers import registry
+
+    from gpucluster.kubernetes.dra import EXTENDED_CLAIM_ANNOTATION
+    from gpucluster.kubernetes.runtime import RunOptions, build
+    from gpucluster.kubernetes.secondary import SecondaryScheduler
+
+    core, res = client.CoreV1Api(kube_client), client.ResourceV1Api(kube_client)
+    run = uuid.uuid4().hex[:6]
+    name, ext = f"orphan-{run}", f"example.com/gpu-{run}"
+    node = f"orphan-{run}-0"
+    gpu_node_factory(node, {"nvidia.com/gpu": str(SHARED * 10)},
+                     annotations={"hami.io/node-nvidia-register": _hami_register(node)},
+                     labels={"gpucluster.io/run": run})
+    res.create_resource_slice(resource_slice(node, NVIDIA_DRIVER, [nvidia_device(node, j) for j in range(WHOLE)]))
+    res.create_device_class(device_class(f"nvidia-orphan-{run}", NVIDIA_DRIVER, extended=ext))
+    obj = claim_pod("p", [], scheduler=name, extended={ext: "1"})
+    obj["metadata"].pop("uid", None)
+    obj["metadata"]["namespace"] = namespace
+    obj["spec"]["nodeSelector"] = {"gpucluster.io/run": run}
+    obj.pop("status", None)
+    pod = _raw(core.create_namespaced_pod(namespace, obj, _preload_content=False))
+    res.create_namespaced_resource_claim(namespace, {  # what the killed scheduler had created, never allocated
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"generateName": "p-extended-resources-", "namespace": namespace,
+                     "annotations": {EXTENDED_CLAIM_ANNOTATION: "true"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p",
+                                          "uid": pod["metadata"]["uid"], "controller": True}]},
+        "spec": {"devices": {"requests": [{"name": "container-0-request-0", "exactly": {
+            "deviceClassName": f"nvidia-orphan-{run}", "allocationMode": "ExactCount", "count": 1}}]}}})
+    opts = RunOptions(scheduler_name=name, handshake_timeout=3600, assume_ttl=3600, sync_timeout=30)
+    cluster, binder, informer = build(kube_client, registry(), opts, identity=name)
+    sched = SecondaryScheduler(cluster, binder, name, claim_settle=0.2)
+    informer.pod_listeners.append(sched.on_pod)
+    informer.claim_listeners.append(sched.on_claim)
+    informer.start()
+    try:
+        assert informer.wait_synced(30), "the informer did not sync"
+        wait_until(lambda: node in cluster.state.node_index and sched.pending, 30, "the node and the pending pod")
+
+        def bound() -> bool:
+            sched.run_pass()
+            return not sched.pending
+
+        wait_until(bound, 60, "the pod to be bound")
+    finally:
+        informer.stop()
+        sched.stop()
+    claims = _raw(res.list_namespaced_resource_claim(namespace, _preload_content=False))["items"]
+    assert len(claims) == 1, [(c["metadata"]["name"], c.get("status")) for c in claims]
+    [only] = claims
+    assert parse_claim(only).allocated
+    now = _raw(core.read_namespaced_pod("p", namespace, _preload_content=False))
+    assert now["spec"]["nodeName"] == node
+    assert now["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == only["metadata"]["name"]
