@@ -198,6 +198,14 @@ def test_helm_install_schedule_upgrade_uninstall(
             assert not can_i(api, "create", "clusterroles", group="rbac.authorization.k8s.io")
         finally:
             api.close()
+    # up's replicas share the tenants' settings through a ConfigMap of the release's namespace (and only there)
+    api = config.new_client_from_config(config_file=str(up_kc))  # type: ignore[no-untyped-call]
+    try:
+        for verb in ("get", "list", "watch", "create", "update"):
+            assert can_i(api, verb, "configmaps", namespace), verb
+        assert not can_i(api, "update", "configmaps", "kube-system")
+    finally:
+        api.close()
 
     run = uuid.uuid4().hex[:6]
     reg = a100_twins(kube_client, tmp_path, f"helm-{run}", run, nodes=13)  # 26 GPUs x 4 tasks

@@ -404,3 +404,83 @@ def test_members_beyond_min_member_are_readopted_after_a_kill_9_not_lost_nor_bou
         for name in (group, late):
             with contextlib.suppress(client.ApiException):
                 custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+
+
+def _pod_events(core: Any, name: str, reason: str) -> list[dict[str, Any]]:
+    resp = core.list_namespaced_event(NS, field_selector=f"involvedObject.name={name}", _preload_content=False)
+    return [e for e in json.loads(resp.data)["items"] if e["reason"] == reason]
+
+
+@pytest.mark.usefixtures("pod_group_crd")
+def test_a_pod_group_label_change_moves_a_waiting_member_and_never_a_bound_one(
+        kube_client: Any, run: str, fleet: list[Any], server: ControlPlane) -> None:
+    """Tenant quota 2, held by a running blocker group. PodGroup A (minMember 2, members a-0 and a-1 of 1 GPU)
+    waits for quota. a-1 relabelled to PodGroup B (minMember 1): it leaves A (a ``LeftGroup`` Event), A has 1 of 2
+    members and goes back to waiting for its pods (never admitted short, a-0 never bound), B is queued with a-1
+    and runs once the blocker ends. a-1, bound, relabelled to PodGroup C: it stays B's (a ``Relabelled`` Event),
+    B runs on, no job for C. a-0's label removed: a pod of no group (``LeftGroup``), never bound. Before, A stayed
+    queued for 2 slots (admitted with a-0 alone) and a bound member's new label cancelled its running group."""
+    core = client.CoreV1Api(kube_client)
+    custom = client.CustomObjectsApi(kube_client)
+    tenant = f"t-{run}"
+    block, a, b, c = f"block-{run}", f"a-{run}", f"b-{run}", f"c-{run}"
+    with server.client() as http:
+        r = http.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2})
+        assert r.status_code == 201, r.text
+    for name, size in ((a, 2), (b, 1), (c, 1)):
+        custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"minMember": size}})
+
+    def relabel(pod: str, group: str | None) -> None:
+        core.patch_namespaced_pod(pod, NS, {"metadata": {"labels": {POD_GROUP_LABEL: group}}})
+
+    def node_of(pod: str) -> str:
+        return str(core.read_namespaced_pod(pod, NS).spec.node_name or "")
+
+    try:
+        for i in range(2):
+            core.create_namespaced_pod(NS, _member(f"{block}-{i}", run, gpus=1, run_s=600, labels={
+                QUEUE_LABEL: tenant}, annotations={GANG_ANNOTATION: block, GANG_MIN_ANNOTATION: "2"}))
+        wait_until(lambda: _status(server, block, "running"), 60, "the blocker to run at the tenant's quota")
+        for i in range(2):
+            core.create_namespaced_pod(NS, _member(f"{a}-{i}", run, gpus=1, run_s=600, labels={
+                QUEUE_LABEL: tenant, POD_GROUP_LABEL: a}))
+        queued = wait_until(lambda: (j := _status(server, a, "pending")) and "waiting for quota" in j["message"]
+                            and j, 60, "group A to wait for quota")
+
+        relabel(f"{a}-1", b)
+        [left] = wait_until(lambda: _pod_events(core, f"{a}-1", "LeftGroup"), 90, "a LeftGroup Event on a-1")
+        assert f"left pod group {NS}/{a} before it was bound" in left["message"]
+        assert f"now names pod group {NS}/{b}" in left["message"]
+        back = wait_until(lambda: (j := _status(server, a, "pending")) and "1 of 2 created" in j["message"] and j,
+                          90, "group A to wait for its pods again")
+        assert back["id"] == queued["id"]  # the same job, waiting again (its oldest member stayed)
+        wait_until(lambda: _status(server, b, "pending"), 60, "group B queued with a-1")
+
+        core.delete_collection_namespaced_pod(NS, label_selector=f"gpucluster.io/run={run},{POD_GROUP_LABEL}!={a}"
+                                              f",{POD_GROUP_LABEL}!={b}", grace_period_seconds=0)
+        running = wait_until(lambda: _status(server, b, "running"), 90, "group B to run once the blocker is gone")
+        wait_until(lambda: node_of(f"{a}-1"), 60, "a-1 to be bound")
+        assert not node_of(f"{a}-0")  # A has one member of two: never admitted short
+        assert "1 of 2 created" in (_status(server, a, "pending") or {}).get("message", "")
+
+        relabel(f"{a}-1", c)
+        [told] = wait_until(lambda: _pod_events(core, f"{a}-1", "Relabelled"), 90, "a Relabelled Event on a-1")
+        assert f"it stays a member of pod group {NS}/{b}" in told["message"]
+        relabel(f"{a}-0", None)
+        left_a0 = wait_until(lambda: _pod_events(core, f"{a}-0", "LeftGroup"), 90, "a LeftGroup Event on a-0")
+        assert "a pod of no group is not the queue's" in left_a0[0]["message"]
+        still = _status(server, b, "running")
+        assert still is not None and still["id"] == running["id"]
+        assert _api_job(server, c) is None  # a bound member never makes a job of its new group
+        assert not node_of(f"{a}-0")
+        assert _tenant_row(server, tenant).get("gpus") == 1
+    except BaseException:
+        print(server.output()[-6000:])
+        raise
+    finally:
+        _gc(core, run)
+        for name in (a, b, c):
+            with contextlib.suppress(client.ApiException):
+                custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)

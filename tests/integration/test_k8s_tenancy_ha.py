@@ -1,6 +1,7 @@
 """Tenant isolation and quota with two replicas (a leader and a follower, leader election on a Lease) on a real
 kube-apiserver, with kube-controller-manager's Job controller and the kubelet stand-in. Each replica has its own
-store, so each is told the tenants and their quotas.
+store; the tenants' settings are shared through the ConfigMap ``lease-<run>-tenants`` (the older tests still tell
+each replica the tenants: the same settings written twice).
 
 * a binding change seen by the follower alone (the leader frozen with ``SIGSTOP``, then ``kill -9``): the follower
   re-checks as a follower (nothing written), and once it leads it writes what it decided: the refused Job now
@@ -15,7 +16,14 @@ store, so each is told the tenants and their quotas.
 * quota across a lost lease: a leader frozen past its lease follows when it wakes up and rebuilds its jobs from
   the cluster; a Job that ended meanwhile no longer counts against its tenant's quota there, so once it leads
   again it admits the tenant's next Job;
-* a replica restarted on its store after a Job it knew was deleted does not make that Job again.
+* a replica restarted on its store after a Job it knew was deleted does not make that Job again;
+* a tenant with a quota created through the leader's API only: after ``kill -9`` of the leader the follower leads
+  with that quota (its second Job keeps waiting, admitted once when the first is deleted); fails on a main where
+  each replica kept its own tenants (the follower admitted the second Job at once);
+* a quota raised through the follower's API is applied by the leader (which admits the waiting Job), a quota
+  removed through the leader's is removed on the follower; no token in the ConfigMap;
+* a hand-broken key in the ConfigMap: both replicas keep the tenant's last good quota, report the key (overview,
+  a Warning ``TenancyUnreadable`` Event) and apply the key once it is mended.
 """
 
 from __future__ import annotations
@@ -348,3 +356,144 @@ def test_a_replica_restarted_after_a_job_it_knew_was_deleted_does_not_make_it_ag
             raise
         finally:
             again.stop()
+
+
+# ------------------------------------------------------------------ tenants shared by the replicas (one ConfigMap)
+def _quota(server: ControlPlane, tenant: str) -> float | bool | None:
+    """The tenant's quota as ``server`` lists it (None: no quota), False when it does not list the tenant."""
+    row = next((t for t in server.get("/api/v1/tenants")["tenants"] if t["name"] == tenant), None)
+    return False if row is None else row["quota_gpus"]
+
+
+def _tenancy(server: ControlPlane) -> dict[str, Any]:
+    return dict(server.overview()["kubernetes"]["tenancy"])
+
+
+def _shared(kube: Any, run: str) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(kube).read_namespaced_config_map(f"lease-{run}-tenants", "default")
+
+
+def test_a_quota_set_on_the_leader_only_holds_after_kill_9_of_the_leader(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
+        fleet: list[Any], tmp_path: Path) -> None:
+    """A (quota 2 GPUs) is created through the **leader's** API only; it runs a 2-GPU Job and a second waits for
+    quota. ``kill -9`` of the leader: the follower, which was never told of A, leads with A's quota (shared
+    through the ConfigMap ``lease-<run>-tenants``), keeps the second Job waiting, and admits it once the first is
+    deleted. Before the tenants were shared the follower made A on first use, unlimited, and admitted the second
+    Job at its first pass."""
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_client)
+    tenant, ns_a, ns_b = namespaces
+    running, waiting = f"running-{run}", f"waiting-{run}"
+    with replicas(kube_control_plane, tmp_path, run, {}) as (leader, follower):
+        with leader.client() as c:
+            resp = c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2})
+            assert resp.status_code == 201, resp.text
+        _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: _status(leader, running, "running"), 120, "A's first Job to run")
+        _apply(kube_control_plane, waiting, ns_a, tenant, run, run_s=600)
+        for r in (leader, follower):
+            wait_until(lambda r=r: (j := _status(r, waiting, "pending")) and "quota" in j["message"]
+                       and _status(r, running, "running"), 120, "A's second Job to wait for quota")
+        leader.kill()
+        wait_until(lambda: _leads(follower), 120, "the follower to take over")
+        shown = _status(follower, waiting, "pending")
+        assert shown is not None and "quota" in shown["message"], _api_job(follower, waiting)
+        job = _job(kube_client, ns_a, waiting)
+        assert job["spec"]["suspend"] is True and ADMISSION_ANNOTATION not in job["metadata"]["annotations"]
+        assert _reported(follower) == {tenant: 2.0} == _held_on_server(kube_client, (ns_a, ns_b))
+        assert _quota(follower, tenant) == 2
+        batch.delete_namespaced_job(running, ns_a, propagation_policy="Background")
+        wait_until(lambda: _status(follower, waiting, "running"), 120, "the waiting Job admitted by the new leader")
+        assert Admission.parse(_annotations(kube_client, ns_a, waiting)[ADMISSION_ANNOTATION], waiting).by == \
+            follower.overview()["kubernetes"]["identity"]
+        # the Event follows the admission (written after it): waited for, and there is one
+        wait_until(lambda: _events(kube_client, ns_a, waiting, "Admitted"), 120, "the Admitted Event")
+        assert len(_events(kube_client, ns_a, waiting, "Admitted")) == 1
+        wait_until(lambda: _reported(follower) == {tenant: 2.0} == _held_on_server(kube_client, (ns_a, ns_b)), 120,
+                   "A to hold 2 GPUs, as its Jobs on the server do")
+
+
+def test_a_quota_changed_or_removed_through_either_replica_holds_on_both(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
+        fleet: list[Any], tmp_path: Path) -> None:
+    """A (quota 2, made on the leader) runs a 2-GPU Job, a second waits. The quota raised to 4 through the
+    **follower's** API reaches the leader, which admits the second Job; the quota removed through the leader
+    reaches the follower (no quota on either); the ConfigMap holds no token."""
+    tenant, ns_a, _ns_b = namespaces
+    running, waiting = f"running-{run}", f"waiting-{run}"
+    with replicas(kube_control_plane, tmp_path, run, {}) as (leader, follower):
+        with leader.client() as c:
+            resp = c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2})
+            assert resp.status_code == 201, resp.text
+            token = resp.json()["token"]
+        _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: _status(leader, running, "running"), 120, "A's first Job to run")
+        _apply(kube_control_plane, waiting, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: (j := _status(leader, waiting, "pending")) and "quota" in j["message"], 120,
+                   "A's second Job to wait for quota")
+        with follower.client() as c:
+            resp = c.patch(f"/api/v1/tenants/{tenant}", json={"quota_gpus": 4})
+            assert resp.status_code == 200 and resp.json()["quota_gpus"] == 4, resp.text
+        wait_until(lambda: _quota(leader, tenant) == 4, 120, "the leader to apply the follower's change")
+        wait_until(lambda: _status(leader, waiting, "running"), 120, "the leader to admit the second Job under 4")
+        with leader.client() as c:
+            resp = c.patch(f"/api/v1/tenants/{tenant}", json={"quota_gpus": None})
+            assert resp.status_code == 200 and resp.json()["quota_gpus"] is None, resp.text
+        wait_until(lambda: _quota(follower, tenant) is None, 120, "the follower to drop A's quota")
+        data = _shared(kube_client, run).data
+        assert json.loads(data[tenant])["quota_gpus"] is None and token not in json.dumps(data)
+        assert _tenancy(leader)["errors"] == {} == _tenancy(follower)["errors"]
+
+
+def test_a_hand_broken_shared_object_keeps_the_last_good_settings_and_says_why(
+        kube_control_plane: Any, kube_client: Any, run: str, tmp_path: Path) -> None:
+    """A's key in the ConfigMap edited by hand to what no replica can read: both replicas keep A's quota of 2, name
+    the key and the reason (the overview's ``kubernetes.tenancy.errors``, a Warning ``TenancyUnreadable`` Event on
+    the ConfigMap) and go on; mended by hand to quota 3, both apply it."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    tenant, name = f"ta-{run}", f"lease-{run}-tenants"
+    with replicas(kube_control_plane, tmp_path, run, {}) as (leader, follower):
+        with follower.client() as c:
+            assert c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2}).status_code == 201
+        wait_until(lambda: _quota(leader, tenant) == 2, 120, "the leader to apply A's quota")
+        core.patch_namespaced_config_map(name, "default", {"data": {tenant: '{"quota_gpus": "lots"}'}})
+        for r in (leader, follower):
+            errors = wait_until(lambda r=r: _tenancy(r)["errors"], 120, "the replica to report the broken key")
+            assert list(errors) == [tenant] and "quota_gpus: expected a number" in errors[tenant], errors
+            assert _quota(r, tenant) == 2 and r.healthy()
+        events = wait_until(lambda: _refused(kube_client, "default", name, kind="ConfigMap",
+                                             reason="TenancyUnreadable"), 120, "a TenancyUnreadable Event")
+        assert all(e["type"] == "Warning" and f"key '{tenant}'" in e["message"] for e in events)
+        core.patch_namespaced_config_map(name, "default", {"data": {tenant: '{"quota_gpus": 3}'}})
+        for r in (leader, follower):
+            wait_until(lambda r=r: _quota(r, tenant) == 3 and not _tenancy(r)["errors"], 120,
+                       "the replica to apply the mended key")
+
+
+def test_patches_of_different_fields_through_two_replicas_keep_both_on_the_real_configmap(
+        kube_client: Any, namespace: str) -> None:
+    """Two replicas' writers over one real ConfigMap: b changes the weight from a view that still has the old
+    quota, after a changed the quota; the ConfigMap keeps both (a PATCH writes only its fields, over the value the
+    read just before the replace holds, and a write between that read and the replace is a 409 and a new read)."""
+    from kubernetes import client
+
+    from gpucluster.kubernetes.sharedtenants import SharedTenants
+    from gpucluster.model.tenants import TenantSettings
+
+    core = client.CoreV1Api(kube_client)
+    a, b = SharedTenants(core, namespace, "pair-tenants"), SharedTenants(core, namespace, "pair-tenants")
+    a.publish({"ml": TenantSettings(2.0, 1.0, 5)}, {})
+    a.publish({"ml": TenantSettings(6.0, 1.0, 5)}, {}, fields={"quota_gpus"})
+    written = b.publish({"ml": TenantSettings(2.0, 4.0, 5)}, {}, fields={"weight"})  # b's view: quota 2
+    assert written.tenants["ml"] == TenantSettings(6.0, 4.0, 5)
+    data = core.read_namespaced_config_map("pair-tenants", namespace).data
+    assert TenantSettings.decode(data["ml"]) == TenantSettings(6.0, 4.0, 5)
+    # without fields a write is the whole settings (POST): b's stale quota would win
+    b.publish({"ml": TenantSettings(2.0, 4.0, 5)}, {})
+    assert TenantSettings.decode(core.read_namespaced_config_map("pair-tenants", namespace).data["ml"]).quota_gpus == 2

@@ -410,6 +410,57 @@ def test_fragmented_admission_count_only_hangs_ours_waits_and_admits_the_next(
             _gc_jobs(kube_client, tenant)
 
 
+def test_count_only_admission_counts_the_pods_it_places_late_and_frees_them_with_the_job(
+        cp_with_jobs: Any, kube_client: Any, run: str, tmp_path: Path) -> None:
+    """Count-only admission lets job A (2 pods x 2 GPUs) in while a blocker leaves one free GPU per node: its two
+    slots have no place. Once the blocker is deleted both are placed later and A's pods bound: A's status lists
+    both placements, holds 4 GPUs and its tenant is charged 4; deleting A frees them all (its tenant holds 0 and a
+    Job of all 16 GPUs runs). Before, the late-placed pods were not counted: the running job and its tenant held
+    0 GPUs."""
+    tenant = f"c-{run}"
+    blocker, a, whole = f"blocker-{run}", f"a-{run}", f"whole-{run}"
+    with kubelet_fleet(kube_client, gpu_nodes(run, 4, 4), tmp_path), \
+            serving(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect", "--admission", "count") as server:
+        try:
+            _kubectl(cp_with_jobs, "apply", "-f", "-",
+                     stdin=job_yaml(blocker, tenant, run, pods=4, gpus=3, env={"FAKE_RUN_S": "inf"}))
+            wait_until(lambda: len([p for p in _pods_of(kube_client, blocker) if p["spec"].get("nodeName")]) == 4,
+                       60, "the blocker's 4 pods bound, one per node")
+            _kubectl(cp_with_jobs, "apply", "-f", "-",
+                     stdin=job_yaml(a, tenant, run, pods=2, gpus=2, env={"FAKE_RUN_S": "inf"}))
+            wait_until(lambda: (j := _api_job(server, a)) and "2 of 2 pod(s) have no place" in j["message"], 60,
+                       "A admitted by count, its pods without a place")
+            _kubectl(cp_with_jobs, "delete", "job", blocker, "--wait=true")
+            wait_until(lambda: len([p for p in _pods_of(kube_client, a) if p["spec"].get("nodeName")]) == 2, 90,
+                       "A's two pods placed late and bound")
+
+            def counted() -> dict[str, Any] | None:
+                job = _status(server, a, "running")
+                return job if job is not None and len([e for e in job["placements"] if e["node"]]) == 2 else None
+
+            job = wait_until(counted, 60, "A's status to list both late-placed pods")
+            assert "have no place" not in job["message"], job["message"]
+            assert job["gpus"] == 4
+            row = wait_until(lambda: (t := [r for r in server.get("/api/v1/tenants")["tenants"]
+                                           if r["name"] == tenant]) and t[0]["gpus"] == 4 and t[0], 60,
+                             "A's tenant charged its 4 GPUs")
+            assert row["running"] == 1
+
+            _kubectl(cp_with_jobs, "delete", "job", a, "--wait=true")
+            wait_until(lambda: _status(server, a, "cancelled"), 60, "A cancelled by its deletion")
+            wait_until(lambda: not [r for r in server.get("/api/v1/tenants")["tenants"]
+                                    if r["name"] == tenant and r["gpus"]], 60, "A's GPUs given back")
+            _kubectl(cp_with_jobs, "apply", "-f", "-",
+                     stdin=job_yaml(whole, tenant, run, pods=4, gpus=4, env={"FAKE_RUN_S": "inf"}))
+            wait_until(lambda: len([p for p in _pods_of(kube_client, whole) if p["spec"].get("nodeName")]) == 4,
+                       90, "a Job of all 16 GPUs to be admitted and bound (nothing of A left reserved)")
+        except BaseException:
+            print(server.output()[-6000:])
+            raise
+        finally:
+            _gc_jobs(kube_client, tenant)
+
+
 def test_preemption_suspends_the_job_again_and_frees_its_gpus(cp_with_jobs: Any, kube_client: Any, run: str,
                                                               fleet: list[Any]) -> None:
     """In-process KubeRuntime with the preemptive tiresias queue policy (its 10-minute lease set to 0 for the

@@ -12,6 +12,7 @@ replicas, is ``tests/integration/test_k8s_tenancy_ha.py``."""
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -21,6 +22,8 @@ import pytest
 
 from gpucluster.jobs import Job, job_spec
 from gpucluster.kubernetes import backend
+from gpucluster.kubernetes.client import ApiException
+from gpucluster.kubernetes.sharedtenants import SharedTenants
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL
 from gpucluster.kubernetes.workloads import (
     ADMISSION_ANNOTATION,
@@ -134,3 +137,42 @@ def test_a_follower_shows_the_leaders_reason_on_a_job_it_first_sees_with_it(
         rt.advance(rt.now + 1.0)
         [job] = rt.jobs()
         assert job.status.value == "pending" and job.message == why
+
+
+class _ConfigMaps:
+    """``read_namespaced_config_map`` of a stub CoreV1Api: the shared tenants' ConfigMap as the server has it."""
+
+    def __init__(self) -> None:
+        self.obj: dict[str, Any] = {"metadata": {"name": "cp-tenants", "resourceVersion": "5", "uid": "u"},
+                                    "data": {"team": '{"quota_gpus": 2}'}}
+        self.fail: Exception | None = None
+
+    def read_namespaced_config_map(self, _name: str, _namespace: str, **_kw: Any) -> Any:
+        if self.fail is not None:
+            raise self.fail
+        return SimpleNamespace(data=json.dumps(self.obj))
+
+
+def test_a_replica_that_wins_the_lease_leads_only_once_it_applied_the_newest_shared_tenancy(
+        new_runtime: Callable[[], contextlib.AbstractContextManager[backend.KubeRuntime]]) -> None:
+    """Its watch had delivered nothing (or an older version): winning the lease, it reads the ConfigMap from the
+    server and stays paused (no admission pass) until the service has applied that read; a read that fails keeps
+    it paused too."""
+    with new_runtime() as rt:
+        server = _ConfigMaps()
+        rt.tenancy = SharedTenants(server, "default", "cp-tenants")
+        rt.elector = SimpleNamespace(is_leader=True, stop=lambda: None)  # type: ignore[assignment]
+        rt._leadership()
+        assert not rt._leading and rt.engine.paused
+        shared = rt.shared_tenancy()  # what the service applies at its next tick, before the pass
+        assert shared is not None and shared.version == "5" and shared.tenants["team"].quota_gpus == 2.0
+        rt._leadership()
+        assert not rt._leading  # not applied yet
+        rt.tenancy_applied("5")
+        server.fail = ApiException(status=503, reason="Service Unavailable")
+        rt._leadership()
+        assert not rt._leading and rt.engine.paused  # cannot tell whether 5 is the newest: it waits
+        server.fail = None
+        rt._leadership()
+        assert rt._leading and not rt.engine.paused
+        assert rt.shared_tenancy() is None

@@ -71,7 +71,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,7 @@ from gpucluster.kubernetes.podgroups import (
     named_tenant,
 )
 from gpucluster.kubernetes.runtime import RunOptions, build
+from gpucluster.kubernetes.sharedtenants import SharedTenants, TenancyWriteError, configmap_name
 from gpucluster.kubernetes.tenancy import NAMESPACE_TENANT_LABEL, Held, NamespaceBindings
 from gpucluster.kubernetes.workloads import (
     DEFAULT_IMAGE,
@@ -163,6 +164,7 @@ from gpucluster.model.labels import (
     RESERVATION_ANNOTATION,
 )
 from gpucluster.model.share import allocation_gpus
+from gpucluster.model.tenants import DEFAULTS, SharedTenancy, TenantSettings
 from gpucluster.scheduler import DEFAULT_PLACEMENT_POLICY, Decision, GroupDecision, Outcome
 from gpucluster.scheduler.framework import Status
 from gpucluster.scheduler.plugins.quota import QuotaTree, pod_charge
@@ -441,6 +443,11 @@ class KubeRuntime(EngineFront):
         """Pod groups seen (their pseudo uid -> what makes their pods members); their pods are in ``_pods``."""
         self._gathering: dict[str, Job] = {}
         """Pod groups not queued yet (fewer than minMember pods, or no PodGroup yet), shown with why they wait."""
+        self._regrouped: list[tuple[str, str, str]] = []
+        """(pod key, reason, message) of the Events owed to pods whose pod group label changed (:meth:`_regroup`),
+        written by the leader at the next tick (guarded by ``_lock``)."""
+        self._regroup_told: dict[str, str] = {}
+        """Bound pod key -> the group its label named when it was told it stays in its own (:meth:`_regroup`)."""
         self._group_ended: dict[str, set[str]] = {}
         """Pod group uid -> the pods of its last job that ended (refused, finished, failed, cancelled): only pods
         made after it make a new job of the group."""
@@ -470,6 +477,16 @@ class KubeRuntime(EngineFront):
                                  functools.partial(self.custom.list_cluster_custom_object, *PYTORCHJOB_API),
                                  self._on_pytorchjob, self._on_pytorchjob_list, label_selector=QUEUE_LABEL,
                                  optional=True, recheck_s=JOBSET_RECHECK_S)
+        self.tenancy: SharedTenants | None = None
+        """The tenants' settings the replicas share (:mod:`.sharedtenants`); with leader election only (one replica
+        without it: its store alone holds them)."""
+        self._tenancy_wait = ""
+        if leader_elect:
+            where = lease_namespace or namespace
+            self.tenancy = SharedTenants(self.core, where, configmap_name(lease_name), event=self._tenancy_event)
+            self.informer.watch_kind("configmaps", functools.partial(self.core.list_namespaced_config_map, where),
+                                     self.tenancy.on_event, self.tenancy.on_list,
+                                     field_selector=f"metadata.name={self.tenancy.name}")
         self.informer.start()
         if not self.informer.wait_synced(sync_timeout):
             self.informer.stop()
@@ -566,7 +583,9 @@ class KubeRuntime(EngineFront):
                 ptj = self._ptjs.objs.get(owner)
             if ptj is not None and view is not None:
                 view.job_uid, view.index = owner, replica_slot(obj, ptj.get("offsets") or {})
+        grouped = False
         if view is not None and not view.job_uid:
+            grouped = True
             member = member_of(obj, self.scheduler_name, self.pod_groups)
             if member is not None:
                 view.job_uid = member.uid
@@ -574,6 +593,10 @@ class KubeRuntime(EngineFront):
                 view.job_uid = owner
         claimant = claim_tenant(obj) if kind != "DELETED" else None
         with self._lock:
+            if grouped and view is not None:
+                member = self._regroup(view, member)
+            elif view is None:
+                self._regroup_told.pop(key, None)
             if view is None or not view.job_uid:
                 self._pods.pop(key, None)
             else:
@@ -584,6 +607,43 @@ class KubeRuntime(EngineFront):
                 self._claimants.pop(key, None)
             else:
                 self._claimants[key] = claimant
+
+    def _regroup(self, view: PodView, member: Member | None) -> Member | None:
+        """A pod that is (or was) a pod group's member, whose group may have changed since its last view (its
+        ``scheduling.x-k8s.io/pod-group`` label, or our gang annotation, edited or removed): returns the group it is
+        filed under. A **bound** member stays in the group it was admitted and bound with (its reservation names
+        that group's job) until it ends, whatever its label says now: a Normal ``Relabelled`` Event says so once for
+        each new label. An **unbound** member follows its label: it leaves its old group (a queued group that has
+        fewer than ``minMember`` members left goes back to waiting for its pods, :meth:`_group_seen`) and joins the
+        new one, or, its label removed, is a pod of no group (not the queue's: never bound here); a Normal
+        ``LeftGroup`` Event says so. Caller holds ``_lock``."""
+        prev = self._pods.get(view.key)
+        was = prev.job_uid if prev is not None and prev.job_uid.startswith(GROUP_UID_PREFIX) else ""
+        now = (f"now names pod group {member.namespace}/{member.name}" if member is not None
+               else "no longer names a pod group of this control plane")
+        job = view.reservation.partition("/")[2] if view.node else ""
+        if job.startswith("g-"):  # bound into a group's slot (or as one beyond its minMember): that group's
+            groups = ([member] if member is not None else []) + list(self._members.values())
+            home = next((m for m in groups if job.startswith(group_job_id(m.namespace, m.gang) + "-")), None)
+            if home is None or (member is not None and home.uid == member.uid):
+                return member
+            view.job_uid = home.uid
+            told = member.uid if member is not None else ""
+            if self._regroup_told.get(view.key) != told:
+                self._regroup_told[view.key] = told
+                self._regrouped.append((view.key, "Relabelled", (
+                    f"its pod group label {now}, but it stays a member of pod group {home.namespace}/{home.name}, "
+                    "bound into a slot of its running gang, until it ends (a bound pod never changes group: delete "
+                    "it and create it again to move it)")))
+            return home
+        if was and was != view.job_uid and view.live:
+            old = self._members.get(was)
+            left = f"{old.namespace}/{old.name}" if old is not None else was[len(GROUP_UID_PREFIX):]
+            self._regrouped.append((view.key, "LeftGroup", f"left pod group {left} before it was bound: its pod group "
+                                    f"label {now}" + (", and it waits with that group" if member is not None else
+                "; a pod of no group is not the queue's: the control plane does not bind it (a scheduler of its own "
+                "does, e.g. gpucluster k8s scheduler; label it again to queue it)")))
+        return member
 
     def _on_pod_resync(self, keys: set[str]) -> None:
         with self._lock:
@@ -1154,7 +1214,11 @@ class KubeRuntime(EngineFront):
             self.engine.set_outside_use({**self._claims_outside(), **self._extras_outside(pods),
                                          **self._unmirrored_outside()})
             self.engine.run_until(t)
+        with self._lock:
+            regrouped, self._regrouped = self._regrouped, []
         if self._leading:
+            for key, reason, message in regrouped:
+                self.submit_write("note", key, self.write_pod_events, [key], "Normal", reason, message)
             self._write_notes()
         self._sample_due()
         return self._take_events()
@@ -1171,6 +1235,8 @@ class KubeRuntime(EngineFront):
         leading = self.leading
         if leading == self._leading:
             return
+        if leading and not self._tenancy_current():
+            return  # leads (admits) once the newest shared tenant settings are applied: at a next tick
         self._leading = leading
         if leading:
             log.info("%s leads: admitting jobs", self.identity)
@@ -1190,6 +1256,69 @@ class KubeRuntime(EngineFront):
             self._group_ended = {}
         with self._lock:
             self._dirty = set(self._job_objs) | set(self._sets.objs) | set(self._ptjs.objs)  # JobSets, PyTorchJobs
+
+    def _tenancy_current(self) -> bool:
+        """Whether the shared tenant settings this replica applied are the newest on the server (read now): a
+        replica about to lead must admit under the quotas every replica holds, not under what its watch had
+        delivered. When they are not (or cannot be read), the service applies them at the next tick and this
+        replica leads after that."""
+        if self.tenancy is None:
+            return True
+        try:
+            read = self.tenancy.read_now()
+        except Exception as exc:
+            why = f"cannot read {self.tenancy.where}: {exc}"
+            if why != self._tenancy_wait:
+                log.warning("%s holds the lease but admits nothing until it %s", self.identity, why[:300])
+                self._tenancy_wait = why
+            return False
+        if self.tenancy.needs_apply(read):
+            assert read is not None
+            why = f"has applied {self.tenancy.where} version {read.version}"
+            if why != self._tenancy_wait:
+                log.info("%s holds the lease and leads once it %s", self.identity, why)
+                self._tenancy_wait = why
+            return False
+        self._tenancy_wait = ""
+        return True
+
+    def _tenancy_event(self, uid: str, reason: str, message: str) -> None:
+        if self.tenancy is not None:
+            self.writer.submit(self._event, ("v1", "ConfigMap"), self.tenancy.namespace, self.tenancy.name, uid,
+                               "Warning", reason, message)
+
+    # ------------------------------------------------------------------ protocol: SharedTenantSettings
+    def shared_tenancy(self) -> SharedTenancy | None:
+        return None if self.tenancy is None else self.tenancy.pending()
+
+    def tenancy_applied(self, version: str) -> None:
+        if self.tenancy is not None:
+            self.tenancy.mark_applied(version)
+
+    def seed_tenancy(self, local: Mapping[str, TenantSettings], synced_uid: str | None) -> str:
+        if self.tenancy is None:
+            return ""
+        try:
+            read = self.tenancy.read_now()
+        except Exception as exc:
+            raise TenancyWriteError(f"{self.tenancy.where} could not be read: {exc}") from None
+        if read is not None and read.uid == synced_uid:
+            return read.uid
+        named = set() if read is None else {*read.tenants, *read.bad}
+        missing = {n: s for n, s in local.items() if s != DEFAULTS and n not in named}
+        if read is None or missing:
+            if missing:
+                log.info("adding this store's tenants %s to %s (it does not name them)", ", ".join(sorted(missing)),
+                         self.tenancy.where)
+            read = self.tenancy.publish(missing, local, only_missing=True)
+        return read.uid
+
+    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings],
+                       fields: Collection[str] | None = None) -> TenantSettings:
+        if self.tenancy is None:
+            return settings
+        read = self.tenancy.publish({name: settings}, local, fields=fields)
+        return read.tenants.get(name, settings)
 
     def _write_owed(self) -> None:
         """This replica leads now: write what only a leader writes about the verdicts it reached while it
@@ -1469,11 +1598,17 @@ class KubeRuntime(EngineFront):
                 self._group_relabelled(rec, job, named)
             if job.state == JobState.RUNNING:
                 self._group_running(job, uid, pods)
-            else:  # queued here (a follower, or a new leader): the leader's binds, even of pods that already ended
-                mine = [p for p in pods if p.node and p.reservation.partition("/")[2].startswith(f"{job.id}-")]
-                if mine:
-                    self._adopt_group(uid, member, pods, mine, job)
-            return
+                return
+            # queued here (a follower, or a new leader): the leader's binds, even of pods that already ended
+            mine = [p for p in pods if p.node and p.reservation.partition("/")[2].startswith(f"{job.id}-")]
+            if mine:
+                self._adopt_group(uid, member, pods, mine, job)
+                return
+            waiting = [p for p in pods if p.live and not p.node]
+            if len(waiting) >= job.spec.num_tasks:
+                return
+            self._unqueue_group(job, uid, member, len(waiting))  # members left it: gathered again, below
+            job = None
         rec = self.recs.get(job.id) if job is not None else None
         if job is not None and rec is not None and rec.foreign and [
                 p for p in pods if p.node and p.reservation.partition("/")[2].startswith(f"{job.id}-")]:
@@ -1732,6 +1867,32 @@ class KubeRuntime(EngineFront):
             self.submit_write("note", rec.job_id, self.write_note, rec.namespace, rec.name, "Warning", "Refused",
                               why, REFUSED_ANNOTATION)
 
+    def _unqueue_group(self, job: Job, uid: str, member: Member, left: int) -> None:
+        """A queued (never admitted) pod group that has fewer than its ``minMember`` members now (a member's pod
+        group label was changed or removed, or it was deleted): it is not queued any more, it waits for its pods
+        again as a group that never had them all (:meth:`_group_seen` gathers it at once). Under the same id while
+        its oldest member stays (its listed job goes back to pending with the reason), else its job ends cancelled
+        with why and the group is gathered under the id its members give it now. Caller holds the cluster lock."""
+        why = (f"its members left the group: {left} of {job.spec.num_tasks} left (minMember {job.spec.num_tasks}); "
+               "it waits for its pods again")
+        log.info("pod group %s/%s: %s", member.namespace, member.name, why)
+        with self._lock:
+            oldest = min((p for p in self._pods.values() if p.job_uid == uid and p.live and not p.node),
+                         key=lambda p: (p.created, p.key), default=None)
+        first = str((oldest.obj.get("metadata") or {}).get("uid") or "") if oldest is not None else ""
+        self.quiet.add(job.id)
+        try:
+            if oldest is not None and group_job_id(member.namespace, member.gang, first) == job.id:
+                with self._collect(None):  # not an end: the same job waits for its pods again
+                    self.engine.cancel(job.id, why)
+                self.engine.forget(job.id)
+                self.recs.pop(job.id, None)
+            else:
+                self.engine.cancel(job.id, why)
+        finally:
+            self.quiet.discard(job.id)
+        self.by_uid.pop(uid, None)
+
     def _group_placeholder(self, job_id: str, member: Member, pods: Sequence[PodView], submit_s: float,
                            created: float, refused: str = "") -> JobSpec:
         labels = (pods[0].obj.get("metadata") or {}).get("labels") or {} if pods else {}
@@ -1795,7 +1956,11 @@ class KubeRuntime(EngineFront):
             except (KubeInputError, AllocationError) as exc:
                 log.info("pod group %s: slot %d of pod %s not taken in: %s", rec.job_id, i, p.key, exc)
                 continue
-            rec.slots[i] = task.key
+            job = self.engine.jobs.get(rec.job_id)
+            if job is not None and job.state == JobState.RUNNING:
+                self._hold_slot(job, rec, i)
+            else:
+                rec.slots[i] = task.key
 
     def _adopt_group(self, uid: str, member: Member, pods: list[PodView], bound: list[PodView],
                      queued: Job | None = None) -> None:
@@ -1806,6 +1971,8 @@ class KubeRuntime(EngineFront):
         for p in bound:
             try:
                 jid, run, index = p.reservation.partition("/")[2].rsplit("-", 2)
+                if not jid.startswith(group_job_id(member.namespace, member.gang) + "-"):
+                    continue  # bound as a member of another group (its label changed since): that group's
                 runs.setdefault((jid, int(run)), {})[int(index)] = p
             except ValueError:
                 continue
@@ -2020,13 +2187,23 @@ class KubeRuntime(EngineFront):
                     rec.unmirrored[i] = why
                     continue
                 rec.unmirrored.pop(i)
-                rec.slots[i] = task.key
-                job.pod_keys = (*job.pod_keys, task.key)
-                job.held_gpus += allocation_gpus(self.cluster.state, self.cluster.reserved[task.key])
-                if job.tally is not None:
-                    job.tally.moved(job)
-                self.quota.charge(task.key, task.charged_tenant, pod_charge(task, self.cluster.state.snapshot()))
+                self._hold_slot(job, rec, i)
                 log.info("job %s: slot %d of its admission is held here now", job.id, i)
+
+    def _hold_slot(self, job: Job, rec: _Rec, i: int) -> None:
+        """Slot ``i`` of the running job, reserved only now (count-only admission placed it late, a follower or new
+        leader held it late, or a new leader placed a slot its predecessor never bound): it joins the job's pods,
+        so the job's status (placements, GPUs held, its tenant's use) counts it, its quota charge (made by the
+        placement's Reserve, else here) is the tenant's, and the job's end or deletion frees it with the rest.
+        Caller holds the cluster lock."""
+        task = rec.tasks[i]
+        rec.slots[i] = task.key
+        if task.key not in job.pod_keys:  # (a count-only admission's unplaced slots are its pods already)
+            job.pod_keys = (*job.pod_keys, task.key)
+        job.held_gpus += allocation_gpus(self.cluster.state, self.cluster.reserved[task.key])
+        if job.tally is not None:
+            job.tally.moved(job)
+        self.quota.charge(task.key, task.charged_tenant, pod_charge(task, self.cluster.state.snapshot()))
 
     def _unmirrored_outside(self) -> dict[str, tuple[str, dict[str, float]]]:
         """The slots of running jobs not held here (:meth:`_adopt`): each charged to its job's tenant as its task
@@ -2058,7 +2235,7 @@ class KubeRuntime(EngineFront):
                 d = self.cluster.decide(solo(rec.tasks[i]))
                 if d.ok and d.allocation is not None:
                     self.cluster.reserve([d.allocation])
-                    rec.slots[i] = rec.tasks[i].key
+                    self._hold_slot(job, rec, i)
                 else:
                     rec.unplaced_why = d.message()
 
@@ -2300,6 +2477,7 @@ class KubeRuntime(EngineFront):
                 "leader": self.leading,
                 "leader_elect": self.elector is not None,
                 "bound_namespaces": self._bound_count(),
+                "tenancy": None if self.tenancy is None else self.tenancy.status(),
             },
         }
 

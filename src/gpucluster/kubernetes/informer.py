@@ -67,7 +67,7 @@ class Informer:
 
     def watch_kind(self, name: str, list_call: Any, on_event: Callable[[str, Mapping[str, Any]], None],
                    on_list: Callable[[list[Mapping[str, Any]]], None], label_selector: str | None = None,
-                   optional: bool = False, recheck_s: float = 5.0) -> None:
+                   optional: bool = False, recheck_s: float = 5.0, field_selector: str | None = None) -> None:
         """Also list and watch another kind (before :meth:`start`): ``on_list`` gets every object of each (re)list
         (a full resync), ``on_event`` each ``ADDED``/``MODIFIED``/``DELETED`` after it. ``list_call`` is a
         client ``list_*_for_all_namespaces`` (or cluster-scoped ``list_*``) method.
@@ -75,9 +75,12 @@ class Informer:
         ``optional``: a kind the server may not serve (a custom resource whose CRD is not installed, or not
         yet): a list answered 404 counts as an empty list (``on_list([])`` once, the kind counts as synced) and
         the list is tried again every ``recheck_s`` seconds, so a CRD installed later is read from then on
-        (``served[name]`` says which it is now)."""
+        (``served[name]`` says which it is now). ``field_selector``: e.g. ``metadata.name=X`` for one object (a
+        namespaced ``list_namespaced_*`` bound to its namespace as ``list_call``)."""
         done = threading.Event()
         extra = {"label_selector": label_selector} if label_selector else {}
+        if field_selector:
+            extra["field_selector"] = field_selector
 
         def relist() -> str:
             while True:

@@ -309,6 +309,12 @@ TWIN_RULES: tuple[dict[str, Any], ...] = (
 LEASE_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
 )
+UP_LEASE_RULES: tuple[dict[str, Any], ...] = (
+    *LEASE_RULES,
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update"]},
+)
+"""``up``'s replicas: the Lease, and the ConfigMap ``<lease>-tenants`` in which they share the tenants' settings
+(``kubernetes.sharedtenants``), in the lease namespace only."""
 
 
 def _cluster_role(o: DeployOptions, name: str, component: str, rules: Iterable[Mapping[str, Any]]
@@ -495,7 +501,7 @@ def _up(o: DeployOptions) -> list[dict[str, Any]]:
     return [_service_account(o, name, comp), _cluster_role(o, name, comp, UP_RULES),
             _binding("ClusterRoleBinding", name, "ClusterRole", name, name, o, comp),
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-             "metadata": _meta(o, f"{name}-leases", comp), "rules": [dict(r) for r in LEASE_RULES]},
+             "metadata": _meta(o, f"{name}-leases", comp), "rules": [dict(r) for r in UP_LEASE_RULES]},
             _binding("RoleBinding", f"{name}-leases", "Role", f"{name}-leases", name, o, comp),
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(o, name, comp),
              "data": {"kubeconfig": IN_CLUSTER_KUBECONFIG}},

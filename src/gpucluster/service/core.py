@@ -21,6 +21,7 @@ from typing import Any
 from gpucluster.embedded import run_steps
 from gpucluster.jobs import Fail, JobStatus, transition
 from gpucluster.model.limits import DEFAULT_TENANT_MAX_QUEUED
+from gpucluster.model.tenants import TenantSettings, changes
 from gpucluster.monitoring import describe_record
 from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.limits import RateLimits, TokenBucket
@@ -36,6 +37,7 @@ from gpucluster.service.runtime import (
     NodeActions,
     RemediationAudit,
     Runtime,
+    SharedTenantSettings,
 )
 from gpucluster.service.store import BadRow, Store, StoreWriteError
 from gpucluster.service.tasks import TaskManager
@@ -47,6 +49,11 @@ SYNTHETIC_TENANT = "synthetic"
 REMEDIATION_ACTOR = "remediation"
 DISCOVERED_ACTOR = "cluster"
 """Audit actor of jobs found in the cluster rather than submitted here (a Job created with kubectl)."""
+SHARED_ACTOR = "cluster"
+"""Audit actor of tenant settings applied from the state the replicas share (set through another replica)."""
+TENANCY_UID_META = "shared_tenancy_uid"
+"""``meta`` key: the uid of the shared tenant settings object this store applied last (a store that never
+applied it adds its own tenants to it at the start)."""
 HELD_NODES_META = "held_nodes"
 """``meta`` key of the nodes an operator cordoned or drained (a JSON list of names): a restart cordons them again."""
 CLOCK_LEASE_S = 5.0
@@ -266,6 +273,10 @@ class Service:
                 self.persisted_clock = ahead
             except StoreWriteError as exc:  # the runtime goes on; the next tick stores the clock again
                 failed = exc
+        try:
+            self.apply_shared_tenancy()  # before the pass: a quota changed on another replica holds in it
+        except StoreWriteError as exc:  # applied (and the runtime told so) at the next tick that can store it
+            failed = failed or exc
         stepped = getattr(self.runtime, "advance_steps", None)
         if callable(stepped):
             events: list[JobEvent] = yield from stepped(t)
@@ -513,6 +524,36 @@ class Service:
         value = None if row is None else row.get("max_queued_jobs")
         return self.config.max_queued_jobs if value is None else int(value)
 
+    def local_tenants(self) -> dict[str, TenantSettings]:
+        """This replica's tenants and their settings, as its store holds them."""
+        return {str(row["name"]): TenantSettings.from_row(row) for row in self.store.tenants()}
+
+    def apply_shared_tenancy(self) -> bool:
+        """Apply the tenants' settings the replicas share (a runtime with :class:`SharedTenantSettings`; see
+        :mod:`gpucluster.model.tenants`) to the store, each changed tenant with an audit line (actor ``cluster``),
+        then to the engine's quotas; only then is the runtime told it is applied (a replica about to lead waits
+        for that). True when something changed. Raises ``StoreWriteError`` (nothing is marked applied: the next
+        tick tries again)."""
+        if not isinstance(self.runtime, SharedTenantSettings):
+            return False
+        shared = self.runtime.shared_tenancy()
+        if shared is None:
+            return False
+        changed = changes(self.local_tenants(), shared)
+        for name, s in changed.items():
+            self.store.upsert_tenant(name, s.quota_gpus, s.weight, s.max_priority, max_queued_jobs=s.max_queued_jobs,
+                                     audit=(SHARED_ACTOR, "tenant.shared", name,
+                                            f"quota={s.quota_gpus} weight={s.weight} max_priority={s.max_priority} "
+                                            f"max_queued_jobs={s.max_queued_jobs} (shared version "
+                                            f"{shared.version})"))
+        if changed:
+            log.info("shared tenant settings (version %s) applied: %s", shared.version,
+                     ", ".join(f"{n} quota={s.quota_gpus}" for n, s in sorted(changed.items()))[:500])
+            self.sync_quotas()
+            self.invalidate_views()
+        self.runtime.tenancy_applied(shared.version)
+        return bool(changed)
+
     def sync_quotas(self) -> None:
         rows = self.store.tenants()
         self.runtime.set_quotas({t["name"]: float(t["quota_gpus"]) for t in rows if t["quota_gpus"] is not None},
@@ -575,6 +616,23 @@ def _restore_held_nodes(runtime: Runtime, store: Store) -> None:
         log.info("cordoned again, as an operator left them: %s", ", ".join(kept))
 
 
+def _seed_shared_tenancy(svc: Service) -> None:
+    """Before the first pass: read the tenants' settings the replicas share (adding this store's tenants the
+    shared object does not name, when this store never applied it: an upgrade loses no quota) and apply them. A
+    shared object that cannot be read is logged; the runtime then reads it again before it leads."""
+    runtime = svc.runtime
+    if not isinstance(runtime, SharedTenantSettings):
+        return
+    try:
+        uid = runtime.seed_tenancy(svc.local_tenants(), svc.store.get_meta(TENANCY_UID_META))
+    except RuntimeError as exc:
+        log.error("shared tenant settings not read at the start: %s", exc)
+        return
+    svc.apply_shared_tenancy()
+    if uid and uid != svc.store.get_meta(TENANCY_UID_META):
+        svc.store.set_meta(TENANCY_UID_META, uid)
+
+
 def open_service(runtime: Runtime, config: ServiceConfig, lock: DataDirLock | None = None) -> tuple[Service, bool]:
     """Lock the data directory (unless ``lock`` is already held), open the store, install the admin token
     (revoking any other), resume the clock and recover persisted jobs into the runtime. Returns the service and
@@ -612,6 +670,7 @@ def _restore(runtime: Runtime, config: ServiceConfig, lock: DataDirLock, admin: 
     _restore_held_nodes(runtime, store)  # before anything is placed: no job lands on a node the operator holds
     svc.clock_origin = max(t for t in candidates if math.isfinite(t))
     svc.persisted_clock = svc.clock_origin
+    _seed_shared_tenancy(svc)
     # the stored quotas before the first pass: a runtime that found its workloads in the cluster (Kubernetes: a
     # running Job and one waiting for quota) admits at the advance below, which must not see unlimited tenants
     svc.sync_quotas()

@@ -12,15 +12,16 @@ Views a runtime returns are JSON-ready (``dict``/``list`` of plain values) so th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from gpucluster.devices import VendorRegistry
 from gpucluster.jobs import Job, JobEvent, JobState, JobStatus
+from gpucluster.model.tenants import SharedTenancy, TenantSettings
 from gpucluster.monitoring import AuditRecord
 
 __all__ = ["DiscoveredJobs", "FaultDrill", "ForgetsJobs", "Job", "JobEvent", "JobState", "JobStatus", "NodeActions",
-           "PodLogs", "RemediationAudit", "Runtime"]
+           "PodLogs", "RemediationAudit", "Runtime", "SharedTenantSettings"]
 
 
 @runtime_checkable
@@ -171,4 +172,35 @@ class NodeActions(Protocol):
     def drain(self, node: str, why: str, events: list[JobEvent]) -> list[str]:
         """Cordon ``node`` and evict every job with a pod on it back to the queue (the way remediation drains);
         the evicted job ids. Job events go to ``events``."""
+        ...
+
+
+@runtime_checkable
+class SharedTenantSettings(Protocol):
+    """A runtime whose replicas share the tenants' settings (Kubernetes: a ConfigMap, ``docs/kubernetes.md``,
+    "Tenants shared by the replicas"): the service applies the shared state to its store before each scheduling
+    pass, and writes every tenant change there first (:mod:`gpucluster.model.tenants` says how it applies)."""
+
+    def shared_tenancy(self) -> SharedTenancy | None:
+        """The newest shared state this replica has not applied yet (None: nothing new)."""
+        ...
+
+    def tenancy_applied(self, version: str) -> None:
+        """The service applied the shared state of ``version`` (its store and the engine's quotas hold it)."""
+        ...
+
+    def seed_tenancy(self, local: Mapping[str, TenantSettings], synced_uid: str | None) -> str:
+        """At the start, before the first pass: read the shared state now; when it is missing, or this store never
+        applied this shared object (``synced_uid``: the object's uid it applied last), add the local tenants it
+        does not name yet (an upgrade from per-replica tenants loses no quota). Returns the object's uid. Raises
+        ``RuntimeError`` (the shared object cannot be read nor written) saying why."""
+        ...
+
+    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings],
+                       fields: Collection[str] | None = None) -> TenantSettings:
+        """Write one tenant's settings to the shared state (blocking: call it off the event loop). ``local``: this
+        replica's tenants, what a missing shared object is made of. ``fields``: write only these fields, over
+        the shared value as it is at the write (``model.tenants.patched``: a change of another field made through
+        another replica and not applied here yet is kept). Returns the settings written for the tenant. Raises
+        ``RuntimeError`` saying why nothing was written."""
         ...

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Collection
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
 from gpucluster.model.limits import DEFAULT_TENANT_MAX_PRIORITY
+from gpucluster.model.tenants import TenantSettings
 from gpucluster.service.api.deps import Auth, Svc, admin_only
 from gpucluster.service.api.models import (
     ERRORS,
@@ -23,10 +26,27 @@ from gpucluster.service.api.models import (
 from gpucluster.service.auth import Principal, new_tenant_token
 from gpucluster.service.core import SYNTHETIC_TENANT, Service
 from gpucluster.service.errors import ApiError
+from gpucluster.service.runtime import SharedTenantSettings
 
 router = APIRouter(tags=["tenants"])
 
 TenantName = Annotated[str, Path(pattern=NAME_RE, max_length=63)]
+
+
+async def _publish(service: Service, name: str, settings: TenantSettings,
+                   fields: Collection[str] | None = None) -> TenantSettings:
+    """Where the replicas share the tenants' settings (Kubernetes), write the change there first, from any replica
+    (a worker thread: the write is a request to the API server); every replica, this one too, applies it before
+    its next pass. ``fields``: only these change, over the shared value at the write (a PATCH). Returns the
+    settings written (``settings`` where nothing is shared). 503 ``where: tenancy`` when it cannot be written:
+    nothing changed anywhere."""
+    if not isinstance(service.runtime, SharedTenantSettings):
+        return settings
+    try:
+        return await asyncio.to_thread(service.runtime.publish_tenant, name, settings, service.local_tenants(),
+                                       fields)
+    except RuntimeError as exc:
+        raise ApiError(503, "tenancy", f"tenant {name} not changed: {exc}", headers={"Retry-After": "5"}) from None
 
 
 def _max_priority(row: dict[str, Any]) -> int:
@@ -68,6 +88,8 @@ async def create_tenant(body: TenantIn, who: Auth, service: Svc) -> dict[str, An
     admin_only(who)
     if body.name == SYNTHETIC_TENANT:
         raise ApiError(422, "name", f"{SYNTHETIC_TENANT!r} is reserved for the background workload")
+    await _publish(service, body.name, TenantSettings(body.quota_gpus, body.weight, body.max_priority,
+                                                       body.max_queued_jobs))
     token = new_tenant_token(body.name)
     # tenant, token and audit line in one transaction, stored before the quota applies
     service.store.upsert_tenant(body.name, body.quota_gpus, body.weight, body.max_priority, token=token,
@@ -93,6 +115,12 @@ async def update_tenant(name: TenantName, body: TenantPatch, who: Auth, service:
     weight = body.weight if body.weight is not None else float(row["weight"])
     most = body.max_priority if "max_priority" in given else row["max_priority"]
     queued = body.max_queued_jobs if "max_queued_jobs" in given else row["max_queued_jobs"]
+    changed = {f for f in given if f != "weight" or body.weight is not None}
+    written = await _publish(service, name, TenantSettings(None if quota is None else float(quota), weight,
+                                                           None if most is None else int(most),
+                                                           None if queued is None else int(queued)), changed)
+    # the other fields as the shared object holds them (another replica may have changed one meanwhile)
+    quota, weight, most, queued = written.quota_gpus, written.weight, written.max_priority, written.max_queued_jobs
     # the change and its audit line in one transaction: a store that takes neither changes nothing (507/503)
     service.store.upsert_tenant(name, quota, weight, most, max_queued_jobs=queued,
                                 audit=(who.actor, "tenant.update", name, f"quota={quota} weight={weight} "
