@@ -146,6 +146,6 @@ def test_a_tenant_whose_key_cannot_be_read_and_that_has_no_settings_here_gets_no
     it."""
     after = apply_shared(current, shared)
     for name in shared.bad:
-        assert after[name] == (current[name] if name in current else UNREADABLE)
+        assert after[name] == current.get(name, UNREADABLE)
     assert UNREADABLE.quota_gpus == 0.0
     assert apply_shared({}, read_shared({"ml": "{", "Bad_Key": "{}"}, "3")) == {"ml": UNREADABLE}
