@@ -23,7 +23,10 @@ each replica the tenants: the same settings written twice).
 * a quota raised through the follower's API is applied by the leader (which admits the waiting Job), a quota
   removed through the leader's is removed on the follower; no token in the ConfigMap;
 * a hand-broken key in the ConfigMap: both replicas keep the tenant's last good quota, report the key (overview,
-  a Warning ``TenancyUnreadable`` Event) and apply the key once it is mended.
+  a Warning ``TenancyUnreadable`` Event) and apply the key once it is mended;
+* Events across a failover: the pod-group verdicts and the ``Relabelled`` Events only the follower saw (the
+  leader frozen, then ``kill -9``) are written by it once it leads, and no Event the old leader wrote (a waiting
+  group's ``Waiting``) is written twice.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_k8s_rechecks import _group, _relabel_group
 from test_k8s_tenancy import _apply, _refused, _status
 from test_k8s_workloads import _api_job
 from up_process import ControlPlane, leader_of, wait_until
@@ -462,3 +466,51 @@ def test_a_hand_broken_shared_object_keeps_the_last_good_settings_and_says_why(
         for r in (leader, follower):
             wait_until(lambda r=r: _quota(r, tenant) == 3 and not _tenancy(r)["errors"], 120,
                        "the replica to apply the mended key")
+def test_a_new_leader_writes_the_pod_group_events_only_it_saw_and_no_event_twice(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
+        fleet: list[Any], tmp_path: Path) -> None:
+    """Tenant C (quota 2 GPUs): a pod group runs at the quota, a second waits for it (the leader writes a
+    ``Waiting`` Event on its pods). The leader is frozen (``SIGSTOP``); the running group's members are relabelled
+    (it stays C's: a ``Relabelled`` Event is owed) and a group naming a bad tenant is made (refused: ``Refused``
+    Events owed); the follower sees both, then the leader is killed (``kill -9``). The new leader writes the
+    ``Relabelled`` and ``Refused`` Events, one on each pod, and the waiting group's ``Waiting`` Event stays one
+    (the new leader writes it again: the same Event, not a second). Before, the follower's pod-group verdicts and
+    relabels were never written and every Event the new leader wrote again was a duplicate."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    _tenant, _ns_a, ns_b = namespaces
+    other, moved = f"tc-{run}", f"td-{run}"
+    running, waiting, bad, late = f"pr-{run}", f"pw-{run}", f"pb-{run}", f"pl-{run}"
+
+    def on_pods(group: str, reason: str) -> list[int]:
+        return [len(_refused(kube_client, ns_b, f"{group}-{i}", kind="Pod", reason=reason) or []) for i in range(2)]
+
+    with replicas(kube_control_plane, tmp_path, run, {other: 2}) as (leader, follower):
+        _group(core, ns_b, run, other, running, run_s=600)
+        for r in (leader, follower):
+            wait_until(lambda r=r: _status(r, running, "running"), 120, "the first group to run at C's quota")
+        _group(core, ns_b, run, other, waiting)
+        wait_until(lambda: (j := _status(leader, waiting, "pending")) and "quota" in j["message"], 120,
+                   "the second group to wait for quota")
+        wait_until(lambda: _status(follower, waiting, "pending"), 120, "the follower to list it waiting")
+        wait_until(lambda: on_pods(waiting, "Waiting") == [1, 1], 120, "the leader's Waiting Events")
+
+        leader.proc.send_signal(signal.SIGSTOP)  # it writes nothing from now on
+        _relabel_group(core, ns_b, running, moved)
+        _group(core, ns_b, run, "Not_A_Tenant", bad)
+        wait_until(lambda: _status(follower, bad, "failed"), 120, "the follower to refuse the badly named group")
+        assert on_pods(bad, "Refused") == [0, 0] and on_pods(running, "Relabelled") == [0, 0]
+        leader.kill()
+        wait_until(lambda: _leads(follower), 120, "the follower to take over")
+
+        wait_until(lambda: on_pods(bad, "Refused") == [1, 1], 120, "the new leader to write the group's refusal")
+        wait_until(lambda: on_pods(running, "Relabelled") == [1, 1], 120, "the new leader to write the relabel")
+        [told] = _refused(kube_client, ns_b, f"{running}-0", kind="Pod", reason="Relabelled") or []
+        assert f"it stays running, charged to tenant {other} until it ends" in told["message"]
+        # a group the new leader refuses after it took over: its Event is written after every earlier write
+        _group(core, ns_b, run, "Also_Not_A_Tenant", late)
+        wait_until(lambda: on_pods(late, "Refused") == [1, 1], 120, "the new leader's own refusal")
+        assert on_pods(waiting, "Waiting") == [1, 1]  # written again by the new leader: the same Event
+        assert on_pods(bad, "Refused") == [1, 1] and on_pods(running, "Relabelled") == [1, 1]
+        assert _status(follower, running, "running") and _status(follower, waiting, "pending")
