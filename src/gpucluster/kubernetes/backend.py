@@ -103,7 +103,7 @@ from gpucluster.jobs import (
     transition,
     user_submission,
 )
-from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client, raw_get
+from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client, raw_get, raw_list
 from gpucluster.kubernetes.cluster import ClaimNotReadyError, ClaimPlan
 from gpucluster.kubernetes.convert import (
     BIND_PHASE_ANNOTATION,
@@ -256,6 +256,8 @@ class _Queued:
     the object read as a Job (``convert``), and ``namespace/name`` -> uid (their pods are filed under it)."""
 
     convert: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+    raw: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """uid -> the object as the API server last showed it (its resourceVersion orders late watch events)."""
     objs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     uids: dict[str, str] = field(default_factory=dict)
 
@@ -267,7 +269,10 @@ class _Queued:
             self.objs.pop(uid, None)
             self.uids.pop(where, None)
             gone.add(uid)
+        elif _older(obj, self.raw.get(uid)):
+            pass  # a late watch event: a relist read a newer version already
         else:
+            self.raw[uid] = obj
             self.objs[uid] = self.convert(obj)
             self.uids[where] = uid
             gone.discard(uid)
@@ -277,9 +282,23 @@ class _Queued:
         """Take in a whole list; the uids no longer listed join ``gone``. Returns the uids listed."""
         fresh = {_uid_where(o)[0]: o for o in items}
         gone |= set(self.objs) - set(fresh)
+        self.raw = dict(fresh)
         self.objs = {u: self.convert(o) for u, o in fresh.items()}
         self.uids = {_uid_where(o)[1]: u for u, o in fresh.items()}
         return set(fresh)
+
+
+def _older(obj: Mapping[str, Any], seen: Mapping[str, Any] | None) -> bool:
+    """``obj`` is an older version of the object than ``seen`` (a watch event delivered after a relist that read
+    a newer one). resourceVersions are compared as numbers when both are (the API server's are etcd revisions);
+    otherwise nothing is taken for older."""
+    if seen is None:
+        return False
+    try:
+        return int(str((obj.get("metadata") or {}).get("resourceVersion"))) < int(
+            str((seen.get("metadata") or {}).get("resourceVersion")))
+    except ValueError:
+        return False
 
 
 def _uid_where(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -599,6 +618,9 @@ class KubeRuntime(EngineFront):
                 view.job_uid = owner
         claimant = claim_tenant(obj) if kind != "DELETED" else None
         with self._lock:
+            seen = self._pods.get(key)
+            if view is not None and seen is not None and _older(obj, seen.obj):
+                return  # a late watch event: a relist (:meth:`_relist`) read a newer version already
             if grouped and view is not None:
                 member = self._regroup(view, member)
             elif view is None:
@@ -738,6 +760,8 @@ class KubeRuntime(EngineFront):
             return  # a JobSet's child: queued as its JobSet
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         with self._lock:
+            if kind != "DELETED" and _older(obj, self._job_objs.get(uid)):
+                return  # a late watch event: a relist (:meth:`_relist`) read a newer version already
             if kind == "DELETED":
                 self._job_objs.pop(uid, None)
                 self._gone.add(uid)
@@ -1263,6 +1287,8 @@ class KubeRuntime(EngineFront):
             return
         if leading and not self._tenancy_current():
             return  # leads (admits) once the newest shared tenant settings are applied: at a next tick
+        if leading and not self._relist():
+            return  # leads once it has read the workloads and pods from the API server: at a next tick
         self._leading = leading
         if leading:
             log.info("%s leads: admitting jobs", self.identity)
@@ -1282,6 +1308,34 @@ class KubeRuntime(EngineFront):
             self._group_ended = {}
         with self._lock:
             self._dirty = set(self._job_objs) | set(self._sets.objs) | set(self._ptjs.objs)  # JobSets, PyTorchJobs
+
+    def _relist(self) -> bool:
+        """This replica is about to lead: read the queued workloads (Jobs, JobSets, PyTorchJobs) and the pods from
+        the API server now, as a relist of its watches, so its first admission pass (in this tick) counts every
+        admission and bind of the old leader, even one its watches have not delivered yet (the leader killed
+        right after writing it): a workload admitted there is adopted, charged to its tenant, before anything is
+        admitted here. False when the API server cannot be read (it leads at a later tick)."""
+        try:
+            jobs = raw_list(self.batch.list_job_for_all_namespaces, label_selector=QUEUE_LABEL)
+            customs = {kind: raw_list(functools.partial(self.custom.list_cluster_custom_object, *CUSTOM_KINDS[kind]),
+                                      label_selector=QUEUE_LABEL)
+                       for kind, name in (("JobSet", "jobsets"), ("PyTorchJob", "pytorchjobs"))
+                       if self.informer.served.get(name)}
+            pods = raw_list(self.core.list_pod_for_all_namespaces)
+        except Exception as exc:
+            log.warning("%s holds the lease but admits nothing until it has read the workloads and pods: %s",
+                        self.identity, _api_error(exc))
+            return False
+        self._on_job_list(list(jobs.get("items") or []))
+        if "JobSet" in customs:
+            self._on_jobset_list(list(customs["JobSet"].get("items") or []))
+        if "PyTorchJob" in customs:
+            self._on_pytorchjob_list(list(customs["PyTorchJob"].get("items") or []))
+        items = list(pods.get("items") or [])
+        self._on_pod_resync({pod_key(o) for o in items})
+        for obj in items:
+            self._on_pod("MODIFIED", obj)
+        return True
 
     def _tenancy_current(self) -> bool:
         """Whether the shared tenant settings this replica applied are the newest on the server (read now): a
