@@ -6,7 +6,9 @@ The test clusters have no kubelet: a pod bound to a registered node would stay `
 * a bound ``Pending`` pod is marked ``Running`` (container ``running``), then after its run time ``Succeeded``
   (exit code 0) or ``Failed`` (its exit code, reason ``Error``), as the pod's first container says in its
   environment: ``FAKE_RUN_S`` (seconds, ``inf`` = until deleted; default: ``N`` of a ``sleep N`` command, else 1)
-  and ``FAKE_EXIT_CODE`` (default 0), ``FAKE_LOG`` (lines it "prints");
+  and ``FAKE_EXIT_CODE`` (default 0), ``FAKE_LOG`` (lines it "prints"); a test that must not wait out a fixed run
+  time runs its pods with ``FAKE_RUN_S=inf`` and ends each with :func:`finish` once it has seen what it checks
+  while they run (the containers exit then, as the timer would have made them);
 * a pod being deleted (a ``deletionTimestamp``) is removed at once, as a kubelet does once its containers stop;
 * it serves the kubelet's ``/containerLogs`` endpoint over HTTPS on 127.0.0.1 (its port written into each
   node's ``status.daemonEndpoints``), so ``kubectl logs`` and the control plane's log reading go through the
@@ -59,6 +61,34 @@ def run_plan(pod: Mapping[str, Any]) -> tuple[float, int, list[str]]:
     lines = [f"fake kubelet: pod {name} runs {containers[0].get('image')} {' '.join(map(str, argv))}".rstrip()]
     lines += [x for x in env.get("FAKE_LOG", "").split("\\n") if x]
     return run_s, code, lines
+
+
+def finish(core: Any, namespace: str, name: str, code: int = 0) -> bool:
+    """The pod's containers exit now with ``code`` (``Succeeded`` for 0, else ``Failed``), as a kubelet reports
+    it: what the stand-in does when a pod's run time is up, for a test to call on a pod started with
+    ``FAKE_RUN_S=inf``. ``core``: a ``CoreV1Api`` (or an ``ApiClient``). False when the pod is gone or being
+    deleted."""
+    if not isinstance(core, client.CoreV1Api):
+        core = client.CoreV1Api(core)
+    try:
+        pod = core.read_namespaced_pod(name, namespace)
+    except ApiException:
+        return False
+    if pod.metadata.deletion_timestamp is not None:
+        return False
+    now = _stamp()
+    statuses = [{"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
+                 "started": False, "state": {"terminated": {
+                     "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                     "startedAt": now, "finishedAt": now}}} for c in pod.spec.containers]
+    try:
+        core.patch_namespaced_pod_status(name, namespace, {"status": {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+            "containerStatuses": statuses}})
+    except ApiException:
+        return False
+    return True
 
 
 class FakeKubelet:
@@ -178,24 +208,9 @@ class FakeKubelet:
                 self._finish(namespace, name, code)
 
     def _finish(self, namespace: str, name: str, code: int) -> None:
-        try:
-            pod = self.core.read_namespaced_pod(name, namespace)
-        except ApiException:
-            return
-        if pod.metadata.deletion_timestamp is not None:
-            return
-        now = _stamp()
-        statuses = [{"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
-                     "started": False, "state": {"terminated": {
-                         "exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                         "startedAt": now, "finishedAt": now}}} for c in pod.spec.containers]
-        with self._lock:
-            self.logs.setdefault(f"{namespace}/{name}", []).append(f"exit {code}")
-        with contextlib.suppress(ApiException):
-            self.core.patch_namespaced_pod_status(name, namespace, {"status": {
-                "phase": "Succeeded" if code == 0 else "Failed",
-                "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
-                "containerStatuses": statuses}})
+        if finish(self.core, namespace, name, code):
+            with self._lock:
+                self.logs.setdefault(f"{namespace}/{name}", []).append(f"exit {code}")
 
     # ------------------------------------------------------------------ logs (the kubelet's endpoint)
     def _serve_logs(self) -> None:

@@ -217,3 +217,161 @@ def test_mixed_500_pods_two_schedulers_no_gpu_held_twice(
         assert "consumedCapacity" in out and "reservedFor" in out
     log = ours.log()
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_claim_pods_of_one_pass_are_checked_after_one_settle_and_a_conflict_costs_only_its_pod(
+    kube_control_plane: Any, kube_client: Any, gpu_node_factory: Any, namespace: str,
+) -> None:
+    """Six single pods with claims in one pass: their claims are written, then read back with every claim on the
+    server once after one settle (one read, where each pod used to wait a settle and read of its own, so 220 claim
+    pods took 220 settles), and a device another scheduler allocated during that settle costs only the pod that
+    had it (its claim taken back, the pod placed again on a free GPU in the next pass); the other five bind. The
+    scheduler runs in this process (passes called by the test); the conflicting allocation is written by the test
+    from inside the settle's read, so the race happens every run."""
+    if _version(kube_client) < (1, 36):
+        pytest.skip("DRA with consumable capacity and extended resources needs Kubernetes >= 1.36")
+    from k8s_helpers import registry
+
+    from gpucluster.kubernetes.runtime import RunOptions, build
+    from gpucluster.kubernetes.secondary import SecondaryScheduler
+
+    core, res = client.CoreV1Api(kube_client), client.ResourceV1Api(kube_client)
+    run = uuid.uuid4().hex[:6]
+    name, whole_class = f"settle-{run}", f"nvidia-settle-{run}"
+    nodes = [f"settle-{run}-{i}" for i in range(2)]
+    for node in nodes:
+        gpu_node_factory(node, {"nvidia.com/gpu": str(SHARED * 10)},
+                         annotations={"hami.io/node-nvidia-register": _hami_register(node)},
+                         labels={"gpucluster.io/run": run})
+    slices = [resource_slice(n, NVIDIA_DRIVER, [nvidia_device(n, j) for j in range(WHOLE)]) for n in nodes]
+    for s in slices:
+        res.create_resource_slice(s)
+    res.create_device_class(device_class(whole_class, NVIDIA_DRIVER))
+    names = [f"p{i}" for i in range(6)]
+    for n in [*names, "theirs"]:
+        body = claim(n, whole_class, namespace=namespace)
+        body["metadata"].pop("uid", None)
+        body["metadata"].pop("resourceVersion", None)
+        res.create_namespaced_resource_claim(namespace, body)
+    opts = RunOptions(scheduler_name=name, handshake_timeout=3600, assume_ttl=3600, sync_timeout=30)
+    cluster, binder, informer = build(kube_client, registry(), opts, identity=name)
+    sched = SecondaryScheduler(cluster, binder, name, claim_settle=0.5)
+    informer.pod_listeners.append(sched.on_pod)
+    informer.claim_listeners.append(sched.on_claim)
+    reads: list[int] = []
+    stolen: list[str] = []
+    list_all = binder.claims.list_all
+
+    def read_every_claim() -> list[dict[str, Any]]:
+        """The settle's read; on the first, "kube-scheduler" allocates the device our claim p0 was just given."""
+        reads.append(1)
+        if len(reads) == 1:
+            ours = _raw(res.read_namespaced_resource_claim("p0", namespace, _preload_content=False))
+            alloc = ours["status"]["allocation"]
+            theirs = _raw(res.read_namespaced_resource_claim("theirs", namespace, _preload_content=False))
+            theirs["status"] = {"allocation": {**alloc, "devices": {"results": [
+                {k: r[k] for k in ("request", "driver", "pool", "device")} for r in alloc["devices"]["results"]]}}}
+            res.replace_namespaced_resource_claim_status("theirs", namespace, theirs)
+            stolen.extend(f"{r['pool']}/{r['device']}" for r in alloc["devices"]["results"])
+        return list_all()
+
+    binder.claims.list_all = read_every_claim  # type: ignore[method-assign]
+    informer.start()
+    try:
+        assert informer.wait_synced(30), "the informer did not sync"
+        wait_until(lambda: set(nodes) <= set(cluster.state.node_index), 30, "both nodes")
+        pods = []
+        for n in names:
+            obj = claim_pod(n, [n], scheduler=name)
+            obj["metadata"].pop("uid", None)
+            obj["metadata"]["namespace"] = namespace
+            obj["spec"]["nodeSelector"] = {"gpucluster.io/run": run}
+            obj.pop("status", None)
+            pods.append(obj)
+        create_pods(core, namespace, pods)
+        wait_until(lambda: len(sched.pending) == len(names) and all(
+            f"{namespace}/{n}" in cluster.claims for n in names), 30, "six pending pods and their claims")
+        assert sched.run_pass() == 5
+        assert len(reads) == 1, f"{len(reads)} settle reads for one pass of six claim pods"
+        assert list(sched.pending) == [f"{namespace}/p0"]  # the one whose device was taken waits
+
+        def p0_placed() -> bool:
+            sched.run_pass()
+            return not sched.pending
+
+        wait_until(p0_placed, 60, "p0 placed again on a free GPU")
+    finally:
+        informer.stop()
+        sched.stop()
+    all_claims = _raw(res.list_namespaced_resource_claim(namespace, _preload_content=False))["items"]
+    bad, counts = check_devices(slices, all_claims, list_pods(core, namespace), set())
+    assert bad == [], "\n".join(bad)
+    assert counts["claims"] == 7, counts  # six of ours and theirs, each on its own GPU (p0 moved off the stolen one)
+    assert stolen, "the settle's read never ran"
+    assert all(p["spec"].get("nodeName") for p in list_pods(core, namespace))
+
+
+def test_an_extended_resource_claim_left_unallocated_by_a_killed_scheduler_is_replaced_not_kept(
+    kube_control_plane: Any, kube_client: Any, gpu_node_factory: Any, namespace: str,
+) -> None:
+    """A scheduler creates a pod's extended-resource claim, then allocates it: killed between the two writes (seen
+    in the mixed 500-pod test, whose scheduler is killed half way), it leaves a claim owned by the pod that holds
+    nothing. The scheduler that binds the pod later must not keep it beside the one it makes: the pod ends up
+    with one extended-resource claim, allocated, named in its status. (The crash is stood in for by the test,
+    which makes that claim as the killed scheduler had.)"""
+    if _version(kube_client) < (1, 36):
+        pytest.skip("DRA with consumable capacity and extended resources needs Kubernetes >= 1.36")
+    from k8s_helpers import registry
+
+    from gpucluster.kubernetes.dra import EXTENDED_CLAIM_ANNOTATION
+    from gpucluster.kubernetes.runtime import RunOptions, build
+    from gpucluster.kubernetes.secondary import SecondaryScheduler
+
+    core, res = client.CoreV1Api(kube_client), client.ResourceV1Api(kube_client)
+    run = uuid.uuid4().hex[:6]
+    name, ext = f"orphan-{run}", f"example.com/gpu-{run}"
+    node = f"orphan-{run}-0"
+    gpu_node_factory(node, {"nvidia.com/gpu": str(SHARED * 10)},
+                     annotations={"hami.io/node-nvidia-register": _hami_register(node)},
+                     labels={"gpucluster.io/run": run})
+    res.create_resource_slice(resource_slice(node, NVIDIA_DRIVER, [nvidia_device(node, j) for j in range(WHOLE)]))
+    res.create_device_class(device_class(f"nvidia-orphan-{run}", NVIDIA_DRIVER, extended=ext))
+    obj = claim_pod("p", [], scheduler=name, extended={ext: "1"})
+    obj["metadata"].pop("uid", None)
+    obj["metadata"]["namespace"] = namespace
+    obj["spec"]["nodeSelector"] = {"gpucluster.io/run": run}
+    obj.pop("status", None)
+    pod = _raw(core.create_namespaced_pod(namespace, obj, _preload_content=False))
+    res.create_namespaced_resource_claim(namespace, {  # what the killed scheduler had created, never allocated
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"generateName": "p-extended-resources-", "namespace": namespace,
+                     "annotations": {EXTENDED_CLAIM_ANNOTATION: "true"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p",
+                                          "uid": pod["metadata"]["uid"], "controller": True}]},
+        "spec": {"devices": {"requests": [{"name": "container-0-request-0", "exactly": {
+            "deviceClassName": f"nvidia-orphan-{run}", "allocationMode": "ExactCount", "count": 1}}]}}})
+    opts = RunOptions(scheduler_name=name, handshake_timeout=3600, assume_ttl=3600, sync_timeout=30)
+    cluster, binder, informer = build(kube_client, registry(), opts, identity=name)
+    sched = SecondaryScheduler(cluster, binder, name, claim_settle=0.2)
+    informer.pod_listeners.append(sched.on_pod)
+    informer.claim_listeners.append(sched.on_claim)
+    informer.start()
+    try:
+        assert informer.wait_synced(30), "the informer did not sync"
+        wait_until(lambda: node in cluster.state.node_index and sched.pending, 30, "the node and the pending pod")
+
+        def bound() -> bool:
+            sched.run_pass()
+            return not sched.pending
+
+        wait_until(bound, 60, "the pod to be bound")
+    finally:
+        informer.stop()
+        sched.stop()
+    claims = _raw(res.list_namespaced_resource_claim(namespace, _preload_content=False))["items"]
+    assert len(claims) == 1, [(c["metadata"]["name"], c.get("status")) for c in claims]
+    [only] = claims
+    assert parse_claim(only).allocated
+    now = _raw(core.read_namespaced_pod("p", namespace, _preload_content=False))
+    assert now["spec"]["nodeName"] == node
+    assert now["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == only["metadata"]["name"]

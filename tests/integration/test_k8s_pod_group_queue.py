@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_kubelet import finish
 from k8s_helpers import GPUCLUSTER, Process
 from kubernetes import client
 from test_k8s_pod_group import GROUP, PLURAL, VERSION, pod_group_crd  # noqa: F401 (a fixture)
@@ -33,7 +35,7 @@ pytestmark = pytest.mark.integration
 NS = "default"
 
 
-def _member(name: str, run: str, *, gpus: int, run_s: int, labels: dict[str, str] | None = None,
+def _member(name: str, run: str, *, gpus: int, run_s: float, labels: dict[str, str] | None = None,
             annotations: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Pod",
@@ -42,9 +44,18 @@ def _member(name: str, run: str, *, gpus: int, run_s: int, labels: dict[str, str
         "spec": {"schedulerName": "gpucluster", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                  "nodeSelector": {"gpucluster.io/run": run},
                  "containers": [{"name": "train", "image": "registry.example/ml/train:v1",
-                                 "env": [{"name": "FAKE_RUN_S", "value": str(run_s)}],
+                                 "env": [{"name": "FAKE_RUN_S", "value": str(run_s)}],  # inf: until finish()
                                  "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
     }
+
+
+def _finish(core: Any, pods: list[dict[str, Any]]) -> None:
+    """The pods' containers exit 0 now (they run with ``FAKE_RUN_S=inf``: a test ends them once it has checked
+    what it checks while they run, instead of waiting out a fixed run time that a loaded machine may also
+    outlast before the checks are done)."""
+    assert pods
+    for p in pods:
+        assert finish(core, NS, p["metadata"]["name"]), f"pod {p['metadata']['name']} is gone"
 
 
 def _pods(core: Any, selector: str) -> list[dict[str, Any]]:
@@ -97,12 +108,12 @@ def test_a_pod_group_of_4_pods_x_2_gpus_is_one_queued_job_admitted_as_a_gang(
     selector = f"{POD_GROUP_LABEL}={group}"
     try:
         for i in range(3):
-            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=2, run_s=30, labels=labels))
+            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=2, run_s=math.inf, labels=labels))
         waiting = wait_until(lambda: (j := _status(server, group, "pending")) and "3 of 4" in j["message"] and j,
                              60, "three members to wait for the fourth")
         assert waiting["tenant"] == tenant and "minMember 4" in waiting["message"]
         assert not _bound(_pods(core, selector))  # nothing binds before the gang is whole
-        core.create_namespaced_pod(NS, _member(f"{group}-3", run, gpus=2, run_s=30, labels=labels))
+        core.create_namespaced_pod(NS, _member(f"{group}-3", run, gpus=2, run_s=math.inf, labels=labels))
 
         pods = wait_until(lambda: (b := _bound(_pods(core, selector))) and len(b) == 4 and b, 60,
                           "the 4 members to be bound as one gang")
@@ -129,8 +140,8 @@ def test_a_pod_group_of_4_pods_x_2_gpus_is_one_queued_job_admitted_as_a_gang(
         listed = json.loads(_cli(server, "get", "jobs", "--tenant", tenant, "-o", "json"))
         rows = listed["jobs"] if isinstance(listed, dict) else listed
         assert [r["name"] for r in rows] == [group]
-        done = wait_until(lambda: _status(server, group, "succeeded"), 120,
-                          "the group to succeed (the kubelet stand-in ends its pods after 30 s)")
+        _finish(core, pods)  # the members' containers exit now that everything checked while they run is seen
+        done = wait_until(lambda: _status(server, group, "succeeded"), 120, "the group to succeed")
         assert "4 pod(s) succeeded" in done["message"]
         assert _tenant_row(server, tenant).get("gpus", 0) == 0
     except BaseException:
@@ -167,7 +178,7 @@ def test_an_over_quota_pod_group_waits_with_the_quota_reason(kube_client: Any, r
 
     try:
         for i in range(2):
-            core.create_namespaced_pod(NS, _member(f"{first}-{i}", run, gpus=2, run_s=12,
+            core.create_namespaced_pod(NS, _member(f"{first}-{i}", run, gpus=2, run_s=math.inf,
                                                    annotations=gang(first, 2)))
         wait_until(lambda: _status(server, first, "running"), 60, "the group at its quota to run")
         for i in range(2):
@@ -188,6 +199,7 @@ def test_an_over_quota_pod_group_waits_with_the_quota_reason(kube_client: Any, r
             return [e for e in json.loads(resp.data)["items"] if e["reason"] == "Waiting" and why in e["message"]]
 
         wait_until(waiting_events, 30, "the reason as an Event on the waiting pods")
+        _finish(core, [p for p in _pods(core, f"gpucluster.io/run={run}") if p["metadata"]["name"].startswith(first)])
         wait_until(lambda: _status(server, second, "succeeded"), 120, "the waiting group to run after the first")
     except BaseException:
         print(server.output()[-6000:])
@@ -300,7 +312,7 @@ def test_members_beyond_min_member_are_bound_once_the_gang_runs_and_charged(
     selector = f"{POD_GROUP_LABEL}={group}"
     try:
         for i in range(3):
-            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=2, run_s=20, labels=labels))
+            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=2, run_s=math.inf, labels=labels))
         pods = wait_until(lambda: (b := _bound(_pods(core, selector))) and len(b) == 3 and b, 60,
                           "the gang of 2 and the member beyond minMember to be bound")
         running = wait_until(lambda: _status(server, group, "running"), 30, "the job to run")
@@ -312,6 +324,7 @@ def test_members_beyond_min_member_are_bound_once_the_gang_runs_and_charged(
         row = wait_until(lambda: (t := _tenant_row(server, tenant)) and t.get("gpus") == 6 and t, 30,
                          "the tenant charged the third member's GPUs too")
         assert row["running"] == 1
+        _finish(core, pods)
         done = wait_until(lambda: _status(server, group, "succeeded"), 120, "the group to succeed")
         assert {p["status"]["phase"] for p in _pods(core, selector)} == {"Succeeded"}
         assert done["id"] == running["id"]
@@ -347,7 +360,7 @@ def test_members_beyond_min_member_are_readopted_after_a_kill_9_not_lost_nor_bou
     second: ControlPlane | None = None
     try:
         for i in range(3):
-            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=2, run_s=45, labels=labels))
+            core.create_namespaced_pod(NS, _member(f"{group}-{i}", run, gpus=2, run_s=math.inf, labels=labels))
         before = wait_until(lambda: (b := _bound(_pods(core, selector))) and len(b) == 3 and b, 60,
                             "the gang of 2 and the member beyond minMember to be bound")
         running = wait_until(lambda: _status(first, group, "running"), 30, "the job to run")
@@ -374,6 +387,7 @@ def test_members_beyond_min_member_are_readopted_after_a_kill_9_not_lost_nor_bou
             for key in (RESERVATION_ANNOTATION, "hami.io/vgpu-devices-allocated"):
                 assert now["metadata"]["annotations"][key] == p["metadata"]["annotations"][key]
         assert waiting["id"] != running["id"]
+        _finish(core, before)
         done = wait_until(lambda: _status(second, group, "succeeded"), 120, "the group to succeed")
         assert done["id"] == running["id"] and "3 pod(s) succeeded (1 beyond minMember)" in done["message"]
         wait_until(lambda: _status(second, late, "succeeded"), 60, "the late group to run once the GPUs are free")

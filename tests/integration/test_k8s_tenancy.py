@@ -56,7 +56,9 @@ def server(namespaces: tuple[str, str, str], kube_control_plane: Any, fleet: lis
         yield srv
 
 
-def _apply(cp: Any, name: str, namespace: str, tenant: str, run: str, *, gpus: int = 2, run_s: int = 2) -> None:
+def _apply(cp: Any, name: str, namespace: str, tenant: str, run: str, *, gpus: int = 2, run_s: float = 2) -> None:
+    """A one-pod Job for the queue in ``namespace``; its pod runs ``run_s`` seconds (``math.inf``: until the test
+    ends it with ``fake_kubelet.finish``)."""
     doc = json.loads(job_yaml(name, tenant, run, pods=1, gpus=gpus, env={"FAKE_RUN_S": str(run_s)}))
     doc["metadata"]["namespace"] = namespace
     _kubectl(cp, "apply", "-f", "-", stdin=json.dumps(doc))

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_kubelet import finish
 from test_k8s_rechecks import _group, _relabel_group
 from test_k8s_tenancy import _apply, _refused, _status
 from test_k8s_workloads import _api_job
@@ -285,10 +287,18 @@ def test_kill_9_of_the_leader_keeps_the_job_waiting_for_quota_waiting(
                    "A to hold 2 GPUs, as its Jobs on the server do")
 
 
+def _job_pods(kube: Any, namespace: str, job: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    resp = client.CoreV1Api(kube).list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job}",
+                                                      _preload_content=False)
+    return list(json.loads(resp.data)["items"])
+
+
 def test_a_leader_that_lost_its_lease_forgets_the_quota_of_a_job_that_ended_meanwhile(
         kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
         fleet: list[Any], tmp_path: Path) -> None:
-    """A (quota 2 GPUs on both replicas) runs a 2-GPU Job (15 s) admitted by r0. r0 is frozen past its lease
+    """A (quota 2 GPUs on both replicas) runs a 2-GPU Job admitted by r0. r0 is frozen past its lease
     (``SIGSTOP``) and r1 takes over; the Job completes; r0 wakes up (``SIGCONT``), finds it lost the lease and
     rebuilds its jobs from the cluster as a follower. Then r1 is killed (``kill -9``) and r0 leads again: A holds
     nothing, so A's next Job is admitted. Before the fix the rebuild kept the ended Job's quota charge and the next
@@ -296,11 +306,13 @@ def test_a_leader_that_lost_its_lease_forgets_the_quota_of_a_job_that_ended_mean
     tenant, ns_a, ns_b = namespaces
     first, second = f"first-{run}", f"second-{run}"
     with replicas(kube_control_plane, tmp_path, run, {tenant: 2}) as (r0, r1):
-        _apply(kube_control_plane, first, ns_a, tenant, run, run_s=15)
+        _apply(kube_control_plane, first, ns_a, tenant, run, run_s=math.inf)  # until it is ended below
         wait_until(lambda: _status(r0, first, "running") and _status(r1, first, "running"), 120,
                    "A's first Job to run, on both replicas")
         r0.proc.send_signal(signal.SIGSTOP)
         wait_until(lambda: _leads(r1), 120, "r1 to take over from the frozen r0")
+        [pod] = _job_pods(kube_client, ns_a, first)
+        assert finish(kube_client, ns_a, pod["metadata"]["name"])  # the Job completes while r0 is frozen
         wait_until(lambda: _status(r1, first, "succeeded"), 120, "the first Job to complete")
         r0.proc.send_signal(signal.SIGCONT)
         wait_until(lambda: not r0.leading() and _status(r0, first, "succeeded"), 120,
@@ -469,6 +481,31 @@ def test_a_hand_broken_shared_object_keeps_the_last_good_settings_and_says_why(
         for r in (leader, follower):
             wait_until(lambda r=r: _quota(r, tenant) == 3 and not _tenancy(r)["errors"], 120,
                        "the replica to apply the mended key")
+
+
+def test_patches_of_different_fields_through_two_replicas_keep_both_on_the_real_configmap(
+        kube_client: Any, namespace: str) -> None:
+    """Two replicas' writers over one real ConfigMap: b changes the weight from a view that still has the old
+    quota, after a changed the quota; the ConfigMap keeps both (a PATCH writes only its fields, over the value the
+    read just before the replace holds, and a write between that read and the replace is a 409 and a new read)."""
+    from kubernetes import client
+
+    from gpucluster.kubernetes.sharedtenants import SharedTenants
+    from gpucluster.model.tenants import TenantSettings
+
+    core = client.CoreV1Api(kube_client)
+    a, b = SharedTenants(core, namespace, "pair-tenants"), SharedTenants(core, namespace, "pair-tenants")
+    a.publish({"ml": TenantSettings(2.0, 1.0, 5)}, {})
+    a.publish({"ml": TenantSettings(6.0, 1.0, 5)}, {}, fields={"quota_gpus"})
+    written = b.publish({"ml": TenantSettings(2.0, 4.0, 5)}, {}, fields={"weight"})  # b's view: quota 2
+    assert written.tenants["ml"] == TenantSettings(6.0, 4.0, 5)
+    data = core.read_namespaced_config_map("pair-tenants", namespace).data
+    assert TenantSettings.decode(data["ml"]) == TenantSettings(6.0, 4.0, 5)
+    # without fields a write is the whole settings (POST): b's stale quota would win
+    b.publish({"ml": TenantSettings(2.0, 4.0, 5)}, {})
+    assert TenantSettings.decode(core.read_namespaced_config_map("pair-tenants", namespace).data["ml"]).quota_gpus == 2
+
+
 def test_a_new_leader_writes_the_pod_group_events_only_it_saw_and_no_event_twice(
         kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
         fleet: list[Any], tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fake_kubelet import finish
 from k8s_helpers import GPUCLUSTER
 from up_process import ADMIN, ControlPlane, gpu_nodes, kubelet_fleet, serving, ticking, wait_until
 
@@ -523,9 +524,10 @@ def test_a_restarted_control_plane_rebuilds_every_job_from_the_cluster(cp_with_j
     second = fresh = None
     try:
         _kubectl(cp_with_jobs, "apply", "-f", "-",
-                 # long enough to outlast a kill -9 and a restart under load (at 12 s the job had once finished
-                 # before the restarted control plane served, so it was never seen running again)
-                 stdin=job_yaml(name, tenant, run, pods=2, gpus=2, env={"FAKE_RUN_S": "30"}))
+                 # runs until the test ends it: it must outlast a kill -9 and a restart however loaded the machine
+                 # (at a fixed 12 s it had once finished before the restarted control plane served, so it was
+                 # never seen running again; a fixed 30 s made every run wait out the rest of the 30 s)
+                 stdin=job_yaml(name, tenant, run, pods=2, gpus=2, env={"FAKE_RUN_S": "inf"}))
         before = wait_until(lambda: _status(first, name, "running"), 60, "the job to run")
         first.kill()
         second = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect")
@@ -535,6 +537,10 @@ def test_a_restarted_control_plane_rebuilds_every_job_from_the_cluster(cp_with_j
         events = second.get(f"/api/v1/jobs/{again['id']}")["events"]
         assert [e["kind"] for e in events][:2] == ["submitted", "running"]
         assert "recovered" in [e["kind"] for e in events]
+        pods = _pods_of(kube_client, name)
+        assert len(pods) == 2
+        for p in pods:  # the containers exit now
+            assert finish(kube_client, NS, p["metadata"]["name"])
         wait_until(lambda: _status(second, name, "succeeded"), 90, "the job to succeed")
         second.stop()
         fresh = ControlPlane(cp_with_jobs.kubeconfig, tmp_path, "--no-leader-elect", data="empty-store")

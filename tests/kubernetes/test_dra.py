@@ -254,6 +254,26 @@ def test_claim_conflicts_flag_our_claim_when_kube_scheduler_took_the_same_device
     assert set(c.claim_conflicts([share("a", "40Gi"), share("b", "41Gi")], ["default/a"])) == {"default/a"}
 
 
+def test_a_claim_another_scheduler_allocated_onto_our_assumed_device_is_accounted_once_ours_is_given_back(
+) -> None:
+    """kube-scheduler allocates the device our claim was just given (assumed, being written): its claim cannot
+    be accounted while ours holds the device. Once our plan is given back (the settle check found the conflict),
+    theirs must hold the device, or the next pass gives the same device to our pod again, forever."""
+    c = cluster(nodes=1, gpus=1, hami_gpus=0)
+    c.set_claims([claim("mine", "gpu.nvidia.com")])
+    d = c.decide(c.prepare_pod(claim_pod("p", ["mine"])))
+    assert d.ok and [r.device.name for r in c.claim_plans["default/p"].claims["default/mine"]] == ["gpu-0"]
+    c.apply_claim(allocated(claim("theirs", "gpu.nvidia.com"), "n0", [
+        {"request": "gpu", "driver": NVIDIA_DRIVER, "pool": "n0", "device": "gpu-0"}]))
+    assert CLAIM_KEY_PREFIX + "default/theirs" in c.unaccounted  # our assumption holds gpu-0
+    c.forget_plan("default/p")
+    c.scheduler.cache.forget("default/p")
+    assert CLAIM_KEY_PREFIX + "default/theirs" not in c.unaccounted
+    assert CLAIM_KEY_PREFIX + "default/theirs" in c.state.allocations
+    again = c.decide(c.prepare_pod(claim_pod("p", ["mine"])))
+    assert not again.ok  # the only GPU is theirs now
+
+
 def test_pod_sharing_an_allocated_claim_goes_to_its_node_and_only_joins_reserved_for() -> None:
     c = cluster(nodes=2, gpus=2, hami_gpus=0)
     c.set_claims([allocated(claim("shared", "gpu.nvidia.com"), "n1", [

@@ -18,6 +18,7 @@ from gpucluster.model.tenants import (
     changes,
     encode_all,
     newer,
+    patched,
     read_shared,
 )
 
@@ -113,6 +114,21 @@ def test_no_tenant_loses_its_quota_through_an_unreadable_key(current: dict[str, 
             if name in last_good:
                 assert now[name] == last_good[name]
         assert {n: s for n, s in now.items() if n in last_good} == last_good
+
+
+@given(settings, settings, st.sets(st.sampled_from(["quota_gpus", "weight", "max_priority", "max_queued_jobs"])))
+def test_a_patch_writes_its_fields_and_keeps_every_other_as_shared(shared: TenantSettings, change: TenantSettings,
+                                                                   fields: set[str]) -> None:
+    out = patched(shared.encode(), change, fields)
+    for f in ("quota_gpus", "weight", "max_priority", "max_queued_jobs"):
+        assert getattr(out, f) == getattr(change if f in fields else shared, f)
+    assert patched(None, change, fields) == change  # nothing shared yet: the replica's settings with the change
+    assert patched("{", change, fields) == change  # unreadable: the same
+
+
+def test_a_patch_of_an_unknown_field_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown field.*quota"):
+        patched(None, DEFAULTS, {"quota"})
 
 
 def test_resource_versions_compare_as_numbers_when_they_are() -> None:

@@ -319,3 +319,83 @@ def test_a_text_filter_with_a_nul_character_is_answered_not_an_error(store: Stor
     for q in ("nul-\x00", "\x00nul", "n\x00u", "\x00\x00\x00"):
         assert store.history(q=q) == ([], 0)
     assert store.history(q="nul-")[1] == 3
+
+
+def test_a_text_filter_whose_page_fills_early_reads_no_further_rows(store: Store) -> None:
+    """A common substring fills a page among the first rows: the page reads those rows and stops, where it read
+    the next :data:`~gpucluster.service.store.HISTORY_SCAN_ROWS` rows (here all 300) before looking at any. The
+    rows SQLite hands to Python are counted (each goes through the connection's row factory)."""
+    for i in range(300):
+        store.insert_job(_job(i, f"train-{i}", "team", 100.0 + i), "admin")
+    made = [0]
+
+    def counted(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> sqlite3.Row:
+        made[0] += 1
+        return sqlite3.Row(cursor, row)
+
+    store._db.row_factory = counted
+    try:
+        jobs, total = store.history(q="train", limit=5)
+    finally:
+        store._db.row_factory = sqlite3.Row
+    assert [j.spec.name for j in jobs] == [f"train-{i}" for i in range(299, 294, -1)] and total == 300
+    assert made[0] <= 5 + 1 + 1, made[0]  # the page's 5 rows, the count, one row stepped ahead at most
+
+
+def _store_without(path: Path, table: str, column: str) -> None:
+    """A store as a version before ``table.column`` was added wrote it."""
+    s = Store(path)
+    s.insert_job(_job(0, "old-0", "team", 100.0), "admin")
+    s.close()
+    db = sqlite3.connect(path)
+    db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    db.close()
+
+
+@pytest.mark.parametrize(("table", "column"), [(t, c) for t, c, _s in store_mod.MIGRATIONS[:: 3]])
+def test_an_older_store_missing_a_column_opened_by_two_at_once_is_migrated_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str, column: str) -> None:
+    """The column migrations had the race the history migration had: two processes open a store that lacks a
+    column; the second looked (no column), then waited for the write lock while the first added it, then added it
+    again and failed with 'duplicate column name'. The interleaving is forced: another connection holds the
+    write lock with the column added but not committed until this one has looked and asked for the lock (its
+    ``BEGIN``, or the ``ALTER`` that asked for it without one before the fix)."""
+    import threading
+
+    path = tmp_path / "old.db"
+    _store_without(path, table, column)
+    [statement] = [s for t, c, s in store_mod.MIGRATIONS if (t, c) == (table, column)]
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute(statement)
+    asking = threading.Event()
+    connect = sqlite3.connect
+
+    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
+        db = connect(*args, **kwargs)  # type: ignore[arg-type]
+        db.set_trace_callback(lambda sql: asking.set() if sql.strip().upper().startswith(("BEGIN", "ALTER"))
+                              else None)
+        return db
+
+    monkeypatch.setattr(store_mod.sqlite3, "connect", traced)
+    opened: list[Store | BaseException] = []
+
+    def open_store() -> None:
+        try:
+            opened.append(Store(path))
+        except BaseException as exc:  # reported by the assertion below
+            opened.append(exc)
+
+    t = threading.Thread(target=open_store)
+    t.start()
+    assert asking.wait(60), "the store never asked for the write lock"
+    other.execute("COMMIT")
+    other.close()
+    t.join(60)
+    assert len(opened) == 1 and isinstance(opened[0], Store), opened
+    s = opened[0]
+    try:
+        assert column in {r["name"] for r in s._db.execute(f"PRAGMA table_info({table})")}
+        assert [j.spec.name for j in s.history()[0]] == ["old-0"]
+    finally:
+        s.close()

@@ -8,14 +8,14 @@ store that never applied the shared object adds its own tenants to it at the sta
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
 
-from gpucluster.model.tenants import DEFAULTS, SharedTenancy, TenantSettings, encode_all, read_shared
+from gpucluster.model.tenants import DEFAULTS, SharedTenancy, TenantSettings, encode_all, patched, read_shared
 from gpucluster.service import EmbeddedRuntime, ServiceConfig, create_app, open_service
 from gpucluster.service.runtime import SharedTenantSettings
 from tests.service.inproc import ADMIN, InProc, small_cluster
@@ -34,9 +34,12 @@ class SharedObject:
     def read(self) -> SharedTenancy:
         return read_shared(self.data, str(self.version), "uid-1")
 
-    def write(self, changes: Mapping[str, TenantSettings], only_missing: bool = False) -> None:
+    def write(self, changes: Mapping[str, TenantSettings], only_missing: bool = False,
+              fields: Collection[str] | None = None) -> None:
         if self.fail:
             raise RuntimeError(self.fail)
+        if fields is not None:
+            changes = {n: patched(self.data.get(n), s, fields) for n, s in changes.items()}
         new = encode_all(changes)
         self.data.update({k: v for k, v in new.items() if not (only_missing and k in self.data)})
         self.version += 1
@@ -62,8 +65,10 @@ class Replica(EmbeddedRuntime):
             self.shared.write({n: s for n, s in local.items() if s != DEFAULTS}, only_missing=True)
         return "uid-1"
 
-    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings]) -> None:
-        self.shared.write({name: settings})
+    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings],
+                       fields: Collection[str] | None = None) -> TenantSettings:
+        self.shared.write({name: settings}, fields=fields)
+        return self.shared.read().tenants[name]
 
 
 @contextmanager
@@ -114,6 +119,29 @@ def test_a_tenant_made_on_one_replica_holds_on_the_other_from_its_next_pass(tmp_
         assert b.client.patch("/api/v1/tenants/ml", json={"quota_gpus": None}).status_code == 200
         a.tick()
         assert _quota(a, "ml") is None and _quota(b, "ml") is None
+
+
+def test_patches_of_different_fields_through_two_replicas_keep_both_changes(tmp_path: Path) -> None:
+    """b changes the weight before it applied a's quota change: the quota a wrote stays (a PATCH writes only the
+    fields it names, over the shared value), on both replicas, and b's answer shows the tenant as it is now."""
+    shared = SharedObject()
+    with ExitStack() as stack:
+        a = stack.enter_context(replica(tmp_path / "a", shared))
+        b = stack.enter_context(replica(tmp_path / "b", shared))
+        a.tenant("ml", quota_gpus=2, weight=1, max_priority=5)
+        b.tick()
+        assert _quota(b, "ml") == 2
+        assert a.client.patch("/api/v1/tenants/ml", json={"quota_gpus": 6}).status_code == 200
+        r = b.client.patch("/api/v1/tenants/ml", json={"weight": 4})  # b still holds quota 2
+        assert r.status_code == 200 and r.json()["quota_gpus"] == 6 and r.json()["weight"] == 4, r.json()
+        assert TenantSettings.decode(shared.data["ml"]) == TenantSettings(6.0, 4.0, 5, None)
+        assert a.client.patch("/api/v1/tenants/ml", json={"max_priority": None}).status_code == 200
+        a.tick()
+        b.tick()
+        for ip in (a, b):
+            row = next(t for t in ip.client.get("/api/v1/tenants").json()["tenants"] if t["name"] == "ml")
+            assert (row["quota_gpus"], row["weight"]) == (6, 4), row
+        assert TenantSettings.decode(shared.data["ml"]) == TenantSettings(6.0, 4.0, None, None)
 
 
 def test_a_change_the_shared_object_does_not_take_answers_503_and_changes_nothing(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ test-artifacts/web/."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -129,3 +130,44 @@ def test_a_tenant_sees_only_its_own_history(page: Any, history: Any, tenant: str
     x(page.locator("#hs-info")).to_have_text("0 job(s) · page 1 (the last)")
     x(page.locator("#hs-table")).to_contain_text("No stored job matches.")
     shot(page, f"history-04-tenant-{tenant}")
+
+
+def test_older_clicked_while_a_new_filter_loads_does_not_use_the_old_page_s_cursor(page: Any, history: Any) -> None:
+    """The filter's first page is held back by the test until "Older" has been clicked: before the fix the click
+    took the cursor of the page still shown (unfiltered page 1, ending at hist-b-04) and asked the new filter for
+    the jobs after it, so "page 2" of hist-a began at hist-a-04 (a wrong page; the right one begins at
+    hist-a-02). Now there is no Older until the filter's page has come."""
+    srv, _tokens, alpha = history
+    x = expect()
+    login(page, srv)
+    _open(page)
+    page.get_by_test_id("hs-limit").select_option("10")
+    x(page.locator("#hs-info")).to_have_text("15 job(s) · page 1")
+    x(page.get_by_test_id("hs-older")).to_be_enabled()
+    held: list[Any] = []
+    asked: list[str] = []
+
+    def hold_first(route: Any) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.on("request", lambda r: asked.append(r.url) if "/api/v1/jobs?" in r.url else None)
+    page.route(re.compile(r".*/api/v1/jobs\?.*q=hist-a.*"), hold_first)
+    with page.expect_request(lambda r: "q=hist-a" in r.url):
+        page.get_by_test_id("hs-q").fill("hist-a")
+    def is_held() -> bool:
+        page.evaluate("0")  # a round trip, in which Playwright hands the routed request to hold_first
+        return bool(held)
+
+    wait_for(is_held, "the filter's request to be held", timeout=30)
+    page.get_by_test_id("hs-older").click(force=True)  # while the filter's page is still on its way
+    held[0].continue_()
+    x(page.locator("#hs-info")).to_have_text("13 job(s) · page 1")
+    assert _names(page) == alpha[:10]
+    assert not [u for u in asked if "before=" in u], asked
+    page.unroute(re.compile(r".*/api/v1/jobs\?.*q=hist-a.*"))
+    page.get_by_test_id("hs-older").click()
+    x(page.locator("#hs-info")).to_have_text("13 job(s) · page 2 (the last)")
+    assert _names(page) == alpha[10:]

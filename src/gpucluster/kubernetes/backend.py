@@ -73,7 +73,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -1393,9 +1393,12 @@ class KubeRuntime(EngineFront):
             read = self.tenancy.publish(missing, local, only_missing=True)
         return read.uid
 
-    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings]) -> None:
-        if self.tenancy is not None:
-            self.tenancy.publish({name: settings}, local)
+    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings],
+                       fields: Collection[str] | None = None) -> TenantSettings:
+        if self.tenancy is None:
+            return settings
+        read = self.tenancy.publish({name: settings}, local, fields=fields)
+        return read.tenants.get(name, settings)
 
     def _write_owed(self) -> None:
         """This replica leads now: write what only a leader writes about the verdicts it reached while it

@@ -100,6 +100,7 @@ class ClaimWriter:
                 log.warning("undoing a claim write failed: %s", exc)
 
     def _create_extended(self, pod: Pod, plan: ClaimPlan, undo: list[Undo]) -> str:
+        self._drop_unallocated_extended(pod)
         body = {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim",
             "metadata": {"generateName": f"{pod.name}-extended-resources-", "namespace": pod.namespace,
@@ -112,6 +113,28 @@ class ClaimWriter:
         name = str(created["metadata"]["name"])
         undo.append(lambda: self.resource.delete_namespaced_resource_claim(name, pod.namespace))
         return name
+
+    def _drop_unallocated_extended(self, pod: Pod) -> None:
+        """Delete the extended-resource claims owned by this pod (this incarnation) that hold nothing: a
+        scheduler that died between creating one and allocating it left it behind, and the claim about to be
+        made replaces it (before, the pod ended up bound with two, one of them never allocated). A claim some
+        allocation was written to is left alone."""
+        if not pod.uid:
+            return
+        items = _body(self.resource.list_namespaced_resource_claim(pod.namespace, _preload_content=False))
+        for obj in items.get("items") or []:
+            meta = obj.get("metadata") or {}
+            if ((meta.get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) != "true"
+                    or not any(ref.get("uid") == pod.uid for ref in meta.get("ownerReferences") or [])
+                    or (obj.get("status") or {}).get("allocation") or meta.get("deletionTimestamp")):
+                continue
+            try:
+                self.resource.delete_namespaced_resource_claim(str(meta.get("name")), pod.namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            log.info("claim %s/%s deleted: an extended-resource claim of pod %s never allocated (its scheduler "
+                     "stopped between creating and allocating it)", pod.namespace, meta.get("name"), pod.key)
 
     def _allocate(self, pod: Pod, namespace: str, name: str, results: list[ClaimResult], node: str,
                   undo: list[Undo]) -> dict[str, Any]:

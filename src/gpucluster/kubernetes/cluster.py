@@ -1211,6 +1211,10 @@ class KubeCluster:
         return list(self._shared_claims.get(pod.key, ()))
 
     def forget_plan(self, pod_key: str) -> None:
+        """Give back the devices a pod's plan assumed for its claims; an allocated claim that could not be
+        accounted because the plan held its devices (another scheduler's allocation of the same moment, which
+        the settle check found) is accounted now: else the devices looked free and the next pass chose them
+        again, forever, since such a claim gets no further event."""
         with self.lock:
             plan = self.claim_plans.pop(pod_key, None)
             if plan is None:
@@ -1218,6 +1222,10 @@ class KubeCluster:
             for claim_key in plan.claims:
                 state_key = CLAIM_KEY_PREFIX + (claim_key or f"{pod_key}-extended-resources")
                 self.scheduler.cache.forget(state_key)
+            for key in [k[len(CLAIM_KEY_PREFIX):] for k in self.unaccounted if k.startswith(CLAIM_KEY_PREFIX)]:
+                info = self.claims.get(key)
+                if info is not None:
+                    self._account_claim(info)
 
     def claim_written(self, pod_key: str, claim_key: str, obj: Mapping[str, Any] | None) -> None:
         """The binder wrote a claim's allocation (``obj``: the claim as the API server returned it): hold it

@@ -65,11 +65,15 @@ class _Pending:
 class SecondaryScheduler:
     def __init__(self, cluster: KubeCluster, binder: KubeBinder, scheduler_name: str = "gpucluster",
                  elector: LeaderElector | None = None, retry_interval: float = 2.0,
-                 group_sizes: GroupSizes | None = None, claim_settle: float = 1.0, bind_workers: int = 4) -> None:
+                 group_sizes: GroupSizes | None = None, claim_settle: float = 1.0, bind_workers: int = 4,
+                 claim_batch: int = 32) -> None:
         """``claim_settle``: seconds between writing a pass's claim allocations and checking them against every
         claim on the server before binding (0: no check; see :meth:`_check_claims`). ``bind_workers``: single
-        pods bound at once while the next are decided (1: each binds before the next is decided)."""
+        pods bound at once while the next are decided (1: each binds before the next is decided).
+        ``claim_batch``: single pods with claims decided (and held assumed) before their claims are written and
+        checked together after one settle (1: each pod waits a settle of its own)."""
         self.claim_settle = claim_settle
+        self.claim_batch = max(1, claim_batch)
         self.cluster = cluster
         self.group_sizes = group_sizes
         """Reads the size of a PodGroup (other tools' gang conventions); None: only our annotations count."""
@@ -204,11 +208,15 @@ class SecondaryScheduler:
         """Decide each single pod in turn; a decided pod binds on one of ``bind_workers`` threads while the next
         is decided (as kube-scheduler's binding cycle runs beside its scheduling cycle), so the scheduling loop
         does not wait for each Binding's round trip. At most ``bind_workers`` binds are in flight (an
-        assumption is held for seconds, not for a backlog); a pod whose claims must be written first binds in
-        line. Every bind of the pass is finished when this returns; returns how many bound."""
+        assumption is held for seconds, not for a backlog). A pod whose claims must be written first is held
+        (decided and assumed) until ``claim_batch`` such pods are, or the pass's singles end: their claims are
+        then written and checked together after one settle (:meth:`_check_claims`), and each pod that kept its
+        devices binds on its own, so N claim pods cost one settle, not N. Every bind of the pass is finished
+        when this returns; returns how many bound."""
         bound = 0
         inflight: deque[Future[int]] = deque()
         errors: list[BaseException] = []
+        staged: list[Decision] = []
 
         def settle(f: Future[int]) -> None:
             nonlocal bound
@@ -217,6 +225,20 @@ class SecondaryScheduler:
             except Exception as exc:  # the pass fails after every bind settled
                 errors.append(exc)
 
+        def submit(decision: Decision) -> None:
+            nonlocal bound
+            if self.bind_workers <= 1:
+                bound += self._bind([decision])
+                return
+            if len(inflight) >= self.bind_workers:
+                settle(inflight.popleft())
+            inflight.append(self._bind_pool().submit(self._bind, [decision]))
+
+        def flush() -> None:
+            batch, staged[:] = list(staged), []
+            for decision in self._check_claims(batch):  # one settle for the batch; each survivor binds alone
+                submit(decision)
+
         try:
             for pod, cand in singles:
                 if not self.leading():
@@ -224,13 +246,18 @@ class SecondaryScheduler:
                 decision = self.cluster.decide(pod, cand)
                 if not decision.ok:
                     self._report(pod, decision.message())
-                elif self.bind_workers <= 1 or pod.key in self.cluster.claim_plans:
-                    bound += self._bind([decision])
+                elif pod.key in self.cluster.claim_plans:
+                    staged.append(decision)
+                    if len(staged) >= self.claim_batch:
+                        flush()
                 else:
-                    if len(inflight) >= self.bind_workers:
-                        settle(inflight.popleft())
-                    inflight.append(self._bind_pool().submit(self._bind, [decision]))
+                    submit(decision)
+            if staged and self.leading():
+                flush()
         finally:
+            for decision in staged:  # decided, not written (leadership lost, an error): give the devices back
+                self.cluster.forget_plan(decision.pod.key)
+                self.cluster.scheduler.cache.forget(decision.pod.key)
             while inflight:
                 settle(inflight.popleft())
         if errors:
@@ -284,8 +311,11 @@ class SecondaryScheduler:
         """Write the claims of the decisions that have some, wait ``claim_settle`` seconds, then read every claim
         from the server: a claim of ours that shares a device with a claim kube-scheduler's DRA plugin allocated
         in the meantime (it cannot see our allocation before its informer does) is taken back and its pod tried
-        again later. Returns the decisions to bind (none of a group when one member lost its devices)."""
-        staged = [d for d in decisions if d.pod.key in self.cluster.claim_plans]
+        again later. A pod whose claims were checked already (a batch of single pods: :meth:`_place_singles`)
+        is not written or waited for again. Returns the decisions to bind (none of a group when one member lost
+        its devices)."""
+        plans = self.cluster.claim_plans
+        staged = [d for d in decisions if (plan := plans.get(d.pod.key)) is not None and not plan.checked]
         if not staged:
             return decisions
         failed: dict[str, str] = {}

@@ -10,7 +10,9 @@ token is in it (tokens stay in each replica's store, as SHA-256 hashes).
   that read is applied (``KubeRuntime._leadership``).
 * **Writes** (``POST``/``PATCH /api/v1/tenants`` on any replica, leader or not; :meth:`SharedTenants.publish`):
   read, change the one key, replace with the read's ``resourceVersion``; a 409 (another replica wrote meanwhile)
-  reads again and retries. A missing ConfigMap is created from the replica's own tenants plus the change.
+  reads again and retries. A ``PATCH`` changes only the fields it names, over the value just read (so two replicas
+  changing different fields of one tenant at once keep both changes). A missing ConfigMap is created from the
+  replica's own tenants plus the change.
 * **Errors.** A key that cannot be read keeps its tenant's last good settings; it is logged (error) and reported
   once per key and reason as a Warning ``TenancyUnreadable`` Event on the ConfigMap and in the overview
   (``kubernetes.tenancy.errors``). A deleted ConfigMap keeps the last good state everywhere (reported the same
@@ -22,12 +24,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kubernetes.client import ApiException
 
-from gpucluster.model.tenants import SharedTenancy, TenantSettings, encode_all, newer, read_shared
+from gpucluster.model.tenants import SharedTenancy, TenantSettings, encode_all, newer, patched, read_shared
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +145,13 @@ class SharedTenants:
 
     # ------------------------------------------------------------------ writes
     def publish(self, changes: Mapping[str, TenantSettings], local: Mapping[str, TenantSettings],
-                *, only_missing: bool = False) -> SharedTenancy:
+                *, only_missing: bool = False, fields: Collection[str] | None = None) -> SharedTenancy:
         """Write ``changes`` (tenant -> settings) into the ConfigMap, optimistically (retried on 409); a missing
         one is created from ``local`` (the replica's own tenants, defaults left out) plus ``changes``.
         ``only_missing``: add only the tenants it does not name yet (a replica seeding its tenants), leaving the
-        others as they are. Returns the read of what was written. Raises :class:`TenancyWriteError`."""
+        others as they are. ``fields``: change only these fields of each tenant, over the value the read just now
+        holds (``model.tenants.patched``; each retry merges again). Returns the read of what was written. Raises
+        :class:`TenancyWriteError`."""
         last = ""
         for _ in range(PUBLISH_TRIES):
             try:
@@ -170,7 +174,10 @@ class SharedTenants:
                                                                  _request_timeout=(5.0, 10.0))
                 else:
                     data = dict(obj.get("data") or {})
-                    new = encode_all(changes)
+                    if fields is not None:
+                        new = encode_all({n: patched(data.get(n), s, fields) for n, s in changes.items()})
+                    else:
+                        new = encode_all(changes)
                     if only_missing:
                         new = {k: v for k, v in new.items() if k not in data}
                         if not new:

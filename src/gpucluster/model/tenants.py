@@ -24,8 +24,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpucluster.model.limits import MAX_PRIORITY, MAX_TENANT_QUEUED
@@ -158,6 +158,24 @@ def changes(current: Mapping[str, TenantSettings], shared: SharedTenancy) -> dic
     return {name: s for name, s in after.items() if current.get(name) != s}
 
 
+def patched(shared: str | None, change: TenantSettings, fields: Collection[str]) -> TenantSettings:
+    """What a change of only ``fields`` writes over ``shared`` (the shared object's value for the tenant now):
+    those fields from ``change``, every other field as the shared object has it, so a change made through one
+    replica never undoes another replica's change of a different field that this one has not applied yet. When
+    the shared value is missing or cannot be read, ``change`` whole (the replica's own settings with the change:
+    the last good state)."""
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(FIELDS)})")
+    if shared is None:
+        return change
+    try:
+        base = TenantSettings.decode(shared)
+    except ValueError:
+        return change
+    return replace(base, **{f: getattr(change, f) for f in fields})
+
+
 def newer(version: str, than: str | None) -> bool:
     """Whether ``version`` (a ``resourceVersion``) comes after ``than``. Kubernetes calls resourceVersions opaque;
     every API server backed by etcd gives increasing integers, compared as such here (so a watch event older than
@@ -170,4 +188,4 @@ def newer(version: str, than: str | None) -> bool:
 
 
 __all__ = ["DEFAULTS", "SharedTenancy", "TenantSettings", "apply_shared", "changes", "encode_all", "newer",
-           "read_shared"]
+           "patched", "read_shared"]

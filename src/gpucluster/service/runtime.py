@@ -12,7 +12,7 @@ Views a runtime returns are JSON-ready (``dict``/``list`` of plain values) so th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from gpucluster.devices import VendorRegistry
@@ -196,8 +196,11 @@ class SharedTenantSettings(Protocol):
         ``RuntimeError`` (the shared object cannot be read nor written) saying why."""
         ...
 
-    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings]) -> None:
+    def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings],
+                       fields: Collection[str] | None = None) -> TenantSettings:
         """Write one tenant's settings to the shared state (blocking: call it off the event loop). ``local``: this
-        replica's tenants, what a missing shared object is made of. Raises ``RuntimeError`` saying why nothing
-        was written."""
+        replica's tenants, what a missing shared object is made of. ``fields``: write only these fields, over
+        the shared value as it is at the write (``model.tenants.patched``: a change of another field made through
+        another replica and not applied here yet is kept). Returns the settings written for the tenant. Raises
+        ``RuntimeError`` saying why nothing was written."""
         ...

@@ -141,8 +141,9 @@ without them (an older database). ``jobs_text`` rows share their job's rowid, wh
 use (the control plane never deletes or renames a stored job); reads join it to ``jobs`` by id, so a ``VACUUM``
 that renumbered rowids would not change what a search finds."""
 HISTORY_SCAN_ROWS = 2000
-"""A text-filtered history page first reads at most this many rows in order, newest first (a common substring
-fills its page among them); only when they do not fill it does it turn to the trigram index (a rare one)."""
+"""A text-filtered history page first reads at most this many rows in order, newest first, and stops as soon as
+its page is full (a common substring fills it among the first few); only when they do not fill it does it turn to
+the trigram index (a rare one)."""
 MIN_INDEXED_TEXT = 3
 """The shortest text filter the trigram index answers (its tokens are three characters): a shorter one is matched
 by reading the rows (nearly every job matches one or two characters of an id's hexadecimal anyway), as is one
@@ -206,10 +207,13 @@ class Store:
             self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
             self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._db.executescript(SCHEMA)
-            for table, column, statement in MIGRATIONS:
-                have = {str(r["name"]) for r in self._db.execute(f"PRAGMA table_info({table})")}
-                if column not in have:
+            if self._missing_columns():
+                # looked at again under the write lock: another process opening this older store at the same
+                # time may have added them while this one waited for it ('duplicate column name' before)
+                self._db.execute("BEGIN IMMEDIATE")
+                for statement in self._missing_columns():
                     self._db.execute(statement)
+                self._db.execute("COMMIT")
             if self._db.execute("SELECT 1 FROM sqlite_master WHERE name='job_counts'").fetchone() is None:
                 # looked at again under the write lock: another process opening this older store at the same
                 # time may have made them while this one waited for it
@@ -222,6 +226,15 @@ class Store:
             self._rollback()
             self._db.close()
             raise StoreWriteError(path, exc) from exc
+
+    def _missing_columns(self) -> list[str]:
+        """The :data:`MIGRATIONS` statements this database still needs, in order."""
+        out = []
+        for table, column, statement in MIGRATIONS:
+            have = {str(r["name"]) for r in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                out.append(statement)
+        return out
 
     def close(self) -> None:
         with self._lock:
@@ -596,13 +609,32 @@ class Store:
 
     def _history_text_rows(self, where: list[str], args: list[Any], q: str, before: tuple[float, str] | None,
                            limit: int) -> list[sqlite3.Row]:
-        """A page of the rows whose name or id holds ``q``: among the next :data:`HISTORY_SCAN_ROWS` rows in order
-        when they hold ``limit`` matches (or are the last), else those and the rest from the trigram index."""
-        scanned = self._history_rows(where, args, before, HISTORY_SCAN_ROWS)
-        hits = [r for r in scanned if q in str(r["name"]) or q in str(r["id"])]
-        if len(hits) >= limit or len(scanned) < HISTORY_SCAN_ROWS:
-            return hits[:limit]
-        last = scanned[-1]
+        """A page of the rows whose name or id holds ``q``: the rows in order, newest first, are read one at a
+        time until ``limit`` match (then no further row is read), the rows end, or :data:`HISTORY_SCAN_ROWS`
+        were read without filling the page: then the rest come from the trigram index, after the last row read."""
+        if limit <= 0:
+            return []
+        cond, params = list(where), list(args)
+        if before is not None:
+            cond.append("(submitted_at, id) < (?, ?)")
+            params += [before[0], before[1]]
+        page = f" WHERE {' AND '.join(cond)}" if cond else ""
+        cursor = self._db.execute(f"SELECT * FROM jobs{page} ORDER BY submitted_at DESC, id DESC LIMIT ?",
+                                  (*params, HISTORY_SCAN_ROWS))
+        hits: list[sqlite3.Row] = []
+        read = 0
+        last: sqlite3.Row | None = None
+        try:
+            for last in cursor:  # stepped one row at a time: a page filled early reads no further
+                read += 1
+                if q in str(last["name"]) or q in str(last["id"]):
+                    hits.append(last)
+                    if len(hits) >= limit:
+                        return hits
+        finally:
+            cursor.close()
+        if read < HISTORY_SCAN_ROWS or last is None:
+            return hits
         cond = ["jobs_text MATCH ?", *(f"j.{w}" for w in where), "(j.submitted_at, j.id) < (?, ?)"]
         sql = (f"SELECT j.* FROM jobs_text f CROSS JOIN jobs j ON j.id = f.id WHERE {' AND '.join(cond)} "
                "ORDER BY j.submitted_at DESC, j.id DESC LIMIT ?")

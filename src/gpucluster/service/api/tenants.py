@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
@@ -32,14 +33,18 @@ router = APIRouter(tags=["tenants"])
 TenantName = Annotated[str, Path(pattern=NAME_RE, max_length=63)]
 
 
-async def _publish(service: Service, name: str, settings: TenantSettings) -> None:
+async def _publish(service: Service, name: str, settings: TenantSettings,
+                   fields: Collection[str] | None = None) -> TenantSettings:
     """Where the replicas share the tenants' settings (Kubernetes), write the change there first, from any replica
     (a worker thread: the write is a request to the API server); every replica, this one too, applies it before
-    its next pass. 503 ``where: tenancy`` when it cannot be written: nothing changed anywhere."""
+    its next pass. ``fields``: only these change, over the shared value at the write (a PATCH). Returns the
+    settings written (``settings`` where nothing is shared). 503 ``where: tenancy`` when it cannot be written:
+    nothing changed anywhere."""
     if not isinstance(service.runtime, SharedTenantSettings):
-        return
+        return settings
     try:
-        await asyncio.to_thread(service.runtime.publish_tenant, name, settings, service.local_tenants())
+        return await asyncio.to_thread(service.runtime.publish_tenant, name, settings, service.local_tenants(),
+                                       fields)
     except RuntimeError as exc:
         raise ApiError(503, "tenancy", f"tenant {name} not changed: {exc}", headers={"Retry-After": "5"}) from None
 
@@ -110,9 +115,12 @@ async def update_tenant(name: TenantName, body: TenantPatch, who: Auth, service:
     weight = body.weight if body.weight is not None else float(row["weight"])
     most = body.max_priority if "max_priority" in given else row["max_priority"]
     queued = body.max_queued_jobs if "max_queued_jobs" in given else row["max_queued_jobs"]
-    await _publish(service, name, TenantSettings(None if quota is None else float(quota), weight,
-                                                 None if most is None else int(most),
-                                                 None if queued is None else int(queued)))
+    changed = {f for f in given if f != "weight" or body.weight is not None}
+    written = await _publish(service, name, TenantSettings(None if quota is None else float(quota), weight,
+                                                           None if most is None else int(most),
+                                                           None if queued is None else int(queued)), changed)
+    # the other fields as the shared object holds them (another replica may have changed one meanwhile)
+    quota, weight, most, queued = written.quota_gpus, written.weight, written.max_priority, written.max_queued_jobs
     # the change and its audit line in one transaction: a store that takes neither changes nothing (507/503)
     service.store.upsert_tenant(name, quota, weight, most, max_queued_jobs=queued,
                                 audit=(who.actor, "tenant.update", name, f"quota={quota} weight={weight} "

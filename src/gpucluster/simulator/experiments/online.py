@@ -1,8 +1,9 @@
 """What no *online* must-place policy can guarantee: an adversary built from the workload's own pod shapes (issue 30).
 
 ADVERSARY_DOC below states the construction and its proof; ``online_regret`` computes its figures exactly for a
-cluster of ``gpus`` roomy GPUs and ``small`` 320-milli pods, ``adversary_orders`` builds the two orders, and
-``bench/online_adversary.py`` prints the figures and runs the shipped policies on both orders.
+cluster of ``gpus`` roomy GPUs and ``small`` 320-milli pods (they depend on the shapes' milli only),
+``adversary_orders`` builds the two orders, and ``bench/online_adversary.py`` prints the figures and runs the
+shipped policies on both orders.
 """
 
 from __future__ import annotations
@@ -15,12 +16,41 @@ from gpucluster.simulator.traces.openb import OpenbNode, OpenbPod
 
 MILLI = 1000
 
-SMALL = OpenbPod("small", 4000, 15258, 1, 320)
-"""The 320-milli pod of ``default`` with 4 cores and 15,258 MiB (78 of its 8,152 pods)."""
-MID = OpenbPod("mid", 11908, 47104, 1, 650)
-"""The 650-milli pod of ``default`` (11.908 cores, 47,104 MiB; 237 pods)."""
-WHOLE = OpenbPod("whole", 3152, 5600, 1, MILLI)
-"""The whole-GPU pod of ``default`` with the key pod's CPU and memory (3.152 cores, 5,600 MiB; 470 pods)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shapes:
+    """The adversary's three pod shapes (one GPU each, any model): ``small`` of 320 milli, ``mid`` of 650,
+    ``whole`` of 1000; only their CPU and memory differ between the sets below."""
+
+    small: OpenbPod
+    mid: OpenbPod
+    whole: OpenbPod
+
+    def __post_init__(self) -> None:
+        for pod, milli in ((self.small, 320), (self.mid, 650), (self.whole, MILLI)):
+            assert pod.num_gpu == 1 and pod.gpu_milli == milli and not pod.gpu_spec, pod
+
+    @property
+    def per_gpu(self) -> tuple[int, int]:
+        """The most CPU milli and MiB the pods of these orders can take per GPU: three small pods, a small and a
+        mid pod, or a whole pod (nothing else fits one GPU in these orders: ``ADVERSARY_DOC``)."""
+        s, m, w = self.small, self.mid, self.whole
+        return (max(3 * s.cpu_milli, s.cpu_milli + m.cpu_milli, w.cpu_milli),
+                max(3 * s.memory_mib, s.memory_mib + m.memory_mib, w.memory_mib))
+
+
+COMMON = Shapes(OpenbPod("small", 4000, 15258, 1, 320), OpenbPod("mid", 11908, 47104, 1, 650),
+                OpenbPod("whole", 3152, 5600, 1, MILLI))
+"""Common shapes of ``default``: the 320-milli pod of 4 cores and 15,258 MiB (78 of its 8,152 pods), the 650-milli
+pod (11.908 cores, 47,104 MiB; 237) and the whole-GPU pod with the key pod's CPU and memory (3.152 cores, 5,600
+MiB; 470). Roomy only on the T4, G3, 64-core P100 and A10 nodes of the Alibaba cluster (1,200 of its GPUs)."""
+LIGHT = Shapes(OpenbPod("small", 1000, 2048, 1, 320), OpenbPod("mid", 1000, 2048, 1, 650),
+               OpenbPod("whole", 1000, 6144, 1, MILLI))
+"""The lightest shapes of ``default`` of these sizes: 1 core and 2 GiB (320 milli: 22 pods; 650: 2), 1 core and
+6 GiB (whole GPU: 15). At most 3 cores and 6 GiB per GPU: every node of the Alibaba cluster is roomy for them
+(its leanest have 8 cores and 32 GiB per GPU), so the adversary runs on the whole 1,213-node cluster."""
+SMALL, MID, WHOLE = COMMON.small, COMMON.mid, COMMON.whole
 
 ADVERSARY_DOC = """No online must-place policy is near the best run on every order (issue 30's "or the proof that it
 is unreachable online").
@@ -33,12 +63,15 @@ that does not know which member arrives must lose on some member. This module pr
 family of orders of the workload's own shapes below; it says nothing about the experiment's random orders
 (a shuffle of the trace), where these orders have a vanishing probability, and nothing about seed 42.
 
-*The family.* A cluster of ``M`` GPUs on *roomy* nodes (``roomy``: per GPU at least 15,908 CPU milli and
-62,362 MiB, so that CPU and memory never stop a pod below: a GPU holds at most a 320- and a 650-milli pod,
-4 + 11.908 cores, or three 320s, 12 cores), and ``n <= M`` pods ``SMALL`` (320 milli). Then either
+*The family.* Three shapes of the workload (``Shapes``: a small pod of 320 milli, a mid pod of 650, a whole-GPU
+pod), a cluster of ``M`` GPUs on nodes that are *roomy* for them (``roomy``: per GPU at least the CPU and memory
+that the pods below can take on one GPU - three small pods, a small and a mid pod, or a whole pod - so that CPU
+and memory never stop a pod; for ``COMMON``, ``default``'s most common such shapes, 15,908 CPU milli and 62,362
+MiB per GPU, 1,200 of the Alibaba cluster's GPUs; for ``LIGHT``, its 1-core shapes, 3,000 and 6,144, every node
+of it), and ``n <= M`` small pods. Then either
 
-* order A: the ``n`` small pods, then ``M - ceil(n / 3)`` pods ``WHOLE`` (1000 milli), or
-* order B: the ``n`` small pods, then ``M`` pods ``MID`` (650 milli).
+* order A: the ``n`` small pods, then ``M - ceil(n / 3)`` whole pods (1000 milli), or
+* order B: the ``n`` small pods, then ``M`` mid pods (650 milli).
 
 Both orders start with the same ``n`` pods, so a deterministic online policy reaches the same state after them
 whichever follows. Every small pod is placed (a GPU has 320 milli free while fewer than ``M`` small pods are
@@ -66,30 +99,31 @@ the integer states. Since every must-place bound is at least the best run, a pol
 best run is at least ``R`` above any valid bound too: on these orders "within 10 GPUs of the bound" is
 unreachable online once ``R`` exceeds 10 GPUs, from ``n`` = 62 small pods on 62 roomy GPUs.
 
-Not proved here: any such figure for the 1,213-node Alibaba cluster as a whole (its G2, V100 and small P100 nodes
-are not roomy: on them CPU can stop a 650 beside a 320, and the forced completions above no longer hold), or for
-the experiment's random orders."""
+With ``LIGHT`` the cluster is the whole 1,213-node Alibaba cluster (6,212 GPUs). The orders repeat each shape far
+more often than ``default`` holds it (22 small, 2 mid and 15 whole pods of the ``LIGHT`` shapes; 78, 237 and 470
+of ``COMMON``'s), and they ask at most the capacity (``0.32 n + M - ceil(n / 3)`` or ``0.32 n + 0.65 M`` GPUs
+of milli), under the experiment's 130 %. Not proved here: anything about the experiment's random
+orders."""
 
 
-def roomy(node: OpenbNode) -> bool:
+def roomy(node: OpenbNode, shapes: Shapes = COMMON) -> bool:
     """Whether CPU and memory never stop a pod of the adversary's orders on ``node`` (``ADVERSARY_DOC``): per
-    GPU, room for a ``SMALL`` and a ``MID`` pod (more than three small pods or one whole pod ask)."""
-    per_cpu = SMALL.cpu_milli + MID.cpu_milli
-    per_mem = SMALL.memory_mib + MID.memory_mib
-    assert per_cpu >= max(3 * SMALL.cpu_milli, WHOLE.cpu_milli)
-    assert per_mem >= max(3 * SMALL.memory_mib, WHOLE.memory_mib)
-    return node.gpus > 0 and node.cpu_milli >= node.gpus * per_cpu and node.memory_mib >= node.gpus * per_mem
+    GPU, room for the most its pods can take on one GPU (``Shapes.per_gpu``)."""
+    cpu, mem = shapes.per_gpu
+    return node.gpus > 0 and node.cpu_milli >= node.gpus * cpu and node.memory_mib >= node.gpus * mem
 
 
-def adversary_orders(gpus: int, small: int) -> tuple[list[OpenbPod], list[OpenbPod]]:
+def adversary_orders(gpus: int, small: int, shapes: Shapes = COMMON) -> tuple[list[OpenbPod], list[OpenbPod]]:
     """Orders A and B of ``ADVERSARY_DOC`` for ``gpus`` roomy GPUs and ``small`` (at most ``gpus``) small pods."""
     if not 0 <= small <= gpus:
         raise ValueError(f"the adversary needs 0 <= small pods <= GPUs, got {small} and {gpus}")
-    prefix = [OpenbPod(f"small-{i}", SMALL.cpu_milli, SMALL.memory_mib, 1, SMALL.gpu_milli) for i in range(small)]
-    whole = [OpenbPod(f"whole-{i}", WHOLE.cpu_milli, WHOLE.memory_mib, 1, MILLI)
-             for i in range(gpus - math.ceil(small / 3))]
-    mid = [OpenbPod(f"mid-{i}", MID.cpu_milli, MID.memory_mib, 1, MID.gpu_milli) for i in range(gpus)]
-    return prefix + whole, prefix + mid
+
+    def pods(shape: OpenbPod, count: int) -> list[OpenbPod]:
+        return [OpenbPod(f"{shape.name}-{i}", shape.cpu_milli, shape.memory_mib, 1, shape.gpu_milli)
+                for i in range(count)]
+
+    prefix = pods(shapes.small, small)
+    return prefix + pods(shapes.whole, gpus - math.ceil(small / 3)), prefix + pods(shapes.mid, gpus)
 
 
 def small_pods_per_gpu(gpu_free: Sequence[int]) -> tuple[int, int, int, int]:
@@ -135,11 +169,16 @@ class OnlineRegret:
         return self.randomized_milli / MILLI
 
 
-def states(gpus: int, small: int) -> list[tuple[int, int, int, int]]:
-    """Every ``(a_0, a_1, a_2, a_3)`` with ``sum a_k = gpus`` and ``a_1 + 2 a_2 + 3 a_3 = small``."""
+def states(gpus: int, small: int, *, every: bool = False) -> list[tuple[int, int, int, int]]:
+    """The ``(a_0, a_1, a_2, a_3)`` with ``sum a_k = gpus`` and ``a_1 + 2 a_2 + 3 a_3 = small`` and ``a_2 <= 2``
+    (``every``: any ``a_2``). A state with ``a_2 >= 3`` loses more on both orders than the one with three GPUs of
+    two small pods made two of three: ``a_0`` one more (less lost on A), ``a_2 + a_3`` one fewer (less lost on B:
+    ``M - a_0 - a_1 = a_2 + a_3``), so it never gives the least loss."""
     out = []
     for a3 in range(small // 3 + 1):
         for a2 in range((small - 3 * a3) // 2 + 1):
+            if a2 > 2 and not every:
+                break
             a1 = small - 3 * a3 - 2 * a2
             a0 = gpus - a1 - a2 - a3
             if a0 >= 0:
@@ -147,15 +186,16 @@ def states(gpus: int, small: int) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def online_regret(gpus: int, small: int) -> OnlineRegret:
+def online_regret(gpus: int, small: int, *, every: bool = False) -> OnlineRegret:
     """``ADVERSARY_DOC``'s figures, exactly over the integer states (``p_a``: the probability that maximises the
-    randomized figure, found by golden-section search on the concave function; any ``p`` gives a valid figure)."""
+    randomized figure, found by golden-section search on the concave function; any ``p`` gives a valid figure;
+    ``every``: over every state, not only those of ``states``' ``a_2 <= 2``)."""
     if not 0 <= small <= gpus:
         raise ValueError(f"the adversary needs 0 <= small pods <= GPUs, got {small} and {gpus}")
     best_a = SMALL.gpu_milli * small + MILLI * (gpus - math.ceil(small / 3))
     best_b = SMALL.gpu_milli * small + MID.gpu_milli * gpus
     losses = []
-    for s in states(gpus, small):
+    for s in states(gpus, small, every=every):
         got_a, got_b = completions(s, gpus, small)
         losses.append((best_a - got_a, best_b - got_b, s))
     r, _, _, where = min((max(ra, rb), ra, rb, s) for ra, rb, s in losses)

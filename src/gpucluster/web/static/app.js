@@ -673,6 +673,10 @@ pages.history = {
   },
   async refresh() {
     const seq = ++this.seq;  // a newer request (a click, a filter) wins over one still in flight
+    // the shown page's cursor belongs to the filters it was read with: until this page arrives there is no
+    // "Older" (clicked meanwhile it would ask the new filters for the page after the old page's last job)
+    this.next = null;
+    $("#hs-older").disabled = true;
     const p = new URLSearchParams({ include: "pruned", limit: $("#hs-limit").value });
     const st = $("#hs-status").value, q = $("#hs-q").value.trim(), t = $("#hs-tenant") ? $("#hs-tenant").value.trim() : "";
     if (st) p.set("status", st);
