@@ -23,7 +23,13 @@ each replica the tenants: the same settings written twice).
 * a quota raised through the follower's API is applied by the leader (which admits the waiting Job), a quota
   removed through the leader's is removed on the follower; no token in the ConfigMap;
 * a hand-broken key in the ConfigMap: both replicas keep the tenant's last good quota, report the key (overview,
-  a Warning ``TenancyUnreadable`` Event) and apply the key once it is mended.
+  a Warning ``TenancyUnreadable`` Event) and apply the key once it is mended;
+* Events across a failover: the pod-group verdicts and the ``Relabelled`` Events only the follower saw (the
+  leader frozen, then ``kill -9``) are written by it once it leads, and no Event the old leader wrote (a waiting
+  group's ``Waiting``) is written twice;
+* a follower whose Job watch lags (in process, its Job events held) reads the workloads from the API server
+  before its first pass as the leader: the old leader's last admission is adopted and charged, and the tenant's
+  next group waits for quota instead of being admitted past it.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Any
 
 import pytest
 from fake_kubelet import finish
+from test_k8s_rechecks import _group, _relabel_group
 from test_k8s_tenancy import _apply, _refused, _status
 from test_k8s_workloads import _api_job
 from up_process import ControlPlane, leader_of, wait_until
@@ -497,3 +504,136 @@ def test_patches_of_different_fields_through_two_replicas_keep_both_on_the_real_
     # without fields a write is the whole settings (POST): b's stale quota would win
     b.publish({"ml": TenantSettings(2.0, 4.0, 5)}, {})
     assert TenantSettings.decode(core.read_namespaced_config_map("pair-tenants", namespace).data["ml"]).quota_gpus == 2
+
+
+def test_a_new_leader_writes_the_pod_group_events_only_it_saw_and_no_event_twice(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
+        fleet: list[Any], tmp_path: Path) -> None:
+    """Tenant C (quota 2 GPUs): a pod group runs at the quota, a second waits for it (the leader writes a
+    ``Waiting`` Event on its pods). The leader is frozen (``SIGSTOP``); the running group's members are relabelled
+    (it stays C's: a ``Relabelled`` Event is owed) and a group naming a bad tenant is made (refused: ``Refused``
+    Events owed); the follower sees both, then the leader is killed (``kill -9``). The new leader writes the
+    ``Relabelled`` and ``Refused`` Events, one on each pod, and the waiting group's ``Waiting`` Event stays one
+    (the new leader writes it again: the same Event, not a second). Before, the follower's pod-group verdicts and
+    relabels were never written and every Event the new leader wrote again was a duplicate."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    _tenant, _ns_a, ns_b = namespaces
+    other, moved = f"tc-{run}", f"td-{run}"
+    running, waiting, bad, late = f"pr-{run}", f"pw-{run}", f"pb-{run}", f"pl-{run}"
+
+    def on_pods(group: str, reason: str) -> list[int]:
+        return [len(_refused(kube_client, ns_b, f"{group}-{i}", kind="Pod", reason=reason) or []) for i in range(2)]
+
+    with replicas(kube_control_plane, tmp_path, run, {other: 2}) as (leader, follower):
+        _group(core, ns_b, run, other, running, run_s=600)
+        for r in (leader, follower):
+            wait_until(lambda r=r: _status(r, running, "running"), 120, "the first group to run at C's quota")
+        _group(core, ns_b, run, other, waiting)
+        wait_until(lambda: (j := _status(leader, waiting, "pending")) and "quota" in j["message"], 120,
+                   "the second group to wait for quota")
+        wait_until(lambda: _status(follower, waiting, "pending"), 120, "the follower to list it waiting")
+        wait_until(lambda: on_pods(waiting, "Waiting") == [1, 1], 120, "the leader's Waiting Events")
+
+        leader.proc.send_signal(signal.SIGSTOP)  # it writes nothing from now on
+        _relabel_group(core, ns_b, running, moved)
+        _group(core, ns_b, run, "Not_A_Tenant", bad)
+        wait_until(lambda: _status(follower, bad, "failed"), 120, "the follower to refuse the badly named group")
+        assert on_pods(bad, "Refused") == [0, 0] and on_pods(running, "Relabelled") == [0, 0]
+        leader.kill()
+        wait_until(lambda: _leads(follower), 120, "the follower to take over")
+
+        wait_until(lambda: on_pods(bad, "Refused") == [1, 1], 120, "the new leader to write the group's refusal")
+        wait_until(lambda: on_pods(running, "Relabelled") == [1, 1], 120, "the new leader to write the relabel")
+        [told] = _refused(kube_client, ns_b, f"{running}-0", kind="Pod", reason="Relabelled") or []
+        assert f"it stays running, charged to tenant {other} until it ends" in told["message"]
+        # a group the new leader refuses after it took over: its Event is written after every earlier write
+        _group(core, ns_b, run, "Also_Not_A_Tenant", late)
+        wait_until(lambda: on_pods(late, "Refused") == [1, 1], 120, "the new leader's own refusal")
+        assert on_pods(waiting, "Waiting") == [1, 1]  # written again by the new leader: the same Event
+        assert on_pods(bad, "Refused") == [1, 1] and on_pods(running, "Relabelled") == [1, 1]
+        assert _status(follower, running, "running") and _status(follower, waiting, "pending")
+
+
+def test_a_follower_whose_watch_lags_takes_in_the_old_leaders_admission_before_its_first_pass(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
+        fleet: list[Any], tmp_path: Path) -> None:
+    """Tenant A (quota 2 GPUs). A leader (``up``) admits Job X of A (2 GPUs) and keeps a pod group Y of A (2 x 1
+    GPU) waiting for quota; the follower, in process, has a Job watch that lags (its Job events held: it never
+    sees X) and queues Y (through its pod watch). The leader is killed (``kill -9``) and the follower leads: before its first pass
+    it reads the workloads from the API server, adopts X (A holds 2 GPUs) and keeps Y waiting for quota. Before,
+    its first pass admitted Y beside X: A held 4 GPUs of a quota of 2."""
+    from kubernetes import client
+
+    from gpucluster.kubernetes import KubeRuntime
+
+    class LaggingJobWatch(KubeRuntime):
+        """A replica whose Job watch has not delivered the old leader's last writes: its Job events are held."""
+
+        held: list[tuple[str, Any]] | None = None
+
+        def _on_job(self, kind: str, obj: Any) -> None:
+            if self.held is not None:
+                self.held.append((kind, obj))
+                return
+            super()._on_job(kind, obj)
+
+    core = client.CoreV1Api(kube_client)
+    tenant, ns_a, _ns_b = namespaces
+    x, y = f"x-{run}", f"y-{run}"
+    args = ("--lease-name", f"lease-{run}", "--lease-duration", str(LEASE_S))
+    leader = ControlPlane(kube_control_plane.kubeconfig, tmp_path, *args, "--identity", f"l-{run}", data="l")
+    follower: LaggingJobWatch | None = None
+    try:
+        wait_until(leader.leading, 120, "the up process to lead")
+        follower = LaggingJobWatch(kube_control_plane.kubeconfig, namespace="default", identity=f"f-{run}",
+                                   leader_elect=True, lease_name=f"lease-{run}", lease_duration=float(LEASE_S))
+        follower.set_quotas({tenant: 2})
+        rt = follower
+
+        def tick(what: Any) -> Any:
+            def step() -> Any:  # what the service does at each tick: the shared tenants' settings taken in
+                shared = rt.shared_tenancy()
+                if shared is not None:
+                    rt.tenancy_applied(shared.version)
+                rt.advance(rt.now + 0.25)
+                return what()
+            return step
+
+        with leader.client() as c:
+            resp = c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2})
+            assert resp.status_code == 201, resp.text
+        follower.held = []
+        _apply(kube_control_plane, x, ns_a, tenant, run, run_s=600)
+        wait_until(lambda: _admission_id(kube_client, ns_a, x), 120, "the leader to admit X")
+        _group(core, ns_a, run, tenant, y, run_s=600)
+        wait_until(lambda: (j := _status(leader, y, "pending")) and "quota" in j["message"], 120,
+                   "Y to wait for A's quota on the leader")
+        wait_until(tick(lambda: any(j.name == y and j.status == "pending" for j in rt.jobs())), 120,
+                   "the follower to queue Y")
+        assert not rt.leading and not any(j.name == x for j in rt.jobs())  # its Job watch never delivered X
+        leader.kill()
+        wait_until(tick(lambda: rt._leading), 120, "the follower to lead (and have read the cluster)")
+        for _ in range(8):  # passes of the new leader
+            rt.advance(rt.now + 0.5)
+        wait_until(tick(lambda: not rt._writes), 60, "its writes done")
+        waiting = next(j for j in rt.jobs() if j.name == y)
+        assert waiting.status == "pending" and "quota" in waiting.message, waiting.message
+        pods = json.loads(core.list_namespaced_pod(ns_a, label_selector=f"gpucluster.io/run={run}",
+                                                   _preload_content=False).data)["items"]
+        assert not [p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(y)
+                    and p["spec"].get("nodeName")]
+        seen = next((j for j in rt.jobs() if j.name == x), None)
+        assert seen is not None and seen.status == "running", seen
+        assert rt.usage_by_tenant()[tenant]["gpus"] == 2
+    except BaseException:
+        print(leader.output()[-5000:])
+        raise
+    finally:
+        if follower is not None:
+            follower.close()
+        leader.stop()
+        subprocess.run([str(kube_control_plane.bin_dir / "kubectl"), "--kubeconfig",
+                        str(kube_control_plane.kubeconfig), "delete", "lease", f"lease-{run}", "--ignore-not-found"],
+                       capture_output=True, check=False, timeout=60)

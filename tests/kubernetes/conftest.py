@@ -80,6 +80,9 @@ def new_runtime(monkeypatch: pytest.MonkeyPatch) -> Callable[[], contextlib.Abst
     monkeypatch.setattr(backend, "api_client", lambda *_a, **_k: client.ApiClient(client.Configuration()))
     monkeypatch.setattr(backend.KubeRuntime, "_probe", lambda _self: "v1.37.2")
     monkeypatch.setattr(backend, "build", build)
+    # no API server here: what the stub informer was given is all there is (a replica about to lead reads the
+    # workloads and pods again from the API server, :meth:`KubeRuntime._relist`; nothing newer to read)
+    monkeypatch.setattr(backend.KubeRuntime, "_relist", lambda _self: True)
 
     @contextlib.contextmanager
     def make() -> Iterator[backend.KubeRuntime]:

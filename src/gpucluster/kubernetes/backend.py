@@ -59,10 +59,12 @@ and read by :meth:`advance`.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import contextlib
 import datetime as dt
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -101,7 +103,7 @@ from gpucluster.jobs import (
     transition,
     user_submission,
 )
-from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client, raw_get
+from gpucluster.kubernetes.client import ApiException, KubeConfigError, api_client, raw_get, raw_list
 from gpucluster.kubernetes.cluster import ClaimNotReadyError, ClaimPlan
 from gpucluster.kubernetes.convert import (
     BIND_PHASE_ANNOTATION,
@@ -181,6 +183,8 @@ EXTRA_KEY_PREFIX = "extra:"
 """A pod group's member beyond its ``minMember`` slots is bound with the reservation ``NAMESPACE/<job id>-extra``."""
 UNMIRRORED_KEY_PREFIX = "unmirrored:"
 """The outside-use key of a running job's slot that is not held here (:meth:`KubeRuntime._adopt`)."""
+OWED_MAX = 4096
+"""The most Events a follower keeps to write if it comes to lead (:meth:`KubeRuntime._say`); the oldest go first."""
 JOBSET_RECHECK_S = 5.0
 """How often the JobSet (and PyTorchJob) list is tried again while the API server does not serve them (no CRD
 yet)."""
@@ -252,6 +256,8 @@ class _Queued:
     the object read as a Job (``convert``), and ``namespace/name`` -> uid (their pods are filed under it)."""
 
     convert: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+    raw: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """uid -> the object as the API server last showed it (its resourceVersion orders late watch events)."""
     objs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     uids: dict[str, str] = field(default_factory=dict)
 
@@ -263,7 +269,10 @@ class _Queued:
             self.objs.pop(uid, None)
             self.uids.pop(where, None)
             gone.add(uid)
+        elif _older(obj, self.raw.get(uid)):
+            pass  # a late watch event: a relist read a newer version already
         else:
+            self.raw[uid] = obj
             self.objs[uid] = self.convert(obj)
             self.uids[where] = uid
             gone.discard(uid)
@@ -273,9 +282,23 @@ class _Queued:
         """Take in a whole list; the uids no longer listed join ``gone``. Returns the uids listed."""
         fresh = {_uid_where(o)[0]: o for o in items}
         gone |= set(self.objs) - set(fresh)
+        self.raw = dict(fresh)
         self.objs = {u: self.convert(o) for u, o in fresh.items()}
         self.uids = {_uid_where(o)[1]: u for u, o in fresh.items()}
         return set(fresh)
+
+
+def _older(obj: Mapping[str, Any], seen: Mapping[str, Any] | None) -> bool:
+    """``obj`` is an older version of the object than ``seen`` (a watch event delivered after a relist that read
+    a newer one). resourceVersions are compared as numbers when both are (the API server's are etcd revisions);
+    otherwise nothing is taken for older."""
+    if seen is None:
+        return False
+    try:
+        return int(str((obj.get("metadata") or {}).get("resourceVersion"))) < int(
+            str((seen.get("metadata") or {}).get("resourceVersion")))
+    except ValueError:
+        return False
 
 
 def _uid_where(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -443,6 +466,8 @@ class KubeRuntime(EngineFront):
         """Pod groups seen (their pseudo uid -> what makes their pods members); their pods are in ``_pods``."""
         self._gathering: dict[str, Job] = {}
         """Pod groups not queued yet (fewer than minMember pods, or no PodGroup yet), shown with why they wait."""
+        self._owed: collections.deque[tuple[str, Any, tuple[Any, ...]]] = collections.deque(maxlen=OWED_MAX)
+        """The Events this replica decided on while following (:meth:`_say`), written if it comes to lead."""
         self._regrouped: list[tuple[str, str, str]] = []
         """(pod key, reason, message) of the Events owed to pods whose pod group label changed (:meth:`_regroup`),
         written by the leader at the next tick (guarded by ``_lock``)."""
@@ -593,6 +618,9 @@ class KubeRuntime(EngineFront):
                 view.job_uid = owner
         claimant = claim_tenant(obj) if kind != "DELETED" else None
         with self._lock:
+            seen = self._pods.get(key)
+            if view is not None and seen is not None and _older(obj, seen.obj):
+                return  # a late watch event: a relist (:meth:`_relist`) read a newer version already
             if grouped and view is not None:
                 member = self._regroup(view, member)
             elif view is None:
@@ -732,6 +760,8 @@ class KubeRuntime(EngineFront):
             return  # a JobSet's child: queued as its JobSet
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         with self._lock:
+            if kind != "DELETED" and _older(obj, self._job_objs.get(uid)):
+                return  # a late watch event: a relist (:meth:`_relist`) read a newer version already
             if kind == "DELETED":
                 self._job_objs.pop(uid, None)
                 self._gone.add(uid)
@@ -803,6 +833,16 @@ class KubeRuntime(EngineFront):
     def submit_write(self, what: str, job_id: str, fn: Any, *args: Any) -> None:
         self._writes.append((what, job_id, self.writer.submit(fn, *args)))
 
+    def _say(self, job_id: str, fn: Any, *args: Any) -> None:
+        """An Event only the leader writes about a verdict every replica reaches (a pod group refused or let in,
+        a workload relabelled, a pod that left its group): written now by the leader; kept by a follower and
+        written once it leads (:meth:`_write_owed`: the old leader may have died before writing it, and one it did
+        write is not written twice, :meth:`_event`)."""
+        if self._leading:
+            self.submit_write("note", job_id, fn, *args)
+        else:
+            self._owed.append((job_id, fn, args))
+
     def write_admission(self, namespace: str, name: str, rv: str, admission: Admission) -> str:
         """Write the admission on the Job and release it, if nobody else admitted it first: ``ok``, ``gone``,
         ``lost`` (not the leader any more) or ``taken:<admission json>``."""
@@ -816,7 +856,8 @@ class KubeRuntime(EngineFront):
                 self._patch(namespace, name, body)
                 self._job_event(namespace, name, "Normal", "Admitted",
                                 f"admitted by {admission.by}: " + ", ".join(
-                                    f"pod {i} on {s.node or '(not placed)'}" for i, s in enumerate(admission.slots)))
+                                    f"pod {i} on {s.node or '(not placed)'}" for i, s in enumerate(admission.slots)),
+                                series=admission.id)
                 return "ok"
             except ApiException as exc:
                 if exc.status == 404:
@@ -847,7 +888,7 @@ class KubeRuntime(EngineFront):
             return "lost"
         text = f"admitted by {admission.by} as one gang: " + ", ".join(
             f"pod {i} on {s.node or '(not placed)'}" for i, s in enumerate(admission.slots))
-        self.write_pod_events(self._group_pod_keys(uid, waiting=True), "Normal", "Admitted", text)
+        self.write_pod_events(self._group_pod_keys(uid, waiting=True), "Normal", "Admitted", text, series=admission.id)
         return "ok"
 
     def _group_pod_keys(self, uid: str, *, waiting: bool = False, live: bool = False) -> list[str]:
@@ -855,8 +896,9 @@ class KubeRuntime(EngineFront):
             return sorted(k for k, p in self._pods.items() if p.job_uid == uid
                           and (not waiting or (p.live and not p.node)) and (not live or p.live))
 
-    def write_pod_events(self, keys: Sequence[str], kind: str, reason: str, message: str) -> str:
-        """An Event on each of these pods (a pod group's members: why they wait, or that they were admitted)."""
+    def write_pod_events(self, keys: Sequence[str], kind: str, reason: str, message: str, series: str = "") -> str:
+        """An Event on each of these pods (a pod group's members: why they wait, or that they were admitted);
+        ``series``: :meth:`_event`."""
         if not self.leading:
             return "lost"
         for key in keys:
@@ -864,17 +906,23 @@ class KubeRuntime(EngineFront):
             with self._lock:
                 view = self._pods.get(key)
             uid = str((view.obj.get("metadata") or {}).get("uid") or "") if view is not None else ""
-            self._event(("v1", "Pod"), namespace, name, uid, kind, reason, message)
+            self._event(("v1", "Pod"), namespace, name, uid, kind, reason, message, series)
         return "ok"
 
     def _event(self, involved: tuple[str, str], namespace: str, name: str, uid: str, kind: str, reason: str,
-               message: str) -> None:
+               message: str, series: str = "") -> None:
         """Write one Event about the object ``involved`` = (apiVersion, kind) ``namespace/name`` (its ``uid`` when
-        known); an API error is logged at debug level and otherwise ignored (an Event is a courtesy)."""
+        known); an API error is logged at debug level and otherwise ignored (an Event is a courtesy). Idempotent:
+        its name is made of the object, the reason and the message (and ``series``, e.g. the admission an
+        ``Admitted`` Event is about), so the same Event written again (by a new leader that cannot know what the
+        old one wrote before it died, or by a replica that decided the same while following) is the one already
+        there, not a second."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        said = f"{uid or namespace + '/' + name}|{involved[1]}|{kind}|{reason}|{message[:1024]}|{series}"
+        digest = hashlib.sha1(said.encode(), usedforsecurity=False).hexdigest()[:20]
         event = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "metadata": {"name": f"{name[:200].rstrip('-.')}.{digest}", "namespace": namespace},
             "involvedObject": {"apiVersion": involved[0], "kind": involved[1], "name": name, "namespace": namespace,
                                **({"uid": uid} if uid else {})},
             "reason": reason, "message": message[:1024], "type": kind,
@@ -883,7 +931,7 @@ class KubeRuntime(EngineFront):
         }
         try:
             self.core.create_namespaced_event(namespace, event)
-        except ApiException as exc:
+        except ApiException as exc:  # 409: written already (by this replica or another)
             log.debug("event on %s %s/%s not written: %s", involved[1], namespace, name, exc.status)
 
     def write_delete_pods(self, keys: Sequence[str]) -> str:
@@ -1024,7 +1072,7 @@ class KubeRuntime(EngineFront):
         self._job_event(namespace, name, "Normal", "Accepted", message)
         return "ok"
 
-    def _job_event(self, namespace: str, name: str, kind: str, reason: str, message: str) -> None:
+    def _job_event(self, namespace: str, name: str, kind: str, reason: str, message: str, series: str = "") -> None:
         uid = ""
         what = self._kind_of(namespace, name)
         with self._lock:
@@ -1035,7 +1083,7 @@ class KubeRuntime(EngineFront):
                     uid = u
         api = CUSTOM_KINDS.get(what)
         involved = ("/".join(api[:2]), what) if api is not None else ("batch/v1", "Job")
-        self._event(involved, namespace, name, uid, kind, reason, message)
+        self._event(involved, namespace, name, uid, kind, reason, message, series)
 
     # ------------------------------------------------------------------ jobs: API side
     def validate(self, job: Job, quota: bool = True) -> None:
@@ -1216,10 +1264,12 @@ class KubeRuntime(EngineFront):
             self.engine.run_until(t)
         with self._lock:
             regrouped, self._regrouped = self._regrouped, []
+        for key, reason, message in regrouped:
+            self._say(key, self.write_pod_events, [key], "Normal", reason, message)
         if self._leading:
-            for key, reason, message in regrouped:
-                self.submit_write("note", key, self.write_pod_events, [key], "Normal", reason, message)
             self._write_notes()
+        else:
+            self._owe_refusals()
         self._sample_due()
         return self._take_events()
 
@@ -1237,6 +1287,8 @@ class KubeRuntime(EngineFront):
             return
         if leading and not self._tenancy_current():
             return  # leads (admits) once the newest shared tenant settings are applied: at a next tick
+        if leading and not self._relist():
+            return  # leads once it has read the workloads and pods from the API server: at a next tick
         self._leading = leading
         if leading:
             log.info("%s leads: admitting jobs", self.identity)
@@ -1256,6 +1308,34 @@ class KubeRuntime(EngineFront):
             self._group_ended = {}
         with self._lock:
             self._dirty = set(self._job_objs) | set(self._sets.objs) | set(self._ptjs.objs)  # JobSets, PyTorchJobs
+
+    def _relist(self) -> bool:
+        """This replica is about to lead: read the queued workloads (Jobs, JobSets, PyTorchJobs) and the pods from
+        the API server now, as a relist of its watches, so its first admission pass (in this tick) counts every
+        admission and bind of the old leader, even one its watches have not delivered yet (the leader killed
+        right after writing it): a workload admitted there is adopted, charged to its tenant, before anything is
+        admitted here. False when the API server cannot be read (it leads at a later tick)."""
+        try:
+            jobs = raw_list(self.batch.list_job_for_all_namespaces, label_selector=QUEUE_LABEL)
+            customs = {kind: raw_list(functools.partial(self.custom.list_cluster_custom_object, *CUSTOM_KINDS[kind]),
+                                      label_selector=QUEUE_LABEL)
+                       for kind, name in (("JobSet", "jobsets"), ("PyTorchJob", "pytorchjobs"))
+                       if self.informer.served.get(name)}
+            pods = raw_list(self.core.list_pod_for_all_namespaces)
+        except Exception as exc:
+            log.warning("%s holds the lease but admits nothing until it has read the workloads and pods: %s",
+                        self.identity, _api_error(exc))
+            return False
+        self._on_job_list(list(jobs.get("items") or []))
+        if "JobSet" in customs:
+            self._on_jobset_list(list(customs["JobSet"].get("items") or []))
+        if "PyTorchJob" in customs:
+            self._on_pytorchjob_list(list(customs["PyTorchJob"].get("items") or []))
+        items = list(pods.get("items") or [])
+        self._on_pod_resync({pod_key(o) for o in items})
+        for obj in items:
+            self._on_pod("MODIFIED", obj)
+        return True
 
     def _tenancy_current(self) -> bool:
         """Whether the shared tenant settings this replica applied are the newest on the server (read now): a
@@ -1327,7 +1407,12 @@ class KubeRuntime(EngineFront):
         Warning ``Refused`` Event and ``gpucluster.io/refused``), and the acceptance of one still carrying a
         refusal that is queued or running here (the annotation taken off, a Normal ``Accepted`` Event). Both are
         written before this replica's first admission (the writer keeps their order). Pod groups carry no
-        annotation to compare with: their Events are not written again. Caller holds the cluster lock."""
+        annotation to compare with: the Events this replica decided on while following (a pod group's refusal or
+        acceptance, a ``Relabelled``, a ``LeftGroup``: :meth:`_say`) are written, each once whoever wrote it
+        before (:meth:`_event`). Caller holds the cluster lock."""
+        owed, self._owed = list(self._owed), collections.deque(maxlen=OWED_MAX)
+        for job_id, fn, args in owed:
+            self.submit_write("note", job_id, fn, *args)
         with self._lock:
             objs = {**self._job_objs, **self._sets.objs, **self._ptjs.objs}
         for rec in self.recs.values():
@@ -1693,17 +1778,17 @@ class KubeRuntime(EngineFront):
             same = prior is not None and prior.refusal == rec.refusal
             rec.refused = same
             if buried:
-                if not same and self._leading:
-                    self.submit_write("note", new_id, self.write_pod_events, self._group_pod_keys(uid, waiting=True),
-                                      "Warning", "Refused", f"refused: {exc}")
+                if not same:
+                    self._say(new_id, self.write_pod_events, self._group_pod_keys(uid, waiting=True), "Warning",
+                              "Refused", f"refused: {exc}")
                 self._rebury(new_id)
             return
         job = Job(restored_submission(spec, self.now))
         self.engine.submit(job)
         self._discovered.append(job)
-        if accepted and self._leading:
-            self.submit_write("note", new_id, self.write_pod_events, self._group_pod_keys(uid, waiting=True),
-                              "Normal", "Accepted", f"accepted: queued for tenant {spec.tenant}: {accepted}")
+        if accepted:
+            self._say(new_id, self.write_pod_events, self._group_pod_keys(uid, waiting=True), "Normal", "Accepted",
+                      f"accepted: queued for tenant {spec.tenant}: {accepted}")
 
     # ------------------------------------------------------------------ bindings changed
     def _recheck_tenancy(self) -> None:
@@ -1758,9 +1843,7 @@ class KubeRuntime(EngineFront):
             self._reopen(rec, verdict.why if verdict.allowed else "")
             return
         rec.told = label
-        if self._leading:
-            self.submit_write("note", rec.job_id, self.write_event, rec.namespace, rec.name, "Normal", "Relabelled",
-                              verdict.why)
+        self._say(rec.job_id, self.write_event, rec.namespace, rec.name, "Normal", "Relabelled", verdict.why)
 
     def _relabelled_tomb(self, tomb: _Rec, label: str) -> None:
         """A refused workload the retention policy pruned (:attr:`_refused_tombs`) whose ``gpucluster.io/queue``
@@ -1794,9 +1877,8 @@ class KubeRuntime(EngineFront):
         if verdict is None:  # it names the tenant it is charged to: nothing to say
             return
         log.info("pod group %s/%s relabelled %s -> %s: %s", rec.namespace, rec.name, rec.label, named, verdict.why)
-        if self._leading:
-            self.submit_write("note", rec.job_id, self.write_pod_events, self._group_pod_keys(rec.uid, live=True),
-                              "Normal", "Relabelled", verdict.why)
+        self._say(rec.job_id, self.write_pod_events, self._group_pod_keys(rec.uid, live=True), "Normal", "Relabelled",
+                  verdict.why)
 
     def _relabelled_group(self, prior: _Rec, named: str) -> None:
         """A refused pod group (in memory, or a tombstone of one the retention policy pruned) whose members now
@@ -1860,9 +1942,8 @@ class KubeRuntime(EngineFront):
         if rec.group:
             rec.refusal = f"pod group {rec.namespace}/{rec.name}: {why}"
             self._group_ended[rec.uid] = set(self._group_pod_keys(rec.uid))
-            if self._leading:
-                self.submit_write("note", rec.job_id, self.write_pod_events,
-                                  self._group_pod_keys(rec.uid, waiting=True), "Warning", "Refused", why)
+            self._say(rec.job_id, self.write_pod_events, self._group_pod_keys(rec.uid, waiting=True), "Warning",
+                      "Refused", why)
         elif self._leading:
             self.submit_write("note", rec.job_id, self.write_note, rec.namespace, rec.name, "Warning", "Refused",
                               why, REFUSED_ANNOTATION)
@@ -2391,11 +2472,22 @@ class KubeRuntime(EngineFront):
             if rec is not None and rec.uid and not rec.refused:
                 rec.refused = True
                 if rec.group:
-                    self.submit_write("note", ev.job_id, self.write_pod_events,
-                                      self._group_pod_keys(rec.uid, waiting=True), "Warning", "Refused", ev.message)
+                    self._say(ev.job_id, self.write_pod_events, self._group_pod_keys(rec.uid, waiting=True),
+                              "Warning", "Refused", ev.message)
                     continue
                 self.submit_write("note", ev.job_id, self.write_note, rec.namespace, rec.name, "Warning",
                                   "Refused", ev.message, REFUSED_ANNOTATION)
+
+    def _owe_refusals(self) -> None:
+        """A follower's pod groups refused at this tick (on arrival): the ``Refused`` Events on their members are
+        owed (:meth:`_say`), written if this replica comes to lead. A Job's refusal is found from its annotation
+        instead (:meth:`_write_owed`)."""
+        for ev in [e for e in self._events if e.kind == "rejected"]:
+            rec = self.recs.get(ev.job_id)
+            if rec is not None and rec.group and rec.uid and not rec.refused:
+                rec.refused = True
+                self._say(ev.job_id, self.write_pod_events, self._group_pod_keys(rec.uid, waiting=True), "Warning",
+                          "Refused", ev.message)
 
     # ------------------------------------------------------------------ logs
     def log_pod(self, job_id: str, replica: int) -> tuple[str, str, str]:
