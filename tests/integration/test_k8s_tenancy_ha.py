@@ -637,3 +637,27 @@ def test_a_follower_whose_watch_lags_takes_in_the_old_leaders_admission_before_i
         subprocess.run([str(kube_control_plane.bin_dir / "kubectl"), "--kubeconfig",
                         str(kube_control_plane.kubeconfig), "delete", "lease", f"lease-{run}", "--ignore-not-found"],
                        capture_output=True, check=False, timeout=60)
+
+
+def test_a_configmap_made_anew_without_the_tenants_gets_them_back_from_the_replicas(
+        kube_control_plane: Any, kube_client: Any, run: str, tmp_path: Path) -> None:
+    """The ConfigMap deleted and made anew naming no tenant (as a new replica's start makes it from its empty
+    store): both replicas keep A's quota of 2 and write A back into the new object, instead of applying it as
+    'no tenant has a quota'."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    tenant, name = f"tn-{run}", f"lease-{run}-tenants"
+    with replicas(kube_control_plane, tmp_path, run, {}) as (leader, follower):
+        with leader.client() as c:
+            assert c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2}).status_code == 201
+        wait_until(lambda: _quota(follower, tenant) == 2, 120, "the follower to apply A's quota")
+        core.delete_namespaced_config_map(name, "default")
+        core.create_namespaced_config_map("default", client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=name), data={}))
+        wait_until(lambda: tenant in (_shared(kube_client, run).data or {}), 120, "A written back into it")
+        assert json.loads(_shared(kube_client, run).data[tenant])["quota_gpus"] == 2
+        for r in (leader, follower):
+            wait_until(lambda r=r: _tenancy(r)["applied_version"] == _shared(kube_client, run).metadata
+                       .resource_version, 120, "the replica to apply the new object")
+            assert _quota(r, tenant) == 2

@@ -32,9 +32,10 @@ class SharedObject:
         self.data: dict[str, str] = {}
         self.version = 1
         self.fail = ""
+        self.uid = "uid-1"
 
     def read(self) -> SharedTenancy:
-        return read_shared(self.data, str(self.version), "uid-1")
+        return read_shared(self.data, str(self.version), self.uid)
 
     def write(self, changes: Mapping[str, TenantSettings], only_missing: bool = False,
               fields: Collection[str] | None = None) -> None:
@@ -63,9 +64,9 @@ class Replica(EmbeddedRuntime):
         self.applied = version
 
     def seed_tenancy(self, local: Mapping[str, TenantSettings], synced_uid: str | None) -> str:
-        if synced_uid != "uid-1":
+        if synced_uid != self.shared.uid:
             self.shared.write({n: s for n, s in local.items() if s != DEFAULTS}, only_missing=True)
-        return "uid-1"
+        return self.shared.uid
 
     def publish_tenant(self, name: str, settings: TenantSettings, local: Mapping[str, TenantSettings],
                        fields: Collection[str] | None = None) -> TenantSettings:
@@ -292,3 +293,24 @@ def test_a_replica_with_no_good_value_of_a_broken_key_admits_none_of_its_tenants
         assert r.status_code == 201, r.text
         b.tick()
         assert b.client.get("/api/v1/jobs").json()["jobs"][0]["status"] == "running"
+
+
+def test_a_shared_object_made_anew_without_a_replicas_tenants_does_not_reset_them(tmp_path: Path) -> None:
+    """The ConfigMap deleted, then made anew by a replica whose store holds no tenant (a new replica's start):
+    another uid, naming no tenant. A running replica that holds ml's quota adds ml to it (as its start would)
+    instead of resetting ml to no quota: ml's second job waits, and the shared object names ml again."""
+    shared = SharedObject()
+    with replica(tmp_path / "a", shared) as a:
+        a.tenant("ml", quota_gpus=2)
+        a.tick()
+        shared.data, shared.uid = {}, "uid-2"
+        shared.version += 1
+        a.tick()
+        assert _quota(a, "ml") == 2
+        assert TenantSettings.decode(shared.data["ml"]).quota_gpus == 2.0
+        for name in ("one", "two"):
+            assert a.client.post("/api/v1/jobs", json={"name": name, "tenant": "ml",
+                                                       "resources": GPU2}).status_code == 201
+        a.tick()
+        jobs = {j["name"]: j["status"] for j in a.client.get("/api/v1/jobs").json()["jobs"]}
+        assert jobs == {"one": "running", "two": "pending"}, jobs

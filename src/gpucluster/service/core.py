@@ -21,7 +21,7 @@ from typing import Any
 from gpucluster.embedded import run_steps
 from gpucluster.jobs import Fail, JobStatus, transition
 from gpucluster.model.limits import DEFAULT_TENANT_MAX_QUEUED
-from gpucluster.model.tenants import TenantSettings, changes
+from gpucluster.model.tenants import DEFAULTS, TenantSettings, changes
 from gpucluster.monitoring import describe_record
 from gpucluster.service.auth import AdminToken, resolve_admin_token
 from gpucluster.service.factory import RuntimeUnavailableError
@@ -152,6 +152,8 @@ class Service:
     name_index_builds: int = 0
     """How often the live-name index was built from every job (once: it is kept up to date after that)."""
     _live_names: dict[tuple[str, str], str] | None = None
+    _tenancy_error: str = ""
+    """Why the tenants of this store could not be added to a shared object made anew (logged once each)."""
     _cache: dict[str, Any] = field(default_factory=dict)
     _cache_version: int = -1
     _batch: list[_Submission] = field(default_factory=list)
@@ -533,14 +535,34 @@ class Service:
         """Apply the tenants' settings the replicas share (a runtime with :class:`SharedTenantSettings`; see
         :mod:`gpucluster.model.tenants`) to the store, each changed tenant with an audit line (actor ``cluster``),
         then to the engine's quotas; only then is the runtime told it is applied (a replica about to lead waits
-        for that). True when something changed. Raises ``StoreWriteError`` (nothing is marked applied: the next
+        for that). A shared object this store never applied (another uid: made anew after a deletion) first gets
+        this store's tenants it does not name (``seed_tenancy``, as at the start). True when something changed. Raises ``StoreWriteError`` (nothing is marked applied: the next
         tick tries again)."""
         if not isinstance(self.runtime, SharedTenantSettings):
             return False
         shared = self.runtime.shared_tenancy()
         if shared is None:
             return False
-        changed = changes(self.local_tenants(), shared)
+        current = self.local_tenants()
+        synced = self.store.get_meta(TENANCY_UID_META)
+        if shared.uid and shared.uid != synced:
+            # an object this store never applied (the ConfigMap made anew after a deletion, by a replica whose
+            # store lacks tenants this one holds, e.g. a new replica): add this store's tenants it does not name,
+            # as a start does, before applying it, so they are not reset to no quota here and are shared again
+            named = {*shared.tenants, *shared.bad}
+            if any(s != DEFAULTS and n not in named for n, s in current.items()):
+                try:
+                    self.runtime.seed_tenancy(current, synced)
+                except RuntimeError as exc:  # nothing applied: the next tick tries again
+                    if str(exc) != self._tenancy_error:
+                        log.error("shared tenant settings (%s) not applied: this store's tenants it does not name "
+                                  "cannot be added: %s", shared.uid, exc)
+                        self._tenancy_error = str(exc)
+                    return False
+                shared = self.runtime.shared_tenancy() or shared
+            self._tenancy_error = ""
+            self.store.set_meta(TENANCY_UID_META, shared.uid)
+        changed = changes(current, shared)
         for name, s in changed.items():
             self.store.upsert_tenant(name, s.quota_gpus, s.weight, s.max_priority, max_queued_jobs=s.max_queued_jobs,
                                      audit=(SHARED_ACTOR, "tenant.shared", name,
