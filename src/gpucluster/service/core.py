@@ -536,8 +536,8 @@ class Service:
         :mod:`gpucluster.model.tenants`) to the store, each changed tenant with an audit line (actor ``cluster``),
         then to the engine's quotas; only then is the runtime told it is applied (a replica about to lead waits
         for that). A shared object this store never applied (another uid: made anew after a deletion) first gets
-        this store's tenants it does not name (``seed_tenancy``, as at the start). True when something changed. Raises ``StoreWriteError`` (nothing is marked applied: the next
-        tick tries again)."""
+        this store's tenants it does not name (``seed_tenancy``, as at the start). True when something changed.
+        Raises ``StoreWriteError`` (nothing is marked applied: the next tick tries again)."""
         if not isinstance(self.runtime, SharedTenantSettings):
             return False
         shared = self.runtime.shared_tenancy()
