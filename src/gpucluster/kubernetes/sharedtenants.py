@@ -14,7 +14,8 @@ token is in it (tokens stay in each replica's store, as SHA-256 hashes).
   changing different fields of one tenant at once keep both changes). A missing ConfigMap is created from the
   replica's own tenants plus the change.
 * **Errors.** A key that cannot be read keeps its tenant's last good settings; it is logged (error) and reported
-  once per key and reason as a Warning ``TenancyUnreadable`` Event on the ConfigMap and in the overview
+  once per key and reason while it lasts (again if it comes back; each deletion) as a Warning
+  ``TenancyUnreadable`` Event on the ConfigMap and in the overview
   (``kubernetes.tenancy.errors``). A deleted ConfigMap keeps the last good state everywhere (reported the same
   way) until a replica writes it again.
 """
@@ -114,9 +115,11 @@ class SharedTenants:
         return read
 
     def pending(self) -> SharedTenancy | None:
-        """The newest read not applied yet (None: nothing new). Unreadable keys are reported here, once each."""
+        """The newest read not applied yet (None: nothing new). Unreadable keys are reported here, once each
+        while it lasts (a breakage mended, then back, is reported again; so is each deletion)."""
         with self._lock:
             read = self.latest
+            self._reported &= set(self.errors.items())
             fresh = [(k, why) for k, why in self.errors.items() if (k, why) not in self._reported]
             self._reported.update(fresh)
         for key, why in fresh:
