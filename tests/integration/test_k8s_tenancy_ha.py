@@ -253,18 +253,22 @@ def test_a_binding_change_then_kill_9_of_the_leader_admits_and_refuses_nothing_t
         assert _status(follower, waiting, "failed") and _status(follower, intruder, "running")
 
 
-def test_kill_9_of_the_leader_keeps_the_job_waiting_for_quota_waiting(
-        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
-        fleet: list[Any], tmp_path: Path) -> None:
-    """A (quota 2 GPUs on both replicas) runs a 2-GPU Job and has a second one waiting for quota. ``kill -9`` of
-    the leader: the new leader keeps the second waiting through its first passes (A holds 2 GPUs, never 4; no
-    admission on the Job), and admits it, once, when the running Job is deleted."""
+def _quota_holds_across_kill_9(kube_control_plane: Any, kube_client: Any, run: str,
+                                namespaces: tuple[str, str, str], tmp_path: Path, *, leader_only: bool) -> None:
+    """Tenant A (quota 2 GPUs: on both replicas' command line, or ``leader_only``: created through the leader's
+    API alone) runs a 2-GPU Job and has a second waiting for quota; ``kill -9`` of the leader; the new leader keeps
+    the second waiting (A holds 2 GPUs, never 4; no admission on the Job) and admits it, once, when the running
+    Job is deleted."""
     from kubernetes import client
 
     batch = client.BatchV1Api(kube_client)
     tenant, ns_a, ns_b = namespaces
     running, waiting = f"running-{run}", f"waiting-{run}"
-    with replicas(kube_control_plane, tmp_path, run, {tenant: 2}) as (leader, follower):
+    with replicas(kube_control_plane, tmp_path, run, {} if leader_only else {tenant: 2}) as (leader, follower):
+        if leader_only:
+            with leader.client() as c:
+                resp = c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2})
+                assert resp.status_code == 201, resp.text
         _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
         wait_until(lambda: _status(leader, running, "running"), 120, "A's first Job to run")
         _apply(kube_control_plane, waiting, ns_a, tenant, run, run_s=600)
@@ -278,13 +282,25 @@ def test_kill_9_of_the_leader_keeps_the_job_waiting_for_quota_waiting(
         job = _job(kube_client, ns_a, waiting)
         assert job["spec"]["suspend"] is True and ADMISSION_ANNOTATION not in job["metadata"]["annotations"]
         assert _reported(follower) == {tenant: 2.0} == _held_on_server(kube_client, (ns_a, ns_b))
+        assert _quota(follower, tenant) == 2
         batch.delete_namespaced_job(running, ns_a, propagation_policy="Background")
         wait_until(lambda: _status(follower, waiting, "running"), 120, "the waiting Job admitted by the new leader")
         assert Admission.parse(_annotations(kube_client, ns_a, waiting)[ADMISSION_ANNOTATION], waiting).by == \
             follower.overview()["kubernetes"]["identity"]
+        # the Event follows the admission (written after it): waited for, and there is one
+        wait_until(lambda: _events(kube_client, ns_a, waiting, "Admitted"), 120, "the Admitted Event")
         assert len(_events(kube_client, ns_a, waiting, "Admitted")) == 1
         wait_until(lambda: _reported(follower) == {tenant: 2.0} == _held_on_server(kube_client, (ns_a, ns_b)), 120,
                    "A to hold 2 GPUs, as its Jobs on the server do")
+
+
+def test_kill_9_of_the_leader_keeps_the_job_waiting_for_quota_waiting(
+        kube_control_plane: Any, kube_client: Any, run: str, namespaces: tuple[str, str, str],
+        fleet: list[Any], tmp_path: Path) -> None:
+    """A (quota 2 GPUs on both replicas) runs a 2-GPU Job and has a second one waiting for quota. ``kill -9`` of
+    the leader: the new leader keeps the second waiting through its first passes (A holds 2 GPUs, never 4; no
+    admission on the Job), and admits it, once, when the running Job is deleted."""
+    _quota_holds_across_kill_9(kube_control_plane, kube_client, run, namespaces, tmp_path, leader_only=False)
 
 
 def _job_pods(kube: Any, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -390,38 +406,7 @@ def test_a_quota_set_on_the_leader_only_holds_after_kill_9_of_the_leader(
     through the ConfigMap ``lease-<run>-tenants``), keeps the second Job waiting, and admits it once the first is
     deleted. Before the tenants were shared the follower made A on first use, unlimited, and admitted the second
     Job at its first pass."""
-    from kubernetes import client
-
-    batch = client.BatchV1Api(kube_client)
-    tenant, ns_a, ns_b = namespaces
-    running, waiting = f"running-{run}", f"waiting-{run}"
-    with replicas(kube_control_plane, tmp_path, run, {}) as (leader, follower):
-        with leader.client() as c:
-            resp = c.post("/api/v1/tenants", json={"name": tenant, "quota_gpus": 2})
-            assert resp.status_code == 201, resp.text
-        _apply(kube_control_plane, running, ns_a, tenant, run, run_s=600)
-        wait_until(lambda: _status(leader, running, "running"), 120, "A's first Job to run")
-        _apply(kube_control_plane, waiting, ns_a, tenant, run, run_s=600)
-        for r in (leader, follower):
-            wait_until(lambda r=r: (j := _status(r, waiting, "pending")) and "quota" in j["message"]
-                       and _status(r, running, "running"), 120, "A's second Job to wait for quota")
-        leader.kill()
-        wait_until(lambda: _leads(follower), 120, "the follower to take over")
-        shown = _status(follower, waiting, "pending")
-        assert shown is not None and "quota" in shown["message"], _api_job(follower, waiting)
-        job = _job(kube_client, ns_a, waiting)
-        assert job["spec"]["suspend"] is True and ADMISSION_ANNOTATION not in job["metadata"]["annotations"]
-        assert _reported(follower) == {tenant: 2.0} == _held_on_server(kube_client, (ns_a, ns_b))
-        assert _quota(follower, tenant) == 2
-        batch.delete_namespaced_job(running, ns_a, propagation_policy="Background")
-        wait_until(lambda: _status(follower, waiting, "running"), 120, "the waiting Job admitted by the new leader")
-        assert Admission.parse(_annotations(kube_client, ns_a, waiting)[ADMISSION_ANNOTATION], waiting).by == \
-            follower.overview()["kubernetes"]["identity"]
-        # the Event follows the admission (written after it): waited for, and there is one
-        wait_until(lambda: _events(kube_client, ns_a, waiting, "Admitted"), 120, "the Admitted Event")
-        assert len(_events(kube_client, ns_a, waiting, "Admitted")) == 1
-        wait_until(lambda: _reported(follower) == {tenant: 2.0} == _held_on_server(kube_client, (ns_a, ns_b)), 120,
-                   "A to hold 2 GPUs, as its Jobs on the server do")
+    _quota_holds_across_kill_9(kube_control_plane, kube_client, run, namespaces, tmp_path, leader_only=True)
 
 
 def test_a_quota_changed_or_removed_through_either_replica_holds_on_both(

@@ -263,27 +263,18 @@ def _older_store(path: Path) -> None:
     db.close()
 
 
-def test_an_older_store_opened_by_two_at_once_is_migrated_once(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two processes open an older store at the same time (a server starting on the new version and a CLI
-    command): the second one found no ``job_counts`` before the first had committed it, then waited for the write
-    lock. It must find the migration done once it has the lock, not fail with 'table job_counts already exists'
-    (it did: the check was outside the transaction). The interleaving is forced: the other connection holds the
-    write lock with the migration made but not committed until this one has checked and asked for the lock."""
+def _open_once_the_other_commits(path: Path, other: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch,
+                                 asks: tuple[str, ...]) -> Store:
+    """Open a Store on ``path`` in a thread while ``other`` holds the write lock; ``other`` commits only once the
+    store has looked and sent a statement starting with one of ``asks`` (its request for the lock). The store."""
     import threading
 
-    path = tmp_path / "old.db"
-    _older_store(path)
-    other = sqlite3.connect(path, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    for statement in store_mod._statements(store_mod.HISTORY_SCHEMA):
-        other.execute(statement)
     asking = threading.Event()
     connect = sqlite3.connect
 
     def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
         db = connect(*args, **kwargs)  # type: ignore[arg-type]
-        db.set_trace_callback(lambda sql: asking.set() if sql.strip().upper().startswith("BEGIN") else None)
+        db.set_trace_callback(lambda sql: asking.set() if sql.strip().upper().startswith(asks) else None)
         return db
 
     monkeypatch.setattr(store_mod.sqlite3, "connect", traced)
@@ -302,7 +293,24 @@ def test_an_older_store_opened_by_two_at_once_is_migrated_once(tmp_path: Path,
     other.close()
     t.join(60)
     assert len(opened) == 1 and isinstance(opened[0], Store), opened
-    s = opened[0]
+    return opened[0]
+
+
+def test_an_older_store_opened_by_two_at_once_is_migrated_once(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes open an older store at the same time (a server starting on the new version and a CLI
+    command): the second one found no ``job_counts`` before the first had committed it, then waited for the write
+    lock. It must find the migration done once it has the lock, not fail with 'table job_counts already exists'
+    (it did: the check was outside the transaction). The interleaving is forced: the other connection holds the
+    write lock with the migration made but not committed until this one has checked and asked for the lock."""
+
+    path = tmp_path / "old.db"
+    _older_store(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    for statement in store_mod._statements(store_mod.HISTORY_SCHEMA):
+        other.execute(statement)
+    s = _open_once_the_other_commits(path, other, monkeypatch, ("BEGIN",))
     try:
         assert _counts(s) == {("team", "pending"): 3}
         assert s.history(q="old-")[1] == 3
@@ -360,7 +368,6 @@ def test_an_older_store_missing_a_column_opened_by_two_at_once_is_migrated_once(
     again and failed with 'duplicate column name'. The interleaving is forced: another connection holds the
     write lock with the column added but not committed until this one has looked and asked for the lock (its
     ``BEGIN``, or the ``ALTER`` that asked for it without one before the fix)."""
-    import threading
 
     path = tmp_path / "old.db"
     _store_without(path, table, column)
@@ -368,32 +375,7 @@ def test_an_older_store_missing_a_column_opened_by_two_at_once_is_migrated_once(
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     other.execute(statement)
-    asking = threading.Event()
-    connect = sqlite3.connect
-
-    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
-        db = connect(*args, **kwargs)  # type: ignore[arg-type]
-        db.set_trace_callback(lambda sql: asking.set() if sql.strip().upper().startswith(("BEGIN", "ALTER"))
-                              else None)
-        return db
-
-    monkeypatch.setattr(store_mod.sqlite3, "connect", traced)
-    opened: list[Store | BaseException] = []
-
-    def open_store() -> None:
-        try:
-            opened.append(Store(path))
-        except BaseException as exc:  # reported by the assertion below
-            opened.append(exc)
-
-    t = threading.Thread(target=open_store)
-    t.start()
-    assert asking.wait(60), "the store never asked for the write lock"
-    other.execute("COMMIT")
-    other.close()
-    t.join(60)
-    assert len(opened) == 1 and isinstance(opened[0], Store), opened
-    s = opened[0]
+    s = _open_once_the_other_commits(path, other, monkeypatch, ("BEGIN", "ALTER"))
     try:
         assert column in {r["name"] for r in s._db.execute(f"PRAGMA table_info({table})")}
         assert [j.spec.name for j in s.history()[0]] == ["old-0"]
