@@ -36,3 +36,25 @@ def test_a_breakage_is_reported_once_while_it_lasts_and_again_when_it_happens_ag
     deletions = [m for _, m in said if "was deleted" in m]
     assert len(deletions) == 2, said  # each deletion is told
     assert shared.status()["errors"].keys() == {DELETED}
+
+
+def _of(uid: str, version: int, data: dict[str, str]) -> dict[str, Any]:
+    cm = _cm(version, data)
+    return {**cm, "metadata": {**cm["metadata"], "uid": uid}}
+
+
+def test_a_read_of_a_configmap_deleted_or_replaced_never_becomes_the_newest_again() -> None:
+    """The ConfigMap deleted and made anew (uid u2): a late read of the old one (the answer to a write that raced
+    the deletion, a watch event in flight) must not bring its settings back; before, any other uid counted as
+    newer, so the old quota held until the next change."""
+    shared = SharedTenants(None, "default", "cp-tenants")
+    shared.on_event("ADDED", _of("u1", 1, {"ml": '{"quota_gpus": 2}'}))
+    shared.on_event("ADDED", _of("u2", 9, {"ml": '{"quota_gpus": 8}'}))
+    shared.on_event("MODIFIED", _of("u1", 5, {"ml": '{"quota_gpus": 2}'}))
+    assert shared.latest is not None and shared.latest.uid == "u2" and shared.latest.tenants["ml"].quota_gpus == 8
+    shared.on_event("DELETED", _of("u2", 9, {}))
+    shared.on_event("MODIFIED", _of("u2", 10, {"ml": '{"quota_gpus": 1}'}))  # a late event of the deleted one
+    shared.on_event("ADDED", _of("u3", 12, {"ml": '{"quota_gpus": 4}'}))
+    assert shared.latest.uid == "u3" and shared.latest.tenants["ml"].quota_gpus == 4
+    shared.on_event("MODIFIED", _of("u3", 13, {"ml": '{"quota_gpus": 5}'}))  # the live object still moves on
+    assert shared.latest.tenants["ml"].quota_gpus == 5

@@ -65,6 +65,8 @@ class SharedTenants:
         self.errors: dict[str, str] = {}
         """Key -> why it cannot be read, as of the newest read (or the object's deletion)."""
         self._reported: set[tuple[str, str]] = set()
+        self._gone: set[str] = set()
+        """Uids of objects deleted or replaced by a newer one: their reads are stale."""
 
     @property
     def where(self) -> str:
@@ -76,8 +78,15 @@ class SharedTenants:
         return read_shared(obj.get("data") or {}, str(meta.get("resourceVersion") or ""), str(meta.get("uid") or ""))
 
     def _take(self, read: SharedTenancy) -> None:
-        """Keep ``read`` when it is newer than the newest one (caller holds the lock)."""
+        """Keep ``read`` when it is newer than the newest one (caller holds the lock). A read of another object
+        (another uid) is newer, unless that object is gone: a ConfigMap's name holds one object at a time, so the
+        object a newer one replaced, or one seen deleted, never comes back (a late answer to a write of the
+        deleted object, or a watch event still in flight, would otherwise bring the old settings back)."""
+        if read.uid and read.uid in self._gone:
+            return
         if self.latest is None or read.uid != self.latest.uid or newer(read.version, self.latest.version):
+            if self.latest is not None and self.latest.uid and read.uid != self.latest.uid:
+                self._gone.add(self.latest.uid)
             self.latest = read
             self.errors = dict(read.bad)
 
@@ -87,6 +96,10 @@ class SharedTenants:
             return
         with self._lock:
             if kind == "DELETED":
+                uid = str((obj.get("metadata") or {}).get("uid") or "") or (
+                    self.latest.uid if self.latest is not None else "")
+                if uid:
+                    self._gone.add(uid)
                 self.errors = {DELETED: f"{self.where} was deleted: every replica keeps the last good tenant "
                                         "settings until one writes them again (a tenant created or changed)"}
                 return
