@@ -285,8 +285,11 @@ def _quota_holds_across_kill_9(kube_control_plane: Any, kube_client: Any, run: s
         assert _quota(follower, tenant) == 2
         batch.delete_namespaced_job(running, ns_a, propagation_policy="Background")
         wait_until(lambda: _status(follower, waiting, "running"), 120, "the waiting Job admitted by the new leader")
-        assert Admission.parse(_annotations(kube_client, ns_a, waiting)[ADMISSION_ANNOTATION], waiting).by == \
-            follower.overview()["kubernetes"]["identity"]
+        # the replica lists the Job running once it decided; its admission reaches the server through the
+        # writer after that: waited for, then it must name the new leader
+        admission = wait_until(lambda: _annotations(kube_client, ns_a, waiting).get(ADMISSION_ANNOTATION), 120,
+                               "the admission annotation on the Job")
+        assert Admission.parse(admission, waiting).by == follower.overview()["kubernetes"]["identity"]
         # the Event follows the admission (written after it): waited for, and there is one
         wait_until(lambda: _events(kube_client, ns_a, waiting, "Admitted"), 120, "the Admitted Event")
         assert len(_events(kube_client, ns_a, waiting, "Admitted")) == 1
