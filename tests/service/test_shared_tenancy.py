@@ -97,6 +97,16 @@ def _audit(ip: InProc, action: str) -> list[Any]:
     return [e for e in ip.client.get("/api/v1/audit").json()["entries"] if e["action"] == action]
 
 
+def _second_waits_for_quota(ip: InProc) -> None:
+    """Two 2-GPU jobs of ``ml`` (quota 2) submitted and a pass run: the first runs, the second waits."""
+    for name in ("one", "two"):
+        assert ip.client.post("/api/v1/jobs", json={"name": name, "tenant": "ml",
+                                                    "resources": GPU2}).status_code == 201
+    ip.tick()
+    jobs = {j["name"]: j["status"] for j in ip.client.get("/api/v1/jobs").json()["jobs"]}
+    assert jobs == {"one": "running", "two": "pending"}, jobs
+
+
 def test_a_tenant_made_on_one_replica_holds_on_the_other_from_its_next_pass(tmp_path: Path) -> None:
     shared = SharedObject()
     with ExitStack() as stack:
@@ -238,12 +248,7 @@ def test_a_rest_write_answered_after_a_newer_shared_state_was_applied_does_not_u
         assert TenantSettings.decode(shared.data["ml"]) == TenantSettings(2.0, 3.0)
         a.tick()
         assert _quota(a, "ml") == 2
-        for name in ("one", "two"):
-            assert a.client.post("/api/v1/jobs", json={"name": name, "tenant": "ml",
-                                                       "resources": GPU2}).status_code == 201
-        a.tick()
-        jobs = {j["name"]: j["status"] for j in a.client.get("/api/v1/jobs").json()["jobs"]}
-        assert jobs == {"one": "running", "two": "pending"}, jobs
+        _second_waits_for_quota(a)
     finally:
         service.close()
 
@@ -308,9 +313,4 @@ def test_a_shared_object_made_anew_without_a_replicas_tenants_does_not_reset_the
         a.tick()
         assert _quota(a, "ml") == 2
         assert TenantSettings.decode(shared.data["ml"]).quota_gpus == 2.0
-        for name in ("one", "two"):
-            assert a.client.post("/api/v1/jobs", json={"name": name, "tenant": "ml",
-                                                       "resources": GPU2}).status_code == 201
-        a.tick()
-        jobs = {j["name"]: j["status"] for j in a.client.get("/api/v1/jobs").json()["jobs"]}
-        assert jobs == {"one": "running", "two": "pending"}, jobs
+        _second_waits_for_quota(a)
